@@ -1,0 +1,13 @@
+// Package lua holds the Lua sources the throttle engine runs inside Redis,
+// embedded into the binary. Each script documents its KEYS, ARGV and reply
+// above its code; package throttle is the only caller.
+package lua
+
+import _ "embed"
+
+// Throttle is the source of throttle.lua: one atomic token-bucket decision
+// for one job over up to eight limits, with a reserved slot for a job that
+// must wait. See the comment at the top of the file for its contract.
+//
+//go:embed throttle.lua
+var Throttle string

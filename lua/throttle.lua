@@ -1,0 +1,208 @@
+--[[
+throttle.lua: one atomic decision for one job of one tenant, over one or more
+token buckets, with a reserved slot for a job that must wait.
+
+Model (the same as golang.org/x/time/rate): a limit adds `rate` tokens every
+`period` microseconds up to `burst`; a job of cost c takes c tokens. Each
+bucket is stored as its "empty time" E: the instant at which it held zero
+tokens, so that tokens(t) = min(burst, (t - E) * rate / period). E is kept
+exactly as a whole part and a remainder in units of 1/rate microsecond
+("Ei:Ef"), so no rounding error builds up however long a tenant stays in debt.
+Charging a job moves E forward by cost*period/rate; a charge that leaves E in
+the future is a debt that the job waits out: its slot is at E.
+
+KEYS (all in one {tenant} hash slot):
+  KEYS[1..L]  one state key per limit, holding "Ei:Ef" (string)
+  KEYS[L+1]   optional: the job's reservation key, holding its slot in µs
+
+ARGV (every one a decimal integer, digits only, in the range given):
+  ARGV[1]  now, µs since the Unix epoch, [1, 2^53); 0 = use Redis TIME
+  ARGV[2]  cost of the job, [1, 1e9]; must not exceed any burst
+  ARGV[3]  horizon: the furthest slot that may be reserved, µs, [0, 30 days]
+  ARGV[4]  L, the number of limits, [1, 8]
+  then for each limit i (j = 5 + 3*(i-1)):
+  ARGV[j]    rate, tokens per period, [1, 1e9]
+  ARGV[j+1]  period, µs, [1000, 366 days]
+  ARGV[j+2]  burst, [1, 1e9], with burst*period < 2^53
+
+Reply, always a flat array of integers:
+  {1, 0,    remaining, reserved}  ALLOWED: run the job now. reserved=1 when
+                                  the job came back for the slot it held
+                                  (it was charged then, not now).
+  {2, wait, remaining, reserved}  LIMITED: come back in `wait` µs (ceiling).
+                                  reserved=1: a slot is held for this job and
+                                  it has been charged; reserved=0: nothing was
+                                  charged (no job id given, or the slot would
+                                  lie past the horizon: then wait = horizon).
+  {3, code, index}                INVALID: nothing was written. code is one of
+                                  the E_* values below; index is the ARGV or
+                                  KEYS position at fault (0 when none).
+Redis errors (WRONGTYPE on a key of another type, OOM, ...) are raised, never
+folded into a status.
+
+TTLs: a state key lives until its bucket is full again (E + fill time); a
+reservation lives for horizon + the longest fill time. Both are within
+"time to refill fully + horizon", so an idle tenant costs no memory.
+
+Work is bounded: at most 8 limits and one reservation, no loops over data.
+]]
+
+local ALLOWED, LIMITED, INVALID = 1, 2, 3
+local E_KEYS, E_NOW, E_COST, E_HORIZON, E_COUNT = 1, 2, 3, 4, 5
+local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
+local E_STATE, E_STATE_TTL, E_RESV, E_RESV_TTL = 10, 11, 12, 13
+
+local EXACT = 9007199254740992 -- 2^53
+local DAY = 86400000000
+local MAX_HORIZON = 30 * DAY
+
+-- int reads ARGV[i] as a whole number in [lo, hi], or nil.
+local function int(i, lo, hi)
+  local s = ARGV[i]
+  if s == nil or #s == 0 or #s > 16 or not string.find(s, '^%d+$') then
+    return nil
+  end
+  local n = tonumber(s)
+  if n == nil or n < lo or n > hi then
+    return nil
+  end
+  return n
+end
+
+local function invalid(code, index)
+  return {INVALID, code, index}
+end
+
+local L = int(4, 1, 8)
+if L == nil then
+  return invalid(E_COUNT, 4)
+end
+if #ARGV ~= 4 + 3 * L or (#KEYS ~= L and #KEYS ~= L + 1) then
+  return invalid(E_KEYS, 0)
+end
+local now = int(1, 0, EXACT - 1)
+if now == nil then
+  return invalid(E_NOW, 1)
+end
+local cost = int(2, 1, 1000000000)
+if cost == nil then
+  return invalid(E_COST, 2)
+end
+local horizon = int(3, 0, MAX_HORIZON)
+if horizon == nil then
+  return invalid(E_HORIZON, 3)
+end
+if now == 0 then
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Read and check every limit and its stored state before any write.
+local rate, period, burst, ei, ef = {}, {}, {}, {}, {}
+local maxFill = 0
+for i = 1, L do
+  local j = 5 + 3 * (i - 1)
+  local r = int(j, 1, 1000000000)
+  if r == nil then return invalid(E_RATE, j) end
+  local p = int(j + 1, 1000, 366 * DAY)
+  if p == nil then return invalid(E_PERIOD, j + 1) end
+  local b = int(j + 2, 1, 1000000000)
+  if b == nil or b * p >= EXACT then return invalid(E_BURST, j + 2) end
+  if cost > b then return invalid(E_OVER_BURST, j + 2) end
+  rate[i], period[i], burst[i] = r, p, b
+  local fill = math.floor(b * p / r) + 1
+  if fill > maxFill then maxFill = fill end
+
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local a, f = string.match(v, '^(%d+):(%d+)$')
+    a, f = tonumber(a), tonumber(f)
+    if a == nil or f == nil or #v > 40 or f >= r or a > now + MAX_HORIZON + fill then
+      return invalid(E_STATE, i)
+    end
+    if redis.call('PTTL', KEYS[i]) < 0 then
+      return invalid(E_STATE_TTL, i)
+    end
+    ei[i], ef[i] = a, f
+  else
+    ei[i], ef[i] = 0, 0
+  end
+end
+
+-- remaining returns the whole tokens left in bucket i if it were at (a, f).
+local function remaining(i, a, f)
+  local n = math.floor(((now - a) * rate[i] - f) / period[i])
+  if n < 0 then return 0 end
+  if n > burst[i] then return burst[i] end
+  return n
+end
+
+local function minRemaining(a, f)
+  local m = nil
+  for i = 1, L do
+    local n = remaining(i, a[i], f[i])
+    if m == nil or n < m then m = n end
+  end
+  return m
+end
+
+-- A job that holds a slot is never charged again: admit it at or after its
+-- slot, and tell it the rest of its wait when it comes back early.
+local resv = KEYS[L + 1]
+if resv then
+  local v = redis.call('GET', resv)
+  if v then
+    local slot = nil
+    if #v <= 16 and string.find(v, '^%d+$') then slot = tonumber(v) end
+    if slot == nil then return invalid(E_RESV, L + 1) end
+    if redis.call('PTTL', resv) < 0 then return invalid(E_RESV_TTL, L + 1) end
+    if now >= slot then
+      redis.call('DEL', resv)
+      return {ALLOWED, 0, minRemaining(ei, ef), 1}
+    end
+    return {LIMITED, slot - now, 0, 1}
+  end
+end
+
+-- Charge the job in every bucket (on paper) and find the longest wait.
+local na, nf = {}, {}
+local wait = 0
+for i = 1, L do
+  local r, p = rate[i], period[i]
+  -- The earliest empty time a full bucket can have: now - burst*period/rate.
+  local bp = burst[i] * p
+  local la, lf = now - math.floor(bp / r), 0
+  local rem = bp % r
+  if rem > 0 then la, lf = la - 1, r - rem end
+  local a, f = ei[i], ef[i]
+  if a < la or (a == la and f < lf) then a, f = la, lf end
+  -- Move the empty time forward by cost*period/rate.
+  local cp = cost * p
+  a = a + math.floor(cp / r)
+  f = f + cp % r
+  if f >= r then a, f = a + 1, f - r end
+  na[i], nf[i] = a, f
+  local w = a - now
+  if f > 0 then w = w + 1 end
+  if w > wait then wait = w end
+end
+
+if wait > 0 and (resv == nil or wait > horizon) then
+  -- Nothing is charged. Without a job id there is no slot to hold; past the
+  -- horizon the job is told to come back at the horizon.
+  if resv and horizon > 0 then wait = horizon end
+  return {LIMITED, wait, minRemaining(ei, ef), 0}
+end
+
+for i = 1, L do
+  local ttl = (na[i] - now) + math.floor(burst[i] * period[i] / rate[i]) + 1
+  redis.call('SET', KEYS[i], string.format('%d:%d', na[i], nf[i]), 'PX', math.ceil(ttl / 1000))
+end
+if wait == 0 then
+  return {ALLOWED, 0, minRemaining(na, nf), 0}
+end
+redis.call('SET', resv, string.format('%d', now + wait), 'PX', math.ceil((horizon + maxFill) / 1000))
+return {LIMITED, wait, 0, 1}

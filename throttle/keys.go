@@ -1,0 +1,85 @@
+package throttle
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strconv"
+)
+
+// DefaultPrefix is the key prefix a Limiter uses when none is given.
+const DefaultPrefix = "thr"
+
+// MaxTenantLen is the longest tenant, in bytes, the limiter accepts.
+const MaxTenantLen = 256
+
+// MaxJobIDLen is the longest job id, in bytes, the limiter accepts.
+const MaxJobIDLen = 128
+
+// keyspace builds every Redis key the limiter uses; nothing else
+// concatenates keys. All keys of one tenant share the hash tag {tenant}, so
+// one script call touches one Redis Cluster slot:
+//
+//	<prefix>:{<tenant>}:l:<rate>:<period µs>   state of one limit
+//	<prefix>:{<tenant>}:j:<job id>             slot reserved for one job
+//
+// A tenant made only of letters, digits, '_', '-' and '.' is used as it is.
+// Any other tenant (braces, colons, spaces, control bytes, UTF-8, ...) is
+// written as '~' followed by its unpadded base64url encoding. '~' never
+// appears in a plain tenant and the encoding has no braces, so no tenant can
+// leave its hash tag or collide with another. Empty tenants and tenants
+// longer than MaxTenantLen bytes are rejected.
+type keyspace struct {
+	prefix string
+}
+
+// tag returns the hash-tag form of tenant, "{...}".
+func (k keyspace) tag(tenant string) (string, error) {
+	if tenant == "" {
+		return "", &InvalidError{Code: CodeTenant, Detail: "empty tenant"}
+	}
+	if len(tenant) > MaxTenantLen {
+		return "", &InvalidError{Code: CodeTenant, Detail: fmt.Sprintf("tenant of %d bytes, at most %d allowed", len(tenant), MaxTenantLen)}
+	}
+	if plainTenant(tenant) {
+		return "{" + tenant + "}", nil
+	}
+	return "{~" + base64.RawURLEncoding.EncodeToString([]byte(tenant)) + "}", nil
+}
+
+// plainTenant reports whether tenant may be used in a key unencoded.
+func plainTenant(tenant string) bool {
+	for i := 0; i < len(tenant); i++ {
+		c := tenant[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// limit returns the state key of one limit of the tenant whose tag is tag.
+// The key names the rate and period, so changing a limit starts a new bucket.
+func (k keyspace) limit(tag string, l Limit) string {
+	return k.prefix + ":" + tag + ":l:" + strconv.FormatInt(l.Rate, 10) + ":" + strconv.FormatInt(l.periodMicros(), 10)
+}
+
+// reservation returns the key of the slot reserved for jobID.
+func (k keyspace) reservation(tag, jobID string) string {
+	return k.prefix + ":" + tag + ":j:" + jobID
+}
+
+// validJobID reports whether id can name a reservation: 1 to MaxJobIDLen
+// printable ASCII bytes without spaces.
+func validJobID(id string) error {
+	if len(id) > MaxJobIDLen {
+		return &InvalidError{Code: CodeJobID, Detail: fmt.Sprintf("job id of %d bytes, at most %d allowed", len(id), MaxJobIDLen)}
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return &InvalidError{Code: CodeJobID, Detail: fmt.Sprintf("job id %q has a byte outside printable ASCII", id)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,279 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bounds on the numbers a Limit may carry. They keep every product the Lua
+// script computes (burst × period in microseconds) exactly representable in
+// the double-precision numbers Redis' Lua uses (2^53).
+const (
+	// MaxRate is the largest Rate a Limit accepts.
+	MaxRate = 1_000_000_000
+	// MaxBurst is the largest Burst a Limit accepts.
+	MaxBurst = 1_000_000_000
+	// MinPeriod is the shortest Period a Limit accepts.
+	MinPeriod = time.Millisecond
+	// MaxPeriod is the longest Period a Limit accepts.
+	MaxPeriod = 366 * 24 * time.Hour
+	// MaxLimits is the most limits one tenant may have at once.
+	MaxLimits = 8
+	// maxExact is 2^53, the largest integer a Lua number holds exactly.
+	maxExact = 1 << 53
+)
+
+// Limit is one token bucket: Rate tokens are added every Period, up to Burst
+// tokens. A job of cost c takes c tokens. Limit is a value type, safe to copy.
+type Limit struct {
+	// Rate is the number of tokens added per Period; at least 1.
+	Rate int64
+	// Period is the time over which Rate tokens are added.
+	Period time.Duration
+	// Burst is the bucket's capacity: the most cost admitted at once.
+	Burst int64
+}
+
+// PerSecond returns a Limit of rate per second with a burst of burst.
+func PerSecond(rate, burst int64) Limit { return Limit{Rate: rate, Period: time.Second, Burst: burst} }
+
+// PerMinute returns a Limit of rate per minute with a burst of burst.
+func PerMinute(rate, burst int64) Limit { return Limit{Rate: rate, Period: time.Minute, Burst: burst} }
+
+// PerHour returns a Limit of rate per hour with a burst of burst.
+func PerHour(rate, burst int64) Limit { return Limit{Rate: rate, Period: time.Hour, Burst: burst} }
+
+// PerDay returns a Limit of rate per day with a burst of burst.
+func PerDay(rate, burst int64) Limit { return Limit{Rate: rate, Period: 24 * time.Hour, Burst: burst} }
+
+// periodMicros returns the Period in whole microseconds.
+func (l Limit) periodMicros() int64 { return l.Period.Microseconds() }
+
+// FillTime is how long an empty bucket takes to fill completely.
+func (l Limit) FillTime() time.Duration {
+	return time.Duration(float64(l.Burst) * float64(l.Period) / float64(l.Rate))
+}
+
+// Validate reports whether l can be enforced, and why not.
+func (l Limit) Validate() error {
+	switch {
+	case l.Rate < 1 || l.Rate > MaxRate:
+		return fmt.Errorf("rate %d out of range [1, %d]", l.Rate, MaxRate)
+	case l.Period < MinPeriod || l.Period > MaxPeriod:
+		return fmt.Errorf("period %s out of range [%s, %s]", l.Period, MinPeriod, MaxPeriod)
+	case l.Period%time.Microsecond != 0:
+		return fmt.Errorf("period %s is not a whole number of microseconds", l.Period)
+	case l.Burst < 1 || l.Burst > MaxBurst:
+		return fmt.Errorf("burst %d out of range [1, %d]", l.Burst, MaxBurst)
+	case l.Burst > maxExact/l.periodMicros():
+		return fmt.Errorf("burst %d × period %s is too large", l.Burst, l.Period)
+	}
+	return nil
+}
+
+// String formats l the way ParseLimit reads it, e.g. "100/s:200".
+func (l Limit) String() string {
+	unit := ""
+	switch l.Period {
+	case time.Second:
+		unit = "s"
+	case time.Minute:
+		unit = "m"
+	case time.Hour:
+		unit = "h"
+	case 24 * time.Hour:
+		unit = "d"
+	default:
+		unit = l.Period.String()
+	}
+	return fmt.Sprintf("%d/%s:%d", l.Rate, unit, l.Burst)
+}
+
+// Limits is a set of limits that all apply to one tenant: a job is admitted
+// only when every one of them admits it.
+type Limits []Limit
+
+// Validate reports whether every limit in ls can be enforced.
+func (ls Limits) Validate() error {
+	if len(ls) == 0 {
+		return errors.New("no limit given")
+	}
+	if len(ls) > MaxLimits {
+		return fmt.Errorf("%d limits given, at most %d allowed", len(ls), MaxLimits)
+	}
+	seen := make(map[[2]int64]bool, len(ls))
+	for _, l := range ls {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("limit %s: %w", l, err)
+		}
+		id := [2]int64{l.Rate, l.periodMicros()}
+		if seen[id] {
+			return fmt.Errorf("limit %s given twice", l)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// MinBurst is the smallest burst in ls: the largest cost a job may have and
+// still be admissible. It is 0 for an empty set.
+func (ls Limits) MinBurst() int64 {
+	var m int64
+	for i, l := range ls {
+		if i == 0 || l.Burst < m {
+			m = l.Burst
+		}
+	}
+	return m
+}
+
+// String formats ls the way ParseLimits reads it, e.g. "100/s:200+50000/d:50000".
+func (ls Limits) String() string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, "+")
+}
+
+// ParseLimit reads one limit written as RATE/UNIT or RATE/UNIT:BURST, where
+// UNIT is s, m, h or d (or a Go duration such as 10s). A limit written
+// without a burst gets defaultBurst, or its own rate when defaultBurst is 0.
+func ParseLimit(s string, defaultBurst int64) (Limit, error) {
+	spec, burstText, hasBurst := strings.Cut(strings.TrimSpace(s), ":")
+	rateText, unit, ok := strings.Cut(spec, "/")
+	if !ok {
+		return Limit{}, fmt.Errorf("limit %q: want RATE/UNIT[:BURST], e.g. 100/s:200", s)
+	}
+	rate, err := parseCount(rateText)
+	if err != nil {
+		return Limit{}, fmt.Errorf("limit %q: rate: %w", s, err)
+	}
+	period, err := parseUnit(unit)
+	if err != nil {
+		return Limit{}, fmt.Errorf("limit %q: %w", s, err)
+	}
+	l := Limit{Rate: rate, Period: period, Burst: defaultBurst}
+	if hasBurst {
+		if l.Burst, err = parseCount(burstText); err != nil {
+			return Limit{}, fmt.Errorf("limit %q: burst: %w", s, err)
+		}
+	} else if l.Burst == 0 {
+		l.Burst = rate
+	}
+	if err := l.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("limit %q: %w", s, err)
+	}
+	return l, nil
+}
+
+// ParseLimits reads several limits joined by "+", such as
+// "100/s:200+50000/d". Each part is read by ParseLimit with defaultBurst.
+func ParseLimits(s string, defaultBurst int64) (Limits, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("empty limit")
+	}
+	var ls Limits
+	for _, part := range strings.Split(s, "+") {
+		l, err := ParseLimit(part, defaultBurst)
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	if err := ls.Validate(); err != nil {
+		return nil, fmt.Errorf("limits %q: %w", s, err)
+	}
+	return ls, nil
+}
+
+// parseCount reads a positive decimal integer with no sign, exponent or
+// fraction.
+func parseCount(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q is not a positive whole number", s)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%q is not a positive whole number in range", s)
+	}
+	return n, nil
+}
+
+// parseUnit reads s, m, h, d, or a Go duration, as a period.
+func parseUnit(u string) (time.Duration, error) {
+	switch strings.TrimSpace(u) {
+	case "s":
+		return time.Second, nil
+	case "m":
+		return time.Minute, nil
+	case "h":
+		return time.Hour, nil
+	case "d":
+		return 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(u))
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("unit %q: want s, m, h, d or a duration such as 10s", u)
+	}
+	return d, nil
+}
+
+// Rules maps tenants to their limits, with a default for every other tenant.
+// Rules is read-only once built and safe for concurrent use.
+type Rules struct {
+	// Default applies to every tenant without an entry in Tenants.
+	Default Limits
+	// Tenants holds per-tenant limits that replace Default.
+	Tenants map[string]Limits
+}
+
+// For returns the limits that apply to tenant.
+func (r Rules) For(tenant string) Limits {
+	if ls, ok := r.Tenants[tenant]; ok {
+		return ls
+	}
+	return r.Default
+}
+
+// Validate reports whether every limit set in r can be enforced.
+func (r Rules) Validate() error {
+	if err := r.Default.Validate(); err != nil {
+		return fmt.Errorf("default limits: %w", err)
+	}
+	for t, ls := range r.Tenants {
+		if err := ls.Validate(); err != nil {
+			return fmt.Errorf("limits of tenant %q: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// ParseTenantLimits reads per-tenant limits written as
+// "acme=50/s:100+10000/d,globex=5/m".
+func ParseTenantLimits(s string, defaultBurst int64) (map[string]Limits, error) {
+	out := map[string]Limits{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, entry := range strings.Split(s, ",") {
+		tenant, spec, ok := strings.Cut(entry, "=")
+		tenant = strings.TrimSpace(tenant)
+		if !ok || tenant == "" {
+			return nil, fmt.Errorf("entry %q: want TENANT=LIMITS, e.g. acme=50/s:100", entry)
+		}
+		if _, dup := out[tenant]; dup {
+			return nil, fmt.Errorf("tenant %q given twice", tenant)
+		}
+		ls, err := ParseLimits(spec, defaultBurst)
+		if err != nil {
+			return nil, fmt.Errorf("tenant %q: %w", tenant, err)
+		}
+		out[tenant] = ls
+	}
+	return out, nil
+}

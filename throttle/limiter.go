@@ -1,0 +1,324 @@
+// Package throttle decides, atomically in Redis, whether a tenant's job may
+// run now or must come back later, over one or more token buckets per tenant.
+//
+// A Limiter gives the same decisions as golang.org/x/time/rate's Limiter
+// called with ReserveN at the same times, but its state lives in Redis, so
+// any number of workers share one quota. A job that must wait gets a
+// reserved slot: it is charged once, told exactly when to come back, and
+// admitted without a second charge when it does.
+//
+// Being limited is a Decision, not an error. Errors are either invalid input
+// (errors.Is(err, ErrInvalid)) or a Redis failure (errors.Is(err, ErrRedis)).
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttler/throttler/lua"
+)
+
+// Client is the part of a go-redis client the Limiter needs. *redis.Client,
+// *redis.ClusterClient and *redis.Ring all satisfy it.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// MaxHorizon is the longest reservation horizon a Limiter accepts.
+const MaxHorizon = 30 * 24 * time.Hour
+
+// Script reply statuses; see lua/throttle.lua.
+const (
+	statusAllowed = 1
+	statusLimited = 2
+	statusInvalid = 3
+)
+
+// Options configures a Limiter.
+type Options struct {
+	// Rules gives each tenant its limits. Required.
+	Rules Rules
+	// Horizon is the furthest ahead a slot may be reserved for a job that
+	// must wait. A job whose slot would lie further is told to come back
+	// after Horizon, uncharged. 0 means never reserve: every call then
+	// behaves like x/time/rate's AllowN. Defaults to 0.
+	Horizon time.Duration
+	// Prefix starts every Redis key. Defaults to DefaultPrefix.
+	Prefix string
+}
+
+// Limiter decides jobs against per-tenant limits stored in Redis. It is safe
+// for concurrent use by many goroutines, and any number of Limiters (in any
+// number of processes) sharing a Redis and a Prefix share one quota.
+//
+// Time comes from Redis TIME unless a Request sets At: every worker then
+// reads one clock, so skewed worker clocks can neither over-admit nor delay.
+type Limiter struct {
+	rdb     Client
+	script  *redis.Script
+	keys    keyspace
+	horizon time.Duration
+	rules   Rules
+}
+
+// New returns a Limiter over rdb.
+func New(rdb Client, opts Options) (*Limiter, error) {
+	if rdb == nil {
+		return nil, errors.New("throttle: nil redis client")
+	}
+	if err := opts.Rules.Validate(); err != nil {
+		return nil, fmt.Errorf("throttle: %w", err)
+	}
+	if opts.Horizon < 0 || opts.Horizon > MaxHorizon {
+		return nil, fmt.Errorf("throttle: horizon %s out of range [0, %s]", opts.Horizon, MaxHorizon)
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{} \t\r\n") {
+		return nil, fmt.Errorf("throttle: prefix %q must not contain braces or spaces", prefix)
+	}
+	return &Limiter{
+		rdb:     rdb,
+		script:  redis.NewScript(lua.Throttle),
+		keys:    keyspace{prefix: prefix},
+		horizon: opts.Horizon,
+		rules:   opts.Rules,
+	}, nil
+}
+
+// Rules returns the rules the Limiter enforces.
+func (l *Limiter) Rules() Rules { return l.rules }
+
+// Horizon returns the reservation horizon.
+func (l *Limiter) Horizon() time.Duration { return l.horizon }
+
+// Request is one job to decide.
+type Request struct {
+	// Tenant owns the job. Required; at most MaxTenantLen bytes.
+	Tenant string
+	// JobID names the job for its reservation, e.g. its stream sequence.
+	// It must be unique among the tenant's jobs that may wait at once.
+	// Empty means no reservation: a job that must wait is not charged.
+	JobID string
+	// Cost is the number of tokens the job takes. Defaults to 1.
+	Cost int64
+	// At is the time of the decision. Defaults to Redis TIME. Set it only
+	// for deterministic tests or replays.
+	At time.Time
+	// Limits overrides the Rules for this one request when non-empty.
+	Limits Limits
+}
+
+// Decision is the outcome of one request.
+type Decision struct {
+	// Allowed is true when the job may run now.
+	Allowed bool
+	// Wait is how long the job must wait before coming back; 0 when
+	// Allowed. It is rounded up to the microsecond, never down.
+	Wait time.Duration
+	// Remaining is the number of whole tokens left in the tightest limit
+	// after the decision.
+	Remaining int64
+	// Reserved is true when a slot is held for the job: a limited job was
+	// charged and holds the slot at now+Wait, or an allowed job has just
+	// used the slot it held.
+	Reserved bool
+}
+
+// Allow is shorthand for AllowN(ctx, tenant, 1).
+func (l *Limiter) Allow(ctx context.Context, tenant string) (Decision, error) {
+	return l.AllowN(ctx, tenant, 1)
+}
+
+// AllowN reports whether a job of the given cost may run now, charging it
+// only if so. It never reserves a slot.
+func (l *Limiter) AllowN(ctx context.Context, tenant string, cost int64) (Decision, error) {
+	return l.Decide(ctx, Request{Tenant: tenant, Cost: cost})
+}
+
+// Reserve decides one job: Allowed, or limited with the Wait until the slot
+// it now holds (or, past the horizon, until it may try again).
+func (l *Limiter) Reserve(ctx context.Context, tenant, jobID string, cost int64) (Decision, error) {
+	return l.Decide(ctx, Request{Tenant: tenant, JobID: jobID, Cost: cost})
+}
+
+// Decide decides one request in one script call (EVALSHA, falling back to
+// EVAL when Redis has lost the script).
+func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
+	c, err := l.prepare(req)
+	if err != nil {
+		return Decision{}, err
+	}
+	v, err := l.script.Run(ctx, l.rdb, c.keys, c.args...).Result()
+	if err != nil {
+		return Decision{}, &RedisError{Op: "throttle script", Err: err}
+	}
+	return parseReply(v)
+}
+
+// Result is the outcome of one request of a batch.
+type Result struct {
+	Decision
+	// Err is nil, or an error matching ErrInvalid or ErrRedis.
+	Err error
+}
+
+// DecideBatch decides many requests in one pipelined round trip (two after
+// Redis lost the script). Requests are decided in order, so the jobs of one
+// tenant are served in the order given. On a Redis Cluster each request goes
+// to its tenant's slot; the pipeline groups them by node. The results match
+// reqs by index.
+func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
+	results := make([]Result, len(reqs))
+	calls := make([]call, len(reqs))
+	cmds := make([]*redis.Cmd, len(reqs))
+	pipe := l.rdb.Pipeline()
+	for i, req := range reqs {
+		c, err := l.prepare(req)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		calls[i] = c
+		cmds[i] = pipe.EvalSha(ctx, l.script.Hash(), c.keys, c.args...)
+	}
+	if pipe.Len() == 0 {
+		return results
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+
+	// Redis lost the script (restart, failover, SCRIPT FLUSH): the commands
+	// that failed with NOSCRIPT did not run, so sending them again with the
+	// full source is safe, and it loads the script for the next batch.
+	var retry redis.Pipeliner
+	for i, cmd := range cmds {
+		if cmd != nil && isNoScript(cmd.Err()) {
+			if retry == nil {
+				retry = l.rdb.Pipeline()
+			}
+			cmds[i] = retry.Eval(ctx, lua.Throttle, calls[i].keys, calls[i].args...)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+
+	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		v, err := cmd.Result()
+		if err != nil {
+			results[i].Err = &RedisError{Op: "throttle script", Err: err}
+			continue
+		}
+		results[i].Decision, results[i].Err = parseReply(v)
+	}
+	return results
+}
+
+// isNoScript reports whether err is Redis' NOSCRIPT reply.
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// call is one prepared script invocation.
+type call struct {
+	keys []string
+	args []any
+}
+
+// prepare validates req and builds the script's KEYS and ARGV. Everything the
+// script would refuse is refused here first, without a round trip.
+func (l *Limiter) prepare(req Request) (call, error) {
+	tag, err := l.keys.tag(req.Tenant)
+	if err != nil {
+		return call{}, err
+	}
+	limits := req.Limits
+	if len(limits) == 0 {
+		limits = l.rules.For(req.Tenant)
+	}
+	if err := limits.Validate(); err != nil {
+		return call{}, &InvalidError{Code: CodeLimits, Detail: err.Error()}
+	}
+	cost := req.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	if cost < 1 || cost > MaxBurst {
+		return call{}, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("cost %d out of range [1, %d]", cost, MaxBurst)}
+	}
+	if min := limits.MinBurst(); cost > min {
+		return call{}, &InvalidError{Code: CodeCostOverBurst, Detail: fmt.Sprintf("cost %d exceeds burst %d", cost, min)}
+	}
+	var now int64
+	if !req.At.IsZero() {
+		now = req.At.UnixMicro()
+		if now < 1 || now >= maxExact {
+			return call{}, &InvalidError{Code: CodeNow, Detail: fmt.Sprintf("time %s out of range", req.At)}
+		}
+	}
+
+	keys := make([]string, 0, len(limits)+1)
+	args := make([]any, 0, 4+3*len(limits))
+	args = append(args,
+		strconv.FormatInt(now, 10),
+		strconv.FormatInt(cost, 10),
+		strconv.FormatInt(l.horizon.Microseconds(), 10),
+		strconv.Itoa(len(limits)))
+	for _, lim := range limits {
+		keys = append(keys, l.keys.limit(tag, lim))
+		args = append(args,
+			strconv.FormatInt(lim.Rate, 10),
+			strconv.FormatInt(lim.periodMicros(), 10),
+			strconv.FormatInt(lim.Burst, 10))
+	}
+	if req.JobID != "" {
+		if err := validJobID(req.JobID); err != nil {
+			return call{}, err
+		}
+		keys = append(keys, l.keys.reservation(tag, req.JobID))
+	}
+	return call{keys: keys, args: args}, nil
+}
+
+// parseReply reads the script's reply, checking every element's type.
+func parseReply(v any) (Decision, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) < 3 {
+		return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply %#v", v)}
+	}
+	nums := make([]int64, len(arr))
+	for i, e := range arr {
+		n, ok := e.(int64)
+		if !ok {
+			return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("reply element %d is %T, want integer", i, e)}
+		}
+		nums[i] = n
+	}
+	switch nums[0] {
+	case statusAllowed, statusLimited:
+		if len(nums) != 4 {
+			break
+		}
+		return Decision{
+			Allowed:   nums[0] == statusAllowed,
+			Wait:      time.Duration(nums[1]) * time.Microsecond,
+			Remaining: nums[2],
+			Reserved:  nums[3] == 1,
+		}, nil
+	case statusInvalid:
+		return Decision{}, &InvalidError{Code: Code(nums[1]), Index: int(nums[2])}
+	}
+	return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply %v", nums)}
+}
