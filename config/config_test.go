@@ -1,0 +1,588 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// problems splits an error returned by LoadFrom or Validate into its lines.
+func problems(t *testing.T, err error) []string {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range joined.Unwrap() {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// mustLoad loads vars and fails the test on any problem.
+func mustLoad(t *testing.T, vars map[string]string) *Config {
+	t.Helper()
+	c, err := LoadFrom(vars)
+	if err != nil {
+		t.Fatalf("LoadFrom(%v): unexpected problems:\n%v", vars, err)
+	}
+	return c
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, nil)
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate of defaults: %v", err)
+	}
+	want := Config{
+		NATSURL:         "nats://127.0.0.1:4222",
+		RedisURL:        "redis://127.0.0.1:6379",
+		Stream:          "JOBS",
+		SubjectsSpec:    "jobs.>",
+		Consumer:        "throttler",
+		TenantFromSpec:  "subject:2",
+		DefaultLimit:    "100/s",
+		DefaultBurst:    0,
+		TenantLimits:    "",
+		CostHeader:      "Job-Cost",
+		Concurrency:     16,
+		MaxAckPending:   1000,
+		MaxDefer:        10 * time.Minute,
+		Handler:         HandlerForward,
+		ForwardSubject:  "done.{tenant}",
+		DLQSubject:      "dlq.{tenant}",
+		MaxFailures:     5,
+		OnRedisError:    OnRedisErrorDefer,
+		ShutdownTimeout: 30 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		Defer:           DeferAuto,
+		AckWait:         30 * time.Second,
+		RedisTimeout:    2 * time.Second,
+		KeyPrefix:       "thr",
+		FetchBatch:      64,
+		ScheduleAfter:   5 * time.Second,
+		ScheduleSubject: "sched",
+		MetricsAddr:     "",
+		Rules: throttle.Rules{
+			Default: throttle.Limits{throttle.PerSecond(100, 100)},
+			Tenants: map[string]throttle.Limits{},
+		},
+		TenantFrom: TenantSource{Kind: TenantFromSubject, Token: 2},
+		Subjects:   []string{"jobs.>"},
+	}
+	if !reflect.DeepEqual(*c, want) {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", *c, want)
+	}
+}
+
+func TestEmptyVariableTakesDefault(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, map[string]string{"THROTTLER_CONCURRENCY": "", "THROTTLER_STREAM": ""})
+	if c.Concurrency != 16 || c.Stream != "JOBS" {
+		t.Fatalf("Concurrency=%d Stream=%q, want defaults 16 and JOBS", c.Concurrency, c.Stream)
+	}
+}
+
+func TestLoadReadsProcessEnvironment(t *testing.T) {
+	t.Setenv("THROTTLER_CONCURRENCY", "7")
+	t.Setenv("THROTTLER_MAX_ACK_PENDING", "70")
+	c, err := Load()
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if c.Concurrency != 7 || c.MaxAckPending != 70 {
+		t.Fatalf("Concurrency=%d MaxAckPending=%d, want 7 and 70", c.Concurrency, c.MaxAckPending)
+	}
+}
+
+func TestValidValues(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		vars  map[string]string
+		check func(t *testing.T, c *Config)
+	}{
+		{
+			name: "several NATS URLs with credentials",
+			vars: map[string]string{"NATS_URL": "nats://a:b@n1:4222, tls://tok@n2:4222,n3:4222"},
+		},
+		{
+			name: "rediss with user, password and db",
+			vars: map[string]string{"REDIS_URL": "rediss://u:p@redis.example:6380/3"},
+		},
+		{
+			name: "header tenant",
+			vars: map[string]string{"THROTTLER_TENANT_FROM": "header:X-Tenant"},
+			check: func(t *testing.T, c *Config) {
+				if want := (TenantSource{Kind: TenantFromHeader, Header: "X-Tenant"}); c.TenantFrom != want {
+					t.Fatalf("TenantFrom = %+v, want %+v", c.TenantFrom, want)
+				}
+				if c.TenantFrom.String() != "header:X-Tenant" {
+					t.Fatalf("String = %q", c.TenantFrom.String())
+				}
+			},
+		},
+		{
+			name: "subject token beyond > is fine",
+			vars: map[string]string{"THROTTLER_SUBJECTS": "jobs.>", "THROTTLER_TENANT_FROM": "subject:7"},
+		},
+		{
+			name: "several subjects",
+			vars: map[string]string{"THROTTLER_SUBJECTS": "jobs.*.email, jobs.*.sms", "THROTTLER_TENANT_FROM": "subject:2"},
+			check: func(t *testing.T, c *Config) {
+				if want := []string{"jobs.*.email", "jobs.*.sms"}; !slices.Equal(c.Subjects, want) {
+					t.Fatalf("Subjects = %q, want %q", c.Subjects, want)
+				}
+			},
+		},
+		{
+			name: "default burst applies",
+			vars: map[string]string{"THROTTLER_DEFAULT_LIMIT": "10/s+1000/d:5000", "THROTTLER_DEFAULT_BURST": "20"},
+			check: func(t *testing.T, c *Config) {
+				want := throttle.Limits{throttle.PerSecond(10, 20), throttle.PerDay(1000, 5000)}
+				if !reflect.DeepEqual(c.Rules.Default, want) {
+					t.Fatalf("Default = %v, want %v", c.Rules.Default, want)
+				}
+			},
+		},
+		{
+			name: "tenant limits",
+			vars: map[string]string{"THROTTLER_TENANT_LIMITS": "acme=50/s:100+10000/d, globex=5/m,big_co-2=1/h"},
+			check: func(t *testing.T, c *Config) {
+				want := map[string]throttle.Limits{
+					"acme":     {throttle.PerSecond(50, 100), throttle.PerDay(10000, 10000)},
+					"globex":   {throttle.PerMinute(5, 5)},
+					"big_co-2": {throttle.PerHour(1, 1)},
+				}
+				if !reflect.DeepEqual(c.Rules.Tenants, want) {
+					t.Fatalf("Tenants = %v, want %v", c.Rules.Tenants, want)
+				}
+				if got := c.Rules.For("globex"); !reflect.DeepEqual(got, want["globex"]) {
+					t.Fatalf("For(globex) = %v", got)
+				}
+				if got := c.Rules.For("other"); !reflect.DeepEqual(got, c.Rules.Default) {
+					t.Fatalf("For(other) = %v, want default", got)
+				}
+			},
+		},
+		{
+			name: "outputs beside a narrow input",
+			vars: map[string]string{"THROTTLER_SUBJECTS": "jobs.acme.*", "THROTTLER_FORWARD_SUBJECT": "jobs.x-{tenant}.done"},
+		},
+		{
+			name: "zero max defer and metrics on",
+			vars: map[string]string{"THROTTLER_MAX_DEFER": "0", "THROTTLER_METRICS_ADDR": ":9090"},
+		},
+		{
+			name: "max ack pending equal to concurrency",
+			vars: map[string]string{"THROTTLER_CONCURRENCY": "10000", "THROTTLER_MAX_ACK_PENDING": "10000"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := mustLoad(t, tt.vars)
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}
+
+func TestInvalidValues(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		val  string
+		want string // also in the message, besides the variable's name
+	}{
+		{"NATS_URL", "http://n1:4222", "nats://"},
+		{"NATS_URL", "nats://n1:4222,,nats://n2:4222", "separated by commas"},
+		{"NATS_URL", "nats://n1:port", "URLs"},
+		{"REDIS_URL", "http://r:6379", "redis://"},
+		{"REDIS_URL", "redis://r:6379/notadb", "invalid database"},
+		{"REDIS_URL", "redis://", "redis://"},
+		{"THROTTLER_STREAM", "my.stream", `got "my.stream"`},
+		{"THROTTLER_STREAM", "a b", "without spaces"},
+		{"THROTTLER_STREAM", "a/b", `"/"`},
+		{"THROTTLER_SUBJECTS", "jobs..x", "empty token"},
+		{"THROTTLER_SUBJECTS", "jobs.>.x", "last token"},
+		{"THROTTLER_SUBJECTS", "jobs.a*", "whole tokens"},
+		{"THROTTLER_SUBJECTS", "jobs.*,jobs.*", "twice"},
+		{"THROTTLER_SUBJECTS", " ", "one or more subjects"},
+		{"THROTTLER_CONSUMER", "c*", `"*"`},
+		{"THROTTLER_TENANT_FROM", "subject:0", "from 1"},
+		{"THROTTLER_TENANT_FROM", "subject:x", "from 1"},
+		{"THROTTLER_TENANT_FROM", "subject:3", `"jobs.*" in THROTTLER_SUBJECTS has only 2 tokens`},
+		{"THROTTLER_TENANT_FROM", "header:", "header name"},
+		{"THROTTLER_TENANT_FROM", "header:a b", "header name"},
+		{"THROTTLER_TENANT_FROM", "queue:1", "subject:N"},
+		{"THROTTLER_DEFAULT_LIMIT", "100", "RATE/UNIT"},
+		{"THROTTLER_DEFAULT_LIMIT", " ", "such as 100/s"},
+		{"THROTTLER_DEFAULT_LIMIT", "0/s", "rate"},
+		{"THROTTLER_DEFAULT_BURST", "-1", "between 0 and 1000000000"},
+		{"THROTTLER_DEFAULT_BURST", "many", "whole number"},
+		{"THROTTLER_TENANT_LIMITS", "acme", "TENANT=LIMITS"},
+		{"THROTTLER_TENANT_LIMITS", "acme=5/s,", "empty entry"},
+		{"THROTTLER_TENANT_LIMITS", "ac.me=5/s", "letters, digits, _ or -"},
+		{"THROTTLER_TENANT_LIMITS", "acme=5/s,acme=6/s", "twice"},
+		{"THROTTLER_TENANT_LIMITS", "acme=5/x", "unit"},
+		{"THROTTLER_COST_HEADER", "Job Cost", "header name"},
+		{"THROTTLER_CONCURRENCY", "0", `must be between 1 and 10000, got "0"`},
+		{"THROTTLER_CONCURRENCY", "10001", "between 1 and 10000"},
+		{"THROTTLER_CONCURRENCY", "abc", `whole number between 1 and 10000, got "abc"`},
+		{"THROTTLER_CONCURRENCY", "99999999999", "whole number"},
+		{"THROTTLER_MAX_ACK_PENDING", "0", "between 1 and 1000000"},
+		{"THROTTLER_MAX_ACK_PENDING", "8", "at least THROTTLER_CONCURRENCY (16)"},
+		{"THROTTLER_MAX_DEFER", "-1s", "between 0s and 720h"},
+		{"THROTTLER_MAX_DEFER", "721h", "between 0s and 720h"},
+		{"THROTTLER_MAX_DEFER", "10", "duration"},
+		{"THROTTLER_HANDLER", "exec", `"forward"`},
+		{"THROTTLER_FORWARD_SUBJECT", "done.{tenant}.{id}", "unknown placeholder {id}"},
+		{"THROTTLER_FORWARD_SUBJECT", "done.{tenant", "without }"},
+		{"THROTTLER_FORWARD_SUBJECT", "done.tenant}", "without {"},
+		{"THROTTLER_FORWARD_SUBJECT", "done.*", "wildcard"},
+		{"THROTTLER_FORWARD_SUBJECT", "done..{tenant}", "empty token"},
+		{"THROTTLER_FORWARD_SUBJECT", "done {tenant}", "white space"},
+		{"THROTTLER_FORWARD_SUBJECT", "jobs.{tenant}", "THROTTLER_SUBJECTS"},
+		{"THROTTLER_DLQ_SUBJECT", "dlq.>", "wildcard"},
+		{"THROTTLER_DLQ_SUBJECT", "jobs.dlq.{tenant}", "captured"},
+		{"THROTTLER_MAX_FAILURES", "0", "between 1 and 1000"},
+		{"THROTTLER_ON_REDIS_ERROR", "ignore", `"defer", "allow"`},
+		{"THROTTLER_SHUTDOWN_TIMEOUT", "0s", "greater than 0"},
+		{"THROTTLER_SHUTDOWN_TIMEOUT", "5 parsecs", "greater than 0"},
+		{"THROTTLER_LOG_LEVEL", "verbose", `"debug", "info", "warn", "error"`},
+		{"THROTTLER_LOG_FORMAT", "xml", `"text", "json"`},
+		{"THROTTLER_DEFER", "later", `"auto", "nak", "schedule"`},
+		{"THROTTLER_ACK_WAIT", "500ms", "at least 1s"},
+		{"THROTTLER_REDIS_TIMEOUT", "-2s", "greater than 0"},
+		{"THROTTLER_KEY_PREFIX", "thr:", "letters, digits"},
+		{"THROTTLER_KEY_PREFIX", strings.Repeat("k", 33), "1 to 32"},
+		{"THROTTLER_FETCH_BATCH", "1001", "between 1 and 1000"},
+		{"THROTTLER_SCHEDULE_AFTER", "999ms", "at least 1s"},
+		{"THROTTLER_SCHEDULE_SUBJECT", "sched.*", "wildcard"},
+		{"THROTTLER_SCHEDULE_SUBJECT", "sched.{tenant}", "placeholders"},
+		{"THROTTLER_SCHEDULE_SUBJECT", "jobs", "captured"},
+		{"THROTTLER_METRICS_ADDR", "9090", "HOST:PORT"},
+		{"THROTTLER_METRICS_ADDR", ":99999", "HOST:PORT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+"="+tt.val, func(t *testing.T) {
+			t.Parallel()
+			vars := map[string]string{tt.name: tt.val}
+			if tt.name == "THROTTLER_TENANT_FROM" || tt.name == "THROTTLER_SUBJECTS" {
+				vars["THROTTLER_SUBJECTS"] = cmpOr(vars["THROTTLER_SUBJECTS"], "jobs.*")
+			}
+			c, err := LoadFrom(vars)
+			if err == nil {
+				t.Fatalf("LoadFrom(%v) = %+v, want an error", vars, c)
+			}
+			if c != nil {
+				t.Fatalf("LoadFrom returned a Config along with an error")
+			}
+			got := problems(t, err)
+			if len(got) != 1 {
+				t.Fatalf("want exactly one problem, got %d:\n%s", len(got), strings.Join(got, "\n"))
+			}
+			if !strings.HasPrefix(got[0], tt.name+": ") {
+				t.Errorf("problem does not start with %q: %s", tt.name+": ", got[0])
+			}
+			if !strings.Contains(got[0], tt.want) {
+				t.Errorf("problem does not mention %q: %s", tt.want, got[0])
+			}
+		})
+	}
+}
+
+// cmpOr returns a unless it is empty, else b.
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func TestManyProblemsAtOnce(t *testing.T) {
+	t.Parallel()
+	_, err := LoadFrom(map[string]string{
+		"THROTTLER_CONCURRENCY":      "abc",
+		"THROTTLER_SHUTDOWN_TIMEOUT": "5 parsecs",
+		"THROTTLER_DEFAULT_LIMIT":    "100/fortnight",
+		"THROTTLER_TENANT_LIMITS":    "acme=5,globex=0/s",
+		"THROTTLER_LOG_LEVEL":        "loud",
+		"THROTTLER_MAX_ACK_PENDING":  "0",
+	})
+	got := problems(t, err)
+	wantPrefixes := []string{
+		"THROTTLER_CONCURRENCY: ",
+		"THROTTLER_SHUTDOWN_TIMEOUT: ",
+		"THROTTLER_DEFAULT_LIMIT: ",
+		"THROTTLER_TENANT_LIMITS: ", // acme
+		"THROTTLER_TENANT_LIMITS: ", // globex
+		"THROTTLER_LOG_LEVEL: ",
+		"THROTTLER_MAX_ACK_PENDING: ",
+	}
+	var prefixes []string
+	for _, p := range got {
+		name, _, _ := strings.Cut(p, ": ")
+		prefixes = append(prefixes, name+": ")
+	}
+	slices.Sort(prefixes)
+	slices.Sort(wantPrefixes)
+	if !slices.Equal(prefixes, wantPrefixes) {
+		t.Fatalf("problems:\n%s\nwant one each for %q", strings.Join(got, "\n"), wantPrefixes)
+	}
+	for _, want := range []string{`"abc"`, `"5 parsecs"`, "fortnight", `"acme"`, `"globex"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+}
+
+func TestValidateZeroConfig(t *testing.T) {
+	t.Parallel()
+	var c Config
+	got := problems(t, c.Validate())
+	for _, name := range []string{"NATS_URL", "REDIS_URL", "THROTTLER_STREAM", "THROTTLER_CONCURRENCY", "THROTTLER_SHUTDOWN_TIMEOUT", "THROTTLER_HANDLER"} {
+		if !slices.ContainsFunc(got, func(p string) bool { return strings.HasPrefix(p, name+": ") }) {
+			t.Errorf("zero Config: no problem reported for %s", name)
+		}
+	}
+}
+
+func TestValidateDoesNotChangeConfig(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=1/s"})
+	c.Concurrency = 0
+	before := *c
+	if err := c.Validate(); err == nil {
+		t.Fatal("Validate accepted Concurrency 0")
+	}
+	if !reflect.DeepEqual(*c, before) {
+		t.Fatal("Validate changed the Config")
+	}
+}
+
+func TestOverlap(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		subjects string
+		forward  string
+		overlaps bool
+	}{
+		{"jobs.>", "done.{tenant}", false},
+		{"jobs.>", "jobs.{tenant}", true},
+		{"jobs.>", "jobs", false},
+		{"jobs.*", "jobs.{tenant}.done", false},
+		{"jobs.*.*", "jobs.{tenant}.done", true},
+		{"*.*", "done.{tenant}", true},
+		{">", "done.{tenant}", true},
+		{"jobs.acme", "jobs.{tenant}", true},
+		{"jobs.acme", "jobs.x-{tenant}", false},
+		{"jobs.x-acme", "jobs.x-{tenant}", true},
+		{"jobs.x-", "jobs.x-{tenant}", false},
+		{"jobs.ab", "jobs.{tenant}b", true},
+		{"jobs.b", "jobs.{tenant}b", false},
+		{"jobs.a-b-c", "jobs.{tenant}-{tenant}", true},
+		{"jobs.a-", "jobs.{tenant}-{tenant}", false},
+		{"done.acme", "done.{tenant}", true},
+		{"a.>,done.*", "done.{tenant}", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.subjects+" vs "+tt.forward, func(t *testing.T) {
+			t.Parallel()
+			_, err := LoadFrom(map[string]string{
+				"THROTTLER_SUBJECTS":        tt.subjects,
+				"THROTTLER_FORWARD_SUBJECT": tt.forward,
+				"THROTTLER_TENANT_FROM":     "header:Tenant",
+			})
+			var got []string // the other outputs may overlap too; look at the forward subject only
+			for _, p := range problems(t, err) {
+				if strings.HasPrefix(p, "THROTTLER_FORWARD_SUBJECT: ") {
+					got = append(got, p)
+				}
+			}
+			if tt.overlaps != (len(got) > 0) {
+				t.Fatalf("overlap=%v, problems:\n%v", tt.overlaps, err)
+			}
+			for _, p := range got {
+				if !strings.Contains(p, "THROTTLER_SUBJECTS") || !strings.Contains(p, "captured") {
+					t.Errorf("problem should name both variables: %s", p)
+				}
+			}
+		})
+	}
+}
+
+func TestScheduleOverlap(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		subjects string
+		prefix   string
+		overlaps bool
+	}{
+		{"jobs.>", "sched", false},
+		{"jobs.>", "jobs.sched", true},
+		{"*.*.*", "sched", true},
+		{"*.*", "sched", false},
+		{"sched.acme.*", "sched", true},
+		{"sched.acme", "sched", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.subjects+" vs "+tt.prefix, func(t *testing.T) {
+			t.Parallel()
+			_, err := LoadFrom(map[string]string{
+				"THROTTLER_SUBJECTS":         tt.subjects,
+				"THROTTLER_SCHEDULE_SUBJECT": tt.prefix,
+				"THROTTLER_TENANT_FROM":      "header:Tenant",
+				"THROTTLER_FORWARD_SUBJECT":  "out.done.{tenant}.x.y",
+				"THROTTLER_DLQ_SUBJECT":      "out.dlq.{tenant}.x.y",
+			})
+			got := problems(t, err)
+			if tt.overlaps != (len(got) > 0) {
+				t.Fatalf("overlap=%v, problems:\n%s", tt.overlaps, strings.Join(got, "\n"))
+			}
+			for _, p := range got {
+				if !strings.HasPrefix(p, "THROTTLER_SCHEDULE_SUBJECT: ") || !strings.Contains(p, "THROTTLER_SUBJECTS") {
+					t.Errorf("problem should name both variables: %s", p)
+				}
+			}
+		})
+	}
+}
+
+func TestPrintMasksSecrets(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, map[string]string{
+		"NATS_URL":  "nats://alice:s3cret@n1:4222,nats://t0ken@n2:4222,n3:4222",
+		"REDIS_URL": "redis://bob:hunter2@r:6379/1",
+	})
+	var buf bytes.Buffer
+	if err := c.Print(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, secret := range []string{"s3cret", "t0ken", "hunter2"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("Print shows secret %q:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{
+		"NATS_URL=nats://alice:****@n1:4222,nats://****@n2:4222,n3:4222\n",
+		"REDIS_URL=redis://bob:****@r:6379/1\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Print lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestPrintFormat(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, nil)
+	var buf bytes.Buffer
+	if err := c.Print(&buf); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if !slices.IsSorted(lines) {
+		t.Errorf("lines not sorted:\n%s", buf.String())
+	}
+	if n := len(envKeys()); len(lines) != n {
+		t.Errorf("got %d lines, want %d (one per variable):\n%s", len(lines), n, buf.String())
+	}
+	for _, want := range []string{
+		"THROTTLER_MAX_DEFER=10m",
+		"THROTTLER_SHUTDOWN_TIMEOUT=30s",
+		"THROTTLER_CONCURRENCY=16",
+		"THROTTLER_SUBJECTS=jobs.>",
+		"THROTTLER_TENANT_LIMITS=",
+		"THROTTLER_ON_REDIS_ERROR=defer",
+	} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("Print lacks line %q:\n%s", want, buf.String())
+		}
+	}
+	// What Print writes loads back to the same Config.
+	vars := map[string]string{}
+	for _, l := range lines {
+		name, value, _ := strings.Cut(l, "=")
+		vars[name] = value
+	}
+	if again := mustLoad(t, vars); !reflect.DeepEqual(again, c) {
+		t.Errorf("Print output loads to %+v, want %+v", again, c)
+	}
+}
+
+func TestProblemsDoNotLeakSecrets(t *testing.T) {
+	t.Parallel()
+	_, err := LoadFrom(map[string]string{
+		"NATS_URL":  "http://alice:s3cret@n1:4222,nats://t0ken@n2:%zz",
+		"REDIS_URL": "redis://bob:hunter2@r:6379/%zz",
+	})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, secret := range []string{"s3cret", "t0ken", "hunter2"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error shows secret %q:\n%v", secret, err)
+		}
+	}
+}
+
+func TestMask(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in, nats, redis string
+	}{
+		{"nats://h:4222", "nats://h:4222", "nats://h:4222"},
+		{"nats://u:p@h", "nats://u:****@h", "nats://u:****@h"},
+		{"nats://tok@h", "nats://****@h", "nats://tok@h"},
+		{"u:p@h:4222", "u:****@h:4222", "u:****@h:4222"},
+		{"redis://:p@h", "redis://:****@h", "redis://:****@h"},
+		{"redis://u:p/with@slash@h/0", "redis://u:****@h/0", "redis://u:****@h/0"},
+		{"redis://h/0?x=a@b", "redis://****@b", "redis://h/0?x=a@b"},
+	}
+	for _, tt := range tests {
+		if got := maskNATSURLs(tt.in); got != tt.nats {
+			t.Errorf("maskNATSURLs(%q) = %q, want %q", tt.in, got, tt.nats)
+		}
+		if got := maskRedisURL(tt.in); got != tt.redis {
+			t.Errorf("maskRedisURL(%q) = %q, want %q", tt.in, got, tt.redis)
+		}
+	}
+}
+
+func TestRenderSubject(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, nil)
+	tests := []struct{ template, tenant, want string }{
+		{"done.{tenant}", "acme", "done.acme"},
+		{"done.{tenant}.x-{tenant}", "acme", "done.acme.x-acme"},
+		{"done.fixed", "acme", "done.fixed"},
+		{"done.{tenant}", "a.b c", "done.a_b_c"},
+		{"done.{tenant}", "*", "done._"},
+		{"done.{tenant}", ">", "done._"},
+		{"done.{tenant}", "", "done._"},
+	}
+	for _, tt := range tests {
+		if got := c.RenderSubject(tt.template, tt.tenant); got != tt.want {
+			t.Errorf("RenderSubject(%q, %q) = %q, want %q", tt.template, tt.tenant, got, tt.want)
+		}
+	}
+	if got, want := c.RenderScheduleSubject("a.b", 42), "sched.a_b.42"; got != want {
+		t.Errorf("RenderScheduleSubject = %q, want %q", got, want)
+	}
+}
