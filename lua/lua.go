@@ -11,3 +11,9 @@ import _ "embed"
 //
 //go:embed throttle.lua
 var Throttle string
+
+// Failures is the source of failures.lua: count one more handler failure of
+// a job, atomically with its TTL.
+//
+//go:embed failures.lua
+var Failures string

@@ -21,6 +21,7 @@ const MaxJobIDLen = 128
 //
 //	<prefix>:{<tenant>}:l:<rate>:<period µs>   state of one limit
 //	<prefix>:{<tenant>}:j:<job id>             slot reserved for one job
+//	<prefix>:{<tenant>}:f:<job id>             handler failures of one job
 //
 // A tenant made only of letters, digits, '_', '-' and '.' is used as it is.
 // Any other tenant (braces, colons, spaces, control bytes, UTF-8, ...) is
@@ -82,4 +83,9 @@ func validJobID(id string) error {
 		}
 	}
 	return nil
+}
+
+// failures returns the key counting handler failures of jobID.
+func (k keyspace) failures(tag, jobID string) string {
+	return k.prefix + ":" + tag + ":f:" + jobID
 }

@@ -1,0 +1,210 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// Headers the worker reads and writes. Headers set on a moved or
+// dead-lettered job let it keep its identity across streams and subjects.
+const (
+	// HeaderJobID carries a job's identity, "<stream>:<sequence>" of its first
+	// delivery. Reservations, failure counts and deduplication use it.
+	HeaderJobID = "Throttler-Job-Id"
+	// HeaderDeferrals carries how many times the throttle has deferred a
+	// moved job.
+	HeaderDeferrals = "Throttler-Deferrals"
+	// HeaderPublished carries the original publish time of a moved job,
+	// RFC 3339 with nanoseconds.
+	HeaderPublished = "Throttler-Published"
+	// HeaderSubject carries a moved or dead-lettered job's original subject.
+	HeaderSubject = "Throttler-Subject"
+	// HeaderTenant carries the tenant of a forwarded or dead-lettered job.
+	HeaderTenant = "Throttler-Tenant"
+	// HeaderReason says why a job was dead-lettered.
+	HeaderReason = "Throttler-Reason"
+	// HeaderFailures carries the handler failures of a dead-lettered job.
+	HeaderFailures = "Throttler-Failures"
+)
+
+// InvalidTenant stands in for the tenant in the dead-letter subject when a
+// job's tenant is missing or cannot serve as a subject token.
+const InvalidTenant = "_invalid"
+
+// MaxTenantLen is the longest tenant the worker accepts, in bytes.
+const MaxTenantLen = 128
+
+// Job is one message handed to a Handler.
+type Job struct {
+	// ID is the job's identity: "<stream>:<sequence>" of its first delivery,
+	// kept when the job is moved.
+	ID string
+	// Tenant owns the job.
+	Tenant string
+	// Subject is the subject the job was published to.
+	Subject string
+	// Data is the message body.
+	Data []byte
+	// Header is the message's headers. Handlers must not modify it.
+	Header nats.Header
+	// Cost is the number of tokens the job takes; 1 unless the cost header
+	// says otherwise.
+	Cost int64
+	// Stream and Sequence locate the message as delivered now.
+	Stream   string
+	Sequence uint64
+	// Delivered is how many times this message has been delivered.
+	Delivered uint64
+	// Deferrals is how many times the throttle deferred the job before it
+	// was moved off the consumer (0 for a job never moved).
+	Deferrals int
+	// Published is when the job was first published.
+	Published time.Time
+}
+
+// Handler runs an admitted job. A nil error acks the job; an error is a
+// failure of that job, retried with backoff and dead-lettered after
+// Config.MaxFailures failures. A panic counts as an error. The context is
+// cancelled when the worker stops and the shutdown timeout has passed.
+type Handler func(ctx context.Context, job Job) error
+
+// TenantSource says where a job's tenant comes from: the Token-th subject
+// token (from 1), or the header named Header.
+type TenantSource struct {
+	// Token is the subject token holding the tenant, from 1; used when
+	// Header is empty.
+	Token int
+	// Header is the header holding the tenant.
+	Header string
+}
+
+// String formats s as THROTTLER_TENANT_FROM reads it.
+func (s TenantSource) String() string {
+	if s.Header != "" {
+		return "header:" + s.Header
+	}
+	return "subject:" + strconv.Itoa(s.Token)
+}
+
+// tenant extracts the tenant of a message.
+func (s TenantSource) tenant(subject string, h nats.Header) (string, error) {
+	var t string
+	if s.Header != "" {
+		vals := h.Values(s.Header)
+		if len(vals) == 0 {
+			return "", fmt.Errorf("missing tenant: no %s header", s.Header)
+		}
+		if len(vals) > 1 {
+			return "", fmt.Errorf("malformed tenant: %d %s headers", len(vals), s.Header)
+		}
+		t = vals[0]
+	} else {
+		tokens := strings.Split(subject, ".")
+		if s.Token < 1 || s.Token > len(tokens) {
+			return "", fmt.Errorf("missing tenant: subject %q has no token %d", subject, s.Token)
+		}
+		t = tokens[s.Token-1]
+	}
+	if err := ValidTenant(t); err != nil {
+		return "", err
+	}
+	return t, nil
+}
+
+// ValidTenant reports whether t can be a tenant: 1 to MaxTenantLen bytes of
+// ASCII letters, digits, '_' and '-'. Such a tenant is also a valid subject
+// token, so it can name forward and dead-letter subjects.
+func ValidTenant(t string) error {
+	if t == "" {
+		return errors.New("missing tenant: empty")
+	}
+	if len(t) > MaxTenantLen {
+		return fmt.Errorf("oversized tenant: %d bytes, at most %d", len(t), MaxTenantLen)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("malformed tenant %q: only letters, digits, '_' and '-' are allowed", t)
+		}
+	}
+	return nil
+}
+
+// parseCost reads a job's cost header: absent means 1; otherwise a decimal
+// whole number in [1, throttle.MaxBurst].
+func parseCost(h nats.Header, name string) (int64, error) {
+	vals := h.Values(name)
+	if len(vals) == 0 {
+		return 1, nil
+	}
+	if len(vals) > 1 {
+		return 0, fmt.Errorf("malformed cost: %d %s headers", len(vals), name)
+	}
+	v := vals[0]
+	if v == "" || len(v) > 10 || strings.TrimLeft(v, "0123456789") != "" {
+		return 0, fmt.Errorf("malformed cost %q: want a whole number from 1 to %d", v, throttle.MaxBurst)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 || n > throttle.MaxBurst {
+		return 0, fmt.Errorf("malformed cost %q: want a whole number from 1 to %d", v, throttle.MaxBurst)
+	}
+	return n, nil
+}
+
+// badJobError says why a message cannot be a job; such a message goes to
+// the dead-letter subject.
+type badJobError struct {
+	tenant string // the tenant when it was valid, else ""
+	reason string
+}
+
+func (e *badJobError) Error() string { return e.reason }
+
+// readJob builds the Job of a delivered message.
+func readJob(msg jetstream.Msg, src TenantSource, costHeader string) (Job, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return Job{}, fmt.Errorf("message metadata: %w", err)
+	}
+	h := msg.Headers()
+	job := Job{
+		Subject:   msg.Subject(),
+		Data:      msg.Data(),
+		Header:    h,
+		Stream:    meta.Stream,
+		Sequence:  meta.Sequence.Stream,
+		Delivered: meta.NumDelivered,
+		Published: meta.Timestamp,
+		ID:        meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10),
+	}
+	if id := h.Get(HeaderJobID); id != "" {
+		job.ID = id
+		if subj := h.Get(HeaderSubject); subj != "" {
+			job.Subject = subj
+		}
+		job.Deferrals, _ = strconv.Atoi(h.Get(HeaderDeferrals))
+		if ts, err := time.Parse(time.RFC3339Nano, h.Get(HeaderPublished)); err == nil {
+			job.Published = ts
+		}
+	}
+	tenant, err := src.tenant(job.Subject, h)
+	if err != nil {
+		return job, &badJobError{reason: err.Error()}
+	}
+	job.Tenant = tenant
+	cost, err := parseCost(h, costHeader)
+	if err != nil {
+		return job, &badJobError{tenant: tenant, reason: err.Error()}
+	}
+	job.Cost = cost
+	return job, nil
+}

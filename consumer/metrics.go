@@ -1,0 +1,36 @@
+package consumer
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// MetricsHandler serves the worker's per-tenant counters in the Prometheus
+// text format.
+func MetricsHandler(w *Worker) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		snap := w.Stats()
+		metrics := []struct {
+			name, help string
+			get        func(TenantStats) int64
+		}{
+			{"delivered", "Deliveries received.", func(s TenantStats) int64 { return s.Delivered }},
+			{"admitted", "Jobs admitted by the throttle.", func(s TenantStats) int64 { return s.Admitted }},
+			{"deferred", "Throttle deferrals.", func(s TenantStats) int64 { return s.Deferred }},
+			{"moved", "Deferrals that moved the job off the consumer.", func(s TenantStats) int64 { return s.Moved }},
+			{"completed", "Jobs whose handler succeeded.", func(s TenantStats) int64 { return s.Completed }},
+			{"failed", "Handler failures.", func(s TenantStats) int64 { return s.Failed }},
+			{"dead_lettered", "Jobs sent to the dead-letter subject.", func(s TenantStats) int64 { return s.DeadLettered }},
+			{"redis_errors", "Decisions that failed because of Redis.", func(s TenantStats) int64 { return s.RedisErrors }},
+			{"allowed_on_redis_error", "Jobs admitted by policy while Redis failed.", func(s TenantStats) int64 { return s.AllowedOnRedisError }},
+			{"redis_calls", "Throttle decisions asked of Redis.", func(s TenantStats) int64 { return s.RedisCalls }},
+		}
+		for _, m := range metrics {
+			fmt.Fprintf(rw, "# HELP throttler_%s_total %s\n# TYPE throttler_%s_total counter\n", m.name, m.help, m.name)
+			for _, t := range SortedTenants(snap) {
+				fmt.Fprintf(rw, "throttler_%s_total{tenant=%q} %d\n", m.name, t, m.get(snap[t]))
+			}
+		}
+	})
+}

@@ -1,0 +1,134 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamSpec describes the jobs stream the worker reads.
+type StreamSpec struct {
+	// Name is the stream's name.
+	Name string
+	// Subjects are the job subjects the stream binds.
+	Subjects []string
+	// ScheduleSubjects, when not empty, are extra subjects (e.g. "sched.>")
+	// the stream must bind for moved jobs, and the stream must allow message
+	// schedules.
+	ScheduleSubjects []string
+}
+
+// EnsureStream returns the jobs stream, creating it if missing. When spec
+// asks for schedules and the stream exists without them, it adds the
+// schedule subjects and turns schedules on; the error then says why that
+// failed, and the caller can fall back to NAK-only deferral.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
+	want := jetstream.StreamConfig{
+		Name:              spec.Name,
+		Subjects:          append(slices.Clone(spec.Subjects), spec.ScheduleSubjects...),
+		Storage:           jetstream.FileStorage,
+		Retention:         jetstream.LimitsPolicy,
+		AllowMsgSchedules: len(spec.ScheduleSubjects) > 0,
+	}
+	s, err := js.Stream(ctx, spec.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.Stream(ctx, spec.Name) // another worker created it first
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", spec.Name, err)
+	}
+	if len(spec.ScheduleSubjects) == 0 {
+		return s, nil
+	}
+	cfg := s.CachedInfo().Config
+	changed := false
+	for _, subj := range spec.ScheduleSubjects {
+		if !slices.Contains(cfg.Subjects, subj) {
+			cfg.Subjects = append(cfg.Subjects, subj)
+			changed = true
+		}
+	}
+	if !cfg.AllowMsgSchedules {
+		cfg.AllowMsgSchedules = true
+		changed = true
+	}
+	if !changed {
+		return s, nil
+	}
+	us, err := js.UpdateStream(ctx, cfg)
+	if err != nil {
+		return s, fmt.Errorf("stream %s: enabling message schedules: %w", spec.Name, err)
+	}
+	return us, nil
+}
+
+// ConsumerSpec describes the durable consumer the worker reads.
+type ConsumerSpec struct {
+	// Stream is the jobs stream.
+	Stream string
+	// Name is the durable name.
+	Name string
+	// FilterSubjects are the job subjects; schedule subjects are left out.
+	FilterSubjects []string
+	// MaxAckPending caps messages delivered and not yet acked.
+	MaxAckPending int
+	// AckWait is how long the server waits for an ack before redelivering.
+	AckWait time.Duration
+}
+
+// EnsureConsumer creates or updates the durable pull consumer: explicit
+// acks, no BackOff (it would lengthen every NakWithDelay), and unlimited
+// deliveries, because a throttled job is redelivered as often as it is
+// deferred and must never be dropped for it. Handler failures are counted
+// apart, by the worker.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       spec.Name,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxDeliver:    -1,
+		MaxAckPending: spec.MaxAckPending,
+		AckWait:       spec.AckWait,
+	}
+	if len(spec.FilterSubjects) == 1 {
+		cfg.FilterSubject = spec.FilterSubjects[0]
+	} else {
+		cfg.FilterSubjects = spec.FilterSubjects
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s on stream %s: %w", spec.Name, spec.Stream, err)
+	}
+	return c, nil
+}
+
+// EnsureCaptured makes sure some stream stores messages published to
+// subject (a pattern such as "done.*"): if none does, it creates a stream
+// named fallback for it. A stream that already exists, whoever made it, is
+// never an error.
+func EnsureCaptured(ctx context.Context, js jetstream.JetStream, subject, fallback string) (string, error) {
+	name, err := js.StreamNameBySubject(ctx, subject)
+	if err == nil {
+		return name, nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return "", fmt.Errorf("looking up the stream for %s: %w", subject, err)
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:      fallback,
+		Subjects:  []string{subject},
+		Storage:   jetstream.FileStorage,
+		Retention: jetstream.LimitsPolicy,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return "", fmt.Errorf("creating stream %s for %s: %w", fallback, subject, err)
+	}
+	return fallback, nil
+}

@@ -1,0 +1,75 @@
+package consumer
+
+import (
+	"sort"
+	"sync"
+)
+
+// TenantStats counts what the worker did with one tenant's jobs.
+type TenantStats struct {
+	// Delivered counts deliveries the worker received.
+	Delivered int64
+	// Admitted counts jobs the throttle admitted (handler started).
+	Admitted int64
+	// Deferred counts throttle deferrals.
+	Deferred int64
+	// Moved counts deferrals that moved the job off the consumer.
+	Moved int64
+	// Completed counts jobs acked after their handler succeeded.
+	Completed int64
+	// Failed counts handler failures.
+	Failed int64
+	// DeadLettered counts jobs sent to the dead-letter subject.
+	DeadLettered int64
+	// RedisErrors counts decisions that failed because of Redis.
+	RedisErrors int64
+	// AllowedOnRedisError counts jobs admitted without a decision because
+	// Redis failed and the policy is allow.
+	AllowedOnRedisError int64
+	// RedisCalls counts throttle decisions requested from Redis.
+	RedisCalls int64
+}
+
+// stats holds TenantStats per tenant. Safe for concurrent use.
+type stats struct {
+	mu      sync.Mutex
+	tenants map[string]*TenantStats
+}
+
+func newStats() *stats { return &stats{tenants: map[string]*TenantStats{}} }
+
+// add applies f to tenant's counters.
+func (s *stats) add(tenant string, f func(*TenantStats)) {
+	if tenant == "" {
+		tenant = InvalidTenant
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts, ok := s.tenants[tenant]
+	if !ok {
+		ts = &TenantStats{}
+		s.tenants[tenant] = ts
+	}
+	f(ts)
+}
+
+// snapshot copies all counters.
+func (s *stats) snapshot() map[string]TenantStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]TenantStats, len(s.tenants))
+	for t, ts := range s.tenants {
+		out[t] = *ts
+	}
+	return out
+}
+
+// SortedTenants returns the tenants of a Stats snapshot in order.
+func SortedTenants(m map[string]TenantStats) []string {
+	ts := make([]string, 0, len(m))
+	for t := range m {
+		ts = append(ts, t)
+	}
+	sort.Strings(ts)
+	return ts
+}

@@ -1,0 +1,606 @@
+// Package consumer is the worker's JetStream side: it pulls jobs from a
+// durable consumer, reads each job's tenant and cost, asks the throttle
+// engine about a whole pulled batch in one round trip, runs admitted jobs
+// through a Handler, defers limited ones by exactly the engine's wait, and
+// dead-letters jobs that are malformed or keep failing.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// Decider decides a batch of jobs; *throttle.Limiter satisfies it.
+type Decider interface {
+	DecideBatch(ctx context.Context, reqs []throttle.Request) []throttle.Result
+}
+
+// FailureCounter counts handler failures per job across the fleet;
+// *throttle.FailureCounter satisfies it.
+type FailureCounter interface {
+	Incr(ctx context.Context, tenant, jobID string) (int64, error)
+}
+
+// RedisErrorPolicy says what to do with a job whose decision failed because
+// Redis is unreachable or timing out.
+type RedisErrorPolicy int
+
+const (
+	// DeferOnRedisError defers the job with backoff: never over-admits.
+	DeferOnRedisError RedisErrorPolicy = iota
+	// AllowOnRedisError admits the job, logged and counted.
+	AllowOnRedisError
+)
+
+// Config tunes a Worker. The zero value of each field takes its default.
+type Config struct {
+	// Tenant says where a job's tenant comes from. Defaults to subject token 2.
+	Tenant TenantSource
+	// CostHeader names the header carrying a job's cost. Defaults to "Job-Cost".
+	CostHeader string
+	// Concurrency caps the jobs in flight: pulled and not yet settled.
+	// Defaults to 16.
+	Concurrency int
+	// FetchBatch caps the messages pulled, and decided, at once. Defaults to 64.
+	FetchBatch int
+	// MaxFailures is the number of handler failures after which a job goes
+	// to the dead-letter subject. Defaults to 5.
+	MaxFailures int
+	// RetryBackoff paces retries after a handler failure: the delay before
+	// retry n is RetryInitial × 2^(n-1), capped at RetryMax, ±20%.
+	// Defaults to 1s and 5m.
+	RetryInitial, RetryMax time.Duration
+	// OnRedisError says what to do when a decision fails because of Redis.
+	// Defaults to DeferOnRedisError.
+	OnRedisError RedisErrorPolicy
+	// RedisTimeout bounds one batch decision. Defaults to 2s.
+	RedisTimeout time.Duration
+	// ShutdownTimeout is how long in-flight jobs may run after Run's context
+	// is cancelled before their contexts are cancelled too. Defaults to 30s.
+	ShutdownTimeout time.Duration
+	// InProgressEvery is how often a running job tells JetStream it is alive
+	// (InProgress), so a long handler outlives AckWait. Defaults to 10s.
+	InProgressEvery time.Duration
+	// DLQSubject is the dead-letter subject template. Defaults to "dlq.{tenant}".
+	DLQSubject string
+	// Logger receives the worker's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Tenant.Token == 0 && c.Tenant.Header == "" {
+		c.Tenant.Token = 2
+	}
+	setDefault(&c.CostHeader, "Job-Cost")
+	setDefault(&c.Concurrency, 16)
+	setDefault(&c.FetchBatch, 64)
+	setDefault(&c.MaxFailures, 5)
+	setDefault(&c.RetryInitial, time.Second)
+	setDefault(&c.RetryMax, 5*time.Minute)
+	setDefault(&c.RedisTimeout, 2*time.Second)
+	setDefault(&c.ShutdownTimeout, 30*time.Second)
+	setDefault(&c.InProgressEvery, 10*time.Second)
+	setDefault(&c.DLQSubject, "dlq.{tenant}")
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Params is everything a Worker needs.
+type Params struct {
+	// JetStream publishes dead letters. Required.
+	JetStream jetstream.JetStream
+	// Consumer is the durable pull consumer to read. Required.
+	Consumer jetstream.Consumer
+	// Decider is the throttle engine. Required.
+	Decider Decider
+	// Failures counts handler failures. Required.
+	Failures FailureCounter
+	// Handler runs admitted jobs. Required.
+	Handler Handler
+	// Deferrer puts off limited jobs. Defaults to NakDeferrer.
+	Deferrer Deferrer
+	// Config tunes the worker.
+	Config Config
+}
+
+// Worker pulls jobs from one consumer and throttles them. Run it once.
+type Worker struct {
+	js       jetstream.JetStream
+	cons     jetstream.Consumer
+	decider  Decider
+	failures FailureCounter
+	handler  Handler
+	deferrer Deferrer
+	dlq      deadLetter
+	cfg      Config
+	log      *slog.Logger
+	stats    *stats
+
+	slots    chan struct{} // one token per job in flight
+	handlers sync.WaitGroup
+	inflight sync.Map // *flight → struct{}, jobs with a running handler
+
+	redisBackoff *backoff.ExponentialBackOff // used by the dispatch goroutine only
+}
+
+// New returns a Worker, or an error naming what is missing.
+func New(p Params) (*Worker, error) {
+	var missing []error
+	if p.JetStream == nil {
+		missing = append(missing, errors.New("JetStream"))
+	}
+	if p.Consumer == nil {
+		missing = append(missing, errors.New("Consumer"))
+	}
+	if p.Decider == nil {
+		missing = append(missing, errors.New("Decider"))
+	}
+	if p.Failures == nil {
+		missing = append(missing, errors.New("Failures"))
+	}
+	if p.Handler == nil {
+		missing = append(missing, errors.New("Handler"))
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("consumer: missing %w", errors.Join(missing...))
+	}
+	cfg := p.Config.withDefaults()
+	if p.Deferrer == nil {
+		p.Deferrer = NakDeferrer{}
+	}
+	rb := backoff.NewExponentialBackOff()
+	rb.InitialInterval = 100 * time.Millisecond
+	rb.MaxInterval = 30 * time.Second
+	rb.MaxElapsedTime = 0
+	return &Worker{
+		js:           p.JetStream,
+		cons:         p.Consumer,
+		decider:      p.Decider,
+		failures:     p.Failures,
+		handler:      p.Handler,
+		deferrer:     p.Deferrer,
+		dlq:          deadLetter{js: p.JetStream, template: cfg.DLQSubject},
+		cfg:          cfg,
+		log:          cfg.Logger,
+		stats:        newStats(),
+		slots:        make(chan struct{}, cfg.Concurrency),
+		redisBackoff: rb,
+	}, nil
+}
+
+// Stats returns a snapshot of the per-tenant counters.
+func (w *Worker) Stats() map[string]TenantStats { return w.stats.snapshot() }
+
+// Run pulls and throttles jobs until ctx is cancelled, then shuts down:
+// it stops pulling, hands back (NAK) jobs not yet started, lets running jobs
+// finish for up to ShutdownTimeout, then cancels them and hands them back
+// too. It returns nil after a clean shutdown.
+func (w *Worker) Run(ctx context.Context) error {
+	// Two contexts: ctx stops the pulling; workCtx, cancelled only after the
+	// shutdown timeout, stops the handlers.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	msgs := make(chan jetstream.Msg, w.cfg.FetchBatch)
+	fetchDone := make(chan error, 1)
+	go func() { fetchDone <- w.fetchLoop(ctx, msgs) }()
+
+	for msg := range msgs {
+		group := w.drain(msg, msgs)
+		if ctx.Err() != nil {
+			w.handBack(group)
+			continue
+		}
+		w.dispatch(ctx, workCtx, group)
+	}
+	fetchErr := <-fetchDone
+
+	// Shutdown: running handlers get ShutdownTimeout to finish.
+	done := make(chan struct{})
+	go func() { w.handlers.Wait(); close(done) }()
+	timer := time.NewTimer(w.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		w.log.Warn("shutdown timeout passed; cancelling running jobs and handing them back")
+		cancelWork()
+		w.inflight.Range(func(k, _ any) bool {
+			k.(*flight).settle(func(m jetstream.Msg) error { return m.Nak() })
+			return true
+		})
+		<-done
+	}
+	if fetchErr != nil && !errors.Is(fetchErr, context.Canceled) {
+		return fetchErr
+	}
+	return nil
+}
+
+// fetchLoop pulls messages while slots are free and sends them to msgs,
+// each carrying one slot. It closes msgs when ctx is cancelled.
+func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error {
+	defer close(msgs)
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = 5 * time.Second
+	bo.MaxElapsedTime = 0
+	for {
+		// Wait for one free slot, then take as many more as are free.
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		n := 1
+		for n < w.cfg.FetchBatch {
+			select {
+			case w.slots <- struct{}{}:
+				n++
+				continue
+			default:
+			}
+			break
+		}
+		got, err := w.fetch(ctx, n, msgs)
+		for i := got; i < n; i++ {
+			<-w.slots
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			wait := bo.NextBackOff()
+			w.log.Warn("pull failed; retrying", "err", err, "retry_in", wait)
+			if !sleep(ctx, wait) {
+				return ctx.Err()
+			}
+			continue
+		}
+		bo.Reset()
+	}
+}
+
+// fetch pulls up to n messages into msgs and returns how many it sent.
+func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) (int, error) {
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	batch, err := w.cons.Fetch(n, jetstream.FetchContext(fctx))
+	if err != nil {
+		return 0, fmt.Errorf("fetch: %w", err)
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		msgs <- msg
+		got++
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return got, fmt.Errorf("fetch: %w", err)
+	}
+	return got, nil
+}
+
+// drain returns first together with every message already waiting in msgs,
+// up to FetchBatch, so that they are decided in one round trip.
+func (w *Worker) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstream.Msg {
+	group := []jetstream.Msg{first}
+	for len(group) < w.cfg.FetchBatch {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return group
+			}
+			group = append(group, m)
+		default:
+			return group
+		}
+	}
+	return group
+}
+
+// handBack returns messages that will not be started to JetStream for
+// immediate redelivery, and frees their slots.
+func (w *Worker) handBack(group []jetstream.Msg) {
+	for _, m := range group {
+		if err := m.Nak(); err != nil {
+			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", err)
+		}
+		<-w.slots
+	}
+}
+
+// item is one message of a dispatched group.
+type item struct {
+	msg jetstream.Msg
+	job Job
+	bad *badJobError
+}
+
+// dispatch reads the jobs of a group, decides them in one round trip and
+// acts on each decision.
+func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
+	items := make([]item, len(group))
+	reqs := make([]throttle.Request, 0, len(group))
+	idx := make([]int, 0, len(group))
+	for i, m := range group {
+		job, err := readJob(m, w.cfg.Tenant, w.cfg.CostHeader)
+		items[i] = item{msg: m, job: job}
+		w.stats.add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+		var bad *badJobError
+		switch {
+		case errors.As(err, &bad):
+			items[i].bad = bad
+			continue
+		case err != nil:
+			// Not a JetStream message we can read: hand it back.
+			w.log.Error("unreadable message; handing it back", "subject", m.Subject(), "err", err)
+			w.handBack([]jetstream.Msg{m})
+			items[i].msg = nil
+			continue
+		}
+		reqs = append(reqs, throttle.Request{Tenant: job.Tenant, JobID: job.ID, Cost: job.Cost})
+		idx = append(idx, i)
+	}
+
+	var results []throttle.Result
+	if len(reqs) > 0 {
+		dctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
+		results = w.decider.DecideBatch(dctx, reqs)
+		cancel()
+	}
+	redisFailed := false
+	for k, i := range idx {
+		it := &items[i]
+		res := results[k]
+		w.stats.add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
+		switch {
+		case res.Err == nil && res.Allowed:
+			w.start(workCtx, it.msg, it.job)
+		case res.Err == nil:
+			w.deferJob(ctx, it.msg, it.job, res.Wait)
+		case errors.Is(res.Err, throttle.ErrInvalid):
+			it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}
+		default:
+			redisFailed = true
+			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
+			if w.cfg.OnRedisError == AllowOnRedisError {
+				w.log.Warn("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
+				w.stats.add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
+				w.start(workCtx, it.msg, it.job)
+				continue
+			}
+			wait := w.redisBackoff.NextBackOff()
+			w.log.Warn("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", wait, "err", res.Err)
+			w.settleNow(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
+		}
+	}
+	for i := range items {
+		if it := items[i]; it.bad != nil && it.msg != nil {
+			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
+		}
+	}
+	if redisFailed {
+		// Give Redis time to come back instead of pulling more jobs only to
+		// defer them again.
+		if w.cfg.OnRedisError == DeferOnRedisError {
+			sleep(ctx, w.redisBackoff.NextBackOff())
+		}
+	} else if len(reqs) > 0 {
+		w.redisBackoff.Reset()
+	}
+}
+
+// deferJob puts off a limited job with the Deferrer and frees its slot.
+func (w *Worker) deferJob(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) {
+	w.stats.add(job.Tenant, func(s *TenantStats) { s.Deferred++ })
+	w.settleNow(msg, func(m jetstream.Msg) error { return w.deferrer.Defer(ctx, m, job, wait) })
+}
+
+// settleNow settles msg with f and frees its slot. A failure is logged: the
+// message stays pending and JetStream redelivers it after AckWait.
+func (w *Worker) settleNow(msg jetstream.Msg, f func(jetstream.Msg) error) {
+	defer func() { <-w.slots }()
+	if err := f(msg); err != nil {
+		w.log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", msg.Subject(), "err", err)
+	}
+}
+
+// flight is one job whose handler is running. Exactly one settlement wins:
+// the handler's outcome, or the shutdown's hand-back.
+type flight struct {
+	msg     jetstream.Msg
+	settled atomic.Bool
+	log     *slog.Logger
+}
+
+// settle applies f once; it reports whether this call did.
+func (f *flight) settle(fn func(jetstream.Msg) error) bool {
+	if !f.settled.CompareAndSwap(false, true) {
+		return false
+	}
+	if err := fn(f.msg); err != nil {
+		f.log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", f.msg.Subject(), "err", err)
+	}
+	return true
+}
+
+// start runs an admitted job's handler in its own goroutine, holding the
+// job's slot until it is settled.
+func (w *Worker) start(workCtx context.Context, msg jetstream.Msg, job Job) {
+	w.stats.add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
+	f := &flight{msg: msg, log: w.log}
+	w.inflight.Store(f, struct{}{})
+	w.handlers.Add(1)
+	go func() {
+		defer w.handlers.Done()
+		defer func() { <-w.slots }()
+		defer w.inflight.Delete(f)
+		w.run(workCtx, f, job)
+	}()
+}
+
+// run calls the handler, keeps the job alive while it runs, and settles it.
+func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
+	stop := w.keepAlive(f.msg)
+	err := callHandler(workCtx, w.handler, job)
+	stop()
+	if err == nil {
+		if f.settle(func(m jetstream.Msg) error { return m.Ack() }) {
+			w.stats.add(job.Tenant, func(s *TenantStats) { s.Completed++ })
+		}
+		return
+	}
+	if workCtx.Err() != nil {
+		// Shutdown cancelled the job: not its failure. Hand it back.
+		f.settle(func(m jetstream.Msg) error { return m.Nak() })
+		return
+	}
+	w.stats.add(job.Tenant, func(s *TenantStats) { s.Failed++ })
+	fctx, cancel := context.WithTimeout(workCtx, w.cfg.RedisTimeout)
+	n, cerr := w.failures.Incr(fctx, job.Tenant, job.ID)
+	cancel()
+	if cerr != nil {
+		// The count is unknown; retry later rather than dead-letter early.
+		w.log.Warn("counting a handler failure failed", "tenant", job.Tenant, "job", job.ID, "err", cerr)
+		n = 1
+	}
+	if n >= int64(w.cfg.MaxFailures) {
+		w.log.Warn("job failed too often; dead-lettering it", "tenant", job.Tenant, "job", job.ID, "failures", n, "err", err)
+		if !f.settled.CompareAndSwap(false, true) {
+			return
+		}
+		w.deadLetterSync(workCtx, f.msg, job.ID, job.Tenant, fmt.Sprintf("handler failed %d times: %v", n, err), n)
+		return
+	}
+	delay := w.retryDelay(n)
+	w.log.Info("handler failed; retrying", "tenant", job.Tenant, "job", job.ID, "failures", n, "retry_in", delay, "err", err)
+	f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
+}
+
+// retryDelay is the backoff before the retry after the n-th failure.
+func (w *Worker) retryDelay(n int64) time.Duration {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     w.cfg.RetryInitial,
+		RandomizationFactor: 0.2,
+		Multiplier:          2,
+		MaxInterval:         w.cfg.RetryMax,
+		Clock:               backoff.SystemClock,
+	}
+	b.Reset()
+	d := b.NextBackOff()
+	for i := int64(1); i < n; i++ {
+		d = b.NextBackOff()
+	}
+	return d
+}
+
+// keepAlive tells JetStream every InProgressEvery that the job is still
+// running, until the returned stop is called.
+func (w *Worker) keepAlive(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(w.cfg.InProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					w.log.Warn("in-progress signal failed", "subject", msg.Subject(), "err", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// callHandler runs h, turning a panic into an error of that job.
+func callHandler(ctx context.Context, h Handler, job Job) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return h(ctx, job)
+}
+
+// deadLetterAsync dead-letters msg in its own goroutine, holding its slot.
+func (w *Worker) deadLetterAsync(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) {
+	w.handlers.Add(1)
+	go func() {
+		defer w.handlers.Done()
+		defer func() { <-w.slots }()
+		w.deadLetterSync(ctx, msg, id, tenant, reason, failures)
+	}()
+}
+
+// deadLetterSync publishes msg to the dead-letter subject, then terminates
+// it. If the publish fails the message is handed back with a delay, never
+// terminated, so nothing is lost.
+func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) {
+	if id == "" {
+		if meta, err := msg.Metadata(); err == nil {
+			id = fmt.Sprintf("%s:%d", meta.Stream, meta.Sequence.Stream)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := w.dlq.publish(pctx, msg, id, tenant, reason, failures)
+	cancel()
+	if err != nil {
+		w.log.Error("dead-letter publish failed; handing the job back", "job", id, "err", err)
+		if nerr := msg.NakWithDelay(w.cfg.RetryInitial); nerr != nil {
+			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "job", id, "err", nerr)
+		}
+		return
+	}
+	w.stats.add(tenant, func(s *TenantStats) { s.DeadLettered++ })
+	w.log.Warn("job dead-lettered", "job", id, "tenant", tenant, "reason", reason)
+	if err := msg.TermWithReason(truncate(reason, 256)); err != nil {
+		w.log.Warn("term failed; JetStream redelivers after AckWait and the dead letter is deduplicated", "job", id, "err", err)
+	}
+}
+
+// truncate shortens s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// sleep waits for d or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,180 @@
+// Package app assembles the worker from a validated configuration and live
+// connections: streams, consumer, limiter, deferral path and handler. Both
+// `throttler` and `throttler demo` run it, so they share one wiring.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/throttle"
+)
+
+// failureTTL is how long a job's handler-failure count is kept after its
+// last failure.
+const failureTTL = 24 * time.Hour
+
+// Options are what Run needs besides the configuration.
+type Options struct {
+	// NATS is a connection to the NATS server. Required.
+	NATS *nats.Conn
+	// Redis is the Redis client. Required.
+	Redis throttle.Client
+	// Handler runs admitted jobs. Defaults to the forward handler.
+	Handler consumer.Handler
+	// Logger receives logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// OnWorker, when set, is called with the worker once it is built, so a
+	// caller can read its Stats.
+	OnWorker func(*consumer.Worker)
+}
+
+// Run sets up the streams and the consumer, retrying with backoff while
+// NATS is unreachable, then runs the worker until ctx is cancelled and the
+// worker has shut down.
+func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	js, err := jetstream.New(opts.NATS)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+
+	var cons jetstream.Consumer
+	setup := func() error {
+		var err error
+		cons, err = ensure(ctx, js, cfg, log)
+		return err
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 200 * time.Millisecond
+	bo.MaxInterval = 10 * time.Second
+	bo.MaxElapsedTime = 0
+	notify := func(err error, d time.Duration) { log.Warn("setting up JetStream failed; retrying", "err", err, "retry_in", d) }
+	if err := backoff.RetryNotify(setup, backoff.WithContext(bo, ctx), notify); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before we started: nothing in flight
+		}
+		return err
+	}
+
+	limiter, err := throttle.New(opts.Redis, throttle.Options{Rules: cfg.Rules, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
+	if err != nil {
+		return err
+	}
+	failures, err := throttle.NewFailureCounter(opts.Redis, cfg.KeyPrefix, failureTTL)
+	if err != nil {
+		return err
+	}
+	handler := opts.Handler
+	if handler == nil {
+		handler = consumer.Forwarder(js, cfg.ForwardSubject)
+	}
+	w, err := consumer.New(consumer.Params{
+		JetStream: js,
+		Consumer:  cons,
+		Decider:   limiter,
+		Failures:  failures,
+		Handler:   handler,
+		Deferrer:  consumer.NakDeferrer{},
+		Config:    WorkerConfig(cfg, log),
+	})
+	if err != nil {
+		return err
+	}
+	if opts.OnWorker != nil {
+		opts.OnWorker(w)
+	}
+	if cfg.MetricsAddr != "" {
+		stop := serveMetrics(cfg.MetricsAddr, w, log)
+		defer stop()
+	}
+	log.Info("worker running", "stream", cfg.Stream, "consumer", cfg.Consumer, "subjects", cfg.Subjects, "concurrency", cfg.Concurrency)
+	return w.Run(ctx)
+}
+
+// ensure creates or checks the jobs stream, the output streams and the
+// consumer.
+func ensure(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (jetstream.Consumer, error) {
+	if _, err := consumer.EnsureStream(ctx, js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		return nil, err
+	}
+	outputs := []struct{ template, stream string }{
+		{cfg.ForwardSubject, cfg.Stream + "_FORWARD"},
+		{cfg.DLQSubject, cfg.Stream + "_DLQ"},
+	}
+	for _, o := range outputs {
+		pattern := consumer.SubjectPattern(o.template)
+		name, err := consumer.EnsureCaptured(ctx, js, pattern, o.stream)
+		if err != nil {
+			return nil, err
+		}
+		log.Debug("output subject captured", "subject", pattern, "stream", name)
+	}
+	return consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{
+		Stream:         cfg.Stream,
+		Name:           cfg.Consumer,
+		FilterSubjects: cfg.Subjects,
+		MaxAckPending:  cfg.MaxAckPending,
+		AckWait:        cfg.AckWait,
+	})
+}
+
+// WorkerConfig maps the configuration onto the worker's.
+func WorkerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
+	src := consumer.TenantSource{Token: cfg.TenantFrom.Token}
+	if cfg.TenantFrom.Kind == config.TenantFromHeader {
+		src = consumer.TenantSource{Header: cfg.TenantFrom.Header}
+	}
+	policy := consumer.DeferOnRedisError
+	if cfg.OnRedisError == config.OnRedisErrorAllow {
+		policy = consumer.AllowOnRedisError
+	}
+	inProgress := cfg.AckWait / 3
+	if inProgress < 100*time.Millisecond {
+		inProgress = 100 * time.Millisecond
+	}
+	return consumer.Config{
+		Tenant:          src,
+		CostHeader:      cfg.CostHeader,
+		Concurrency:     cfg.Concurrency,
+		FetchBatch:      cfg.FetchBatch,
+		MaxFailures:     cfg.MaxFailures,
+		OnRedisError:    policy,
+		RedisTimeout:    cfg.RedisTimeout,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		InProgressEvery: inProgress,
+		DLQSubject:      cfg.DLQSubject,
+		Logger:          log,
+	}
+}
+
+// serveMetrics serves /healthz and /metrics on addr until stop is called.
+func serveMetrics(addr string, w *consumer.Worker, log *slog.Logger) (stop func()) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })
+	mux.Handle("/metrics", consumer.MetricsHandler(w))
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "addr", addr, "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+}

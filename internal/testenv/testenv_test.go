@@ -1,0 +1,227 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestFreePort(t *testing.T) {
+	port := FreePort(t)
+	if port <= 0 || port > 65535 {
+		t.Fatalf("FreePort() = %d, want a valid port", port)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(loopback, strconv.Itoa(port)))
+	if err != nil {
+		t.Fatalf("listen on free port %d: %v", port, err)
+	}
+	l.Close()
+}
+
+func TestRedisStopRestart(t *testing.T) {
+	ctx := t.Context()
+	r := StartRedis(t)
+	if got, want := r.URL(), "redis://"+r.Addr; got != want {
+		t.Errorf("URL() = %q, want %q", got, want)
+	}
+	pid := r.Pid()
+	if pid <= 0 {
+		t.Fatalf("Pid() = %d, want > 0", pid)
+	}
+	c := r.Client(t)
+	if err := c.Set(ctx, "greeting", "hello", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if got, err := c.Get(ctx, "greeting").Result(); err != nil || got != "hello" {
+		t.Fatalf("GET = %q, %v; want %q", got, err, "hello")
+	}
+	sha, err := c.ScriptLoad(ctx, "return 1").Result()
+	if err != nil {
+		t.Fatalf("SCRIPT LOAD: %v", err)
+	}
+
+	addr := r.Addr
+	r.Stop(t)
+	if got := r.Pid(); got != 0 {
+		t.Errorf("Pid() after Stop = %d, want 0", got)
+	}
+	r.Stop(t) // idempotent
+	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(stopCtx).Err(); err == nil {
+		t.Fatal("PING after Stop succeeded, want an error")
+	}
+
+	r.Restart(t)
+	if r.Addr != addr {
+		t.Fatalf("Addr changed across Restart: %s -> %s", addr, r.Addr)
+	}
+	if got := r.Pid(); got <= 0 || got == pid {
+		t.Errorf("Pid() after Restart = %d, want a new pid (old %d)", got, pid)
+	}
+	if err := c.Get(ctx, "greeting").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET after Restart: err = %v, want redis.Nil (data must be gone)", err)
+	}
+	exists, err := c.ScriptExists(ctx, sha).Result()
+	if err != nil || len(exists) != 1 || exists[0] {
+		t.Fatalf("SCRIPT EXISTS after Restart = %v, %v; want [false]", exists, err)
+	}
+	if err := c.Set(ctx, "greeting", "again", 0).Err(); err != nil {
+		t.Fatalf("SET after Restart: %v", err)
+	}
+	if got, err := c.Get(ctx, "greeting").Result(); err != nil || got != "again" {
+		t.Fatalf("GET after Restart = %q, %v; want %q", got, err, "again")
+	}
+
+	// Restart of a running server, then Stop/Start.
+	r.Restart(t)
+	r.Stop(t)
+	r.Start(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Stop/Start: %v", err)
+	}
+}
+
+func TestRedisCluster(t *testing.T) {
+	ctx := t.Context()
+	cl := StartRedisCluster(t, 3)
+	if len(cl.Addrs) != 3 {
+		t.Fatalf("Addrs = %v, want 3 addresses", cl.Addrs)
+	}
+	cc := cl.Client(t)
+	const n = 100
+	for i := range n {
+		key := fmt.Sprintf("{tag%d}:key", i)
+		if err := cc.Set(ctx, key, i, 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+	}
+	for i := range n {
+		key := fmt.Sprintf("{tag%d}:key", i)
+		got, err := cc.Get(ctx, key).Int()
+		if err != nil || got != i {
+			t.Fatalf("GET %s = %d, %v; want %d", key, got, err, i)
+		}
+	}
+
+	total, nodesWithKeys := 0, 0
+	for _, addr := range cl.Addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		size, err := c.DBSize(ctx).Result()
+		c.Close()
+		if err != nil {
+			t.Fatalf("DBSIZE on %s: %v", addr, err)
+		}
+		total += int(size)
+		if size > 0 {
+			nodesWithKeys++
+		}
+	}
+	if total != n {
+		t.Errorf("keys across nodes = %d, want %d", total, n)
+	}
+	if nodesWithKeys < 2 {
+		t.Errorf("keys landed on %d node(s), want more than one", nodesWithKeys)
+	}
+}
+
+func TestNATSRestartKeepsJetStream(t *testing.T) {
+	ctx := t.Context()
+	storeDir := t.TempDir()
+	n := StartNATS(t, storeDir)
+	url := n.URL()
+	if n.Server() == nil {
+		t.Fatal("Server() = nil for a running server")
+	}
+	nc := n.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream.New: %v", err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     "EVENTS",
+		Subjects: []string{"events.>"},
+		Storage:  jetstream.FileStorage,
+	}); err != nil {
+		t.Fatalf("CreateStream: %v", err)
+	}
+	if _, err := js.Publish(ctx, "events.created", []byte("payload")); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+
+	n.Restart(t)
+	if n.URL() != url {
+		t.Fatalf("URL changed across Restart: %s -> %s", url, n.URL())
+	}
+	if _, err := os.Stat(filepath.Join(storeDir, "jetstream")); err != nil {
+		t.Fatalf("JetStream store not under %s: %v", storeDir, err)
+	}
+
+	// The original connection must reconnect to the same port.
+	var stream jetstream.Stream
+	err = waitUntil(10*time.Second, nil, func() error {
+		if nc.Stats().Reconnects == 0 || !nc.IsConnected() {
+			return fmt.Errorf("not reconnected (reconnects=%d, status=%v)", nc.Stats().Reconnects, nc.Status())
+		}
+		reqCtx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		s, err := js.Stream(reqCtx, "EVENTS")
+		if err != nil {
+			return err
+		}
+		stream = s
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("stream after Restart: %v", err)
+	}
+	if msgs := stream.CachedInfo().State.Msgs; msgs != 1 {
+		t.Fatalf("stream has %d messages after Restart, want 1", msgs)
+	}
+	msg, err := stream.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatalf("GetMsg(1): %v", err)
+	}
+	if msg.Subject != "events.created" || string(msg.Data) != "payload" {
+		t.Fatalf("message after Restart = %s %q, want events.created %q", msg.Subject, msg.Data, "payload")
+	}
+
+	// A fresh connection works too, and Shutdown is idempotent.
+	if err := n.Connect(t).Flush(); err != nil {
+		t.Fatalf("Flush on new connection: %v", err)
+	}
+	n.Shutdown(t)
+	if n.Server() != nil {
+		t.Error("Server() != nil after Shutdown")
+	}
+	n.Shutdown(t)
+}
+
+func TestNATSDefaultStoreDir(t *testing.T) {
+	n := StartNATS(t, "")
+	if !n.Server().JetStreamEnabled() {
+		t.Fatal("JetStream not enabled")
+	}
+	if err := n.Connect(t).Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+}
+
+func BenchmarkRedisPing(b *testing.B) {
+	c := StartRedis(b).Client(b)
+	ctx := b.Context()
+	for b.Loop() {
+		if err := c.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
