@@ -1,0 +1,253 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// go-redis keeps a pool reaper per client until Close; nats-server
+		// leaves a few global goroutines behind after shutdown.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).logRejectedTLSConns"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// env is one test's servers and connections.
+type env struct {
+	t     *testing.T
+	nats  *testenv.NATS
+	redis *testenv.Redis
+	nc    *nats.Conn
+	js    jetstream.JetStream
+}
+
+// setup starts a NATS JetStream server and a redis-server for one test.
+func setup(t *testing.T) *env {
+	t.Helper()
+	n := testenv.StartNATS(t, "")
+	r := testenv.StartRedis(t)
+	nc := n.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return &env{t: t, nats: n, redis: r, nc: nc, js: js}
+}
+
+// config builds a validated configuration from the defaults, the test
+// servers and vars.
+func (e *env) config(vars map[string]string) *config.Config {
+	e.t.Helper()
+	all := map[string]string{
+		"NATS_URL":                   e.nats.URL(),
+		"REDIS_URL":                  e.redis.URL(),
+		"THROTTLER_SHUTDOWN_TIMEOUT": "5s",
+		"THROTTLER_LOG_LEVEL":        "warn",
+	}
+	for k, v := range vars {
+		all[k] = v
+	}
+	cfg, err := config.LoadFrom(all)
+	if err != nil {
+		e.t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+// worker is one running worker.
+type worker struct {
+	cancel context.CancelFunc
+	done   chan error
+	mu     sync.Mutex
+	w      *consumer.Worker
+}
+
+// stop cancels the worker and waits for its clean shutdown.
+func (w *worker) stop(t *testing.T) {
+	t.Helper()
+	w.cancel()
+	select {
+	case err := <-w.done:
+		if err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker did not stop within 30s")
+	}
+}
+
+// stats returns the worker's counters.
+func (w *worker) stats() map[string]consumer.TenantStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.w == nil {
+		return nil
+	}
+	return w.w.Stats()
+}
+
+// startWorker runs a worker with cfg and its own NATS and Redis connections
+// until the test ends or stop is called. handler may be nil (forward).
+func (e *env) startWorker(cfg *config.Config, handler consumer.Handler) *worker {
+	e.t.Helper()
+	nc := e.nats.Connect(e.t)
+	rdb := e.redis.Client(e.t)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &worker{cancel: cancel, done: make(chan error, 1)}
+	log := slog.New(slog.NewTextHandler(logSink(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() {
+		w.done <- app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Handler: handler, Logger: log,
+			OnWorker: func(cw *consumer.Worker) { w.mu.Lock(); w.w = cw; w.mu.Unlock() }})
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case <-w.done:
+		case <-time.After(30 * time.Second):
+			e.t.Errorf("worker did not stop within 30s")
+		}
+	})
+	return w
+}
+
+// logSink is where worker logs go: stderr with -v, else nowhere.
+func logSink() io.Writer {
+	if testing.Verbose() {
+		return os.Stderr
+	}
+	return io.Discard
+}
+
+// publish publishes one job and returns its stream sequence.
+func (e *env) publish(subject string, hdr nats.Header, data []byte) uint64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: hdr, Data: data})
+	if err != nil {
+		e.t.Fatalf("publish %s: %v", subject, err)
+	}
+	return ack.Sequence
+}
+
+// ensureStream creates the jobs stream before publishing.
+func (e *env) ensureStream(cfg *config.Config) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		e.t.Fatalf("stream: %v", err)
+	}
+}
+
+// collected is one message read from an output subject.
+type collected struct {
+	subject string
+	jobID   string
+	reason  string
+	tenant  string
+	seq     uint64
+	header  nats.Header
+	at      time.Time
+}
+
+// collector reads every message stored on an output subject pattern.
+type collector struct {
+	mu   sync.Mutex
+	msgs []collected
+}
+
+// collect starts an ordered consumer on the stream capturing pattern.
+func (e *env) collect(pattern string) *collector {
+	e.t.Helper()
+	c := &collector{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stream string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		name, err := e.js.StreamNameBySubject(ctx, pattern)
+		if err == nil {
+			stream = name
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no stream captures %s: %v", pattern, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the worker's set-up
+	}
+	oc, err := e.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{pattern}})
+	if err != nil {
+		e.t.Fatalf("ordered consumer: %v", err)
+	}
+	cc, err := oc.Consume(func(m jetstream.Msg) {
+		meta, _ := m.Metadata()
+		var seq uint64
+		if meta != nil {
+			seq = meta.Sequence.Stream
+		}
+		c.mu.Lock()
+		c.msgs = append(c.msgs, collected{subject: m.Subject(), jobID: m.Headers().Get(consumer.HeaderJobID),
+			reason: m.Headers().Get(consumer.HeaderReason), tenant: m.Headers().Get(consumer.HeaderTenant),
+			seq: seq, header: m.Headers(), at: time.Now()})
+		c.mu.Unlock()
+	})
+	if err != nil {
+		e.t.Fatalf("consume: %v", err)
+	}
+	e.t.Cleanup(cc.Stop)
+	return c
+}
+
+// all returns what has been collected so far.
+func (c *collector) all() []collected {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]collected(nil), c.msgs...)
+}
+
+// waitCount waits until at least n messages were collected.
+func (c *collector) waitCount(t *testing.T, n int, timeout time.Duration) []collected {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := c.all()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("collected %d of %d messages within %s", len(got), n, timeout)
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// jobID is the id the worker gives the job at seq in stream.
+func jobID(stream string, seq uint64) string { return stream + ":" + strconv.FormatUint(seq, 10) }
+
+// must fails the test on err.
+func must(t *testing.T, err error, what string, args ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
+	}
+}
