@@ -1,17 +1,23 @@
 package consumer
 
 import (
+	"container/heap"
 	"context"
+	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Deferrer puts off a job the throttle has limited. It must settle msg
 // (NAK it, or ACK it once the job is safely elsewhere) and never lose the job.
 type Deferrer interface {
-	// Defer puts off msg's job so that it comes back after wait.
-	Defer(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) error
+	// Defer puts off msg's job so that it comes back after wait. It reports
+	// whether the job was moved off the consumer rather than NAK'd.
+	Defer(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) (moved bool, err error)
 }
 
 // NakDeferrer defers a job with NakWithDelay: JetStream redelivers it after
@@ -20,8 +26,8 @@ type Deferrer interface {
 type NakDeferrer struct{}
 
 // Defer implements Deferrer.
-func (NakDeferrer) Defer(_ context.Context, msg jetstream.Msg, _ Job, wait time.Duration) error {
-	return msg.NakWithDelay(nakDelay(wait))
+func (NakDeferrer) Defer(_ context.Context, msg jetstream.Msg, _ Job, wait time.Duration) (bool, error) {
+	return false, msg.NakWithDelay(nakDelay(wait))
 }
 
 // nakDelay turns a throttle wait into a redelivery delay. The wait is already
@@ -32,4 +38,169 @@ func nakDelay(wait time.Duration) time.Duration {
 		return 0
 	}
 	return wait + time.Millisecond
+}
+
+// ScheduleDeferrer moves a job off the consumer: it publishes a copy of the
+// job to a subject of its own in the jobs stream, with a message schedule
+// (Nats-Schedule: @at T, Nats-Schedule-Target: the job's subject) that puts
+// the copy back on the job's subject at its reserved slot, then acks the
+// original. The job's slot in MaxAckPending is free while it waits.
+//
+// The copy carries the job's identity (Throttler-Job-Id), original subject,
+// publish time and its move count (Throttler-Deferrals), which is also its
+// incarnation for owner tracking: if the worker dies between the publish and
+// the ack, the throttle lets only one incarnation run.
+//
+// Needs nats-server 2.12 or later and a stream with AllowMsgSchedules.
+type ScheduleDeferrer struct {
+	// JetStream publishes the copies. Required.
+	JetStream jetstream.JetStream
+	// Subject returns the schedule subject of a job. It must be unique per
+	// job (all moves of one job share it, so a new schedule replaces the
+	// old one), captured by the jobs stream and not by the consumer.
+	Subject func(job Job) string
+	// Timeout bounds the publish. Defaults to 5s.
+	Timeout time.Duration
+}
+
+// Defer implements Deferrer. If the copy cannot be published the job is
+// NAK'd with its wait instead: it is never lost.
+func (d ScheduleDeferrer) Defer(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) (bool, error) {
+	timeout := d.Timeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	move := job.Deferrals + 1
+	out := &nats.Msg{Subject: d.Subject(job), Data: msg.Data(), Header: nats.Header{}}
+	copyHeaders(out.Header, msg.Headers())
+	out.Header.Set(HeaderJobID, job.ID)
+	out.Header.Set(HeaderSubject, job.Subject)
+	out.Header.Set(HeaderDeferrals, strconv.Itoa(move))
+	out.Header.Set(HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano))
+	out.Header.Set(jetstream.MsgIDHeader, "sched:"+job.ID+":"+strconv.Itoa(move))
+	out.Header.Set("Nats-Schedule", "@at "+fireAt(time.Now(), wait).Format(time.RFC3339))
+	out.Header.Set("Nats-Schedule-Target", job.Subject)
+
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := d.JetStream.PublishMsg(pctx, out); err != nil {
+		nerr := msg.NakWithDelay(nakDelay(wait))
+		if nerr != nil {
+			return false, fmt.Errorf("moving job %s: %w; and NAK failed: %v", job.ID, err, nerr)
+		}
+		return false, fmt.Errorf("moving job %s failed, NAK'd instead: %w", job.ID, err)
+	}
+	// The copy is stored; a lost ack only means the original comes back
+	// after AckWait and is found to be a duplicate.
+	if err := msg.Ack(); err != nil {
+		return true, fmt.Errorf("acking moved job %s: %w", job.ID, err)
+	}
+	return true, nil
+}
+
+// fireAt is when a schedule must fire for a job that may run after wait:
+// schedules have one-second precision, so round up to the next whole second,
+// never down.
+func fireAt(now time.Time, wait time.Duration) time.Time {
+	t := now.Add(wait).UTC()
+	if r := t.Truncate(time.Second); r.Before(t) {
+		return r.Add(time.Second)
+	}
+	return t
+}
+
+// FairDeferrer chooses, per job, between NAK'ing and moving it. Short waits
+// are NAK'd, which is cheap and precise; a job is moved off the consumer when
+// its wait is at least MoveAfter, or when its tenant already holds
+// TenantShare NAK'd jobs on this worker, so that one tenant's backlog cannot
+// fill MaxAckPending and starve the others. Safe for concurrent use.
+type FairDeferrer struct {
+	// Nak defers short waits. Defaults to NakDeferrer.
+	Nak Deferrer
+	// Move takes jobs off the consumer. Required.
+	Move Deferrer
+	// MoveAfter is the shortest wait that is moved. Defaults to 5s.
+	MoveAfter time.Duration
+	// TenantShare is how many NAK'd jobs one tenant may have waiting on this
+	// worker before its jobs are moved. Defaults to 50.
+	TenantShare int
+
+	mu      sync.Mutex
+	waiting map[string]*expiries
+}
+
+// Defer implements Deferrer.
+func (f *FairDeferrer) Defer(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) (bool, error) {
+	if f.shouldMove(job.Tenant, wait) {
+		return f.Move.Defer(ctx, msg, job, wait)
+	}
+	nak := f.Nak
+	if nak == nil {
+		nak = NakDeferrer{}
+	}
+	return nak.Defer(ctx, msg, job, wait)
+}
+
+// shouldMove decides the path and, for a NAK, books the tenant's share
+// until the wait has passed.
+func (f *FairDeferrer) shouldMove(tenant string, wait time.Duration) bool {
+	after := f.MoveAfter
+	if after == 0 {
+		after = 5 * time.Second
+	}
+	if wait >= after {
+		return true
+	}
+	share := f.TenantShare
+	if share == 0 {
+		share = 50
+	}
+	now := time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.waiting == nil {
+		f.waiting = map[string]*expiries{}
+	}
+	e := f.waiting[tenant]
+	if e == nil {
+		e = &expiries{}
+		f.waiting[tenant] = e
+	}
+	for e.Len() > 0 && !(*e)[0].After(now) {
+		heap.Pop(e)
+	}
+	if e.Len() >= share {
+		return true
+	}
+	heap.Push(e, now.Add(wait))
+	if e.Len() == 1 && len(f.waiting) > 1024 {
+		f.prune(now)
+	}
+	return false
+}
+
+// prune forgets tenants with nothing waiting. Called with mu held.
+func (f *FairDeferrer) prune(now time.Time) {
+	for t, e := range f.waiting {
+		for e.Len() > 0 && !(*e)[0].After(now) {
+			heap.Pop(e)
+		}
+		if e.Len() == 0 {
+			delete(f.waiting, t)
+		}
+	}
+}
+
+// expiries is a min-heap of times.
+type expiries []time.Time
+
+func (e expiries) Len() int           { return len(e) }
+func (e expiries) Less(i, j int) bool { return e[i].Before(e[j]) }
+func (e expiries) Swap(i, j int)      { e[i], e[j] = e[j], e[i] }
+func (e *expiries) Push(x any)        { *e = append(*e, x.(time.Time)) }
+func (e *expiries) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
 }

@@ -24,6 +24,7 @@ func MetricsHandler(w *Worker) http.Handler {
 			{"dead_lettered", "Jobs sent to the dead-letter subject.", func(s TenantStats) int64 { return s.DeadLettered }},
 			{"redis_errors", "Decisions that failed because of Redis.", func(s TenantStats) int64 { return s.RedisErrors }},
 			{"allowed_on_redis_error", "Jobs admitted by policy while Redis failed.", func(s TenantStats) int64 { return s.AllowedOnRedisError }},
+			{"duplicates", "Copies of moved jobs acked without running.", func(s TenantStats) int64 { return s.Duplicates }},
 			{"redis_calls", "Throttle decisions asked of Redis.", func(s TenantStats) int64 { return s.RedisCalls }},
 		}
 		for _, m := range metrics {

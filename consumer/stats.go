@@ -28,6 +28,9 @@ type TenantStats struct {
 	AllowedOnRedisError int64
 	// RedisCalls counts throttle decisions requested from Redis.
 	RedisCalls int64
+	// Duplicates counts incarnations of moved jobs acked without running
+	// because another incarnation ran.
+	Duplicates int64
 }
 
 // stats holds TenantStats per tenant. Safe for concurrent use.

@@ -74,6 +74,13 @@ type Config struct {
 	InProgressEvery time.Duration
 	// DLQSubject is the dead-letter subject template. Defaults to "dlq.{tenant}".
 	DLQSubject string
+	// TrackOwner asks the throttle to guard moved jobs against running
+	// twice (see throttle.Request.TrackOwner). Set it whenever the Deferrer
+	// may move jobs. Defaults to false.
+	TrackOwner bool
+	// TermWithReason sends the dead-letter reason with Term; servers before
+	// 2.10 do not know it. Defaults to false (plain Term).
+	TermWithReason bool
 	// Logger receives the worker's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -359,7 +366,8 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
 			items[i].msg = nil
 			continue
 		}
-		reqs = append(reqs, throttle.Request{Tenant: job.Tenant, JobID: job.ID, Cost: job.Cost})
+		reqs = append(reqs, throttle.Request{Tenant: job.Tenant, JobID: job.ID, Cost: job.Cost,
+			TrackOwner: w.cfg.TrackOwner, Incarnation: int64(job.Deferrals)})
 		idx = append(idx, i)
 	}
 
@@ -375,6 +383,12 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
 		res := results[k]
 		w.stats.add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
+		case res.Err == nil && res.Duplicate:
+			// Another incarnation of this moved job already ran.
+			w.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
+				"incarnation", it.job.Deferrals, "owner", res.Owner)
+			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
+			w.settleNow(it.msg, func(m jetstream.Msg) error { return m.Ack() })
 		case res.Err == nil && res.Allowed:
 			w.start(workCtx, it.msg, it.job)
 		case res.Err == nil:
@@ -411,10 +425,22 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
 	}
 }
 
-// deferJob puts off a limited job with the Deferrer and frees its slot.
+// deferJob puts off a limited job with the Deferrer in its own goroutine
+// (a move waits for a publish ack) and frees its slot when done.
 func (w *Worker) deferJob(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) {
 	w.stats.add(job.Tenant, func(s *TenantStats) { s.Deferred++ })
-	w.settleNow(msg, func(m jetstream.Msg) error { return w.deferrer.Defer(ctx, m, job, wait) })
+	w.handlers.Add(1)
+	go func() {
+		defer w.handlers.Done()
+		defer func() { <-w.slots }()
+		moved, err := w.deferrer.Defer(ctx, msg, job, wait)
+		if moved {
+			w.stats.add(job.Tenant, func(s *TenantStats) { s.Moved++ })
+		}
+		if err != nil {
+			w.log.Warn("deferring a job", "tenant", job.Tenant, "job", job.ID, "err", err)
+		}
+	}()
 }
 
 // settleNow settles msg with f and frees its slot. A failure is logged: the
@@ -580,7 +606,11 @@ func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tena
 	}
 	w.stats.add(tenant, func(s *TenantStats) { s.DeadLettered++ })
 	w.log.Warn("job dead-lettered", "job", id, "tenant", tenant, "reason", reason)
-	if err := msg.TermWithReason(truncate(reason, 256)); err != nil {
+	term := msg.Term
+	if w.cfg.TermWithReason {
+		term = func() error { return msg.TermWithReason(truncate(reason, 256)) }
+	}
+	if err := term(); err != nil {
 		w.log.Warn("term failed; JetStream redelivers after AckWait and the dead letter is deduplicated", "job", id, "err", err)
 	}
 }

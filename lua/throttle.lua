@@ -14,6 +14,8 @@ the future is a debt that the job waits out: its slot is at E.
 KEYS (all in one {tenant} hash slot):
   KEYS[1..L]  one state key per limit, holding "Ei:Ef" (string)
   KEYS[L+1]   optional: the job's reservation key, holding its slot in µs
+  KEYS[L+2]   optional, needs KEYS[L+1] and the incarnation ARGV: the job's
+              owner key, holding the incarnation that was admitted
 
 ARGV (every one a decimal integer, digits only, in the range given):
   ARGV[1]  now, µs since the Unix epoch, [1, 2^53); 0 = use Redis TIME
@@ -24,6 +26,9 @@ ARGV (every one a decimal integer, digits only, in the range given):
   ARGV[j]    rate, tokens per period, [1, 1e9]
   ARGV[j+1]  period, µs, [1000, 366 days]
   ARGV[j+2]  burst, [1, 1e9], with burst*period < 2^53
+  ARGV[5+3L] optional: the incarnation of the job, [0, 2^31): 0 for the
+             message first published, n for the copy made by its n-th move
+             off the consumer. Required when KEYS[L+2] is given.
 
 Reply, always a flat array of integers:
   {1, 0,    remaining, reserved}  ALLOWED: run the job now. reserved=1 when
@@ -34,14 +39,23 @@ Reply, always a flat array of integers:
                                   it has been charged; reserved=0: nothing was
                                   charged (no job id given, or the slot would
                                   lie past the horizon: then wait = horizon).
+  {4, owner, 0, 0}                DUPLICATE: another incarnation of this job
+                                  was admitted (owner names it); this one
+                                  must not run. Nothing was written.
   {3, code, index}                INVALID: nothing was written. code is one of
                                   the E_* values below; index is the ARGV or
                                   KEYS position at fault (0 when none).
 Redis errors (WRONGTYPE on a key of another type, OOM, ...) are raised, never
 folded into a status.
 
+Moved jobs: a job may be moved off the consumer (re-published to fire at its
+slot) and the original acked. If the worker dies between the two, both the
+original and the copy exist. With an owner key, the first incarnation
+admitted through its reservation (or any moved copy admitted) records itself
+as the owner; any other incarnation that comes later is a DUPLICATE.
+
 TTLs: a state key lives until its bucket is full again (E + fill time); a
-reservation lives for horizon + the longest fill time. Both are within
+reservation and an owner key live for horizon + the longest fill time. Both are within
 "time to refill fully + horizon", so an idle tenant costs no memory.
 
 Work is bounded: at most 8 limits and one reservation, no loops over data.
@@ -51,6 +65,8 @@ local ALLOWED, LIMITED, INVALID = 1, 2, 3
 local E_KEYS, E_NOW, E_COST, E_HORIZON, E_COUNT = 1, 2, 3, 4, 5
 local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
 local E_STATE, E_STATE_TTL, E_RESV, E_RESV_TTL = 10, 11, 12, 13
+local E_INCARNATION, E_OWNER = 14, 15
+local DUPLICATE = 4
 
 local EXACT = 9007199254740992 -- 2^53
 local DAY = 86400000000
@@ -77,8 +93,16 @@ local L = int(4, 1, 8)
 if L == nil then
   return invalid(E_COUNT, 4)
 end
-if #ARGV ~= 4 + 3 * L or (#KEYS ~= L and #KEYS ~= L + 1) then
+local hasInc = #ARGV == 5 + 3 * L
+if (#ARGV ~= 4 + 3 * L and not hasInc) or #KEYS < L or #KEYS > L + 2 or (#KEYS == L + 2 and not hasInc) then
   return invalid(E_KEYS, 0)
+end
+local incarnation = 0
+if hasInc then
+  incarnation = int(5 + 3 * L, 0, 2147483647)
+  if incarnation == nil then
+    return invalid(E_INCARNATION, 5 + 3 * L)
+  end
 end
 local now = int(1, 0, EXACT - 1)
 if now == nil then
@@ -149,6 +173,19 @@ local function minRemaining(a, f)
   return m
 end
 
+-- Another incarnation of this job already ran: this one is a duplicate.
+local owner = KEYS[L + 2]
+local ownerTTL = math.ceil((horizon + maxFill) / 1000)
+if owner then
+  local v = redis.call('GET', owner)
+  if v then
+    if #v > 10 or not string.find(v, '^%d+$') then return invalid(E_OWNER, L + 2) end
+    if tonumber(v) ~= incarnation then
+      return {DUPLICATE, tonumber(v), 0, 0}
+    end
+  end
+end
+
 -- A job that holds a slot is never charged again: admit it at or after its
 -- slot, and tell it the rest of its wait when it comes back early.
 local resv = KEYS[L + 1]
@@ -161,6 +198,9 @@ if resv then
     if redis.call('PTTL', resv) < 0 then return invalid(E_RESV_TTL, L + 1) end
     if now >= slot then
       redis.call('DEL', resv)
+      if owner then
+        redis.call('SET', owner, string.format('%d', incarnation), 'PX', ownerTTL)
+      end
       return {ALLOWED, 0, minRemaining(ei, ef), 1}
     end
     return {LIMITED, slot - now, 0, 1}
@@ -202,6 +242,9 @@ for i = 1, L do
   redis.call('SET', KEYS[i], string.format('%d:%d', na[i], nf[i]), 'PX', math.ceil(ttl / 1000))
 end
 if wait == 0 then
+  if owner and incarnation > 0 then
+    redis.call('SET', owner, string.format('%d', incarnation), 'PX', ownerTTL)
+  end
   return {ALLOWED, 0, minRemaining(na, nf), 0}
 end
 redis.call('SET', resv, string.format('%d', now + wait), 'PX', math.ceil((horizon + maxFill) / 1000))

@@ -15,7 +15,7 @@ var ErrInvalid = errors.New("throttle: invalid input")
 // Such a call may succeed when retried; nothing is known about its outcome.
 var ErrRedis = errors.New("throttle: redis error")
 
-// Code says what was invalid about a call. Codes 1 to 13 are the script's own
+// Code says what was invalid about a call. Codes 1 to 15 are the script's own
 // E_* codes (see lua/throttle.lua); higher codes are found in Go before any
 // round trip.
 type Code int
@@ -35,6 +35,8 @@ const (
 	CodeStateTTL       Code = 11  // stored bucket state has no TTL
 	CodeReservation    Code = 12  // stored reservation is malformed
 	CodeReservationTTL Code = 13  // stored reservation has no TTL
+	CodeIncarnation    Code = 14  // the incarnation is not in [0, 2^31)
+	CodeOwner          Code = 15  // stored owner is malformed
 	CodeTenant         Code = 100 // tenant empty or too long
 	CodeJobID          Code = 101 // job id too long or not printable ASCII
 	CodeLimits         Code = 102 // the limits themselves do not validate
@@ -54,6 +56,8 @@ var codeText = map[Code]string{
 	CodeStateTTL:       "stored bucket state has no TTL",
 	CodeReservation:    "stored reservation is malformed",
 	CodeReservationTTL: "stored reservation has no TTL",
+	CodeIncarnation:    "incarnation out of range",
+	CodeOwner:          "stored owner is malformed",
 	CodeTenant:         "invalid tenant",
 	CodeJobID:          "invalid job id",
 	CodeLimits:         "invalid limits",

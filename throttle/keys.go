@@ -22,6 +22,7 @@ const MaxJobIDLen = 128
 //	<prefix>:{<tenant>}:l:<rate>:<period µs>   state of one limit
 //	<prefix>:{<tenant>}:j:<job id>             slot reserved for one job
 //	<prefix>:{<tenant>}:f:<job id>             handler failures of one job
+//	<prefix>:{<tenant>}:o:<job id>             incarnation of a moved job that ran
 //
 // A tenant made only of letters, digits, '_', '-' and '.' is used as it is.
 // Any other tenant (braces, colons, spaces, control bytes, UTF-8, ...) is
@@ -88,4 +89,9 @@ func validJobID(id string) error {
 // failures returns the key counting handler failures of jobID.
 func (k keyspace) failures(tag, jobID string) string {
 	return k.prefix + ":" + tag + ":f:" + jobID
+}
+
+// owner returns the key naming the incarnation of jobID that was admitted.
+func (k keyspace) owner(tag, jobID string) string {
+	return k.prefix + ":" + tag + ":o:" + jobID
 }

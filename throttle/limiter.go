@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -36,9 +37,10 @@ const MaxHorizon = 30 * 24 * time.Hour
 
 // Script reply statuses; see lua/throttle.lua.
 const (
-	statusAllowed = 1
-	statusLimited = 2
-	statusInvalid = 3
+	statusAllowed   = 1
+	statusLimited   = 2
+	statusInvalid   = 3
+	statusDuplicate = 4
 )
 
 // Options configures a Limiter.
@@ -116,6 +118,15 @@ type Request struct {
 	At time.Time
 	// Limits overrides the Rules for this one request when non-empty.
 	Limits Limits
+	// TrackOwner guards a job that may be moved off its queue (re-published
+	// as a copy, the original acked) against running twice when the move is
+	// interrupted: the first incarnation admitted through its reservation
+	// becomes the owner, and any other incarnation is then a Duplicate.
+	// Needs JobID.
+	TrackOwner bool
+	// Incarnation tells the incarnations of a moved job apart: 0 for the
+	// message first published, n for the copy made by its n-th move.
+	Incarnation int64
 }
 
 // Decision is the outcome of one request.
@@ -132,6 +143,12 @@ type Decision struct {
 	// charged and holds the slot at now+Wait, or an allowed job has just
 	// used the slot it held.
 	Reserved bool
+	// Duplicate is true when another incarnation of a tracked job (see
+	// Request.TrackOwner) was admitted already: this one must not run.
+	// Allowed is false and nothing was charged.
+	Duplicate bool
+	// Owner is the incarnation that was admitted, when Duplicate.
+	Owner int64
 }
 
 // Allow is shorthand for AllowN(ctx, tenant, 1).
@@ -289,6 +306,16 @@ func (l *Limiter) prepare(req Request) (call, error) {
 		}
 		keys = append(keys, l.keys.reservation(tag, req.JobID))
 	}
+	if req.TrackOwner {
+		if req.JobID == "" {
+			return call{}, &InvalidError{Code: CodeJobID, Detail: "owner tracking needs a job id"}
+		}
+		if req.Incarnation < 0 || req.Incarnation > math.MaxInt32 {
+			return call{}, &InvalidError{Code: CodeIncarnation, Detail: fmt.Sprintf("incarnation %d out of range", req.Incarnation)}
+		}
+		keys = append(keys, l.keys.owner(tag, req.JobID))
+		args = append(args, strconv.FormatInt(req.Incarnation, 10))
+	}
 	return call{keys: keys, args: args}, nil
 }
 
@@ -319,6 +346,8 @@ func parseReply(v any) (Decision, error) {
 		}, nil
 	case statusInvalid:
 		return Decision{}, &InvalidError{Code: Code(nums[1]), Index: int(nums[2])}
+	case statusDuplicate:
+		return Decision{Duplicate: true, Owner: nums[1]}, nil
 	}
 	return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply %v", nums)}
 }

@@ -1,0 +1,151 @@
+// Command throttler is a background worker that enforces per-tenant job
+// quotas: it pulls jobs from NATS JetStream, asks a Redis token bucket about
+// each, runs the admitted ones and defers the rest by exactly their wait.
+//
+// Usage:
+//
+//	throttler                run the worker (configured by environment variables)
+//	throttler check-config   validate the environment and print the effective configuration
+//	throttler demo           run an embedded NATS server, the worker and a three-tenant workload
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/demo"
+)
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitConfig = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches the subcommand and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	sub := ""
+	if len(args) > 0 {
+		sub = args[0]
+	}
+	switch sub {
+	case "", "run":
+		return serve(stderr)
+	case "check-config":
+		return checkConfig(stdout, stderr)
+	case "demo":
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if err := demo.Run(ctx, demo.Options{Args: args[1:], Out: stdout, Log: stderr}); err != nil {
+			fmt.Fprintln(stderr, "throttler demo:", err)
+			return exitFailed
+		}
+		return exitOK
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, "usage: throttler [run | check-config | demo]")
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "throttler: unknown command %q; usage: throttler [run | check-config | demo]\n", sub)
+		return exitConfig
+	}
+}
+
+// loadConfig reads the environment, reporting every problem on stderr.
+func loadConfig(stderr io.Writer) (*config.Config, bool) {
+	cfg, err := config.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "throttler: invalid configuration:\n%v\n", err)
+		return nil, false
+	}
+	return cfg, true
+}
+
+// checkConfig validates the environment and prints the effective
+// configuration with secrets masked.
+func checkConfig(stdout, stderr io.Writer) int {
+	cfg, ok := loadConfig(stderr)
+	if !ok {
+		return exitConfig
+	}
+	if err := cfg.Print(stdout); err != nil {
+		fmt.Fprintln(stderr, "throttler:", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// serve runs the worker until SIGTERM or SIGINT, then shuts down gracefully.
+func serve(stderr io.Writer) int {
+	cfg, ok := loadConfig(stderr)
+	if !ok {
+		return exitConfig
+	}
+	log := newLogger(cfg, stderr)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	nc, err := nats.Connect(cfg.NATSURL,
+		nats.Name("throttler"),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		log.Error("connecting to NATS", "err", err)
+		return exitFailed
+	}
+	defer nc.Close()
+
+	ropts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil { // validated already; kept for safety
+		log.Error("REDIS_URL", "err", err)
+		return exitConfig
+	}
+	ropts.ReadTimeout = cfg.RedisTimeout
+	ropts.WriteTimeout = cfg.RedisTimeout
+	ropts.DialTimeout = cfg.RedisTimeout
+	ropts.PoolSize = max(10, cfg.Concurrency/4)
+	rdb := redis.NewClient(ropts)
+	defer rdb.Close()
+
+	if err := app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Logger: log}); err != nil {
+		log.Error("worker stopped", "err", err)
+		return exitFailed
+	}
+	// Flush the last acks and naks before the deferred Close.
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		log.Warn("flushing NATS connection", "err", err)
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+// newLogger builds the logger THROTTLER_LOG_LEVEL and THROTTLER_LOG_FORMAT ask for.
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
