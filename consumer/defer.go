@@ -12,12 +12,29 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Deferrer puts off a job the throttle has limited. It must settle msg
-// (NAK it, or ACK it once the job is safely elsewhere) and never lose the job.
+// Deferral is one limited job to put off.
+type Deferral struct {
+	// Msg is the delivered message. The Deferrer settles it.
+	Msg jetstream.Msg
+	// Job is the job Msg carries.
+	Job Job
+	// Wait is how long the job must wait: until its reserved slot.
+	Wait time.Duration
+	// Moved is set by the Deferrer when the job left the consumer.
+	Moved bool
+	// Err is set by the Deferrer when settling failed. The job is not lost:
+	// JetStream redelivers an unsettled message after AckWait.
+	Err error
+}
+
+// Deferrer puts off jobs the throttle has limited. It must settle every
+// message (NAK it, or ACK it once the job is safely stored elsewhere) and
+// never lose a job. The worker calls it from one goroutine, with the jobs in
+// the order their slots were reserved.
 type Deferrer interface {
-	// Defer puts off msg's job so that it comes back after wait. It reports
-	// whether the job was moved off the consumer rather than NAK'd.
-	Defer(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) (moved bool, err error)
+	// Defer puts off each job so that it comes back after its wait, and
+	// records the outcome in its Deferral.
+	Defer(ctx context.Context, ds []Deferral)
 }
 
 // NakDeferrer defers a job with NakWithDelay: JetStream redelivers it after
@@ -26,8 +43,10 @@ type Deferrer interface {
 type NakDeferrer struct{}
 
 // Defer implements Deferrer.
-func (NakDeferrer) Defer(_ context.Context, msg jetstream.Msg, _ Job, wait time.Duration) (bool, error) {
-	return false, msg.NakWithDelay(nakDelay(wait))
+func (NakDeferrer) Defer(_ context.Context, ds []Deferral) {
+	for i := range ds {
+		ds[i].Err = ds[i].Msg.NakWithDelay(nakDelay(ds[i].Wait))
+	}
 }
 
 // nakDelay turns a throttle wait into a redelivery delay. The wait is already
@@ -40,16 +59,17 @@ func nakDelay(wait time.Duration) time.Duration {
 	return wait + time.Millisecond
 }
 
-// ScheduleDeferrer moves a job off the consumer: it publishes a copy of the
+// ScheduleDeferrer moves jobs off the consumer: it publishes a copy of each
 // job to a subject of its own in the jobs stream, with a message schedule
 // (Nats-Schedule: @at T, Nats-Schedule-Target: the job's subject) that puts
 // the copy back on the job's subject at its reserved slot, then acks the
 // original. The job's slot in MaxAckPending is free while it waits.
 //
 // The copy carries the job's identity (Throttler-Job-Id), original subject,
-// publish time and its move count (Throttler-Deferrals), which is also its
+// publish time, slot and move count (Throttler-Deferrals), which is also its
 // incarnation for owner tracking: if the worker dies between the publish and
-// the ack, the throttle lets only one incarnation run.
+// the ack, the throttle lets only one incarnation run. The copies of one call
+// are published asynchronously, in order, and all acks awaited together.
 //
 // Needs nats-server 2.12 or later and a stream with AllowMsgSchedules.
 type ScheduleDeferrer struct {
@@ -59,43 +79,70 @@ type ScheduleDeferrer struct {
 	// job (all moves of one job share it, so a new schedule replaces the
 	// old one), captured by the jobs stream and not by the consumer.
 	Subject func(job Job) string
-	// Timeout bounds the publish. Defaults to 5s.
+	// Timeout bounds the wait for the publish acks. Defaults to 5s.
 	Timeout time.Duration
 }
 
-// Defer implements Deferrer. If the copy cannot be published the job is
-// NAK'd with its wait instead: it is never lost.
-func (d ScheduleDeferrer) Defer(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) (bool, error) {
+// Defer implements Deferrer. A job whose copy cannot be stored is NAK'd with
+// its wait instead: it is never lost.
+func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 	timeout := d.Timeout
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	now := time.Now()
+	acks := make([]jetstream.PubAckFuture, len(ds))
+	for i := range ds {
+		var err error
+		acks[i], err = d.JetStream.PublishMsgAsync(d.copyOf(ds[i], now))
+		if err != nil {
+			ds[i].Err = err
+		}
+	}
+	for i := range ds {
+		if ds[i].Err == nil {
+			select {
+			case <-acks[i].Ok():
+			case ds[i].Err = <-acks[i].Err():
+			case <-pctx.Done():
+				ds[i].Err = pctx.Err()
+			}
+		}
+		if ds[i].Err != nil {
+			err := fmt.Errorf("moving job %s failed, NAK'd instead: %w", ds[i].Job.ID, ds[i].Err)
+			if nerr := ds[i].Msg.NakWithDelay(nakDelay(ds[i].Wait)); nerr != nil {
+				err = fmt.Errorf("%w; and NAK failed: %v", err, nerr)
+			}
+			ds[i].Err = err
+			continue
+		}
+		// The copy is stored. A lost ack only means the original comes back
+		// after AckWait and is found to be a duplicate.
+		ds[i].Moved = true
+		if err := ds[i].Msg.Ack(); err != nil {
+			ds[i].Err = fmt.Errorf("acking moved job %s: %w", ds[i].Job.ID, err)
+		}
+	}
+}
+
+// copyOf builds the scheduled copy of a deferred job.
+func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
+	job := df.Job
 	move := job.Deferrals + 1
-	out := &nats.Msg{Subject: d.Subject(job), Data: msg.Data(), Header: nats.Header{}}
-	copyHeaders(out.Header, msg.Headers())
+	slot := now.Add(df.Wait)
+	out := &nats.Msg{Subject: d.Subject(job), Data: df.Msg.Data(), Header: nats.Header{}}
+	copyHeaders(out.Header, df.Msg.Headers())
 	out.Header.Set(HeaderJobID, job.ID)
 	out.Header.Set(HeaderSubject, job.Subject)
 	out.Header.Set(HeaderDeferrals, strconv.Itoa(move))
 	out.Header.Set(HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano))
+	out.Header.Set(HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10))
 	out.Header.Set(jetstream.MsgIDHeader, "sched:"+job.ID+":"+strconv.Itoa(move))
-	out.Header.Set("Nats-Schedule", "@at "+fireAt(time.Now(), wait).Format(time.RFC3339))
-	out.Header.Set("Nats-Schedule-Target", job.Subject)
-
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if _, err := d.JetStream.PublishMsg(pctx, out); err != nil {
-		nerr := msg.NakWithDelay(nakDelay(wait))
-		if nerr != nil {
-			return false, fmt.Errorf("moving job %s: %w; and NAK failed: %v", job.ID, err, nerr)
-		}
-		return false, fmt.Errorf("moving job %s failed, NAK'd instead: %w", job.ID, err)
-	}
-	// The copy is stored; a lost ack only means the original comes back
-	// after AckWait and is found to be a duplicate.
-	if err := msg.Ack(); err != nil {
-		return true, fmt.Errorf("acking moved job %s: %w", job.ID, err)
-	}
-	return true, nil
+	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, df.Wait).Format(time.RFC3339))
+	out.Header.Set(jetstream.ScheduleTargetHeader, job.Subject)
+	return out
 }
 
 // fireAt is when a schedule must fire for a job that may run after wait:
@@ -130,15 +177,34 @@ type FairDeferrer struct {
 }
 
 // Defer implements Deferrer.
-func (f *FairDeferrer) Defer(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) (bool, error) {
-	if f.shouldMove(job.Tenant, wait) {
-		return f.Move.Defer(ctx, msg, job, wait)
+func (f *FairDeferrer) Defer(ctx context.Context, ds []Deferral) {
+	var naks, moves []int
+	for i := range ds {
+		if f.shouldMove(ds[i].Job.Tenant, ds[i].Wait) {
+			moves = append(moves, i)
+		} else {
+			naks = append(naks, i)
+		}
 	}
 	nak := f.Nak
 	if nak == nil {
 		nak = NakDeferrer{}
 	}
-	return nak.Defer(ctx, msg, job, wait)
+	run := func(d Deferrer, idx []int) {
+		if len(idx) == 0 {
+			return
+		}
+		sub := make([]Deferral, len(idx))
+		for k, i := range idx {
+			sub[k] = ds[i]
+		}
+		d.Defer(ctx, sub)
+		for k, i := range idx {
+			ds[i] = sub[k]
+		}
+	}
+	run(nak, naks)
+	run(f.Move, moves)
 }
 
 // shouldMove decides the path and, for a NAK, books the tenant's share

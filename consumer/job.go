@@ -26,6 +26,9 @@ const (
 	// HeaderPublished carries the original publish time of a moved job,
 	// RFC 3339 with nanoseconds.
 	HeaderPublished = "Throttler-Published"
+	// HeaderSlot carries the slot a moved job was scheduled for, in µs since
+	// the Unix epoch.
+	HeaderSlot = "Throttler-Slot"
 	// HeaderSubject carries a moved or dead-lettered job's original subject.
 	HeaderSubject = "Throttler-Subject"
 	// HeaderTenant carries the tenant of a forwarded or dead-lettered job.

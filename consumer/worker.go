@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,10 +51,10 @@ type Config struct {
 	Tenant TenantSource
 	// CostHeader names the header carrying a job's cost. Defaults to "Job-Cost".
 	CostHeader string
-	// Concurrency caps the jobs in flight: pulled and not yet settled.
-	// Defaults to 16.
+	// Concurrency caps the jobs whose handler runs at once. Defaults to 16.
 	Concurrency int
-	// FetchBatch caps the messages pulled, and decided, at once. Defaults to 64.
+	// FetchBatch caps the messages pulled, and decided, at once; at most
+	// twice as many wait to be decided. Defaults to 64.
 	FetchBatch int
 	// MaxFailures is the number of handler failures after which a job goes
 	// to the dead-letter subject. Defaults to 5.
@@ -144,7 +146,7 @@ type Worker struct {
 	log      *slog.Logger
 	stats    *stats
 
-	slots    chan struct{} // one token per job in flight
+	slots    chan struct{} // one token per running handler
 	handlers sync.WaitGroup
 	inflight sync.Map // *flight → struct{}, jobs with a running handler
 
@@ -245,8 +247,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// fetchLoop pulls messages while slots are free and sends them to msgs,
-// each carrying one slot. It closes msgs when ctx is cancelled.
+// fetchLoop pulls up to FetchBatch messages at a time and sends them to
+// msgs, whose capacity bounds how far pulling runs ahead of deciding. It
+// closes msgs when ctx is cancelled.
 func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error {
 	defer close(msgs)
 	bo := backoff.NewExponentialBackOff()
@@ -254,26 +257,7 @@ func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error
 	bo.MaxInterval = 5 * time.Second
 	bo.MaxElapsedTime = 0
 	for {
-		// Wait for one free slot, then take as many more as are free.
-		select {
-		case w.slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		n := 1
-		for n < w.cfg.FetchBatch {
-			select {
-			case w.slots <- struct{}{}:
-				n++
-				continue
-			default:
-			}
-			break
-		}
-		got, err := w.fetch(ctx, n, msgs)
-		for i := got; i < n; i++ {
-			<-w.slots
-		}
+		err := w.fetch(ctx, w.cfg.FetchBatch, msgs)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -289,23 +273,21 @@ func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error
 	}
 }
 
-// fetch pulls up to n messages into msgs and returns how many it sent.
-func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) (int, error) {
+// fetch pulls up to n messages into msgs.
+func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) error {
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	batch, err := w.cons.Fetch(n, jetstream.FetchContext(fctx))
 	if err != nil {
-		return 0, fmt.Errorf("fetch: %w", err)
+		return fmt.Errorf("fetch: %w", err)
 	}
-	got := 0
 	for msg := range batch.Messages() {
-		msgs <- msg
-		got++
+		msgs <- msg // the dispatcher hands back what it will not start
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
-		return got, fmt.Errorf("fetch: %w", err)
+		return fmt.Errorf("fetch: %w", err)
 	}
-	return got, nil
+	return nil
 }
 
 // drain returns first together with every message already waiting in msgs,
@@ -327,47 +309,60 @@ func (w *Worker) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstre
 }
 
 // handBack returns messages that will not be started to JetStream for
-// immediate redelivery, and frees their slots.
+// immediate redelivery.
 func (w *Worker) handBack(group []jetstream.Msg) {
 	for _, m := range group {
 		if err := m.Nak(); err != nil {
 			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", err)
 		}
-		<-w.slots
 	}
 }
 
 // item is one message of a dispatched group.
 type item struct {
-	msg jetstream.Msg
-	job Job
-	bad *badJobError
+	msg  jetstream.Msg
+	job  Job
+	bad  *badJobError
+	slot int64 // the slot a moved copy was scheduled for, µs; 0 otherwise
 }
 
-// dispatch reads the jobs of a group, decides them in one round trip and
-// acts on each decision.
-func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
-	items := make([]item, len(group))
-	reqs := make([]throttle.Request, 0, len(group))
-	idx := make([]int, 0, len(group))
-	for i, m := range group {
+// readGroup reads the jobs of a group. Copies of moved jobs that fired in
+// the same second are put back in slot order, so a tenant's jobs keep their
+// reservation order.
+func (w *Worker) readGroup(group []jetstream.Msg) []item {
+	items := make([]item, 0, len(group))
+	for _, m := range group {
 		job, err := readJob(m, w.cfg.Tenant, w.cfg.CostHeader)
-		items[i] = item{msg: m, job: job}
 		w.stats.add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
 		var bad *badJobError
 		switch {
 		case errors.As(err, &bad):
-			items[i].bad = bad
-			continue
+			items = append(items, item{msg: m, job: job, bad: bad})
 		case err != nil:
 			// Not a JetStream message we can read: hand it back.
 			w.log.Error("unreadable message; handing it back", "subject", m.Subject(), "err", err)
 			w.handBack([]jetstream.Msg{m})
-			items[i].msg = nil
+		default:
+			slot, _ := strconv.ParseInt(m.Headers().Get(HeaderSlot), 10, 64)
+			items = append(items, item{msg: m, job: job, slot: slot})
+		}
+	}
+	sort.SliceStable(items, func(i, j int) bool { return items[i].slot < items[j].slot })
+	return items
+}
+
+// dispatch decides a group's jobs in one round trip and acts on each
+// decision: start, defer, ack a duplicate, or dead-letter.
+func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
+	items := w.readGroup(group)
+	reqs := make([]throttle.Request, 0, len(items))
+	idx := make([]int, 0, len(items))
+	for i, it := range items {
+		if it.bad != nil {
 			continue
 		}
-		reqs = append(reqs, throttle.Request{Tenant: job.Tenant, JobID: job.ID, Cost: job.Cost,
-			TrackOwner: w.cfg.TrackOwner, Incarnation: int64(job.Deferrals)})
+		reqs = append(reqs, throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost,
+			TrackOwner: w.cfg.TrackOwner, Incarnation: int64(it.job.Deferrals)})
 		idx = append(idx, i)
 	}
 
@@ -377,7 +372,11 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
 		results = w.decider.DecideBatch(dctx, reqs)
 		cancel()
 	}
-	redisFailed := false
+	var (
+		deferrals   []Deferral
+		redisFailed bool
+		redisWait   time.Duration
+	)
 	for k, i := range idx {
 		it := &items[i]
 		res := results[k]
@@ -388,11 +387,12 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
 			w.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
 				"incarnation", it.job.Deferrals, "owner", res.Owner)
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
-			w.settleNow(it.msg, func(m jetstream.Msg) error { return m.Ack() })
+			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
 		case res.Err == nil && res.Allowed:
-			w.start(workCtx, it.msg, it.job)
+			w.start(ctx, workCtx, it.msg, it.job)
 		case res.Err == nil:
-			w.deferJob(ctx, it.msg, it.job, res.Wait)
+			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
+			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait})
 		case errors.Is(res.Err, throttle.ErrInvalid):
 			it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}
 		default:
@@ -401,52 +401,46 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
 			if w.cfg.OnRedisError == AllowOnRedisError {
 				w.log.Warn("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
 				w.stats.add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
-				w.start(workCtx, it.msg, it.job)
+				w.start(ctx, workCtx, it.msg, it.job)
 				continue
 			}
-			wait := w.redisBackoff.NextBackOff()
-			w.log.Warn("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", wait, "err", res.Err)
-			w.settleNow(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
+			if redisWait == 0 {
+				redisWait = w.redisBackoff.NextBackOff()
+			}
+			w.log.Warn("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", redisWait, "err", res.Err)
+			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(redisWait) })
 		}
 	}
-	for i := range items {
-		if it := items[i]; it.bad != nil && it.msg != nil {
+	if len(deferrals) > 0 {
+		// In order, in this goroutine: moved copies are stored in the order
+		// of their slots.
+		w.deferrer.Defer(ctx, deferrals)
+		for _, d := range deferrals {
+			if d.Moved {
+				w.stats.add(d.Job.Tenant, func(s *TenantStats) { s.Moved++ })
+			}
+			if d.Err != nil {
+				w.log.Warn("deferring a job", "tenant", d.Job.Tenant, "job", d.Job.ID, "err", d.Err)
+			}
+		}
+	}
+	for _, it := range items {
+		if it.bad != nil {
 			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
 		}
 	}
-	if redisFailed {
+	if redisFailed && w.cfg.OnRedisError == DeferOnRedisError {
 		// Give Redis time to come back instead of pulling more jobs only to
 		// defer them again.
-		if w.cfg.OnRedisError == DeferOnRedisError {
-			sleep(ctx, w.redisBackoff.NextBackOff())
-		}
-	} else if len(reqs) > 0 {
+		sleep(ctx, redisWait)
+	} else if !redisFailed && len(reqs) > 0 {
 		w.redisBackoff.Reset()
 	}
 }
 
-// deferJob puts off a limited job with the Deferrer in its own goroutine
-// (a move waits for a publish ack) and frees its slot when done.
-func (w *Worker) deferJob(ctx context.Context, msg jetstream.Msg, job Job, wait time.Duration) {
-	w.stats.add(job.Tenant, func(s *TenantStats) { s.Deferred++ })
-	w.handlers.Add(1)
-	go func() {
-		defer w.handlers.Done()
-		defer func() { <-w.slots }()
-		moved, err := w.deferrer.Defer(ctx, msg, job, wait)
-		if moved {
-			w.stats.add(job.Tenant, func(s *TenantStats) { s.Moved++ })
-		}
-		if err != nil {
-			w.log.Warn("deferring a job", "tenant", job.Tenant, "job", job.ID, "err", err)
-		}
-	}()
-}
-
-// settleNow settles msg with f and frees its slot. A failure is logged: the
-// message stays pending and JetStream redelivers it after AckWait.
-func (w *Worker) settleNow(msg jetstream.Msg, f func(jetstream.Msg) error) {
-	defer func() { <-w.slots }()
+// settle settles msg with f. A failure is logged: the message stays pending
+// and JetStream redelivers it after AckWait.
+func (w *Worker) settle(msg jetstream.Msg, f func(jetstream.Msg) error) {
 	if err := f(msg); err != nil {
 		w.log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", msg.Subject(), "err", err)
 	}
@@ -471,9 +465,16 @@ func (f *flight) settle(fn func(jetstream.Msg) error) bool {
 	return true
 }
 
-// start runs an admitted job's handler in its own goroutine, holding the
-// job's slot until it is settled.
-func (w *Worker) start(workCtx context.Context, msg jetstream.Msg, job Job) {
+// start runs an admitted job's handler in its own goroutine once one of
+// the Concurrency slots is free, holding the slot until the job is settled.
+// If the worker stops first, the job is handed back.
+func (w *Worker) start(ctx, workCtx context.Context, msg jetstream.Msg, job Job) {
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		w.handBack([]jetstream.Msg{msg})
+		return
+	}
 	w.stats.add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
 	f := &flight{msg: msg, log: w.log}
 	w.inflight.Store(f, struct{}{})
@@ -575,12 +576,11 @@ func callHandler(ctx context.Context, h Handler, job Job) (err error) {
 	return h(ctx, job)
 }
 
-// deadLetterAsync dead-letters msg in its own goroutine, holding its slot.
+// deadLetterAsync dead-letters msg in its own goroutine.
 func (w *Worker) deadLetterAsync(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) {
 	w.handlers.Add(1)
 	go func() {
 		defer w.handlers.Done()
-		defer func() { <-w.slots }()
 		w.deadLetterSync(ctx, msg, id, tenant, reason, failures)
 	}()
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -52,17 +54,22 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 
-	var cons jetstream.Consumer
+	var (
+		cons jetstream.Consumer
+		path deferPath
+	)
 	setup := func() error {
 		var err error
-		cons, err = ensure(ctx, js, cfg, log)
+		cons, path, err = ensure(ctx, opts.NATS, js, cfg, log)
 		return err
 	}
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 200 * time.Millisecond
 	bo.MaxInterval = 10 * time.Second
 	bo.MaxElapsedTime = 0
-	notify := func(err error, d time.Duration) { log.Warn("setting up JetStream failed; retrying", "err", err, "retry_in", d) }
+	notify := func(err error, d time.Duration) {
+		log.Warn("setting up JetStream failed; retrying", "err", err, "retry_in", d)
+	}
 	if err := backoff.RetryNotify(setup, backoff.WithContext(bo, ctx), notify); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before we started: nothing in flight
@@ -88,8 +95,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		Decider:   limiter,
 		Failures:  failures,
 		Handler:   handler,
-		Deferrer:  consumer.NakDeferrer{},
-		Config:    WorkerConfig(cfg, log),
+		Deferrer:  path.deferrer(js, cfg),
+		Config:    path.workerConfig(cfg, log),
 	})
 	if err != nil {
 		return err
@@ -101,15 +108,49 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		stop := serveMetrics(cfg.MetricsAddr, w, log)
 		defer stop()
 	}
-	log.Info("worker running", "stream", cfg.Stream, "consumer", cfg.Consumer, "subjects", cfg.Subjects, "concurrency", cfg.Concurrency)
+	log.Info("worker running", "stream", cfg.Stream, "consumer", cfg.Consumer, "subjects", cfg.Subjects,
+		"concurrency", cfg.Concurrency, "defer", path.mode, "server", opts.NATS.ConnectedServerVersion())
 	return w.Run(ctx)
 }
 
+// deferPath is the deferral the worker uses, chosen at start from
+// THROTTLER_DEFER and what the server supports.
+type deferPath struct {
+	mode           config.DeferMode // DeferNak, DeferAuto or DeferSchedule, as in force
+	termWithReason bool
+}
+
 // ensure creates or checks the jobs stream, the output streams and the
-// consumer.
-func ensure(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (jetstream.Consumer, error) {
-	if _, err := consumer.EnsureStream(ctx, js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		return nil, err
+// consumer, and chooses the deferral path.
+func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (jetstream.Consumer, deferPath, error) {
+	if !nc.IsConnected() {
+		return nil, deferPath{}, errors.New("not connected to NATS")
+	}
+	version := nc.ConnectedServerVersion()
+	path := deferPath{mode: cfg.Defer, termWithReason: serverAtLeast(version, 2, 10)}
+	spec := consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects}
+	if path.mode != config.DeferNak {
+		if !serverAtLeast(version, 2, 12) {
+			if path.mode == config.DeferSchedule {
+				return nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s", version)
+			}
+			log.Warn("nats-server has no message schedules; deferring with NAK only: deferred jobs hold MaxAckPending slots while they wait",
+				"server", version, "needs", "2.12")
+			path.mode = config.DeferNak
+		} else {
+			spec.ScheduleSubjects = []string{cfg.ScheduleSubject + ".>"}
+		}
+	}
+	if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
+		if len(spec.ScheduleSubjects) == 0 || path.mode == config.DeferSchedule {
+			return nil, deferPath{}, err
+		}
+		log.Warn("cannot enable message schedules on the jobs stream; deferring with NAK only", "err", err)
+		path.mode = config.DeferNak
+		spec.ScheduleSubjects = nil
+		if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
+			return nil, deferPath{}, err
+		}
 	}
 	outputs := []struct{ template, stream string }{
 		{cfg.ForwardSubject, cfg.Stream + "_FORWARD"},
@@ -119,20 +160,78 @@ func ensure(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log
 		pattern := consumer.SubjectPattern(o.template)
 		name, err := consumer.EnsureCaptured(ctx, js, pattern, o.stream)
 		if err != nil {
-			return nil, err
+			return nil, deferPath{}, err
 		}
 		log.Debug("output subject captured", "subject", pattern, "stream", name)
 	}
-	return consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{
+	cons, err := consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{
 		Stream:         cfg.Stream,
 		Name:           cfg.Consumer,
 		FilterSubjects: cfg.Subjects,
 		MaxAckPending:  cfg.MaxAckPending,
 		AckWait:        cfg.AckWait,
 	})
+	return cons, path, err
 }
 
-// WorkerConfig maps the configuration onto the worker's.
+// deferrer builds the Deferrer of the path.
+func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer.Deferrer {
+	move := consumer.ScheduleDeferrer{
+		JetStream: js,
+		Subject: func(job consumer.Job) string {
+			return cfg.RenderScheduleSubject(job.Tenant, originalSeq(job))
+		},
+		Timeout: cfg.RedisTimeout + 3*time.Second,
+	}
+	switch p.mode {
+	case config.DeferSchedule:
+		return move
+	case config.DeferAuto:
+		return &consumer.FairDeferrer{
+			Move:        move,
+			MoveAfter:   cfg.ScheduleAfter,
+			TenantShare: max(1, cfg.MaxAckPending/20),
+		}
+	}
+	return consumer.NakDeferrer{}
+}
+
+// workerConfig is the worker's configuration on this path.
+func (p deferPath) workerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
+	c := WorkerConfig(cfg, log)
+	c.TrackOwner = p.mode != config.DeferNak
+	c.TermWithReason = p.termWithReason
+	return c
+}
+
+// originalSeq is the stream sequence in a job's id ("STREAM:SEQ"), which
+// stays the same across moves.
+func originalSeq(job consumer.Job) uint64 {
+	if i := strings.LastIndexByte(job.ID, ':'); i >= 0 {
+		if n, err := strconv.ParseUint(job.ID[i+1:], 10, 64); err == nil {
+			return n
+		}
+	}
+	return job.Sequence
+}
+
+// serverAtLeast reports whether a "MAJOR.MINOR.PATCH" server version is at
+// least major.minor.
+func serverAtLeast(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
+}
+
+// WorkerConfig maps the configuration onto the worker's, for NAK-only
+// deferral on a current server.
 func WorkerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
 	src := consumer.TenantSource{Token: cfg.TenantFrom.Token}
 	if cfg.TenantFrom.Kind == config.TenantFromHeader {

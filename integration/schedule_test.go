@@ -1,0 +1,120 @@
+package integration
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/consumer"
+)
+
+// TestScheduleMovesJobsOffTheConsumer: with THROTTLER_DEFER=schedule every
+// limited job leaves the consumer (its ack-pending slot is free) and comes
+// back at its slot as a copy that keeps its identity, is admitted without a
+// second charge and is forwarded once.
+func TestScheduleMovesJobsOffTheConsumer(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{
+		"THROTTLER_TENANT_LIMITS": "slow=2/s:1",
+		"THROTTLER_DEFER":         "schedule",
+		// One handler at a time, so the order handlers run in is the
+		// order of admission.
+		"THROTTLER_CONCURRENCY": "1",
+	})
+	var mu sync.Mutex
+	admitted := map[string]time.Time{}
+	handler := func(ctx context.Context, job consumer.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, dup := admitted[job.ID]; dup {
+			t.Errorf("job %s ran twice", job.ID)
+		}
+		admitted[job.ID] = time.Now()
+		return consumer.Forwarder(e.js, cfg.ForwardSubject)(ctx, job)
+	}
+	w := e.startWorker(cfg, handler)
+	out := e.collect("done.*")
+	e.waitStream(cfg.Stream)
+
+	const n = 6
+	ids := make([]string, n)
+	start := time.Now()
+	for i := range ids {
+		ids[i] = jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))
+	}
+	// While jobs wait, they are not pending on the consumer.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if st := w.stats()["slow"]; st.Moved >= n-1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+	info := e.consumerInfo(cfg.Stream, cfg.Consumer)
+	if info.NumAckPending > 1 {
+		t.Errorf("%d jobs ack-pending while moved jobs wait, want ≤ 1", info.NumAckPending)
+	}
+
+	got := out.waitCount(t, n, 20*time.Second)
+	seen := map[string]bool{}
+	for _, m := range got {
+		if seen[m.jobID] {
+			t.Errorf("job %s forwarded twice", m.jobID)
+		}
+		seen[m.jobID] = true
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Errorf("job %s was not forwarded under its original id", id)
+		}
+	}
+	st := w.stats()["slow"]
+	if st.Moved != n-1 {
+		t.Errorf("moved %d jobs, want %d", st.Moved, n-1)
+	}
+	// FIFO and never early: job i runs no sooner than its slot, i/2 s after
+	// the burst of 1.
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < n; i++ {
+		if !admitted[ids[i]].After(admitted[ids[i-1]]) {
+			t.Errorf("job %d admitted before job %d", i, i-1)
+		}
+		if early := time.Duration(i) * 500 * time.Millisecond; admitted[ids[i]].Sub(start) < early-50*time.Millisecond {
+			t.Errorf("job %d admitted %s after the burst, before its slot at %s", i, admitted[ids[i]].Sub(start), early)
+		}
+	}
+}
+
+// waitStream waits until the worker has created the jobs stream.
+func (e *env) waitStream(name string) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := e.js.Stream(ctx, name)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("stream %s not created: %v", name, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the worker's set-up
+	}
+}
+
+// consumerInfo reads the consumer's state from the server.
+func (e *env) consumerInfo(stream, name string) *jetstream.ConsumerInfo {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := e.js.Consumer(ctx, stream, name)
+	must(e.t, err, "consumer %s", name)
+	info, err := c.Info(ctx)
+	must(e.t, err, "consumer info")
+	return info
+}
