@@ -121,17 +121,22 @@ func printVerdict(w io.Writer, rs []row) {
 type pendingCounts struct {
 	ackPending   int // delivered (or deferred) and not acked
 	notDelivered int // never delivered yet
+	scheduled    int // moved off the consumer, waiting for their slot
 }
 
-func (p pendingCounts) total() int { return p.ackPending + p.notDelivered }
+func (p pendingCounts) total() int { return p.ackPending + p.notDelivered + p.scheduled }
 
 // readPending reads the consumer's counts, polling until they account for
 // want jobs or pendingTimeout passes: acks sent just before shutdown may
 // still be in the server's queue.
-func readPending(ctx context.Context, js jetstream.JetStream, stream, name string, want int) (pendingCounts, error) {
+func readPending(ctx context.Context, js jetstream.JetStream, stream, name, scheduled string, want int) (pendingCounts, error) {
 	cons, err := js.Consumer(ctx, stream, name)
 	if err != nil {
 		return pendingCounts{}, fmt.Errorf("consumer %s on stream %s: %w", name, stream, err)
+	}
+	str, err := js.Stream(ctx, stream)
+	if err != nil {
+		return pendingCounts{}, fmt.Errorf("stream %s: %w", stream, err)
 	}
 	deadline := time.Now().Add(pendingTimeout)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -142,6 +147,13 @@ func readPending(ctx context.Context, js jetstream.JetStream, stream, name strin
 			return pendingCounts{}, fmt.Errorf("consumer %s info: %w", name, err)
 		}
 		p := pendingCounts{ackPending: info.NumAckPending, notDelivered: int(info.NumPending)}
+		sinfo, err := str.Info(ctx, jetstream.WithSubjectFilter(scheduled))
+		if err != nil {
+			return pendingCounts{}, fmt.Errorf("stream %s info: %w", stream, err)
+		}
+		for _, n := range sinfo.State.Subjects {
+			p.scheduled += int(n)
+		}
 		if p.total() == want || time.Now().After(deadline) {
 			return p, nil // a mismatch is reported, not failed
 		}
@@ -168,8 +180,8 @@ func printAccounting(w io.Writer, rs []row, p pendingCounts) {
 	if balanced {
 		relation, lead = "=", "every published job was admitted or is still deferred (nothing lost)"
 	}
-	fmt.Fprintf(w, "%s: published %d %s admitted %d + still pending %d (%d deferred or handed back, %d not yet delivered)\n",
-		lead, published, relation, admitted, p.total(), p.ackPending, p.notDelivered)
+	fmt.Fprintf(w, "%s: published %d %s admitted %d + still pending %d (%d NAK-deferred or handed back, %d moved off the consumer until their slot, %d not yet delivered)\n",
+		lead, published, relation, admitted, p.total(), p.ackPending, p.scheduled, p.notDelivered)
 	if duplicates > 0 {
 		fmt.Fprintf(w, "%d jobs were run more than once (an ack was lost and JetStream redelivered them)\n", duplicates)
 	}
