@@ -54,7 +54,7 @@ type Config struct {
 	// Concurrency caps the jobs whose handler runs at once. Defaults to 16.
 	Concurrency int
 	// FetchBatch caps the messages pulled, and decided, at once; at most
-	// twice as many wait to be decided. Defaults to 64.
+	// twice as many are pulled and not yet decided. Defaults to 64.
 	FetchBatch int
 	// MaxFailures is the number of handler failures after which a job goes
 	// to the dead-letter subject. Defaults to 5.
@@ -147,6 +147,7 @@ type Worker struct {
 	stats    *stats
 
 	slots    chan struct{} // one token per running handler
+	credits  chan struct{} // one token per message pulled and not yet dispatched
 	handlers sync.WaitGroup
 	inflight sync.Map // *flight → struct{}, jobs with a running handler
 
@@ -194,6 +195,7 @@ func New(p Params) (*Worker, error) {
 		log:          cfg.Logger,
 		stats:        newStats(),
 		slots:        make(chan struct{}, cfg.Concurrency),
+		credits:      make(chan struct{}, 2*cfg.FetchBatch),
 		redisBackoff: rb,
 	}, nil
 }
@@ -219,9 +221,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		group := w.drain(msg, msgs)
 		if ctx.Err() != nil {
 			w.handBack(group)
-			continue
+		} else {
+			w.dispatch(ctx, workCtx, group)
 		}
-		w.dispatch(ctx, workCtx, group)
+		w.releaseCredits(len(group))
 	}
 	fetchErr := <-fetchDone
 
@@ -247,9 +250,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// fetchLoop pulls up to FetchBatch messages at a time and sends them to
-// msgs, whose capacity bounds how far pulling runs ahead of deciding. It
-// closes msgs when ctx is cancelled.
+// fetchLoop pulls messages and sends them to msgs. It holds one credit per
+// message pulled and not yet dispatched, at most 2×FetchBatch, so the worker
+// never has more than that many messages delivered and undecided: they count
+// against the consumer's MaxAckPending. It closes msgs when ctx is cancelled.
 func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error {
 	defer close(msgs)
 	bo := backoff.NewExponentialBackOff()
@@ -257,7 +261,18 @@ func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error
 	bo.MaxInterval = 5 * time.Second
 	bo.MaxElapsedTime = 0
 	for {
-		err := w.fetch(ctx, w.cfg.FetchBatch, msgs)
+		// Wait for one credit, then take as many more as are free.
+		select {
+		case w.credits <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		n := 1
+		for n < w.cfg.FetchBatch && w.takeCredit() {
+			n++
+		}
+		got, err := w.fetch(ctx, n, msgs)
+		w.releaseCredits(n - got)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -273,21 +288,40 @@ func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error
 	}
 }
 
-// fetch pulls up to n messages into msgs.
-func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) error {
+// takeCredit takes a fetch credit if one is free.
+func (w *Worker) takeCredit() bool {
+	select {
+	case w.credits <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// releaseCredits gives back n fetch credits.
+func (w *Worker) releaseCredits(n int) {
+	for i := 0; i < n; i++ {
+		<-w.credits
+	}
+}
+
+// fetch pulls up to n messages into msgs and returns how many it sent.
+func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) (int, error) {
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	batch, err := w.cons.Fetch(n, jetstream.FetchContext(fctx))
 	if err != nil {
-		return fmt.Errorf("fetch: %w", err)
+		return 0, fmt.Errorf("fetch: %w", err)
 	}
+	got := 0
 	for msg := range batch.Messages() {
 		msgs <- msg // the dispatcher hands back what it will not start
+		got++
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
-		return fmt.Errorf("fetch: %w", err)
+		return got, fmt.Errorf("fetch: %w", err)
 	}
-	return nil
+	return got, nil
 }
 
 // drain returns first together with every message already waiting in msgs,

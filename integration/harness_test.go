@@ -251,3 +251,6 @@ func must(t *testing.T, err error, what string, args ...any) {
 		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
 	}
 }
+
+// getenv reads an optional tuning variable of a benchmark.
+func getenv(name string) string { return os.Getenv(name) }

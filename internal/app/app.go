@@ -245,11 +245,14 @@ func WorkerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
 	if inProgress < 100*time.Millisecond {
 		inProgress = 100 * time.Millisecond
 	}
+	// Messages pulled and not yet decided count against MaxAckPending: keep
+	// them (at most 2×FetchBatch per worker) to a quarter of it.
+	fetch := min(cfg.FetchBatch, max(1, cfg.MaxAckPending/8))
 	return consumer.Config{
 		Tenant:          src,
 		CostHeader:      cfg.CostHeader,
 		Concurrency:     cfg.Concurrency,
-		FetchBatch:      cfg.FetchBatch,
+		FetchBatch:      fetch,
 		MaxFailures:     cfg.MaxFailures,
 		OnRedisError:    policy,
 		RedisTimeout:    cfg.RedisTimeout,

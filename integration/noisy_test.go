@@ -1,0 +1,419 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+// noisyScenario is the noisy-neighbour run: tenant A floods the queue with a
+// backlog at once while tenant B publishes steadily under its limit.
+type noisyScenario struct {
+	aJobs         int           // jobs A publishes at once (0: B runs alone)
+	aLimit        string        // A's limits
+	aBurst        int           // A's burst, for its rate
+	bRate         int           // B's jobs per second
+	bLimit        string        // B's limits
+	duration      time.Duration // how long B publishes
+	maxAckPending int
+	workers       int
+	defer_        string // THROTTLER_DEFER
+}
+
+// tenantReport is what one tenant saw.
+type tenantReport struct {
+	published      int
+	admitted       int // distinct jobs whose handler ran
+	ranTwice       int
+	p50, p99, max  time.Duration // queue delay, publish → handler
+	rate           float64       // sustained admitted rate while B ran, jobs/s
+	deliveries     float64       // per admitted job: moves + deliveries of its last incarnation
+	redisPerJob    float64       // throttle decisions per job delivered at least once
+	decisions      int64
+	seenJobs       int64
+	moved          int64
+	pendingAtEnd   int // A only: still waiting (scheduled, ack-pending or undelivered)
+	admittedInTime []time.Time
+}
+
+// noisyReport is the outcome of a run.
+type noisyReport struct {
+	a, b             tenantReport
+	maxAckPending    int // largest num_ack_pending sampled every 100 ms
+	effectiveDefer   string
+	ackPendingLimit  int
+	runFor, drainFor time.Duration
+}
+
+// noisyRecorder records each admitted job.
+type noisyRecorder struct {
+	mu      sync.Mutex
+	delays  map[string][]time.Duration
+	at      map[string][]time.Time
+	runs    map[string]int
+	deliv   map[string][]float64
+	stopped atomic.Bool
+}
+
+func (r *noisyRecorder) handle(_ context.Context, job consumer.Job) error {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs[job.ID]++
+	if r.runs[job.ID] > 1 {
+		return nil
+	}
+	r.delays[job.Tenant] = append(r.delays[job.Tenant], now.Sub(job.Published))
+	r.at[job.Tenant] = append(r.at[job.Tenant], now)
+	r.deliv[job.Tenant] = append(r.deliv[job.Tenant], float64(job.Deferrals)+float64(job.Delivered))
+	return nil
+}
+
+// runNoisy runs one scenario on its own servers and reports it.
+func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
+	tb.Helper()
+	ns := testenv.StartNATS(tb, "")
+	rs := testenv.StartRedis(tb)
+	nc := ns.Connect(tb)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("jetstream: %v", err)
+	}
+	cfg, err := config.LoadFrom(map[string]string{
+		"NATS_URL":                   ns.URL(),
+		"REDIS_URL":                  rs.URL(),
+		"THROTTLER_TENANT_LIMITS":    "a=" + sc.aLimit + ",b=" + sc.bLimit,
+		"THROTTLER_MAX_ACK_PENDING":  strconv.Itoa(sc.maxAckPending),
+		"THROTTLER_CONCURRENCY":      "32",
+		"THROTTLER_DEFER":            sc.defer_,
+		"THROTTLER_SHUTDOWN_TIMEOUT": "5s",
+		"THROTTLER_LOG_LEVEL":        "error",
+	})
+	if err != nil {
+		tb.Fatalf("config: %v", err)
+	}
+	rec := &noisyRecorder{delays: map[string][]time.Duration{}, at: map[string][]time.Time{}, runs: map[string]int{}, deliv: map[string][]float64{}}
+	log := slog.New(slog.NewTextHandler(logSink(), &slog.HandlerOptions{Level: slog.LevelError}))
+
+	// Workers.
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		workers []*consumer.Worker
+	)
+	for i := 0; i < sc.workers; i++ {
+		wnc := ns.Connect(tb)
+		rdb := rs.Client(tb)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := app.Run(ctx, cfg, app.Options{NATS: wnc, Redis: rdb, Handler: rec.handle, Logger: log,
+				OnWorker: func(w *consumer.Worker) { mu.Lock(); workers = append(workers, w); mu.Unlock() }}); err != nil {
+				tb.Errorf("worker: %v", err)
+			}
+		}()
+	}
+	stopWorkers := func() {
+		cancel()
+		wg.Wait()
+	}
+	defer stopWorkers()
+	waitFor(tb, 10*time.Second, "workers ready", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(workers) == sc.workers
+	})
+	cons, err := js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)
+	if err != nil {
+		tb.Fatalf("consumer: %v", err)
+	}
+
+	// Sample num_ack_pending every 100 ms.
+	var maxPending atomic.Int64
+	sampleCtx, stopSampling := context.WithCancel(context.Background())
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-t.C:
+				ictx, c := context.WithTimeout(sampleCtx, time.Second)
+				info, err := cons.Info(ictx)
+				c()
+				if err == nil && int64(info.NumAckPending) > maxPending.Load() {
+					maxPending.Store(int64(info.NumAckPending))
+				}
+			}
+		}
+	}()
+
+	// A publishes its whole backlog at once; B publishes steadily.
+	start := time.Now()
+	aIDs := publishBurst(tb, js, "jobs.a", sc.aJobs)
+	bPublished := 0
+	tick := time.NewTicker(time.Second / time.Duration(sc.bRate))
+	for time.Since(start) < sc.duration {
+		<-tick.C
+		ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := js.Publish(ctx, "jobs.b", []byte("b")); err != nil {
+			tb.Fatalf("publish b: %v", err)
+		}
+		c()
+		bPublished++
+	}
+	tick.Stop()
+	runFor := time.Since(start)
+	// Let B's last jobs through, then stop.
+	waitFor(tb, 30*time.Second, "B's jobs handled", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.delays["b"]) >= bPublished
+	})
+	stopSampling()
+	<-sampled
+	stopWorkers()
+
+	rep := noisyReport{maxAckPending: int(maxPending.Load()), ackPendingLimit: sc.maxAckPending, runFor: runFor}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for t, tr := range map[string]*tenantReport{"a": &rep.a, "b": &rep.b} {
+		d := append([]time.Duration(nil), rec.delays[t]...)
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		tr.admitted = len(d)
+		if len(d) > 0 {
+			tr.p50 = d[len(d)*50/100]
+			tr.p99 = d[min(len(d)-1, len(d)*99/100)]
+			tr.max = d[len(d)-1]
+		}
+		var deliv float64
+		for _, x := range rec.deliv[t] {
+			deliv += x
+		}
+		if len(rec.deliv[t]) > 0 {
+			tr.deliveries = deliv / float64(len(rec.deliv[t]))
+		}
+		tr.admittedInTime = append([]time.Time(nil), rec.at[t]...)
+		mu.Lock()
+		for _, w := range workers {
+			st := w.Stats()[t]
+			tr.decisions += st.RedisCalls
+			tr.moved += st.Moved
+		}
+		mu.Unlock()
+	}
+	for id, n := range rec.runs {
+		if n > 1 {
+			if _, ok := aIDs[id]; ok {
+				rep.a.ranTwice++
+			} else {
+				rep.b.ranTwice++
+			}
+		}
+	}
+	rep.a.published, rep.b.published = len(aIDs), bPublished
+	rep.a.seenJobs = int64(len(aIDs))
+	rep.b.seenJobs = int64(bPublished)
+	for _, tr := range []*tenantReport{&rep.a, &rep.b} {
+		if tr.seenJobs > 0 {
+			tr.redisPerJob = float64(tr.decisions) / float64(tr.seenJobs)
+		}
+	}
+	// A's sustained rate while B ran: admissions after the burst.
+	if n := len(rep.a.admittedInTime); n > sc.aBurst+1 {
+		at := rep.a.admittedInTime
+		sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+		end := start.Add(runFor)
+		var inRun []time.Time
+		for _, x := range at {
+			if !x.After(end) {
+				inRun = append(inRun, x)
+			}
+		}
+		if len(inRun) > sc.aBurst+1 {
+			rep.a.rate = float64(len(inRun)-sc.aBurst) / inRun[len(inRun)-1].Sub(start).Seconds()
+		}
+	}
+	rep.a.pendingAtEnd = pendingJobs(tb, js, cfg)
+	return rep
+}
+
+// publishBurst publishes n jobs at once, asynchronously, and returns their ids.
+func publishBurst(tb testing.TB, js jetstream.JetStream, subject string, n int) map[string]bool {
+	tb.Helper()
+	ids := make(map[string]bool, n)
+	futures := make([]jetstream.PubAckFuture, 0, n)
+	for i := 0; i < n; i++ {
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: []byte("a")})
+		if err != nil {
+			tb.Fatalf("publish %s: %v", subject, err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			ids[jobID(ack.Stream, ack.Sequence)] = true
+		case err := <-f.Err():
+			tb.Fatalf("publish %s: %v", subject, err)
+		case <-time.After(30 * time.Second):
+			tb.Fatalf("publish %s: no ack", subject)
+		}
+	}
+	return ids
+}
+
+// pendingJobs counts jobs still waiting in the stream: scheduled copies,
+// ack-pending and undelivered messages of the consumer.
+func pendingJobs(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		tb.Fatalf("consumer: %v", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		tb.Fatalf("consumer info: %v", err)
+	}
+	str, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		tb.Fatalf("stream: %v", err)
+	}
+	sinfo, err := str.Info(ctx, jetstream.WithSubjectFilter(cfg.ScheduleSubject+".>"))
+	if err != nil {
+		tb.Fatalf("stream info: %v", err)
+	}
+	n := info.NumAckPending + int(info.NumPending)
+	for _, c := range sinfo.State.Subjects {
+		n += int(c)
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// String formats a report as table rows.
+func (r noisyReport) String() string {
+	row := func(name string, t tenantReport) string {
+		return fmt.Sprintf("%s: published %d, admitted %d, ran twice %d, delay p50 %s p99 %s max %s, rate %.1f/s, %.2f deliveries/job, %.2f redis calls/job, moved %d, pending %d",
+			name, t.published, t.admitted, t.ranTwice, t.p50.Round(time.Millisecond), t.p99.Round(time.Millisecond), t.max.Round(time.Millisecond),
+			t.rate, t.deliveries, t.redisPerJob, t.moved, t.pendingAtEnd)
+	}
+	return fmt.Sprintf("%s\n%s\nmax num_ack_pending %d of %d", row("A", r.a), row("B", r.b), r.maxAckPending, r.ackPendingLimit)
+}
+
+// TestNoisyNeighbourSmall is the noisy-neighbour scenario at a small scale,
+// asserting order and loss rather than speed: B's jobs never wait behind A's
+// backlog, A's jobs are neither lost nor run twice, and A's waiting jobs do
+// not hold the consumer's ack-pending slots.
+func TestNoisyNeighbourSmall(t *testing.T) {
+	rep := runNoisy(t, noisyScenario{
+		aJobs: 2000, aLimit: "100/s:10", aBurst: 10,
+		bRate: 10, bLimit: "100/s:10",
+		duration: 3 * time.Second, maxAckPending: 1000, workers: 2, defer_: "auto",
+	})
+	t.Log(rep)
+	if rep.b.admitted != rep.b.published {
+		t.Errorf("B: %d of %d jobs handled", rep.b.admitted, rep.b.published)
+	}
+	// A's backlog is 20 s long; a B job that waited behind it would show.
+	if rep.b.max > 5*time.Second {
+		t.Errorf("B's slowest job waited %s: it was stuck behind A's backlog", rep.b.max)
+	}
+	if rep.a.ranTwice+rep.b.ranTwice > 0 {
+		t.Errorf("%d jobs of A and %d of B ran twice", rep.a.ranTwice, rep.b.ranTwice)
+	}
+	if rep.a.admitted+rep.a.pendingAtEnd != rep.a.published {
+		t.Errorf("A: admitted %d + still waiting %d != published %d: jobs lost", rep.a.admitted, rep.a.pendingAtEnd, rep.a.published)
+	}
+	if rep.a.admitted > 10+100*int(rep.runFor.Seconds()+2) {
+		t.Errorf("A: %d admitted in %s at 100/s", rep.a.admitted, rep.runFor)
+	}
+	if rep.maxAckPending > rep.ackPendingLimit/2 {
+		t.Errorf("num_ack_pending reached %d, above half of MaxAckPending %d", rep.maxAckPending, rep.ackPendingLimit)
+	}
+	if rep.a.moved == 0 {
+		t.Errorf("no job of A was moved off the consumer")
+	}
+}
+
+// BenchmarkNoisyNeighbour runs the noisy-neighbour scenario at full scale:
+// A publishes 20,000 jobs at once (limit 100/s), B publishes 10/s for 30 s
+// (limit 100/s), MaxAckPending 1,000, two workers; with THROTTLER_DEFER=auto
+// and =nak, and B alone for its baseline. Run it with
+//
+//	go test -run '^$' -bench NoisyNeighbour -benchtime 1x -timeout 30m ./integration/
+func BenchmarkNoisyNeighbour(b *testing.B) {
+	base := noisyScenario{
+		aJobs: 20000, aLimit: "100/s:10", aBurst: 10,
+		bRate: 10, bLimit: "100/s:10",
+		duration: 30 * time.Second, maxAckPending: 1000, workers: 2,
+	}
+	if d, err := time.ParseDuration(benchDuration()); err == nil {
+		base.duration = d
+	}
+	var alone noisyReport
+	for _, v := range []struct {
+		name   string
+		mutate func(*noisyScenario)
+	}{
+		{"b-alone", func(s *noisyScenario) { s.aJobs = 0; s.defer_ = "auto" }},
+		{"auto", func(s *noisyScenario) { s.defer_ = "auto" }},
+		{"nak", func(s *noisyScenario) { s.defer_ = "nak" }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				sc := base
+				v.mutate(&sc)
+				rep := runNoisy(b, sc)
+				if v.name == "b-alone" {
+					alone = rep
+				}
+				b.Logf("\n%s", rep)
+				b.ReportMetric(float64(rep.b.p99.Microseconds())/1000, "B-p99-ms")
+				if alone.b.p99 > 0 {
+					b.ReportMetric(float64(rep.b.p99)/float64(alone.b.p99), "B-p99/alone")
+				}
+				b.ReportMetric(rep.a.rate, "A-jobs/s")
+				b.ReportMetric(float64(rep.maxAckPending)/float64(sc.maxAckPending)*100, "max-ack-pending-%")
+				b.ReportMetric(rep.a.redisPerJob, "A-redis/job")
+				b.ReportMetric(rep.a.deliveries, "A-deliveries/job")
+				b.ReportMetric(rep.b.redisPerJob, "B-redis/job")
+				b.ReportMetric(rep.b.deliveries, "B-deliveries/job")
+			}
+		})
+	}
+}
+
+// benchDuration lets NOISY_DURATION shorten the benchmark while iterating.
+func benchDuration() string { return getenv("NOISY_DURATION") }
