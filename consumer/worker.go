@@ -217,15 +217,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	fetchDone := make(chan error, 1)
 	go func() { fetchDone <- w.fetchLoop(ctx, msgs) }()
 
+	// Deferring runs in a goroutine of its own, one batch after the other,
+	// so moving one group's jobs overlaps with deciding the next while the
+	// copies are still stored in slot order.
+	batches := make(chan deferBatch, 2)
+	moverDone := make(chan struct{})
+	go func() { defer close(moverDone); w.deferLoop(workCtx, batches) }()
+
 	for msg := range msgs {
 		group := w.drain(msg, msgs)
 		if ctx.Err() != nil {
 			w.handBack(group)
-		} else {
-			w.dispatch(ctx, workCtx, group)
+			w.releaseCredits(len(group))
+			continue
 		}
-		w.releaseCredits(len(group))
+		batches <- deferBatch{deferrals: w.dispatch(ctx, workCtx, group), credits: len(group)}
 	}
+	close(batches)
+	<-moverDone
 	fetchErr := <-fetchDone
 
 	// Shutdown: running handlers get ShutdownTimeout to finish.
@@ -385,9 +394,36 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 	return items
 }
 
+// deferBatch is one group's deferrals, handed to the defer loop, and the
+// fetch credits the group holds until they are settled.
+type deferBatch struct {
+	deferrals []Deferral
+	credits   int
+}
+
+// deferLoop settles each batch's deferrals with the Deferrer, in order, then
+// frees the batch's credits.
+func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
+	for b := range batches {
+		if len(b.deferrals) > 0 {
+			w.deferrer.Defer(ctx, b.deferrals)
+		}
+		for _, d := range b.deferrals {
+			if d.Moved {
+				w.stats.add(d.Job.Tenant, func(s *TenantStats) { s.Moved++ })
+			}
+			if d.Err != nil {
+				w.log.Warn("deferring a job", "tenant", d.Job.Tenant, "job", d.Job.ID, "err", d.Err)
+			}
+		}
+		w.releaseCredits(b.credits)
+	}
+}
+
 // dispatch decides a group's jobs in one round trip and acts on each
-// decision: start, defer, ack a duplicate, or dead-letter.
-func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
+// decision: start, ack a duplicate, or dead-letter. It returns the limited
+// jobs, in slot order, for the defer loop.
+func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) []Deferral {
 	items := w.readGroup(group)
 	reqs := make([]throttle.Request, 0, len(items))
 	idx := make([]int, 0, len(items))
@@ -445,19 +481,6 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(redisWait) })
 		}
 	}
-	if len(deferrals) > 0 {
-		// In order, in this goroutine: moved copies are stored in the order
-		// of their slots.
-		w.deferrer.Defer(ctx, deferrals)
-		for _, d := range deferrals {
-			if d.Moved {
-				w.stats.add(d.Job.Tenant, func(s *TenantStats) { s.Moved++ })
-			}
-			if d.Err != nil {
-				w.log.Warn("deferring a job", "tenant", d.Job.Tenant, "job", d.Job.ID, "err", d.Err)
-			}
-		}
-	}
 	for _, it := range items {
 		if it.bad != nil {
 			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
@@ -470,6 +493,7 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) {
 	} else if !redisFailed && len(reqs) > 0 {
 		w.redisBackoff.Reset()
 	}
+	return deferrals
 }
 
 // settle settles msg with f. A failure is logged: the message stays pending
