@@ -33,7 +33,8 @@ ARGV (every one a decimal integer, digits only, in the range given):
 Reply, always a flat array of integers:
   {1, 0,    remaining, reserved}  ALLOWED: run the job now. reserved=1 when
                                   the job came back for the slot it held
-                                  (it was charged then, not now).
+                                  (it was charged then, not now; the buckets
+                                  are not read, and remaining is 0).
   {2, wait, remaining, reserved}  LIMITED: come back in `wait` µs (ceiling).
                                   reserved=1: a slot is held for this job and
                                   it has been charged; reserved=0: nothing was
@@ -58,14 +59,19 @@ TTLs: a state key lives until its bucket is full again (E + fill time); a
 reservation and an owner key live for horizon + the longest fill time. Both are within
 "time to refill fully + horizon", so an idle tenant costs no memory.
 
-Work is bounded: at most 8 limits and one reservation, no loops over data.
+Clock: Redis TIME, read once after the arguments are checked. It is safe
+before writes because Redis 5 and later replicate a script's effects, not
+the script; Redis 7 has nothing else. Needs Redis 5 or later.
+
+Work is bounded: at most 8 limits, one reservation and one owner key, no
+loops over data.
 ]]
 
 local ALLOWED, LIMITED, INVALID = 1, 2, 3
 local E_KEYS, E_NOW, E_COST, E_HORIZON, E_COUNT = 1, 2, 3, 4, 5
 local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
 local E_STATE, E_STATE_TTL, E_RESV, E_RESV_TTL = 10, 11, 12, 13
-local E_INCARNATION, E_OWNER = 14, 15
+local E_INCARNATION, E_OWNER, E_OWNER_TTL = 14, 15, 16
 local DUPLICATE = 4
 
 local EXACT = 9007199254740992 -- 2^53
@@ -116,16 +122,8 @@ local horizon = int(3, 0, MAX_HORIZON)
 if horizon == nil then
   return invalid(E_HORIZON, 3)
 end
-if now == 0 then
-  if redis.replicate_commands then
-    redis.replicate_commands()
-  end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- Read and check every limit and its stored state before any write.
-local rate, period, burst, ei, ef = {}, {}, {}, {}, {}
+-- Check every limit's arguments before any read or write.
+local rate, period, burst, fill = {}, {}, {}, {}
 local maxFill = 0
 for i = 1, L do
   local j = 5 + 3 * (i - 1)
@@ -137,14 +135,65 @@ for i = 1, L do
   if b == nil or b * p >= EXACT then return invalid(E_BURST, j + 2) end
   if cost > b then return invalid(E_OVER_BURST, j + 2) end
   rate[i], period[i], burst[i] = r, p, b
-  local fill = math.floor(b * p / r) + 1
-  if fill > maxFill then maxFill = fill end
+  -- Time to fill the bucket from empty, in whole µs rounded up.
+  local bp = b * p
+  local f = math.floor(bp / r)
+  if bp % r > 0 then f = f + 1 end
+  fill[i] = f
+  if f > maxFill then maxFill = f end
+end
+-- Reservations and owners live for the horizon plus the longest fill.
+local jobTTL = math.ceil((horizon + maxFill) / 1000)
 
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Another incarnation of this job already ran: this one is a duplicate.
+local owner = KEYS[L + 2]
+if owner then
+  local v = redis.call('GET', owner)
+  if v then
+    if #v > 10 or not string.find(v, '^%d+$') then return invalid(E_OWNER, L + 2) end
+    if redis.call('PTTL', owner) < 0 then return invalid(E_OWNER_TTL, L + 2) end
+    if tonumber(v) ~= incarnation then
+      return {DUPLICATE, tonumber(v), 0, 0}
+    end
+  end
+end
+
+-- A job that holds a slot was charged when it got it and is never charged
+-- again: admit it at or after its slot (Remaining is then reported as 0,
+-- the buckets are not read), and tell it the rest of its wait when it comes
+-- back early.
+local resv = KEYS[L + 1]
+if resv then
+  local v = redis.call('GET', resv)
+  if v then
+    local slot = nil
+    if #v <= 16 and string.find(v, '^%d+$') then slot = tonumber(v) end
+    if slot == nil then return invalid(E_RESV, L + 1) end
+    if redis.call('PTTL', resv) < 0 then return invalid(E_RESV_TTL, L + 1) end
+    if now >= slot then
+      redis.call('DEL', resv)
+      if owner then
+        redis.call('SET', owner, string.format('%d', incarnation), 'PX', jobTTL)
+      end
+      return {ALLOWED, 0, 0, 1}
+    end
+    return {LIMITED, slot - now, 0, 1}
+  end
+end
+
+-- Read and check every bucket before any write.
+local ei, ef = {}, {}
+for i = 1, L do
   local v = redis.call('GET', KEYS[i])
   if v then
     local a, f = string.match(v, '^(%d+):(%d+)$')
     a, f = tonumber(a), tonumber(f)
-    if a == nil or f == nil or #v > 40 or f >= r or a > now + MAX_HORIZON + fill then
+    if a == nil or f == nil or #v > 40 or f >= rate[i] or a > now + MAX_HORIZON + fill[i] then
       return invalid(E_STATE, i)
     end
     if redis.call('PTTL', KEYS[i]) < 0 then
@@ -171,40 +220,6 @@ local function minRemaining(a, f)
     if m == nil or n < m then m = n end
   end
   return m
-end
-
--- Another incarnation of this job already ran: this one is a duplicate.
-local owner = KEYS[L + 2]
-local ownerTTL = math.ceil((horizon + maxFill) / 1000)
-if owner then
-  local v = redis.call('GET', owner)
-  if v then
-    if #v > 10 or not string.find(v, '^%d+$') then return invalid(E_OWNER, L + 2) end
-    if tonumber(v) ~= incarnation then
-      return {DUPLICATE, tonumber(v), 0, 0}
-    end
-  end
-end
-
--- A job that holds a slot is never charged again: admit it at or after its
--- slot, and tell it the rest of its wait when it comes back early.
-local resv = KEYS[L + 1]
-if resv then
-  local v = redis.call('GET', resv)
-  if v then
-    local slot = nil
-    if #v <= 16 and string.find(v, '^%d+$') then slot = tonumber(v) end
-    if slot == nil then return invalid(E_RESV, L + 1) end
-    if redis.call('PTTL', resv) < 0 then return invalid(E_RESV_TTL, L + 1) end
-    if now >= slot then
-      redis.call('DEL', resv)
-      if owner then
-        redis.call('SET', owner, string.format('%d', incarnation), 'PX', ownerTTL)
-      end
-      return {ALLOWED, 0, minRemaining(ei, ef), 1}
-    end
-    return {LIMITED, slot - now, 0, 1}
-  end
 end
 
 -- Charge the job in every bucket (on paper) and find the longest wait.
@@ -238,14 +253,21 @@ if wait > 0 and (resv == nil or wait > horizon) then
 end
 
 for i = 1, L do
-  local ttl = (na[i] - now) + math.floor(burst[i] * period[i] / rate[i]) + 1
-  redis.call('SET', KEYS[i], string.format('%d:%d', na[i], nf[i]), 'PX', math.ceil(ttl / 1000))
+  -- The bucket is full again at its empty time plus its fill time: exactly
+  -- (na + nf/r) - now + burst*period/r µs from now, rounded up.
+  local r = rate[i]
+  local bp = burst[i] * period[i]
+  local whole = (na[i] - now) + math.floor(bp / r)
+  local frac = nf[i] + bp % r
+  if frac >= r then whole, frac = whole + 1, frac - r end
+  if frac > 0 then whole = whole + 1 end
+  redis.call('SET', KEYS[i], string.format('%d:%d', na[i], nf[i]), 'PX', math.ceil(whole / 1000))
 end
 if wait == 0 then
   if owner and incarnation > 0 then
-    redis.call('SET', owner, string.format('%d', incarnation), 'PX', ownerTTL)
+    redis.call('SET', owner, string.format('%d', incarnation), 'PX', jobTTL)
   end
   return {ALLOWED, 0, minRemaining(na, nf), 0}
 end
-redis.call('SET', resv, string.format('%d', now + wait), 'PX', math.ceil((horizon + maxFill) / 1000))
+redis.call('SET', resv, string.format('%d', now + wait), 'PX', jobTTL)
 return {LIMITED, wait, 0, 1}

@@ -68,7 +68,7 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("period %s is not a whole number of microseconds", l.Period)
 	case l.Burst < 1 || l.Burst > MaxBurst:
 		return fmt.Errorf("burst %d out of range [1, %d]", l.Burst, MaxBurst)
-	case l.Burst > maxExact/l.periodMicros():
+	case l.Burst > (maxExact-1)/l.periodMicros():
 		return fmt.Errorf("burst %d × period %s is too large", l.Burst, l.Period)
 	}
 	return nil

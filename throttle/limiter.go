@@ -137,7 +137,8 @@ type Decision struct {
 	// Allowed. It is rounded up to the microsecond, never down.
 	Wait time.Duration
 	// Remaining is the number of whole tokens left in the tightest limit
-	// after the decision.
+	// after the decision. It is 0 for a job admitted through the slot it
+	// held, whose decision does not read the buckets.
 	Remaining int64
 	// Reserved is true when a slot is held for the job: a limited job was
 	// charged and holds the slot at now+Wait, or an allowed job has just

@@ -1,0 +1,280 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/throttle"
+)
+
+// The benchmarks run the engine and github.com/go-redis/redis_rate side by
+// side, each against a redis-server it starts, with limits so generous that
+// every call is admitted: they measure the cost of a decision, not of being
+// limited. Keys are spread over benchTenants tenants.
+//
+//	go test -run '^$' -bench . -benchtime 3s ./throttle/
+const (
+	benchTenants = 1000
+	benchWorkers = 64 // goroutines of the -64 variants
+	benchBatch   = 64 // requests per DecideBatch
+)
+
+// hugeLimit admits everything a benchmark can send.
+var hugeLimit = throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst)
+
+// benchRedis starts a redis-server for b and returns a client whose pool
+// has a connection for each of benchWorkers goroutines.
+func benchRedis(b *testing.B) *redis.Client {
+	b.Helper()
+	srv := testenv.StartRedis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: benchWorkers})
+	b.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func benchTenant(i int) string { return fmt.Sprintf("tenant-%06d", i%benchTenants) }
+
+// measure runs one benchmark body: it resets Redis' command statistics,
+// times body, and reports decisions/s and Redis' CPU time per EVALSHA.
+// body returns the number of decisions it made.
+func measure(b *testing.B, rdb *redis.Client, body func() int) {
+	b.Helper()
+	ctx := context.Background()
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatalf("CONFIG RESETSTAT: %v", err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	n := body()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(usecPerCall(b, rdb, "evalsha"), "redis-µs/call")
+}
+
+// usecPerCall reads usec_per_call of cmd from INFO commandstats.
+func usecPerCall(b *testing.B, rdb *redis.Client, cmd string) float64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatalf("INFO commandstats: %v", err)
+	}
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, field := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("INFO commandstats: %q: %v", line, err)
+				}
+				return f
+			}
+		}
+	}
+	b.Fatalf("INFO commandstats: no %s", cmd)
+	return 0
+}
+
+// parallel64 runs body from benchWorkers goroutines in all.
+func parallel64(b *testing.B, body func(pb *testing.PB)) {
+	b.Helper()
+	procs := runtime.GOMAXPROCS(0)
+	if benchWorkers%procs != 0 {
+		b.Fatalf("GOMAXPROCS %d does not divide %d goroutines", procs, benchWorkers)
+	}
+	b.SetParallelism(benchWorkers / procs)
+	b.RunParallel(body)
+}
+
+// checkFailures fails b if any call failed or was limited.
+func checkFailures(b *testing.B, failed, limited *atomic.Int64, firstErr *atomic.Value) {
+	b.Helper()
+	if failed.Load() > 0 {
+		b.Fatalf("%d calls failed, first: %v", failed.Load(), firstErr.Load())
+	}
+	if limited.Load() > 0 {
+		b.Fatalf("%d calls limited under a huge limit", limited.Load())
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	rdb := benchRedis(b)
+	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{hugeLimit})
+	ctx := context.Background()
+	var failed, limited atomic.Int64
+	var firstErr atomic.Value
+	record := func(d throttle.Decision, err error) {
+		switch {
+		case err != nil:
+			if failed.Add(1) == 1 {
+				firstErr.Store(err)
+			}
+		case !d.Allowed:
+			limited.Add(1)
+		}
+	}
+
+	b.Run("single-1", func(b *testing.B) {
+		measure(b, rdb, func() int {
+			for i := range b.N {
+				record(l.Allow(ctx, benchTenant(i)))
+			}
+			return b.N
+		})
+		checkFailures(b, &failed, &limited, &firstErr)
+	})
+	b.Run("single-64", func(b *testing.B) {
+		var next atomic.Int64
+		measure(b, rdb, func() int {
+			parallel64(b, func(pb *testing.PB) {
+				for pb.Next() {
+					record(l.Allow(ctx, benchTenant(int(next.Add(1)))))
+				}
+			})
+			return b.N
+		})
+		checkFailures(b, &failed, &limited, &firstErr)
+	})
+	b.Run("batch-64", func(b *testing.B) {
+		// One op is one DecideBatch of benchBatch requests.
+		var next atomic.Int64
+		measure(b, rdb, func() int {
+			parallel64(b, func(pb *testing.PB) {
+				reqs := make([]throttle.Request, benchBatch)
+				for pb.Next() {
+					first := int(next.Add(benchBatch))
+					for k := range reqs {
+						reqs[k] = throttle.Request{Tenant: benchTenant(first + k)}
+					}
+					for _, r := range l.DecideBatch(ctx, reqs) {
+						record(r.Decision, r.Err)
+					}
+				}
+			})
+			return b.N * benchBatch
+		})
+		checkFailures(b, &failed, &limited, &firstErr)
+	})
+}
+
+func BenchmarkRedisRate(b *testing.B) {
+	rdb := benchRedis(b)
+	rl := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.PerSecond(throttle.MaxRate)
+	ctx := context.Background()
+	var failed, limited atomic.Int64
+	var firstErr atomic.Value
+	record := func(r *redis_rate.Result, err error) {
+		switch {
+		case err != nil:
+			if failed.Add(1) == 1 {
+				firstErr.Store(err)
+			}
+		case r.Allowed < 1:
+			limited.Add(1)
+		}
+	}
+
+	b.Run("single-1", func(b *testing.B) {
+		measure(b, rdb, func() int {
+			for i := range b.N {
+				record(rl.Allow(ctx, benchTenant(i), limit))
+			}
+			return b.N
+		})
+		checkFailures(b, &failed, &limited, &firstErr)
+	})
+	b.Run("single-64", func(b *testing.B) {
+		var next atomic.Int64
+		measure(b, rdb, func() int {
+			parallel64(b, func(pb *testing.PB) {
+				for pb.Next() {
+					record(rl.Allow(ctx, benchTenant(int(next.Add(1))), limit))
+				}
+			})
+			return b.N
+		})
+		checkFailures(b, &failed, &limited, &firstErr)
+	})
+}
+
+// memoryLimit is a realistic single limit; a job of cost memoryCost leaves
+// its bucket non-full for 2s, long enough to measure the key.
+var memoryLimit = throttle.PerSecond(100, 200)
+
+const memoryCost = 200
+
+// stateBytes creates the state of n tenants with memoryLimit under prefix
+// "thr" (Redis TIME clock, as in production) and returns MEMORY USAGE of
+// every state key.
+func stateBytes(tb testing.TB, rdb *redis.Client, n int) []int64 {
+	tb.Helper()
+	ctx := context.Background()
+	l := newLimiter(tb, rdb, throttle.DefaultPrefix, 0, throttle.Limits{memoryLimit})
+	reqs := make([]throttle.Request, n)
+	for i := range reqs {
+		reqs[i] = throttle.Request{Tenant: fmt.Sprintf("tenant-%06d", i), Cost: memoryCost}
+	}
+	for i, r := range l.DecideBatch(ctx, reqs) {
+		if r.Err != nil || !r.Allowed {
+			tb.Fatalf("tenant %d: %+v", i, r)
+		}
+	}
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, n)
+	for i := range cmds {
+		key := fmt.Sprintf("thr:{tenant-%06d}:l:100:1000000", i)
+		cmds[i] = pipe.MemoryUsage(ctx, key, 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		tb.Fatalf("MEMORY USAGE: %v (did a key expire? it lives 2s)", err)
+	}
+	sizes := make([]int64, n)
+	for i, c := range cmds {
+		sizes[i] = c.Val()
+	}
+	return sizes
+}
+
+// BenchmarkMemoryPerLimit reports the memory one tenant's limit takes in
+// Redis, averaged over benchTenants tenants. Its ns/op is meaningless.
+func BenchmarkMemoryPerLimit(b *testing.B) {
+	rdb := benchRedis(b)
+	var sum int64
+	sizes := stateBytes(b, rdb, benchTenants)
+	for _, s := range sizes {
+		sum += s
+	}
+	for range b.N {
+	}
+	b.ReportMetric(float64(sum)/float64(len(sizes)), "bytes/limit")
+}
+
+// TestMemoryPerLimit checks that a live limit of a realistic tenant costs
+// at most 150 bytes of Redis memory (MEMORY USAGE of its state key).
+func TestMemoryPerLimit(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb := srv.Client(t)
+	sizes := stateBytes(t, rdb, 100)
+	if got := sizes[42]; got <= 0 || got > 150 {
+		t.Fatalf("MEMORY USAGE of thr:{tenant-000042}:l:100:1000000 = %d bytes, want at most 150", got)
+	}
+	var sum int64
+	for _, s := range sizes {
+		sum += s
+	}
+	t.Logf("state key of tenant-000042: %d bytes; average over %d tenants %.1f", sizes[42], len(sizes), float64(sum)/float64(len(sizes)))
+}

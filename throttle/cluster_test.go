@@ -1,0 +1,110 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/throttle"
+)
+
+// TestCluster decides jobs of 50 tenants with two limits each on a real
+// three-master Redis Cluster, one by one and in batches, and again after
+// every master lost its script cache.
+func TestCluster(t *testing.T) {
+	cluster := testenv.StartRedisCluster(t, 3)
+	rdb := cluster.Client(t)
+	prefix := testPrefix(t)
+	ctx := context.Background()
+	// 10/s with a burst of 5, and 50/min with a burst of 20: five jobs at
+	// once are admitted, the sixth waits 100ms for the first limit.
+	limits := throttle.Limits{throttle.PerSecond(10, 5), throttle.PerMinute(50, 20)}
+	l := newLimiter(t, rdb, prefix, time.Second, limits)
+	const tenants = 50
+	tenant := func(i int) string { return fmt.Sprintf("tenant-%03d", i) }
+	want := func(k int) throttle.Decision {
+		if k < 5 {
+			return throttle.Decision{Allowed: true, Remaining: int64(4 - k)}
+		}
+		return throttle.Decision{Wait: time.Duration(k-4) * 100 * ms, Reserved: true}
+	}
+
+	// One by one: three jobs per tenant.
+	for i := range tenants {
+		for k := range 3 {
+			d := decide(t, l, throttle.Request{Tenant: tenant(i), JobID: fmt.Sprintf("j%d", k), At: t0})
+			sameDecision(t, fmt.Sprintf("%s job %d", tenant(i), k), d, want(k))
+		}
+	}
+	// In one batch: three more jobs per tenant, interleaved across tenants.
+	batch := func(from int) {
+		t.Helper()
+		var reqs []throttle.Request
+		for k := from; k < from+3; k++ {
+			for i := range tenants {
+				reqs = append(reqs, throttle.Request{Tenant: tenant(i), JobID: fmt.Sprintf("j%d", k), At: t0})
+			}
+		}
+		for n, r := range l.DecideBatch(ctx, reqs) {
+			if r.Err != nil {
+				t.Fatalf("DecideBatch request %d (%s %s): %v", n, reqs[n].Tenant, reqs[n].JobID, r.Err)
+			}
+			sameDecision(t, fmt.Sprintf("DecideBatch %s %s", reqs[n].Tenant, reqs[n].JobID), r.Decision, want(from+n/tenants))
+		}
+	}
+	batch(3)
+
+	// The keys are spread over the masters, and each names one hash tag.
+	var mu sync.Mutex
+	perNode := map[string]int{}
+	var all []string
+	err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		ks, err := node.Keys(ctx, prefix+"*").Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		perNode[node.Options().Addr] = len(ks)
+		all = append(all, ks...)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("KEYS on every master: %v", err)
+	}
+	for _, k := range all {
+		checkHashTag(t, k)
+	}
+	total, used := len(all), 0
+	for _, n := range perNode {
+		if n > 0 {
+			used++
+		}
+	}
+	t.Logf("keys per master: %v", perNode)
+	// Two state keys per tenant and a reservation for each job that waits.
+	if wantKeys := tenants * (2 + 1); total != wantKeys || used < 2 {
+		t.Fatalf("keys per master %v: want %d keys on more than one master", perNode, wantKeys)
+	}
+
+	// Every master forgets the script; batches and single calls still work.
+	err = rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return node.ScriptFlush(ctx).Err()
+	})
+	if err != nil {
+		t.Fatalf("SCRIPT FLUSH on every master: %v", err)
+	}
+	batch(6)
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return node.ScriptFlush(ctx).Err()
+	}); err != nil {
+		t.Fatalf("SCRIPT FLUSH on every master: %v", err)
+	}
+	d := decide(t, l, throttle.Request{Tenant: tenant(0), JobID: "j9", At: t0})
+	sameDecision(t, "single call after SCRIPT FLUSH", d, want(9))
+}

@@ -1,0 +1,134 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// TestReservationQueue lets 1,000 jobs (and 20 more past the horizon) arrive
+// at one instant at 100/s with a burst of 10, then brings every reserved job
+// back, early and then at its slot.
+func TestReservationQueue(t *testing.T) {
+	const (
+		jobs     = 1000
+		extra    = 20 // beyond the horizon
+		burst    = 10
+		interval = 10 * ms // one token at 100/s
+		tenant   = "acme"
+	)
+	horizon := 10 * time.Second
+	e := setup(t)
+	l := newLimiter(t, e.rdb, e.prefix, horizon, throttle.Limits{throttle.PerSecond(100, burst)})
+	ctx := context.Background()
+	job := func(k int) string { return fmt.Sprintf("job-%04d", k) }
+
+	// probe is a fresh job without a job id. While the bucket is in debt it
+	// is never charged, so it reads the bucket's state: with the bucket
+	// empty at t0+emptyAt, a job of cost 1 may run one interval later.
+	probe := func(at time.Time) throttle.Request { return throttle.Request{Tenant: tenant, At: at} }
+	checkProbe := func(what string, at time.Time, d throttle.Decision, emptyAt time.Duration) {
+		t.Helper()
+		want := throttle.Decision{Wait: t0.Add(emptyAt + interval).Sub(at)}
+		if d != want {
+			t.Fatalf("%s: fresh job at t0+%s: got %+v, want %+v (bucket empty at t0+%s)", what, at.Sub(t0), d, want, emptyAt)
+		}
+	}
+
+	// Arrival, in one batch: the order of the batch is the arrival order.
+	// Job k >= burst waits (k-burst+1) intervals; that is within the horizon
+	// for k < lastReserved.
+	lastReserved := burst + int(horizon/interval) - 1
+	reqs := make([]throttle.Request, jobs+extra)
+	for k := range reqs {
+		reqs[k] = throttle.Request{Tenant: tenant, JobID: job(k), At: t0}
+	}
+	results := l.DecideBatch(ctx, reqs)
+	slots := make(map[time.Duration]string)
+	for k, r := range results {
+		if r.Err != nil {
+			t.Fatalf("%s: %v", job(k), r.Err)
+		}
+		var want throttle.Decision
+		switch {
+		case k < burst:
+			want = throttle.Decision{Allowed: true, Remaining: int64(burst - 1 - k)}
+		case k <= lastReserved:
+			// FIFO: each slot is exactly one interval after the previous one.
+			want = throttle.Decision{Wait: time.Duration(k-burst+1) * interval, Reserved: true}
+		default:
+			// Past the horizon: told to come back at the horizon, not charged.
+			want = throttle.Decision{Wait: horizon}
+		}
+		sameDecision(t, job(k), r.Decision, want)
+		if r.Reserved {
+			if other, dup := slots[r.Wait]; dup {
+				t.Fatalf("%s and %s hold the same slot t0+%s", other, job(k), r.Wait)
+			}
+			slots[r.Wait] = job(k)
+		}
+	}
+	if want := lastReserved - burst + 1; len(slots) != want {
+		t.Fatalf("%d slots reserved, want %d", len(slots), want)
+	}
+	// The bucket was full (empty at t0-100ms) and was charged for every
+	// admitted or reserved job; the jobs past the horizon added nothing.
+	emptyAt := time.Duration(lastReserved+1-burst) * interval
+	if emptyAt != horizon {
+		t.Fatalf("test set-up: the last slot t0+%s is not at the horizon", emptyAt)
+	}
+	checkProbe("after arrival", t0, decide(t, l, probe(t0)), emptyAt)
+
+	// Every reserved job comes back 5ms early (told the rest of its wait,
+	// not charged), then at its slot, or 3ms after it for odd jobs
+	// (admitted, not charged again). A fresh probe after each return shows
+	// the bucket unchanged.
+	for k := burst; k <= lastReserved; k++ {
+		wait := time.Duration(k-burst+1) * interval
+		slot := t0.Add(wait)
+		early := slot.Add(-5 * ms)
+		back := slot
+		if k%2 == 1 {
+			back = slot.Add(3 * ms)
+		}
+		rs := l.DecideBatch(ctx, []throttle.Request{
+			{Tenant: tenant, JobID: job(k), At: early},
+			probe(early),
+			{Tenant: tenant, JobID: job(k), At: back},
+			probe(back),
+		})
+		for i, r := range rs {
+			if r.Err != nil {
+				t.Fatalf("%s, request %d of its return: %v", job(k), i, r.Err)
+			}
+		}
+		sameDecision(t, job(k)+" back 5ms early", rs[0].Decision, throttle.Decision{Wait: 5 * ms, Reserved: true})
+		checkProbe(job(k)+" back early", early, rs[1].Decision, emptyAt)
+		if !rs[2].Allowed || !rs[2].Reserved || rs[2].Wait != 0 {
+			t.Fatalf("%s back at t0+%s (slot t0+%s): got %+v, want Allowed and Reserved", job(k), back.Sub(t0), wait, rs[2].Decision)
+		}
+		checkProbe(job(k)+" admitted at its slot", back, rs[3].Decision, emptyAt)
+	}
+
+	// A job refused past the horizon holds nothing: coming back after the
+	// last slot it is a fresh job, charged and queued.
+	end := t0.Add(horizon + 5*ms)
+	d := decide(t, l, throttle.Request{Tenant: tenant, JobID: job(jobs + extra - 1), At: end})
+	sameDecision(t, job(jobs+extra-1)+" back after the horizon", d, throttle.Decision{Wait: 5 * ms, Reserved: true})
+	emptyAt += interval
+
+	// An admitted job coming back again is a fresh job and is charged.
+	d = decide(t, l, throttle.Request{Tenant: tenant, JobID: job(jobs - 1), At: end})
+	sameDecision(t, job(jobs-1)+" back after its admission", d, throttle.Decision{Wait: 15 * ms, Reserved: true})
+	emptyAt += interval
+	checkProbe("after two fresh jobs", end, decide(t, l, probe(end)), emptyAt)
+	// It is admitted at its new slot exactly once.
+	again := end.Add(15 * ms)
+	d = decide(t, l, throttle.Request{Tenant: tenant, JobID: job(jobs - 1), At: again})
+	sameDecision(t, job(jobs-1)+" at its second slot", d, throttle.Decision{Allowed: true, Reserved: true})
+	d = decide(t, l, throttle.Request{Tenant: tenant, JobID: job(jobs - 1), At: again})
+	sameDecision(t, job(jobs-1)+" a third time", d, throttle.Decision{Wait: interval, Reserved: true})
+}
