@@ -67,6 +67,10 @@ Work is bounded: at most 8 limits, one reservation and one owner key, no
 loops over data.
 ]]
 
+-- Globals read once: local access is cheaper in Lua than a global lookup.
+local call, tonumber, find, match, format = redis.call, tonumber, string.find, string.match, string.format
+local floor, ceil = math.floor, math.ceil
+
 local ALLOWED, LIMITED, INVALID = 1, 2, 3
 local E_KEYS, E_NOW, E_COST, E_HORIZON, E_COUNT = 1, 2, 3, 4, 5
 local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
@@ -81,7 +85,7 @@ local MAX_HORIZON = 30 * DAY
 -- int reads ARGV[i] as a whole number in [lo, hi], or nil.
 local function int(i, lo, hi)
   local s = ARGV[i]
-  if s == nil or #s == 0 or #s > 16 or not string.find(s, '^%d+$') then
+  if s == nil or #s == 0 or #s > 16 or not find(s, '^%d+$') then
     return nil
   end
   local n = tonumber(s)
@@ -137,26 +141,26 @@ for i = 1, L do
   rate[i], period[i], burst[i] = r, p, b
   -- Time to fill the bucket from empty, in whole µs rounded up.
   local bp = b * p
-  local f = math.floor(bp / r)
+  local f = floor(bp / r)
   if bp % r > 0 then f = f + 1 end
   fill[i] = f
   if f > maxFill then maxFill = f end
 end
 -- Reservations and owners live for the horizon plus the longest fill.
-local jobTTL = math.ceil((horizon + maxFill) / 1000)
+local jobTTL = ceil((horizon + maxFill) / 1000)
 
 if now == 0 then
-  local t = redis.call('TIME')
+  local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 -- Another incarnation of this job already ran: this one is a duplicate.
 local owner = KEYS[L + 2]
 if owner then
-  local v = redis.call('GET', owner)
+  local v = call('GET', owner)
   if v then
-    if #v > 10 or not string.find(v, '^%d+$') then return invalid(E_OWNER, L + 2) end
-    if redis.call('PTTL', owner) < 0 then return invalid(E_OWNER_TTL, L + 2) end
+    if #v > 10 or not find(v, '^%d+$') then return invalid(E_OWNER, L + 2) end
+    if call('PTTL', owner) < 0 then return invalid(E_OWNER_TTL, L + 2) end
     if tonumber(v) ~= incarnation then
       return {DUPLICATE, tonumber(v), 0, 0}
     end
@@ -169,16 +173,16 @@ end
 -- back early.
 local resv = KEYS[L + 1]
 if resv then
-  local v = redis.call('GET', resv)
+  local v = call('GET', resv)
   if v then
     local slot = nil
-    if #v <= 16 and string.find(v, '^%d+$') then slot = tonumber(v) end
+    if #v <= 16 and find(v, '^%d+$') then slot = tonumber(v) end
     if slot == nil then return invalid(E_RESV, L + 1) end
-    if redis.call('PTTL', resv) < 0 then return invalid(E_RESV_TTL, L + 1) end
+    if call('PTTL', resv) < 0 then return invalid(E_RESV_TTL, L + 1) end
     if now >= slot then
-      redis.call('DEL', resv)
+      call('DEL', resv)
       if owner then
-        redis.call('SET', owner, string.format('%d', incarnation), 'PX', jobTTL)
+        call('SET', owner, format('%d', incarnation), 'PX', jobTTL)
       end
       return {ALLOWED, 0, 0, 1}
     end
@@ -189,14 +193,14 @@ end
 -- Read and check every bucket before any write.
 local ei, ef = {}, {}
 for i = 1, L do
-  local v = redis.call('GET', KEYS[i])
+  local v = call('GET', KEYS[i])
   if v then
-    local a, f = string.match(v, '^(%d+):(%d+)$')
+    local a, f = match(v, '^(%d+):(%d+)$')
     a, f = tonumber(a), tonumber(f)
     if a == nil or f == nil or #v > 40 or f >= rate[i] or a > now + MAX_HORIZON + fill[i] then
       return invalid(E_STATE, i)
     end
-    if redis.call('PTTL', KEYS[i]) < 0 then
+    if call('PTTL', KEYS[i]) < 0 then
       return invalid(E_STATE_TTL, i)
     end
     ei[i], ef[i] = a, f
@@ -207,7 +211,7 @@ end
 
 -- remaining returns the whole tokens left in bucket i if it were at (a, f).
 local function remaining(i, a, f)
-  local n = math.floor(((now - a) * rate[i] - f) / period[i])
+  local n = floor(((now - a) * rate[i] - f) / period[i])
   if n < 0 then return 0 end
   if n > burst[i] then return burst[i] end
   return n
@@ -229,14 +233,14 @@ for i = 1, L do
   local r, p = rate[i], period[i]
   -- The earliest empty time a full bucket can have: now - burst*period/rate.
   local bp = burst[i] * p
-  local la, lf = now - math.floor(bp / r), 0
+  local la, lf = now - floor(bp / r), 0
   local rem = bp % r
   if rem > 0 then la, lf = la - 1, r - rem end
   local a, f = ei[i], ef[i]
   if a < la or (a == la and f < lf) then a, f = la, lf end
   -- Move the empty time forward by cost*period/rate.
   local cp = cost * p
-  a = a + math.floor(cp / r)
+  a = a + floor(cp / r)
   f = f + cp % r
   if f >= r then a, f = a + 1, f - r end
   na[i], nf[i] = a, f
@@ -257,17 +261,17 @@ for i = 1, L do
   -- (na + nf/r) - now + burst*period/r µs from now, rounded up.
   local r = rate[i]
   local bp = burst[i] * period[i]
-  local whole = (na[i] - now) + math.floor(bp / r)
+  local whole = (na[i] - now) + floor(bp / r)
   local frac = nf[i] + bp % r
   if frac >= r then whole, frac = whole + 1, frac - r end
   if frac > 0 then whole = whole + 1 end
-  redis.call('SET', KEYS[i], string.format('%d:%d', na[i], nf[i]), 'PX', math.ceil(whole / 1000))
+  call('SET', KEYS[i], format('%d:%d', na[i], nf[i]), 'PX', ceil(whole / 1000))
 end
 if wait == 0 then
   if owner and incarnation > 0 then
-    redis.call('SET', owner, string.format('%d', incarnation), 'PX', jobTTL)
+    call('SET', owner, format('%d', incarnation), 'PX', jobTTL)
   end
   return {ALLOWED, 0, minRemaining(na, nf), 0}
 end
-redis.call('SET', resv, string.format('%d', now + wait), 'PX', jobTTL)
+call('SET', resv, format('%d', now + wait), 'PX', jobTTL)
 return {LIMITED, wait, 0, 1}
