@@ -33,11 +33,12 @@ func TestMain(m *testing.M) {
 
 // env is one test's servers and connections.
 type env struct {
-	t     *testing.T
-	nats  *testenv.NATS
-	redis *testenv.Redis
-	nc    *nats.Conn
-	js    jetstream.JetStream
+	t       *testing.T
+	nats    *testenv.NATS // nil when the test runs a legacy nats-server
+	natsURL string
+	redis   *testenv.Redis
+	nc      *nats.Conn
+	js      jetstream.JetStream
 }
 
 // setup starts a NATS JetStream server and a redis-server for one test.
@@ -50,7 +51,38 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
-	return &env{t: t, nats: n, redis: r, nc: nc, js: js}
+	return &env{t: t, nats: n, natsURL: n.URL(), redis: r, nc: nc, js: js}
+}
+
+// setupLegacy starts the distribution's nats-server program (2.9.10 on
+// Debian, without message schedules) and a redis-server for one test.
+func setupLegacy(t *testing.T) *env {
+	t.Helper()
+	n := testenv.StartLegacyNATS(t)
+	r := testenv.StartRedis(t)
+	e := &env{t: t, natsURL: n.URL(), redis: r}
+	e.nc = e.connect()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	e.js = js
+	return e
+}
+
+// connect opens a client connection to the test's NATS server that
+// reconnects forever and is closed when the test ends.
+func (e *env) connect() *nats.Conn {
+	e.t.Helper()
+	if e.nats != nil {
+		return e.nats.Connect(e.t)
+	}
+	nc, err := nats.Connect(e.natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		e.t.Fatalf("connect %s: %v", e.natsURL, err)
+	}
+	e.t.Cleanup(nc.Close)
+	return nc
 }
 
 // config builds a validated configuration from the defaults, the test
@@ -58,7 +90,7 @@ func setup(t *testing.T) *env {
 func (e *env) config(vars map[string]string) *config.Config {
 	e.t.Helper()
 	all := map[string]string{
-		"NATS_URL":                   e.nats.URL(),
+		"NATS_URL":                   e.natsURL,
 		"REDIS_URL":                  e.redis.URL(),
 		"THROTTLER_SHUTDOWN_TIMEOUT": "5s",
 		"THROTTLER_LOG_LEVEL":        "warn",
@@ -109,7 +141,7 @@ func (w *worker) stats() map[string]consumer.TenantStats {
 // until the test ends or stop is called. handler may be nil (forward).
 func (e *env) startWorker(cfg *config.Config, handler consumer.Handler) *worker {
 	e.t.Helper()
-	nc := e.nats.Connect(e.t)
+	nc := e.connect()
 	rdb := e.redis.Client(e.t)
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &worker{cancel: cancel, done: make(chan error, 1)}

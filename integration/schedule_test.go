@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/app"
 )
 
 // TestScheduleMovesJobsOffTheConsumer: with THROTTLER_DEFER=schedule every
@@ -117,4 +120,53 @@ func (e *env) consumerInfo(stream, name string) *jetstream.ConsumerInfo {
 	info, err := c.Info(ctx)
 	must(e.t, err, "consumer info")
 	return info
+}
+
+// TestFallsBackToNakWithoutSchedules: on a nats-server without message
+// schedules (the distribution's 2.9.10), THROTTLER_DEFER=auto notices at
+// start and defers with NAK only; jobs are still throttled and forwarded
+// once each. THROTTLER_DEFER=schedule refuses to start there.
+func TestFallsBackToNakWithoutSchedules(t *testing.T) {
+	e := setupLegacy(t)
+	cfg := e.config(map[string]string{
+		"THROTTLER_TENANT_LIMITS": "slow=4/s:1",
+		"THROTTLER_DEFER":         "auto",
+		// Force moves if they were possible: every wait would qualify.
+		"THROTTLER_SCHEDULE_AFTER": "1s",
+	})
+	w := e.startWorker(cfg, nil)
+	out := e.collect("done.*")
+	e.waitStream(cfg.Stream)
+
+	ids := map[string]bool{}
+	for i := 0; i < 8; i++ {
+		ids[jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))] = true
+	}
+	got := out.waitCount(t, len(ids), 20*time.Second)
+	for _, m := range got {
+		if !ids[m.jobID] {
+			t.Errorf("job %s forwarded twice or never published", m.jobID)
+		}
+		delete(ids, m.jobID)
+	}
+	st := w.stats()["slow"]
+	if st.Deferred == 0 || st.Moved != 0 {
+		t.Errorf("deferred %d, moved %d: want NAK deferrals only", st.Deferred, st.Moved)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := e.js.Stream(ctx, cfg.Stream)
+	must(t, err, "stream")
+	if c := s.CachedInfo().Config; c.AllowMsgSchedules || len(c.Subjects) != 1 {
+		t.Errorf("stream config %v / schedules %v: want only the job subjects", c.Subjects, c.AllowMsgSchedules)
+	}
+
+	// schedule mode cannot work here: the worker says so and stops.
+	sched := e.config(map[string]string{"THROTTLER_DEFER": "schedule", "THROTTLER_CONSUMER": "other"})
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	err = app.Run(rctx, sched, app.Options{NATS: e.nc, Redis: e.redis.Client(t), Logger: slog.New(slog.NewTextHandler(logSink(), nil))})
+	if err == nil || !strings.Contains(err.Error(), "2.12") {
+		t.Errorf("schedule mode on nats-server 2.9: got %v, want an error naming 2.12", err)
+	}
 }

@@ -42,3 +42,18 @@ ensure_cc() {
 		apt_install gcc libc6-dev || return 1
 	fi
 }
+
+# ensure_nats_server makes sure the distribution's nats-server program is in
+# PATH. The tests run JetStream in-process (nats-server/v2 2.15); this older
+# program (2.9.10 on Debian) serves only the test of the fallback for servers
+# without message schedules. The tests start it themselves on a free port.
+ensure_nats_server() {
+	if ! command -v nats-server >/dev/null 2>&1; then
+		apt_install nats-server || return 1
+	fi
+	if ! command -v nats-server >/dev/null 2>&1; then
+		echo "error: nats-server is still not in PATH" >&2
+		return 1
+	fi
+	echo "using $(command -v nats-server): $(nats-server --version)"
+}

@@ -61,6 +61,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	setup := func() error {
 		var err error
 		cons, path, err = ensure(ctx, opts.NATS, js, cfg, log)
+		if errors.Is(err, errUnsupported) {
+			return backoff.Permanent(err) // retrying cannot help
+		}
 		return err
 	}
 	bo := backoff.NewExponentialBackOff()
@@ -113,6 +116,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	return w.Run(ctx)
 }
 
+// errUnsupported marks a configuration the NATS server cannot serve.
+var errUnsupported = errors.New("not supported by this nats-server")
+
 // deferPath is the deferral the worker uses, chosen at start from
 // THROTTLER_DEFER and what the server supports.
 type deferPath struct {
@@ -132,7 +138,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	if path.mode != config.DeferNak {
 		if !serverAtLeast(version, 2, 12) {
 			if path.mode == config.DeferSchedule {
-				return nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s", version)
+				return nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s: %w", version, errUnsupported)
 			}
 			log.Warn("nats-server has no message schedules; deferring with NAK only: deferred jobs hold MaxAckPending slots while they wait",
 				"server", version, "needs", "2.12")
