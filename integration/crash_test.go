@@ -1,0 +1,120 @@
+package integration
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/throttle"
+)
+
+// lostAck is a message whose Ack never reaches the server: the worker
+// "crashed" after storing the job's copy and before acking the original.
+type lostAck struct{ jetstream.Msg }
+
+func (lostAck) Ack() error { return nil }
+
+// crashOnce moves jobs like ScheduleDeferrer but loses the original's ack the
+// first time.
+type crashOnce struct {
+	inner   consumer.ScheduleDeferrer
+	crashed atomic.Bool
+}
+
+func (c *crashOnce) Defer(ctx context.Context, ds []consumer.Deferral) {
+	if c.crashed.CompareAndSwap(false, true) {
+		ds[0].Msg = lostAck{ds[0].Msg}
+	}
+	c.inner.Defer(ctx, ds)
+}
+
+// TestCrashBetweenMoveAndAck: a worker stores a moved job's copy and dies
+// before acking the original, so JetStream redelivers the original after
+// AckWait. Either way round, the job runs exactly once and nothing is lost:
+//   - the copy ran first: the throttle recognises the original as a
+//     duplicate and it is acked without running;
+//   - the original comes back before its slot: it is moved again, the
+//     second copy is deduplicated by its Nats-Msg-Id, and the one copy runs.
+func TestCrashBetweenMoveAndAck(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		ackWait        time.Duration
+		limit          throttle.Limit
+		wantDuplicates int64
+	}{
+		{"copy runs first", 3 * time.Second, throttle.PerSecond(1, 1), 1},
+		{"original returns first", time.Second, throttle.Limit{Rate: 1, Period: 3 * time.Second, Burst: 1}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) { crashBetweenMoveAndAck(t, tc.ackWait, tc.limit, tc.wantDuplicates) })
+	}
+}
+
+func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.Limit, wantDuplicates int64) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const stream, sched = "JOBS", "sched"
+	_, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: stream, Subjects: []string{"jobs.>"}, ScheduleSubjects: []string{sched + ".>"}})
+	must(t, err, "stream")
+	cons, err := consumer.EnsureConsumer(ctx, e.js, consumer.ConsumerSpec{Stream: stream, Name: "w", FilterSubjects: []string{"jobs.>"}, MaxAckPending: 100, AckWait: ackWait})
+	must(t, err, "consumer")
+	rdb := e.redis.Client(t)
+	lim, err := throttle.New(rdb, throttle.Options{Rules: throttle.Rules{Default: throttle.Limits{limit}}, Horizon: time.Minute})
+	must(t, err, "limiter")
+	failures, err := throttle.NewFailureCounter(rdb, "", time.Hour)
+	must(t, err, "failures")
+
+	var mu sync.Mutex
+	runs := map[string]int{}
+	handler := func(_ context.Context, job consumer.Job) error {
+		mu.Lock()
+		runs[job.ID]++
+		mu.Unlock()
+		return nil
+	}
+	deferrer := &crashOnce{inner: consumer.ScheduleDeferrer{JetStream: e.js, Subject: func(job consumer.Job) string {
+		return sched + "." + job.Tenant + "." + job.ID[len(stream)+1:]
+	}}}
+	w, err := consumer.New(consumer.Params{JetStream: e.js, Consumer: cons, Decider: lim, Failures: failures, Handler: handler,
+		Deferrer: deferrer, Config: consumer.Config{TrackOwner: true, Concurrency: 4}})
+	must(t, err, "worker")
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
+
+	first := jobID(stream, e.publish("jobs.acme", nil, []byte("1")))
+	second := jobID(stream, e.publish("jobs.acme", nil, []byte("2")))
+
+	waitFor(t, 20*time.Second, "both jobs run and nothing pending", func() bool {
+		mu.Lock()
+		n := len(runs)
+		mu.Unlock()
+		info, err := cons.Info(ctx)
+		return n == 2 && err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	// Let a late redelivery show itself if there were one.
+	time.Sleep(ackWait + 500*time.Millisecond) // bounded: one more AckWait
+	mu.Lock()
+	defer mu.Unlock()
+	if runs[first] != 1 || runs[second] != 1 || len(runs) != 2 {
+		t.Errorf("runs %v: want each of %s and %s exactly once", runs, first, second)
+	}
+	if !deferrer.crashed.Load() {
+		t.Errorf("the crash was never simulated")
+	}
+	st := w.Stats()["acme"]
+	if st.Moved < 1 || st.Duplicates != wantDuplicates {
+		t.Errorf("moved %d, duplicates %d: want the second job moved and %d duplicates", st.Moved, st.Duplicates, wantDuplicates)
+	}
+}
