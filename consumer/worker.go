@@ -213,6 +213,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
+	keepAliveDone := make(chan struct{})
+	defer close(keepAliveDone)
+	go w.keepAliveLoop(keepAliveDone)
+
 	msgs := make(chan jetstream.Msg, w.cfg.FetchBatch)
 	fetchDone := make(chan error, 1)
 	go func() { fetchDone <- w.fetchLoop(ctx, msgs) }()
@@ -314,9 +318,17 @@ func (w *Worker) releaseCredits(n int) {
 	}
 }
 
-// fetch pulls up to n messages into msgs and returns how many it sent.
+// pullExpiry bounds one pull request. Shutdown waits for the pull under way
+// to end, so keep it short.
+const pullExpiry = time.Second
+
+// fetch pulls up to n messages into msgs and returns how many it sent. The
+// pull is not cancelled by shutdown: cancelling it would drop the messages
+// the server has already sent to it, which would then wait out AckWait.
+// Instead it runs to its short expiry and every message it brings reaches
+// Run, which hands it back.
 func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) (int, error) {
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullExpiry)
 	defer cancel()
 	batch, err := w.cons.Fetch(n, jetstream.FetchContext(fctx))
 	if err != nil {
@@ -465,6 +477,9 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) [
 			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait})
 		case errors.Is(res.Err, throttle.ErrInvalid):
 			it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}
+		case ctx.Err() != nil:
+			// The worker is stopping and cut the decision short.
+			w.handBack([]jetstream.Msg{it.msg})
 		default:
 			redisFailed = true
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
@@ -508,6 +523,7 @@ func (w *Worker) settle(msg jetstream.Msg, f func(jetstream.Msg) error) {
 // the handler's outcome, or the shutdown's hand-back.
 type flight struct {
 	msg     jetstream.Msg
+	started time.Time
 	settled atomic.Bool
 	log     *slog.Logger
 }
@@ -534,7 +550,7 @@ func (w *Worker) start(ctx, workCtx context.Context, msg jetstream.Msg, job Job)
 		return
 	}
 	w.stats.add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
-	f := &flight{msg: msg, log: w.log}
+	f := &flight{msg: msg, started: time.Now(), log: w.log}
 	w.inflight.Store(f, struct{}{})
 	w.handlers.Add(1)
 	go func() {
@@ -547,9 +563,7 @@ func (w *Worker) start(ctx, workCtx context.Context, msg jetstream.Msg, job Job)
 
 // run calls the handler, keeps the job alive while it runs, and settles it.
 func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
-	stop := w.keepAlive(f.msg)
-	err := callHandler(workCtx, w.handler, job)
-	stop()
+	err := w.callHandler(workCtx, job)
 	if err == nil {
 		if f.settle(func(m jetstream.Msg) error { return m.Ack() }) {
 			w.stats.add(job.Tenant, func(s *TenantStats) { s.Completed++ })
@@ -600,38 +614,41 @@ func (w *Worker) retryDelay(n int64) time.Duration {
 	return d
 }
 
-// keepAlive tells JetStream every InProgressEvery that the job is still
-// running, until the returned stop is called.
-func (w *Worker) keepAlive(msg jetstream.Msg) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(w.cfg.InProgressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := msg.InProgress(); err != nil {
-					w.log.Warn("in-progress signal failed", "subject", msg.Subject(), "err", err)
+// keepAliveLoop tells JetStream every InProgressEvery that each running job
+// is still alive (InProgress), so a long handler outlives AckWait. One
+// ticker serves all jobs; a job started less than InProgressEvery ago needs
+// nothing yet.
+func (w *Worker) keepAliveLoop(done <-chan struct{}) {
+	t := time.NewTicker(w.cfg.InProgressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			w.inflight.Range(func(k, _ any) bool {
+				f := k.(*flight)
+				if now.Sub(f.started) >= w.cfg.InProgressEvery && !f.settled.Load() {
+					if err := f.msg.InProgress(); err != nil {
+						w.log.Warn("in-progress signal failed", "subject", f.msg.Subject(), "err", err)
+					}
 				}
-			}
+				return true
+			})
 		}
-	}()
-	return func() { close(done); wg.Wait() }
+	}
 }
 
-// callHandler runs h, turning a panic into an error of that job.
-func callHandler(ctx context.Context, h Handler, job Job) (err error) {
+// callHandler runs h, turning a panic into an error of that job; the stack
+// goes to the log, not into the error (it ends up in a header).
+func (w *Worker) callHandler(ctx context.Context, job Job) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panicked: %v\n%s", r, debug.Stack())
+			err = fmt.Errorf("handler panicked: %v", r)
+			w.log.Error("handler panicked", "tenant", job.Tenant, "job", job.ID, "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
-	return h(ctx, job)
+	return w.handler(ctx, job)
 }
 
 // deadLetterAsync dead-letters msg in its own goroutine.

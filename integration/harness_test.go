@@ -108,19 +108,21 @@ func (e *env) config(vars map[string]string) *config.Config {
 // worker is one running worker.
 type worker struct {
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{} // closed when the worker has returned
+	err    error         // what it returned; read after done
 	mu     sync.Mutex
 	w      *consumer.Worker
 }
 
-// stop cancels the worker and waits for its clean shutdown.
+// stop cancels the worker and waits for its clean shutdown. It may be
+// called more than once.
 func (w *worker) stop(t *testing.T) {
 	t.Helper()
 	w.cancel()
 	select {
-	case err := <-w.done:
-		if err != nil {
-			t.Errorf("worker: %v", err)
+	case <-w.done:
+		if w.err != nil {
+			t.Errorf("worker: %v", w.err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("worker did not stop within 30s")
@@ -144,10 +146,11 @@ func (e *env) startWorker(cfg *config.Config, handler consumer.Handler) *worker 
 	nc := e.connect()
 	rdb := e.redis.Client(e.t)
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &worker{cancel: cancel, done: make(chan error, 1)}
+	w := &worker{cancel: cancel, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(logSink(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		w.done <- app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Handler: handler, Logger: log,
+		defer close(w.done)
+		w.err = app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Handler: handler, Logger: log,
 			OnWorker: func(cw *consumer.Worker) { w.mu.Lock(); w.w = cw; w.mu.Unlock() }})
 	}()
 	e.t.Cleanup(func() {

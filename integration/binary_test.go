@@ -1,0 +1,294 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// buildThrottler builds cmd/throttler into a temporary directory and
+// returns the binary's path.
+func buildThrottler(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	must(t, err, "the go command is needed to build cmd/throttler")
+	root, err := filepath.Abs("..")
+	must(t, err, "module root")
+	bin := filepath.Join(t.TempDir(), "throttler")
+	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/throttler")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/throttler: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while a process writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *lockedBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+// throttlerCmd returns a command running bin with exactly the variables
+// vars, its stdout and stderr captured.
+func throttlerCmd(ctx context.Context, bin string, vars map[string]string, args ...string) (cmd *exec.Cmd, stdout, stderr *lockedBuffer) {
+	cmd = exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{}
+	for k, v := range vars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	return cmd, stdout, stderr
+}
+
+// closedPort returns a port on 127.0.0.1 nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err, "listen")
+	port := l.Addr().(*net.TCPAddr).Port
+	must(t, l.Close(), "close listener")
+	return port
+}
+
+// TestBinary runs the built throttler command.
+func TestBinary(t *testing.T) {
+	bin := buildThrottler(t)
+
+	t.Run("SIGTERMMidRunLosesNothing", func(t *testing.T) { testSIGTERM(t, bin) })
+
+	t.Run("BadSettingsExitTwo", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd, stdout, stderr := throttlerCmd(ctx, bin, map[string]string{
+			"NATS_URL":                "nats://127.0.0.1:" + strconv.Itoa(closedPort(t)),
+			"REDIS_URL":               "redis://127.0.0.1:" + strconv.Itoa(closedPort(t)),
+			"THROTTLER_CONCURRENCY":   "0",
+			"THROTTLER_DEFAULT_LIMIT": "abc",
+		})
+		start := time.Now()
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Fatalf("exit: %v, want status 2; stderr:\n%s", err, stderr)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("took %s to refuse a bad configuration; it must not try to connect", took)
+		}
+		for _, name := range []string{"THROTTLER_CONCURRENCY", "THROTTLER_DEFAULT_LIMIT"} {
+			if !strings.Contains(stderr.String(), name) {
+				t.Errorf("stderr does not name %s:\n%s", name, stderr)
+			}
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("stdout not empty: %s", stdout)
+		}
+	})
+
+	t.Run("CheckConfigMasksSecrets", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd, stdout, stderr := throttlerCmd(ctx, bin, map[string]string{
+			"NATS_URL":  "nats://alice:hunter2@127.0.0.1:1,nats://s3cr3tt0ken@127.0.0.1:2",
+			"REDIS_URL": "redis://user:secret@127.0.0.1:1",
+		}, "check-config")
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("check-config: %v; stderr:\n%s", err, stderr)
+		}
+		out := stdout.String()
+		for _, secret := range []string{"secret", "hunter2", "s3cr3tt0ken"} {
+			if strings.Contains(out, secret) || strings.Contains(stderr.String(), secret) {
+				t.Errorf("output shows %q:\n%s%s", secret, out, stderr)
+			}
+		}
+		for _, line := range []string{
+			"REDIS_URL=redis://user:****@127.0.0.1:1\n",
+			"NATS_URL=nats://alice:****@127.0.0.1:1,nats://****@127.0.0.1:2\n",
+			"THROTTLER_CONCURRENCY=16\n",
+			"THROTTLER_DEFAULT_LIMIT=100/s\n",
+		} {
+			if !strings.Contains(out, line) {
+				t.Errorf("output lacks %q:\n%s", line, out)
+			}
+		}
+	})
+}
+
+// testSIGTERM publishes jobs without pause while the binary forwards them,
+// sends it SIGTERM, and checks that it exits 0 within its shutdown timeout
+// and that, once a new worker has taken over, every job was forwarded once.
+func testSIGTERM(t *testing.T, bin string) {
+	e := setup(t)
+	vars := map[string]string{
+		"THROTTLER_SHUTDOWN_TIMEOUT": "10s",
+		"THROTTLER_DEFAULT_LIMIT":    "300/s",
+		"THROTTLER_HANDLER":          "forward",
+		"THROTTLER_LOG_LEVEL":        "info",
+	}
+	cfg := e.config(vars)
+	e.ensureStream(cfg)
+	vars["NATS_URL"], vars["REDIS_URL"] = e.nats.URL(), e.redis.URL()
+
+	cmd, _, stderr := throttlerCmd(context.Background(), bin, vars)
+	must(t, cmd.Start(), "start throttler")
+	var waitErr error
+	exited := make(chan struct{}) // closed once waitErr is set
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	out := e.collect("done.*")
+
+	// Publish from another goroutine, in async batches, until told to
+	// stop: faster than the limit, so that at SIGTERM some jobs are being
+	// forwarded and many wait in a deferral.
+	var (
+		mu   sync.Mutex
+		want = map[string]bool{}
+		perr error
+	)
+	stop := make(chan struct{})
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		for i := 0; ; {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var acks []jetstream.PubAckFuture
+			for range 20 {
+				f, err := e.js.PublishMsgAsync(&nats.Msg{Subject: "jobs.t" + strconv.Itoa(i%3), Data: []byte(strconv.Itoa(i))})
+				i++
+				if err != nil {
+					mu.Lock()
+					perr = err
+					mu.Unlock()
+					return
+				}
+				acks = append(acks, f)
+			}
+			for _, f := range acks {
+				var err error
+				select {
+				case ack := <-f.Ok():
+					mu.Lock()
+					want[jobID(cfg.Stream, ack.Sequence)] = true
+					mu.Unlock()
+				case err = <-f.Err():
+				case <-time.After(5 * time.Second):
+					err = errors.New("no publish ack within 5s")
+				}
+				if err != nil {
+					mu.Lock()
+					perr = err
+					mu.Unlock()
+					return
+				}
+			}
+		}
+	}()
+	defer func() { // stop publishing even if the test fails early
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-published
+	}()
+
+	pollUntil(t, 20*time.Second, "1000 jobs forwarded by the binary", func() bool { return len(out.all()) >= 1000 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cons, err := e.js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	must(t, err, "consumer")
+	info, err := cons.Info(ctx)
+	must(t, err, "consumer info")
+	signalled := time.Now()
+	must(t, cmd.Process.Signal(syscall.SIGTERM), "SIGTERM")
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Fatalf("throttler exited with %v after SIGTERM, want status 0; stderr:\n%s", waitErr, stderr)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("throttler still running 15s after SIGTERM (shutdown timeout 10s); stderr:\n%s", stderr)
+	}
+	took := time.Since(signalled)
+	close(stop)
+	<-published
+	mu.Lock()
+	if perr != nil {
+		t.Fatalf("publish: %v", perr)
+	}
+	wantAll := want
+	mu.Unlock()
+	forwardedByBinary := len(out.all())
+	t.Logf("binary stopped %s after SIGTERM (%d jobs awaiting an ack) having forwarded %d of %d jobs",
+		took, info.NumAckPending, forwardedByBinary, len(wantAll))
+	if strings.Contains(stderr.String(), "shutdown timeout passed") {
+		t.Errorf("in-flight jobs did not finish within the shutdown timeout; stderr:\n%s", stderr)
+	}
+
+	e.startWorker(cfg, nil)
+	deadline := time.Now().Add(20 * time.Second) // under the 30s AckWait
+	for len(out.all()) < len(wantAll) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+	if got := out.all(); len(got) < len(wantAll) {
+		seen := map[string]bool{}
+		for _, m := range got {
+			seen[m.jobID] = true
+		}
+		var missing []string
+		for id := range wantAll {
+			if !seen[id] {
+				missing = append(missing, id)
+			}
+		}
+		slices.Sort(missing)
+		info, ierr := cons.Info(context.Background())
+		t.Fatalf("%d of %d jobs not forwarded within 20s of the restart (e.g. %v); consumer %+v %v; binary's stderr:\n%s",
+			len(missing), len(wantAll), missing[:min(10, len(missing))], info, ierr, stderr)
+	}
+	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	checkExactlyOnce(t, "forwarded", out.all(), wantAll)
+}
