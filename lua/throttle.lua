@@ -1,6 +1,7 @@
 --[[
-throttle.lua: one atomic decision for one job of one tenant, over one or more
-token buckets, with a reserved slot for a job that must wait.
+throttle.lua: one atomic decision for each of M jobs (usually one) of one
+tenant, over one or more token buckets, with a reserved slot for a job that
+must wait. The jobs of one call are decided in order, as if by M calls.
 
 Model (the same as golang.org/x/time/rate): a limit adds `rate` tokens every
 `period` microseconds up to `burst`; a job of cost c takes c tokens. Each
@@ -13,9 +14,12 @@ the future is a debt that the job waits out: its slot is at E.
 
 KEYS (all in one {tenant} hash slot):
   KEYS[1..L]  one state key per limit, holding "Ei:Ef" (string)
+  One job (M = 1):
   KEYS[L+1]   optional: the job's reservation key, holding its slot in µs
   KEYS[L+2]   optional, needs KEYS[L+1] and the incarnation ARGV: the job's
               owner key, holding the incarnation that was admitted
+  Several jobs (M >= 2): for each job in order, its reservation key, then,
+  when owners are tracked, its owner key (L+M or L+2M keys in all).
 
 ARGV (every one a decimal integer, digits only, in the range given):
   ARGV[1]  now, µs since the Unix epoch, [1, 2^53); 0 = use Redis TIME
@@ -29,8 +33,14 @@ ARGV (every one a decimal integer, digits only, in the range given):
   ARGV[5+3L] optional: the incarnation of the job, [0, 2^31): 0 for the
              message first published, n for the copy made by its n-th move
              off the consumer. Required when KEYS[L+2] is given.
+  then for each further job k = 2..M, in order:
+  ARGV[2+3L+2k]  its cost, [1, 1e9]
+  ARGV[3+3L+2k]  its incarnation, [0, 2^31)
+  so #ARGV is 4+3L (one job, no incarnation) or 3+3L+2M; M <= 256.
 
-Reply, always a flat array of integers:
+Reply, always a flat array of integers: for one job one of the tuples below;
+for M >= 2 jobs the M tuples of 4 one after the other, or a single INVALID
+tuple for the whole call.
   {1, 0,    remaining, reserved}  ALLOWED: run the job now. reserved=1 when
                                   the job came back for the slot it held
                                   (it was charged then, not now; the buckets
@@ -63,24 +73,24 @@ Clock: Redis TIME, read once after the arguments are checked. It is safe
 before writes because Redis 5 and later replicate a script's effects, not
 the script; Redis 7 has nothing else. Needs Redis 5 or later.
 
-Work is bounded: at most 8 limits, one reservation and one owner key, no
-loops over data.
+Work is bounded: at most 8 limits and 256 jobs, each with one reservation
+and one owner key; no loops over stored data.
 ]]
 
 -- Globals read once: local access is cheaper in Lua than a global lookup.
 local call, tonumber, find, match, format = redis.call, tonumber, string.find, string.match, string.format
 local floor, ceil = math.floor, math.ceil
 
-local ALLOWED, LIMITED, INVALID = 1, 2, 3
+local ALLOWED, LIMITED, INVALID, DUPLICATE = 1, 2, 3, 4
 local E_KEYS, E_NOW, E_COST, E_HORIZON, E_COUNT = 1, 2, 3, 4, 5
 local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
 local E_STATE, E_STATE_TTL, E_RESV, E_RESV_TTL = 10, 11, 12, 13
 local E_INCARNATION, E_OWNER, E_OWNER_TTL = 14, 15, 16
-local DUPLICATE = 4
 
 local EXACT = 9007199254740992 -- 2^53
 local DAY = 86400000000
 local MAX_HORIZON = 30 * DAY
+local MAX_JOBS = 256
 
 -- int reads ARGV[i] as a whole number in [lo, hi], or nil.
 local function int(i, lo, hi)
@@ -99,34 +109,59 @@ local function invalid(code, index)
   return {INVALID, code, index}
 end
 
+-- Shape of the call: L limits, M jobs, which keys each job has.
 local L = int(4, 1, 8)
 if L == nil then
   return invalid(E_COUNT, 4)
 end
-local hasInc = #ARGV == 5 + 3 * L
-if (#ARGV ~= 4 + 3 * L and not hasInc) or #KEYS < L or #KEYS > L + 2 or (#KEYS == L + 2 and not hasInc) then
+local M, hasInc = 1, false
+if #ARGV ~= 4 + 3 * L then
+  local extra = #ARGV - 3 - 3 * L
+  if extra < 2 or extra % 2 ~= 0 or extra / 2 > MAX_JOBS then
+    return invalid(E_KEYS, 0)
+  end
+  M, hasInc = extra / 2, true
+end
+local keysPerJob
+if M == 1 then
+  keysPerJob = #KEYS - L
+  if keysPerJob < 0 or keysPerJob > 2 or (keysPerJob == 2 and not hasInc) then
+    return invalid(E_KEYS, 0)
+  end
+elseif #KEYS == L + M then
+  keysPerJob = 1
+elseif #KEYS == L + 2 * M then
+  keysPerJob = 2
+else
   return invalid(E_KEYS, 0)
 end
-local incarnation = 0
-if hasInc then
-  incarnation = int(5 + 3 * L, 0, 2147483647)
-  if incarnation == nil then
-    return invalid(E_INCARNATION, 5 + 3 * L)
-  end
-end
+
 local now = int(1, 0, EXACT - 1)
 if now == nil then
   return invalid(E_NOW, 1)
-end
-local cost = int(2, 1, 1000000000)
-if cost == nil then
-  return invalid(E_COST, 2)
 end
 local horizon = int(3, 0, MAX_HORIZON)
 if horizon == nil then
   return invalid(E_HORIZON, 3)
 end
--- Check every limit's arguments before any read or write.
+
+-- Every job's cost and incarnation.
+local cost, inc = {}, {}
+local maxCost = 0
+for k = 1, M do
+  local ci, ii = 2, 5 + 3 * L
+  if k > 1 then ci, ii = 2 + 3 * L + 2 * k, 3 + 3 * L + 2 * k end
+  cost[k] = int(ci, 1, 1000000000)
+  if cost[k] == nil then return invalid(E_COST, ci) end
+  if cost[k] > maxCost then maxCost = cost[k] end
+  inc[k] = 0
+  if hasInc then
+    inc[k] = int(ii, 0, 2147483647)
+    if inc[k] == nil then return invalid(E_INCARNATION, ii) end
+  end
+end
+
+-- Every limit's arguments.
 local rate, period, burst, fill = {}, {}, {}, {}
 local maxFill = 0
 for i = 1, L do
@@ -137,7 +172,7 @@ for i = 1, L do
   if p == nil then return invalid(E_PERIOD, j + 1) end
   local b = int(j + 2, 1, 1000000000)
   if b == nil or b * p >= EXACT then return invalid(E_BURST, j + 2) end
-  if cost > b then return invalid(E_OVER_BURST, j + 2) end
+  if maxCost > b then return invalid(E_OVER_BURST, j + 2) end
   rate[i], period[i], burst[i] = r, p, b
   -- Time to fill the bucket from empty, in whole µs rounded up.
   local bp = b * p
@@ -154,124 +189,170 @@ if now == 0 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Another incarnation of this job already ran: this one is a duplicate.
-local owner = KEYS[L + 2]
-if owner then
-  local v = call('GET', owner)
-  if v then
-    if #v > 10 or not find(v, '^%d+$') then return invalid(E_OWNER, L + 2) end
-    if call('PTTL', owner) < 0 then return invalid(E_OWNER_TTL, L + 2) end
-    if tonumber(v) ~= incarnation then
-      return {DUPLICATE, tonumber(v), 0, 0}
-    end
-  end
-end
-
--- A job that holds a slot was charged when it got it and is never charged
--- again: admit it at or after its slot (Remaining is then reported as 0,
--- the buckets are not read), and tell it the rest of its wait when it comes
--- back early.
-local resv = KEYS[L + 1]
-if resv then
-  local v = call('GET', resv)
-  if v then
-    local slot = nil
-    if #v <= 16 and find(v, '^%d+$') then slot = tonumber(v) end
-    if slot == nil then return invalid(E_RESV, L + 1) end
-    if call('PTTL', resv) < 0 then return invalid(E_RESV_TTL, L + 1) end
-    if now >= slot then
-      call('DEL', resv)
-      if owner then
-        call('SET', owner, format('%d', incarnation), 'PX', jobTTL)
+-- Read and check every job's reservation and owner before any write. A job
+-- id given twice in one call shares one entry, so the later job sees what
+-- the earlier one did.
+local jobs, entry = {}, {}
+local needBuckets = false
+for k = 1, M do
+  local rk, ok
+  if keysPerJob >= 1 then rk = KEYS[L + 1 + (k - 1) * keysPerJob] end
+  if keysPerJob == 2 then ok = KEYS[L + 2 + (k - 1) * keysPerJob] end
+  local e = nil
+  if rk then
+    e = entry[rk]
+    if e == nil then
+      e = {resv = rk, owner = ok}
+      local v = call('GET', rk)
+      if v then
+        if #v > 16 or not find(v, '^%d+$') then return invalid(E_RESV, L + 1 + (k - 1) * keysPerJob) end
+        if call('PTTL', rk) < 0 then return invalid(E_RESV_TTL, L + 1 + (k - 1) * keysPerJob) end
+        e.slot = tonumber(v)
       end
-      return {ALLOWED, 0, 0, 1}
+      if ok then
+        v = call('GET', ok)
+        if v then
+          if #v > 10 or not find(v, '^%d+$') then return invalid(E_OWNER, L + 2 + (k - 1) * keysPerJob) end
+          if call('PTTL', ok) < 0 then return invalid(E_OWNER_TTL, L + 2 + (k - 1) * keysPerJob) end
+          e.own = tonumber(v)
+        end
+      end
+      entry[rk] = e
     end
-    return {LIMITED, slot - now, 0, 1}
   end
+  jobs[k] = e
+  if e == nil or e.slot == nil then needBuckets = true end
 end
 
--- Read and check every bucket before any write.
-local ei, ef = {}, {}
-for i = 1, L do
-  local v = call('GET', KEYS[i])
-  if v then
-    local a, f = match(v, '^(%d+):(%d+)$')
-    a, f = tonumber(a), tonumber(f)
-    if a == nil or f == nil or #v > 40 or f >= rate[i] or a > now + MAX_HORIZON + fill[i] then
-      return invalid(E_STATE, i)
+-- Read and check every bucket before any write. Not needed when every job
+-- only comes back for the slot it holds; read at the first job that needs
+-- them (writes all happen at the end, so this is still before any write).
+local ea, ef = nil, nil
+local function loadBuckets()
+  ea, ef = {}, {}
+  for i = 1, L do
+    local v = call('GET', KEYS[i])
+    if v then
+      local a, f = match(v, '^(%d+):(%d+)$')
+      a, f = tonumber(a), tonumber(f)
+      if a == nil or f == nil or #v > 40 or f >= rate[i] or a > now + MAX_HORIZON + fill[i] then
+        return i, E_STATE
+      end
+      if call('PTTL', KEYS[i]) < 0 then
+        return i, E_STATE_TTL
+      end
+      ea[i], ef[i] = a, f
+    else
+      ea[i], ef[i] = 0, 0
     end
-    if call('PTTL', KEYS[i]) < 0 then
-      return invalid(E_STATE_TTL, i)
-    end
-    ei[i], ef[i] = a, f
-  else
-    ei[i], ef[i] = 0, 0
   end
+  return nil
+end
+if needBuckets then
+  local bad, code = loadBuckets()
+  if bad then return invalid(code, bad) end
 end
 
--- remaining returns the whole tokens left in bucket i if it were at (a, f).
-local function remaining(i, a, f)
-  local n = floor(((now - a) * rate[i] - f) / period[i])
-  if n < 0 then return 0 end
-  if n > burst[i] then return burst[i] end
-  return n
-end
-
-local function minRemaining(a, f)
+-- minRemaining is the whole tokens left in the tightest bucket.
+local function minRemaining()
   local m = nil
   for i = 1, L do
-    local n = remaining(i, a[i], f[i])
+    local n = floor(((now - ea[i]) * rate[i] - ef[i]) / period[i])
+    if n < 0 then n = 0 elseif n > burst[i] then n = burst[i] end
     if m == nil or n < m then m = n end
   end
   return m
 end
 
--- Charge the job in every bucket (on paper) and find the longest wait.
-local na, nf = {}, {}
-local wait = 0
-for i = 1, L do
-  local r, p = rate[i], period[i]
-  -- The earliest empty time a full bucket can have: now - burst*period/rate.
-  local bp = burst[i] * p
-  local la, lf = now - floor(bp / r), 0
-  local rem = bp % r
-  if rem > 0 then la, lf = la - 1, r - rem end
-  local a, f = ei[i], ef[i]
-  if a < la or (a == la and f < lf) then a, f = la, lf end
-  -- Move the empty time forward by cost*period/rate.
-  local cp = cost * p
-  a = a + floor(cp / r)
-  f = f + cp % r
-  if f >= r then a, f = a + 1, f - r end
-  na[i], nf[i] = a, f
-  local w = a - now
-  if f > 0 then w = w + 1 end
-  if w > wait then wait = w end
-end
-
-if wait > 0 and (resv == nil or wait > horizon) then
-  -- Nothing is charged. Without a job id there is no slot to hold; past the
-  -- horizon the job is told to come back at the horizon.
-  if resv and horizon > 0 then wait = horizon end
-  return {LIMITED, wait, minRemaining(ei, ef), 0}
-end
-
-for i = 1, L do
-  -- The bucket is full again at its empty time plus its fill time: exactly
-  -- (na + nf/r) - now + burst*period/r µs from now, rounded up.
-  local r = rate[i]
-  local bp = burst[i] * period[i]
-  local whole = (na[i] - now) + floor(bp / r)
-  local frac = nf[i] + bp % r
-  if frac >= r then whole, frac = whole + 1, frac - r end
-  if frac > 0 then whole = whole + 1 end
-  call('SET', KEYS[i], format('%d:%d', na[i], nf[i]), 'PX', ceil(whole / 1000))
-end
-if wait == 0 then
-  if owner and incarnation > 0 then
-    call('SET', owner, format('%d', incarnation), 'PX', jobTTL)
+-- Decide each job in order, in memory.
+local reply = {}
+local charged = false
+for k = 1, M do
+  local e, c = jobs[k], cost[k]
+  local st, a1, a2, a3
+  if e and e.owner and e.own ~= nil and e.own ~= inc[k] then
+    -- Another incarnation of this job already ran: this one must not.
+    st, a1, a2, a3 = DUPLICATE, e.own, 0, 0
+  elseif e and e.slot then
+    -- A job holding a slot was charged when it got it, never again: admit
+    -- it at or after its slot; early, tell it the rest of its wait.
+    if now >= e.slot then
+      e.slot, e.dirty = nil, true
+      if e.owner then e.own = inc[k] end
+      st, a1, a2, a3 = ALLOWED, 0, 0, 1
+    else
+      st, a1, a2, a3 = LIMITED, e.slot - now, 0, 1
+    end
+  else
+    if ea == nil then
+      local bad, code = loadBuckets()
+      if bad then return invalid(code, bad) end
+    end
+    -- Charge the job in every bucket (on paper) and find the longest wait.
+    local na, nf = {}, {}
+    local wait = 0
+    for i = 1, L do
+      local r, p = rate[i], period[i]
+      -- The earliest empty time a full bucket can have: now - burst*period/rate.
+      local bp = burst[i] * p
+      local la, lf = now - floor(bp / r), 0
+      local rem = bp % r
+      if rem > 0 then la, lf = la - 1, r - rem end
+      local a, f = ea[i], ef[i]
+      if a < la or (a == la and f < lf) then a, f = la, lf end
+      -- Move the empty time forward by cost*period/rate.
+      local cp = c * p
+      a = a + floor(cp / r)
+      f = f + cp % r
+      if f >= r then a, f = a + 1, f - r end
+      na[i], nf[i] = a, f
+      local w = a - now
+      if f > 0 then w = w + 1 end
+      if w > wait then wait = w end
+    end
+    if wait > 0 and (e == nil or wait > horizon) then
+      -- Nothing is charged. Without a job id there is no slot to hold;
+      -- past the horizon the job is told to come back at the horizon.
+      if e and horizon > 0 then wait = horizon end
+      st, a1, a2, a3 = LIMITED, wait, minRemaining(), 0
+    else
+      ea, ef, charged = na, nf, true
+      if wait == 0 then
+        if e and e.owner and inc[k] > 0 then e.own, e.dirty = inc[k], true end
+        st, a1, a2, a3 = ALLOWED, 0, minRemaining(), 0
+      else
+        e.slot, e.dirty = now + wait, true
+        st, a1, a2, a3 = LIMITED, wait, 0, 1
+      end
+    end
   end
-  return {ALLOWED, 0, minRemaining(na, nf), 0}
+  reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = st, a1, a2, a3
 end
-call('SET', resv, format('%d', now + wait), 'PX', jobTTL)
-return {LIMITED, wait, 0, 1}
+
+-- Write what changed.
+if charged then
+  for i = 1, L do
+    -- The bucket is full again at its empty time plus its fill time:
+    -- exactly (ea + ef/r) - now + burst*period/r µs from now, rounded up.
+    local r = rate[i]
+    local bp = burst[i] * period[i]
+    local whole = (ea[i] - now) + floor(bp / r)
+    local frac = ef[i] + bp % r
+    if frac >= r then whole, frac = whole + 1, frac - r end
+    if frac > 0 then whole = whole + 1 end
+    call('SET', KEYS[i], format('%d:%d', ea[i], ef[i]), 'PX', ceil(whole / 1000))
+  end
+end
+for _, e in pairs(entry) do
+  if e.dirty then
+    if e.slot then
+      call('SET', e.resv, format('%d', e.slot), 'PX', jobTTL)
+    else
+      call('DEL', e.resv)
+    end
+    if e.owner and e.own ~= nil then
+      call('SET', e.owner, format('%d', e.own), 'PX', jobTTL)
+    end
+  end
+end
+return reply

@@ -1,0 +1,494 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestFairDeferrerMovesLongWaits(t *testing.T) {
+	tests := []struct {
+		name string
+		wait time.Duration
+		want bool
+	}{
+		{name: "no wait", wait: 0, want: false},
+		{name: "short", wait: 10 * time.Millisecond, want: false},
+		{name: "just below MoveAfter", wait: 2*time.Second - time.Nanosecond, want: false},
+		{name: "MoveAfter", wait: 2 * time.Second, want: true},
+		{name: "above MoveAfter", wait: time.Hour, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &FairDeferrer{MoveAfter: 2 * time.Second, TenantShare: 100}
+			if got := f.shouldMove("acme", tt.wait); got != tt.want {
+				t.Fatalf("shouldMove(%s) = %v, want %v", tt.wait, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFairDeferrerMovesDoNotTakeShare(t *testing.T) {
+	f := &FairDeferrer{MoveAfter: time.Second, TenantShare: 1}
+	for i := range 10 {
+		if !f.shouldMove("acme", time.Minute) {
+			t.Fatalf("long wait %d: shouldMove = false, want true", i)
+		}
+	}
+	if f.shouldMove("acme", time.Millisecond*500) {
+		t.Fatal("short wait after moves: shouldMove = true, want false: moves must not book the NAK share")
+	}
+}
+
+func TestFairDeferrerTenantShare(t *testing.T) {
+	const share = 3
+	f := &FairDeferrer{MoveAfter: time.Hour, TenantShare: share}
+	for i := range share {
+		if f.shouldMove("noisy", time.Minute) {
+			t.Fatalf("noisy job %d of its share %d: shouldMove = true, want false", i+1, share)
+		}
+	}
+	for i := range 3 {
+		if !f.shouldMove("noisy", time.Minute) {
+			t.Fatalf("noisy job %d past its share: shouldMove = false, want true", i+1)
+		}
+	}
+	// Another tenant has a share of its own.
+	for i := range share {
+		if f.shouldMove("quiet", time.Minute) {
+			t.Fatalf("quiet job %d of its share %d: shouldMove = true, want false", i+1, share)
+		}
+	}
+	if !f.shouldMove("quiet", time.Minute) {
+		t.Fatal("quiet job past its share: shouldMove = false, want true")
+	}
+	// A wait at or above MoveAfter still moves.
+	if !f.shouldMove("third", time.Hour) {
+		t.Fatal("long wait: shouldMove = false, want true")
+	}
+}
+
+func TestFairDeferrerShareFreesAfterWait(t *testing.T) {
+	const wait = 20 * time.Millisecond
+	f := &FairDeferrer{MoveAfter: time.Hour, TenantShare: 2}
+	start := time.Now()
+	for i := range 2 {
+		if f.shouldMove("acme", wait) {
+			t.Fatalf("job %d: shouldMove = true, want false", i+1)
+		}
+	}
+	if !f.shouldMove("acme", wait) {
+		t.Fatal("job past the share: shouldMove = false, want true")
+	}
+	pollUntilDeadline(t, 5*time.Second, "acme to NAK again", func() bool {
+		return !f.shouldMove("acme", wait)
+	})
+	if waited := time.Since(start); waited < wait {
+		t.Fatalf("share freed after %s, before the booked wait %s passed", waited, wait)
+	}
+}
+
+func TestFairDeferrerDefaults(t *testing.T) {
+	f := &FairDeferrer{}
+	if !f.shouldMove("a", 5*time.Second) {
+		t.Fatal("default MoveAfter: shouldMove(5s) = false, want true")
+	}
+	if f.shouldMove("a", 5*time.Second-time.Nanosecond) {
+		t.Fatal("default MoveAfter: shouldMove(5s-1ns) = true, want false")
+	}
+	for i := range 50 {
+		if f.shouldMove("b", time.Second) {
+			t.Fatalf("default TenantShare: job %d: shouldMove = true, want false", i+1)
+		}
+	}
+	if !f.shouldMove("b", time.Second) {
+		t.Fatal("default TenantShare: job 51: shouldMove = false, want true")
+	}
+}
+
+// TestFairDeferrerConcurrentShare runs shouldMove from many goroutines:
+// exactly TenantShare of them may NAK (run with -race).
+func TestFairDeferrerConcurrentShare(t *testing.T) {
+	const share, callers = 10, 200
+	f := &FairDeferrer{MoveAfter: time.Hour, TenantShare: share}
+	var naks atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			if !f.shouldMove("acme", time.Minute) {
+				naks.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := naks.Load(); got != share {
+		t.Fatalf("%d concurrent callers NAK'd %d jobs, want TenantShare = %d", callers, got, share)
+	}
+}
+
+// TestFairDeferrerForgetsIdleTenants checks that tenants with nothing
+// waiting do not pile up in memory once more than 1024 are known.
+func TestFairDeferrerForgetsIdleTenants(t *testing.T) {
+	f := &FairDeferrer{MoveAfter: 2 * time.Hour, TenantShare: 1}
+	const idle = 1100
+	for i := range idle {
+		if f.shouldMove("idle-"+strconv.Itoa(i), time.Millisecond) {
+			t.Fatalf("idle tenant %d: shouldMove = true, want false", i)
+		}
+	}
+	fresh := 0
+	pollUntilDeadline(t, 5*time.Second, "idle tenants to be forgotten", func() bool {
+		fresh++
+		f.shouldMove("fresh-"+strconv.Itoa(fresh), time.Hour)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.waiting) == fresh
+	})
+}
+
+func TestFairDeferrerDeferRoutes(t *testing.T) {
+	move := &recordingDeferrer{mark: func(d *Deferral) { d.Moved = true }}
+	f := &FairDeferrer{Move: move, MoveAfter: time.Second, TenantShare: 1}
+	msgs := make([]*deferTestMsg, 5)
+	ds := make([]Deferral, 5)
+	for i, spec := range []struct {
+		tenant string
+		wait   time.Duration
+	}{
+		{"a", 100 * time.Millisecond}, // NAK: a's share
+		{"a", 200 * time.Millisecond}, // move: a's share is taken
+		{"b", 2 * time.Second},        // move: long wait
+		{"b", 300 * time.Millisecond}, // NAK: b's share
+		{"c", time.Second},            // move: exactly MoveAfter
+	} {
+		msgs[i] = &deferTestMsg{subject: "jobs." + spec.tenant}
+		ds[i] = Deferral{Msg: msgs[i], Job: Job{ID: "JOBS:" + strconv.Itoa(i), Tenant: spec.tenant}, Wait: spec.wait}
+	}
+	f.Defer(context.Background(), ds)
+
+	wantMoved := []bool{false, true, true, false, true}
+	for i := range ds {
+		if ds[i].Moved != wantMoved[i] {
+			t.Fatalf("deferral %d: Moved = %v, want %v", i, ds[i].Moved, wantMoved[i])
+		}
+		if ds[i].Err != nil {
+			t.Fatalf("deferral %d: Err = %v", i, ds[i].Err)
+		}
+		var wantNaks []time.Duration
+		if !wantMoved[i] {
+			wantNaks = []time.Duration{nakDelay(ds[i].Wait)}
+		}
+		if !reflect.DeepEqual(msgs[i].naks, wantNaks) {
+			t.Fatalf("deferral %d: NakWithDelay calls %v, want %v", i, msgs[i].naks, wantNaks)
+		}
+	}
+	if want := []string{"JOBS:1", "JOBS:2", "JOBS:4"}; !reflect.DeepEqual(move.ids, want) {
+		t.Fatalf("Move got jobs %v, want %v in order", move.ids, want)
+	}
+}
+
+func TestFairDeferrerDeferKeepsErrors(t *testing.T) {
+	boom := errors.New("boom")
+	move := &recordingDeferrer{mark: func(d *Deferral) { d.Err = boom }}
+	nakErr := errors.New("nak failed")
+	f := &FairDeferrer{Move: move, MoveAfter: time.Second}
+	ds := []Deferral{
+		{Msg: &deferTestMsg{nakErr: nakErr}, Job: Job{ID: "JOBS:1", Tenant: "a"}, Wait: time.Millisecond},
+		{Msg: &deferTestMsg{}, Job: Job{ID: "JOBS:2", Tenant: "a"}, Wait: time.Minute},
+	}
+	f.Defer(context.Background(), ds)
+	if !errors.Is(ds[0].Err, nakErr) {
+		t.Fatalf("NAK'd deferral: Err = %v, want %v", ds[0].Err, nakErr)
+	}
+	if !errors.Is(ds[1].Err, boom) {
+		t.Fatalf("moved deferral: Err = %v, want %v", ds[1].Err, boom)
+	}
+}
+
+func TestRenderSubject(t *testing.T) {
+	tests := []struct {
+		template, tenant, want, pattern string
+	}{
+		{template: "dlq.{tenant}", tenant: "acme", want: "dlq.acme", pattern: "dlq.*"},
+		{template: "{tenant}.out", tenant: "acme", want: "acme.out", pattern: "*.out"},
+		{template: "a.{tenant}.b.{tenant}", tenant: "x", want: "a.x.b.x", pattern: "a.*.b.*"},
+		{template: "done.all", tenant: "acme", want: "done.all", pattern: "done.all"},
+		{template: "dlq.{tenant}", tenant: InvalidTenant, want: "dlq._invalid", pattern: "dlq.*"},
+		{template: "dlq.{Tenant}", tenant: "acme", want: "dlq.{Tenant}", pattern: "dlq.{Tenant}"},
+	}
+	for _, tt := range tests {
+		if got := RenderSubject(tt.template, tt.tenant); got != tt.want {
+			t.Fatalf("RenderSubject(%q, %q) = %q, want %q", tt.template, tt.tenant, got, tt.want)
+		}
+		if got := SubjectPattern(tt.template); got != tt.pattern {
+			t.Fatalf("SubjectPattern(%q) = %q, want %q", tt.template, got, tt.pattern)
+		}
+	}
+}
+
+func TestCopyHeaders(t *testing.T) {
+	tests := []struct {
+		name     string
+		dst, src nats.Header
+		want     nats.Header
+	}{
+		{
+			name: "drops Nats headers, keeps the rest with every value",
+			dst:  nats.Header{},
+			src: nats.Header{
+				jetstream.MsgIDHeader:           {"orig"},
+				jetstream.ExpectedStreamHeader:  {"JOBS"},
+				jetstream.ExpectedLastSeqHeader: {"7"},
+				jetstream.MsgTTLHeader:          {"1m"},
+				jetstream.ScheduleHeader:        {"@at 2025-01-01T00:00:00Z"},
+				jetstream.ScheduleTargetHeader:  {"jobs.a"},
+				"Job-Cost":                      {"3"},
+				"X-Multi":                       {"1", "2", "3"},
+				"X-Nats-Lookalike":              {"kept"},
+				"Natsy":                         {"kept"},
+				HeaderJobID:                     {"JOBS:1"},
+			},
+			want: nats.Header{
+				"Job-Cost":         {"3"},
+				"X-Multi":          {"1", "2", "3"},
+				"X-Nats-Lookalike": {"kept"},
+				"Natsy":            {"kept"},
+				HeaderJobID:        {"JOBS:1"},
+			},
+		},
+		{
+			name: "adds to what dst holds",
+			dst:  nats.Header{"X-A": {"0"}, "X-B": {"b"}},
+			src:  nats.Header{"X-A": {"1", "2"}},
+			want: nats.Header{"X-A": {"0", "1", "2"}, "X-B": {"b"}},
+		},
+		{
+			name: "nil src",
+			dst:  nats.Header{"X-A": {"0"}},
+			src:  nil,
+			want: nats.Header{"X-A": {"0"}},
+		},
+		{
+			name: "only Nats headers",
+			dst:  nats.Header{},
+			src:  nats.Header{jetstream.MsgIDHeader: {"x"}},
+			want: nats.Header{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			copyHeaders(tt.dst, tt.src)
+			if !reflect.DeepEqual(tt.dst, tt.want) {
+				t.Fatalf("copyHeaders: got %v, want %v", tt.dst, tt.want)
+			}
+		})
+	}
+}
+
+func TestCopyHeadersDoesNotAlias(t *testing.T) {
+	src := nats.Header{"X-A": {"1", "2"}}
+	dst := nats.Header{}
+	copyHeaders(dst, src)
+	src["X-A"][0] = "changed"
+	src.Add("X-A", "3")
+	if want := []string{"1", "2"}; !reflect.DeepEqual(dst["X-A"], want) {
+		t.Fatalf("dst changed with src: %v, want %v", dst["X-A"], want)
+	}
+}
+
+func TestScheduleDeferrerCopyOf(t *testing.T) {
+	published := time.Date(2025, 1, 2, 3, 4, 5, 123456789, time.FixedZone("+02:00", 2*3600))
+	now := time.Date(2025, 6, 1, 12, 0, 0, 250_000_000, time.UTC)
+	tests := []struct {
+		name    string
+		subject string
+		header  nats.Header
+		job     Job
+		now     time.Time
+		wait    time.Duration
+		want    nats.Header // headers besides the source's non-Nats ones
+	}{
+		{
+			name:    "first move",
+			subject: "jobs.acme.send",
+			header: nats.Header{
+				jetstream.MsgIDHeader:          {"orig-1"},
+				jetstream.ExpectedStreamHeader: {"JOBS"},
+				"Job-Cost":                     {"3"},
+				"X-Multi":                      {"a", "b"},
+			},
+			job:  Job{ID: "JOBS:7", Subject: "jobs.acme.send", Tenant: "acme", Published: published},
+			now:  now,
+			wait: 1500*time.Millisecond + 3*time.Microsecond,
+			want: nats.Header{
+				"Job-Cost":                     {"3"},
+				"X-Multi":                      {"a", "b"},
+				HeaderJobID:                    {"JOBS:7"},
+				HeaderSubject:                  {"jobs.acme.send"},
+				HeaderDeferrals:                {"1"},
+				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
+				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 1, 750_003_000, time.UTC).UnixMicro(), 10)},
+				jetstream.MsgIDHeader:          {"sched:JOBS:7:1"},
+				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:02Z"},
+				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
+			},
+		},
+		{
+			// A fired copy comes back on the job's subject carrying the
+			// previous move's headers; the new copy replaces them.
+			name:    "second move of a fired copy",
+			subject: "jobs.acme.send",
+			header: nats.Header{
+				HeaderJobID:                    {"JOBS:7"},
+				HeaderSubject:                  {"jobs.acme.send"},
+				HeaderDeferrals:                {"1"},
+				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
+				HeaderSlot:                     {"1"},
+				jetstream.MsgIDHeader:          {"sched:JOBS:7:1"},
+				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:02Z"},
+				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
+				"Nats-Scheduler":               {"sched.JOBS_7"},
+			},
+			job:  Job{ID: "JOBS:7", Subject: "jobs.acme.send", Tenant: "acme", Deferrals: 1, Published: published},
+			now:  now.Add(time.Minute),
+			wait: 2 * time.Second,
+			want: nats.Header{
+				HeaderJobID:                    {"JOBS:7"},
+				HeaderSubject:                  {"jobs.acme.send"},
+				HeaderDeferrals:                {"2"},
+				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
+				HeaderSlot:                     {strconv.FormatInt(now.Add(time.Minute+2*time.Second).UnixMicro(), 10)},
+				jetstream.MsgIDHeader:          {"sched:JOBS:7:2"},
+				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:01:03Z"},
+				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
+			},
+		},
+		{
+			name:    "whole-second slot in another zone",
+			subject: "jobs.b.x",
+			job: Job{ID: "JOBS:9", Subject: "jobs.b.x", Tenant: "b", Deferrals: 4,
+				Published: time.Date(2025, 6, 1, 11, 0, 0, 0, time.UTC)},
+			now:  time.Date(2025, 6, 1, 14, 0, 0, 0, time.FixedZone("+02:00", 2*3600)),
+			wait: 3 * time.Second,
+			want: nats.Header{
+				HeaderJobID:                    {"JOBS:9"},
+				HeaderSubject:                  {"jobs.b.x"},
+				HeaderDeferrals:                {"5"},
+				HeaderPublished:                {"2025-06-01T11:00:00Z"},
+				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 3, 0, time.UTC).UnixMicro(), 10)},
+				jetstream.MsgIDHeader:          {"sched:JOBS:9:5"},
+				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:03Z"},
+				jetstream.ScheduleTargetHeader: {"jobs.b.x"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var subjectOf []Job
+			d := ScheduleDeferrer{Subject: func(job Job) string {
+				subjectOf = append(subjectOf, job)
+				return "sched." + strings.ReplaceAll(job.ID, ":", "_")
+			}}
+			src := &deferTestMsg{subject: tt.subject, data: []byte("payload"), header: cloneHeader(tt.header)}
+			out := d.copyOf(Deferral{Msg: src, Job: tt.job, Wait: tt.wait}, tt.now)
+
+			if want := "sched." + strings.ReplaceAll(tt.job.ID, ":", "_"); out.Subject != want {
+				t.Fatalf("Subject = %q, want %q", out.Subject, want)
+			}
+			if len(subjectOf) != 1 || !reflect.DeepEqual(subjectOf[0], tt.job) {
+				t.Fatalf("Subject func called with %+v, want once with the job", subjectOf)
+			}
+			if string(out.Data) != "payload" {
+				t.Fatalf("Data = %q, want %q", out.Data, "payload")
+			}
+			if !reflect.DeepEqual(out.Header, tt.want) {
+				t.Fatalf("headers:\n got %v\nwant %v", out.Header, tt.want)
+			}
+			if !reflect.DeepEqual(src.header, tt.header) {
+				t.Fatalf("copyOf changed the source headers: %v, was %v", src.header, tt.header)
+			}
+			if _, err := time.Parse(time.RFC3339Nano, out.Header.Get(HeaderPublished)); err != nil {
+				t.Fatalf("%s does not parse back: %v", HeaderPublished, err)
+			}
+		})
+	}
+}
+
+// recordingDeferrer is a Deferrer that records the jobs it gets, in order,
+// and applies mark to each.
+type recordingDeferrer struct {
+	mark func(*Deferral)
+	ids  []string
+}
+
+func (r *recordingDeferrer) Defer(_ context.Context, ds []Deferral) {
+	for i := range ds {
+		r.ids = append(r.ids, ds[i].Job.ID)
+		r.mark(&ds[i])
+	}
+}
+
+// deferTestMsg is a jetstream.Msg with a subject, data and headers that
+// records NakWithDelay. It stands in for a delivered message where only
+// those matter; it says nothing about how NATS behaves.
+type deferTestMsg struct {
+	subject string
+	data    []byte
+	header  nats.Header
+	nakErr  error
+	naks    []time.Duration
+}
+
+var _ jetstream.Msg = (*deferTestMsg)(nil)
+
+func (m *deferTestMsg) Metadata() (*jetstream.MsgMetadata, error) { return nil, nil }
+func (m *deferTestMsg) Data() []byte                              { return m.data }
+func (m *deferTestMsg) Headers() nats.Header                      { return m.header }
+func (m *deferTestMsg) Subject() string                           { return m.subject }
+func (m *deferTestMsg) Reply() string                             { return "" }
+func (m *deferTestMsg) Ack() error                                { return nil }
+func (m *deferTestMsg) DoubleAck(context.Context) error           { return nil }
+func (m *deferTestMsg) Nak() error                                { return nil }
+func (m *deferTestMsg) InProgress() error                         { return nil }
+func (m *deferTestMsg) Term() error                               { return nil }
+func (m *deferTestMsg) TermWithReason(string) error               { return nil }
+func (m *deferTestMsg) NakWithDelay(d time.Duration) error {
+	m.naks = append(m.naks, d)
+	return m.nakErr
+}
+
+// cloneHeader deep-copies h, keeping nil as nil.
+func cloneHeader(h nats.Header) nats.Header {
+	if h == nil {
+		return nil
+	}
+	out := make(nats.Header, len(h))
+	for k, vs := range h {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}
+
+// pollUntilDeadline calls cond every millisecond until it returns true, and
+// fails t if it has not within timeout.
+func pollUntilDeadline(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}

@@ -1,0 +1,72 @@
+package consumer_test
+
+import (
+	"context"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/throttle"
+)
+
+// This example embeds the worker in a program of your own: it throttles jobs
+// published to jobs.<tenant>.… to 100/s per tenant (bursts of 200) and runs
+// each admitted job through sendMail, until SIGINT or SIGTERM. It needs a
+// Redis and a NATS server with JetStream, so it is compiled but not run.
+func Example() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Drain()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	limiter, err := throttle.New(rdb, throttle.Options{
+		Rules:   throttle.Rules{Default: throttle.Limits{throttle.PerSecond(100, 200)}},
+		Horizon: 10 * time.Minute,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := consumer.EnsureStream(ctx, js, consumer.StreamSpec{Name: "JOBS", Subjects: []string{"jobs.>"}}); err != nil {
+		log.Fatal(err)
+	}
+	cons, err := consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{Stream: "JOBS", Name: "mailer",
+		FilterSubjects: []string{"jobs.>"}, MaxAckPending: 1000, AckWait: 30 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	failures, err := throttle.NewFailureCounter(rdb, "", 24*time.Hour)
+	if err != nil {
+		log.Fatal(err)
+	}
+	w, err := consumer.New(consumer.Params{JetStream: js, Consumer: cons, Decider: limiter, Failures: failures,
+		Handler: func(ctx context.Context, job consumer.Job) error { return sendMail(ctx, job.Tenant, job.Data) }})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Run returns once ctx is cancelled and the shutdown is done.
+	if err := w.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// sendMail stands in for the application's work.
+func sendMail(ctx context.Context, tenant string, body []byte) error {
+	return ctx.Err()
+}

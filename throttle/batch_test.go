@@ -1,0 +1,75 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// TestBatchMatchesSequential checks the multi-job form of the script: a
+// batch in which many jobs of one tenant share a call must decide exactly
+// what the same requests decide one call at a time, in order. Two limiters
+// with their own key prefixes replay the same random rounds; each round is
+// a batch at one instant of new jobs, jobs coming back for their slots
+// (early or on time), copies of moved jobs (other incarnations), the same
+// job twice in one batch, and jobs without ids.
+func TestBatchMatchesSequential(t *testing.T) {
+	for _, owner := range []bool{false, true} {
+		t.Run(fmt.Sprintf("owner=%v", owner), func(t *testing.T) {
+			e := setup(t)
+			limits := throttle.Limits{throttle.PerSecond(20, 4), throttle.PerMinute(300, 40)}
+			batched := newLimiter(t, e.rdb, e.prefix+"b", 3*time.Second, limits)
+			single := newLimiter(t, e.rdb, e.prefix+"s", 3*time.Second, limits)
+			seed := uint64(time.Now().UnixNano())
+			t.Logf("seed %d", seed)
+			rng := rand.New(rand.NewPCG(seed, 7))
+			now := t0
+			next := 0
+			var known []string // job ids handed out so far
+			grouped := 0
+			for round := range 60 {
+				now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
+				var reqs []throttle.Request
+				for range 1 + rng.IntN(40) {
+					req := throttle.Request{Tenant: fmt.Sprintf("t%d", rng.IntN(3)), Cost: int64(1 + rng.IntN(3)), At: now, TrackOwner: owner}
+					switch r := rng.IntN(10); {
+					case r < 5 || len(known) == 0:
+						req.JobID = fmt.Sprintf("j%d", next)
+						known = append(known, req.JobID)
+						next++
+					case r < 9:
+						req.JobID = known[rng.IntN(len(known))]
+						if owner {
+							req.Incarnation = int64(rng.IntN(2))
+						}
+					default:
+						req.TrackOwner = false // no id, no slot
+					}
+					// A job id belongs to one tenant.
+					if req.JobID != "" {
+						var n int
+						fmt.Sscanf(req.JobID, "j%d", &n)
+						req.Tenant = fmt.Sprintf("t%d", n%3)
+					}
+					reqs = append(reqs, req)
+				}
+				got := batched.DecideBatch(context.Background(), reqs)
+				for i, req := range reqs {
+					want, werr := single.Decide(context.Background(), req)
+					if (werr != nil) != (got[i].Err != nil) || want != got[i].Decision {
+						t.Fatalf("round %d, request %d %+v: batch gave %+v (err %v), one at a time %+v (err %v)",
+							round, i, req, got[i].Decision, got[i].Err, want, werr)
+					}
+				}
+				grouped += len(reqs)
+			}
+			if grouped < 500 {
+				t.Fatalf("only %d requests compared", grouped)
+			}
+		})
+	}
+}
