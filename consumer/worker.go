@@ -224,7 +224,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Deferring runs in a goroutine of its own, one batch after the other,
 	// so moving one group's jobs overlaps with deciding the next while the
 	// copies are still stored in slot order.
-	batches := make(chan deferBatch, 2)
+	batches := make(chan deferBatch, 4)
 	moverDone := make(chan struct{})
 	go func() { defer close(moverDone); w.deferLoop(workCtx, batches) }()
 
@@ -417,10 +417,26 @@ type deferBatch struct {
 // frees the batch's credits.
 func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 	for b := range batches {
-		if len(b.deferrals) > 0 {
-			w.deferrer.Defer(ctx, b.deferrals)
+		// Take every batch already waiting too: one Defer call for all of
+		// them keeps more copies in flight per round trip.
+		credits, ds := b.credits, b.deferrals
+	more:
+		for {
+			select {
+			case nb, ok := <-batches:
+				if !ok {
+					break more
+				}
+				credits += nb.credits
+				ds = append(ds, nb.deferrals...)
+			default:
+				break more
+			}
 		}
-		for _, d := range b.deferrals {
+		if len(ds) > 0 {
+			w.deferrer.Defer(ctx, ds)
+		}
+		for _, d := range ds {
 			if d.Moved {
 				w.stats.add(d.Job.Tenant, func(s *TenantStats) { s.Moved++ })
 			}
@@ -428,7 +444,7 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 				w.log.Warn("deferring a job", "tenant", d.Job.Tenant, "job", d.Job.ID, "err", d.Err)
 			}
 		}
-		w.releaseCredits(b.credits)
+		w.releaseCredits(credits)
 	}
 }
 
