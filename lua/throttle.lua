@@ -192,7 +192,7 @@ end
 -- Read and check every job's reservation and owner before any write. A job
 -- id given twice in one call shares one entry, so the later job sees what
 -- the earlier one did.
-local jobs, entry = {}, {}
+local jobs, entry, entries = {}, {}, {}
 local needBuckets = false
 for k = 1, M do
   local rk, ok
@@ -218,6 +218,7 @@ for k = 1, M do
         end
       end
       entry[rk] = e
+      entries[#entries + 1] = e
     end
   end
   jobs[k] = e
@@ -265,7 +266,7 @@ local function minRemaining()
 end
 
 -- Decide each job in order, in memory.
-local reply = {}
+local reply, n = {}, 0
 local charged = false
 for k = 1, M do
   local e, c = jobs[k], cost[k]
@@ -289,9 +290,8 @@ for k = 1, M do
       if bad then return invalid(code, bad) end
     end
     -- Charge the job in every bucket (on paper) and find the longest wait.
-    local na, nf = {}, {}
-    local wait = 0
-    for i = 1, L do
+    -- charge(i) is bucket i's empty time after the charge, (a, f).
+    local function charge(i)
       local r, p = rate[i], period[i]
       -- The earliest empty time a full bucket can have: now - burst*period/rate.
       local bp = burst[i] * p
@@ -305,7 +305,11 @@ for k = 1, M do
       a = a + floor(cp / r)
       f = f + cp % r
       if f >= r then a, f = a + 1, f - r end
-      na[i], nf[i] = a, f
+      return a, f
+    end
+    local wait = 0
+    for i = 1, L do
+      local a, f = charge(i)
       local w = a - now
       if f > 0 then w = w + 1 end
       if w > wait then wait = w end
@@ -316,7 +320,10 @@ for k = 1, M do
       if e and horizon > 0 then wait = horizon end
       st, a1, a2, a3 = LIMITED, wait, minRemaining(), 0
     else
-      ea, ef, charged = na, nf, true
+      for i = 1, L do
+        ea[i], ef[i] = charge(i)
+      end
+      charged = true
       if wait == 0 then
         if e and e.owner and inc[k] > 0 then e.own, e.dirty = inc[k], true end
         st, a1, a2, a3 = ALLOWED, 0, minRemaining(), 0
@@ -326,7 +333,8 @@ for k = 1, M do
       end
     end
   end
-  reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = st, a1, a2, a3
+  reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
+  n = n + 4
 end
 
 -- Write what changed.
@@ -343,7 +351,8 @@ if charged then
     call('SET', KEYS[i], format('%d:%d', ea[i], ef[i]), 'PX', ceil(whole / 1000))
   end
 end
-for _, e in pairs(entry) do
+for x = 1, #entries do
+  local e = entries[x]
   if e.dirty then
     if e.slot then
       call('SET', e.resv, format('%d', e.slot), 'PX', jobTTL)
