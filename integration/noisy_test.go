@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
@@ -54,6 +56,7 @@ type tenantReport struct {
 type noisyReport struct {
 	a, b             tenantReport
 	maxAckPending    int // largest num_ack_pending sampled every 100 ms
+	scriptCalls      int // EVALSHA + EVAL calls Redis served: one per tenant per pulled batch
 	effectiveDefer   string
 	ackPendingLimit  int
 	runFor, drainFor time.Duration
@@ -198,8 +201,9 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 	stopSampling()
 	<-sampled
 	stopWorkers()
+	scriptCalls := evalCalls(tb, rs.Client(tb))
 
-	rep := noisyReport{maxAckPending: int(maxPending.Load()), ackPendingLimit: sc.maxAckPending, runFor: runFor}
+	rep := noisyReport{maxAckPending: int(maxPending.Load()), ackPendingLimit: sc.maxAckPending, runFor: runFor, scriptCalls: scriptCalls}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	rep.b.published = bPublished
@@ -323,6 +327,27 @@ func pendingJobs(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int 
 	return n
 }
 
+// evalCalls is how many EVALSHA and EVAL calls Redis has served.
+func evalCalls(tb testing.TB, rdb *redis.Client) int {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatalf("INFO commandstats: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				if i := strings.IndexByte(rest, ','); i > 0 {
+					c, _ := strconv.Atoi(rest[:i])
+					n += c
+				}
+			}
+		}
+	}
+	return n
+}
+
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
@@ -342,7 +367,8 @@ func (r noisyReport) String() string {
 			name, t.published, t.admitted, t.ranTwice, t.p50.Round(time.Millisecond), t.p99.Round(time.Millisecond), t.max.Round(time.Millisecond),
 			t.rate, t.deliveries, t.redisPerJob, t.moved, t.pendingAtEnd)
 	}
-	return fmt.Sprintf("%s\n%s\nmax num_ack_pending %d of %d", row("A", r.a), row("B", r.b), r.maxAckPending, r.ackPendingLimit)
+	return fmt.Sprintf("%s\n%s\nmax num_ack_pending %d of %d; %d script calls to Redis for %d decisions",
+		row("A", r.a), row("B", r.b), r.maxAckPending, r.ackPendingLimit, r.scriptCalls, r.a.decisions+r.b.decisions)
 }
 
 // TestNoisyNeighbourSmall is the noisy-neighbour scenario at a small scale,

@@ -168,6 +168,28 @@ func BenchmarkDecide(b *testing.B) {
 		})
 		checkFailures(b, &failed, &limited, &firstErr)
 	})
+	b.Run("batch-64-by-8-tenants", func(b *testing.B) {
+		// One op is one DecideBatch of benchBatch jobs (with job ids) of 8
+		// tenants, 8 jobs each: one script call per tenant, as a worker's
+		// pulled batch of a busy stream looks.
+		var next atomic.Int64
+		measure(b, rdb, func() int {
+			parallel64(b, func(pb *testing.PB) {
+				reqs := make([]throttle.Request, benchBatch)
+				for pb.Next() {
+					first := int(next.Add(benchBatch))
+					for k := range reqs {
+						reqs[k] = throttle.Request{Tenant: benchTenant(first/benchBatch*8 + k/8), JobID: "j" + strconv.Itoa(first+k)}
+					}
+					for _, r := range l.DecideBatch(ctx, reqs) {
+						record(r.Decision, r.Err)
+					}
+				}
+			})
+			return b.N * benchBatch
+		})
+		checkFailures(b, &failed, &limited, &firstErr)
+	})
 }
 
 func BenchmarkRedisRate(b *testing.B) {
