@@ -148,8 +148,9 @@ func BenchmarkDecide(b *testing.B) {
 		})
 		checkFailures(b, &failed, &limited, &firstErr)
 	})
-	b.Run("batch-64", func(b *testing.B) {
-		// One op is one DecideBatch of benchBatch requests.
+	// batch runs one op as one DecideBatch of benchBatch requests made by
+	// req from the index of a request among all requests.
+	batch := func(b *testing.B, req func(n int) throttle.Request) {
 		var next atomic.Int64
 		measure(b, rdb, func() int {
 			parallel64(b, func(pb *testing.PB) {
@@ -157,7 +158,7 @@ func BenchmarkDecide(b *testing.B) {
 				for pb.Next() {
 					first := int(next.Add(benchBatch))
 					for k := range reqs {
-						reqs[k] = throttle.Request{Tenant: benchTenant(first + k)}
+						reqs[k] = req(first + k)
 					}
 					for _, r := range l.DecideBatch(ctx, reqs) {
 						record(r.Decision, r.Err)
@@ -167,28 +168,17 @@ func BenchmarkDecide(b *testing.B) {
 			return b.N * benchBatch
 		})
 		checkFailures(b, &failed, &limited, &firstErr)
+	}
+	b.Run("batch-64", func(b *testing.B) {
+		// Every request another tenant: one script call each.
+		batch(b, func(n int) throttle.Request { return throttle.Request{Tenant: benchTenant(n)} })
 	})
 	b.Run("batch-64-by-8-tenants", func(b *testing.B) {
-		// One op is one DecideBatch of benchBatch jobs (with job ids) of 8
-		// tenants, 8 jobs each: one script call per tenant, as a worker's
-		// pulled batch of a busy stream looks.
-		var next atomic.Int64
-		measure(b, rdb, func() int {
-			parallel64(b, func(pb *testing.PB) {
-				reqs := make([]throttle.Request, benchBatch)
-				for pb.Next() {
-					first := int(next.Add(benchBatch))
-					for k := range reqs {
-						reqs[k] = throttle.Request{Tenant: benchTenant(first/benchBatch*8 + k/8), JobID: "j" + strconv.Itoa(first+k)}
-					}
-					for _, r := range l.DecideBatch(ctx, reqs) {
-						record(r.Decision, r.Err)
-					}
-				}
-			})
-			return b.N * benchBatch
+		// Jobs (with ids) of 8 tenants, 8 each: one script call per tenant,
+		// as a worker's pulled batch of a busy stream looks.
+		batch(b, func(n int) throttle.Request {
+			return throttle.Request{Tenant: benchTenant(n / 8), JobID: "j" + strconv.Itoa(n)}
 		})
-		checkFailures(b, &failed, &limited, &firstErr)
 	})
 }
 
