@@ -174,6 +174,7 @@ type FairDeferrer struct {
 
 	mu      sync.Mutex
 	waiting map[string]*expiries
+	pruned  time.Time // when prune last ran
 }
 
 // Defer implements Deferrer.
@@ -239,14 +240,16 @@ func (f *FairDeferrer) shouldMove(tenant string, wait time.Duration) bool {
 		return true
 	}
 	heap.Push(e, now.Add(wait))
-	if e.Len() == 1 && len(f.waiting) > 1024 {
+	if len(f.waiting) > 1024 && now.Sub(f.pruned) > time.Second {
 		f.prune(now)
 	}
 	return false
 }
 
-// prune forgets tenants with nothing waiting. Called with mu held.
+// prune forgets tenants with nothing waiting, at most once a second.
+// Called with mu held.
 func (f *FairDeferrer) prune(now time.Time) {
+	f.pruned = now
 	for t, e := range f.waiting {
 		for e.Len() > 0 && !(*e)[0].After(now) {
 			heap.Pop(e)

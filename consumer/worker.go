@@ -217,6 +217,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer close(keepAliveDone)
 	go w.keepAliveLoop(keepAliveDone)
 
+	// The shutdown timeout runs from the moment ctx is cancelled, whatever
+	// is still being pulled or decided then.
+	stopping := make(chan time.Time, 1)
+	go func() {
+		select {
+		case <-ctx.Done():
+			stopping <- time.Now()
+		case <-keepAliveDone:
+		}
+	}()
+
 	msgs := make(chan jetstream.Msg, w.cfg.FetchBatch)
 	fetchDone := make(chan error, 1)
 	go func() { fetchDone <- w.fetchLoop(ctx, msgs) }()
@@ -241,10 +252,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-moverDone
 	fetchErr := <-fetchDone
 
-	// Shutdown: running handlers get ShutdownTimeout to finish.
+	// Shutdown: running handlers get what is left of ShutdownTimeout.
 	done := make(chan struct{})
 	go func() { w.handlers.Wait(); close(done) }()
-	timer := time.NewTimer(w.cfg.ShutdownTimeout)
+	left := w.cfg.ShutdownTimeout
+	select {
+	case at := <-stopping:
+		left -= time.Since(at)
+	default: // the pulling ended on an error, not a stop
+	}
+	timer := time.NewTimer(max(left, 0))
 	defer timer.Stop()
 	select {
 	case <-done:
@@ -318,9 +335,9 @@ func (w *Worker) releaseCredits(n int) {
 	}
 }
 
-// pullExpiry bounds one pull request. Shutdown waits for the pull under way
-// to end, so keep it short.
-const pullExpiry = time.Second
+// maxPullExpiry bounds one pull request. Shutdown waits for the pull under
+// way to end, so keep it short: a quarter of the shutdown timeout at most.
+const maxPullExpiry = time.Second
 
 // fetch pulls up to n messages into msgs and returns how many it sent. The
 // pull is not cancelled by shutdown: cancelling it would drop the messages
@@ -328,7 +345,8 @@ const pullExpiry = time.Second
 // Instead it runs to its short expiry and every message it brings reaches
 // Run, which hands it back.
 func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) (int, error) {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pullExpiry)
+	expiry := min(maxPullExpiry, max(50*time.Millisecond, w.cfg.ShutdownTimeout/4))
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), expiry)
 	defer cancel()
 	batch, err := w.cons.Fetch(n, jetstream.FetchContext(fctx))
 	if err != nil {
