@@ -99,8 +99,9 @@ type Config struct {
 	// Defaults to done.{tenant}.
 	ForwardSubject string `env:"THROTTLER_FORWARD_SUBJECT" envDefault:"done.{tenant}"`
 
-	// DLQSubject is the subject template jobs are published to after
-	// MaxFailures handler failures; {tenant} is replaced by the job's tenant.
+	// DLQSubject is the subject template malformed jobs, and jobs that failed
+	// MaxFailures times, are published to with their reason; {tenant} is
+	// replaced by the job's tenant (_invalid when it has none).
 	// Defaults to dlq.{tenant}.
 	DLQSubject string `env:"THROTTLER_DLQ_SUBJECT" envDefault:"dlq.{tenant}"`
 
@@ -126,8 +127,10 @@ type Config struct {
 
 	// Defer says how a job that must wait is deferred: nak (NakWithDelay),
 	// schedule (move it out of the consumer, see ScheduleSubject) or auto
-	// (schedule when the wait is at least ScheduleAfter, nak otherwise).
-	// Defaults to auto.
+	// (move it when the wait is at least ScheduleAfter or its tenant already
+	// holds MaxAckPending/20 NAK'd jobs on this worker, nak otherwise).
+	// Moving needs nats-server 2.12 or later; auto falls back to nak on an
+	// older server. Defaults to auto.
 	Defer DeferMode `env:"THROTTLER_DEFER" envDefault:"auto"`
 
 	// AckWait is the consumer's AckWait, at least 1s. Defaults to 30s.

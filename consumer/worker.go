@@ -59,9 +59,9 @@ type Config struct {
 	// MaxFailures is the number of handler failures after which a job goes
 	// to the dead-letter subject. Defaults to 5.
 	MaxFailures int
-	// RetryBackoff paces retries after a handler failure: the delay before
-	// retry n is RetryInitial × 2^(n-1), capped at RetryMax, ±20%.
-	// Defaults to 1s and 5m.
+	// RetryInitial and RetryMax pace retries after a handler failure: the
+	// delay before retry n is RetryInitial × 2^(n-1), capped at RetryMax,
+	// ±20%. Default to 1s and 5m.
 	RetryInitial, RetryMax time.Duration
 	// OnRedisError says what to do when a decision fails because of Redis.
 	// Defaults to DeferOnRedisError.
