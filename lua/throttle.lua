@@ -1,7 +1,8 @@
 --[[
-throttle.lua: one atomic decision for each of M jobs (usually one) of one
-tenant, over one or more token buckets, with a reserved slot for a job that
-must wait. The jobs of one call are decided in order, as if by M calls.
+throttle.lua: one atomic decision for each of M jobs (usually one), over
+one or more token buckets per job, with a reserved slot for a job that must
+wait. The jobs of one call are decided in order, as if by M calls; jobs that
+name the same bucket (the same tenant) share it.
 
 Model (the same as golang.org/x/time/rate): a limit adds `rate` tokens every
 `period` microseconds up to `burst`; a job of cost c takes c tokens. Each
@@ -12,14 +13,15 @@ exactly as a whole part and a remainder in units of 1/rate microsecond
 Charging a job moves E forward by cost*period/rate; a charge that leaves E in
 the future is a debt that the job waits out: its slot is at E.
 
-KEYS (all in one {tenant} hash slot):
+KEYS (a tenant's keys share its {tenant} hash tag; on Redis Cluster a call
+holds one tenant's jobs only):
   KEYS[1..L]  one state key per limit, holding "Ei:Ef" (string)
-  One job (M = 1):
   KEYS[L+1]   optional: the job's reservation key, holding its slot in µs
   KEYS[L+2]   optional, needs KEYS[L+1] and the incarnation ARGV: the job's
               owner key, holding the incarnation that was admitted
-  Several jobs (M >= 2): for each job in order, its reservation key, then,
-  when owners are tracked, its owner key (L+M or L+2M keys in all).
+  Several jobs (M >= 2): for each job in order, its L_k state keys, its
+  reservation key and, when owners are tracked, its owner key; every job
+  has the same number of job keys (1 or 2).
 
 ARGV (every one a decimal integer, digits only, in the range given):
   ARGV[1]  now, µs since the Unix epoch, [1, 2^53); 0 = use Redis TIME
@@ -33,10 +35,10 @@ ARGV (every one a decimal integer, digits only, in the range given):
   ARGV[5+3L] optional: the incarnation of the job, [0, 2^31): 0 for the
              message first published, n for the copy made by its n-th move
              off the consumer. Required when KEYS[L+2] is given.
-  then for each further job k = 2..M, in order:
-  ARGV[2+3L+2k]  its cost, [1, 1e9]
-  ARGV[3+3L+2k]  its incarnation, [0, 2^31)
-  so #ARGV is 4+3L (one job, no incarnation) or 3+3L+2M; M <= 256.
+  then for each further job, in order (M <= 256 in all; the first job then
+  must give its incarnation too):
+    its cost [1, 1e9], its incarnation [0, 2^31), its number of limits
+    L_k [1, 8], and rate, period, burst of each of its limits
 
 Reply, always a flat array of integers: for one job one of the tuples below;
 for M >= 2 jobs the M tuples of 4 one after the other, or a single INVALID
@@ -109,80 +111,107 @@ local function invalid(code, index)
   return {INVALID, code, index}
 end
 
--- Shape of the call: L limits, M jobs, which keys each job has.
-local L = int(4, 1, 8)
-if L == nil then
+local now = nil
+local horizon = nil
+
+-- Shape of the call. The first job's limits come first; a call of one job
+-- is 4+3L arguments long (5+3L with its incarnation).
+local L1 = int(4, 1, 8)
+if L1 == nil then
   return invalid(E_COUNT, 4)
 end
-local M, hasInc = 1, false
-if #ARGV ~= 4 + 3 * L then
-  local extra = #ARGV - 3 - 3 * L
-  if extra < 2 or extra % 2 ~= 0 or extra / 2 > MAX_JOBS then
-    return invalid(E_KEYS, 0)
+local single = #ARGV == 4 + 3 * L1 or #ARGV == 5 + 3 * L1
+local hasInc = #ARGV ~= 4 + 3 * L1
+
+-- jobs[k] = {cost, inc, lim = first index of its limits in ARGV, L, key = its
+-- first key in KEYS}. Further jobs are read with a cursor.
+local jobs = {}
+jobs[1] = {ci = 2, ii = 5 + 3 * L1, li = 5, L = L1}
+if not single then
+  if #ARGV < 5 + 3 * L1 then return invalid(E_KEYS, 0) end
+  local cur = 6 + 3 * L1
+  while cur <= #ARGV do
+    if #jobs >= MAX_JOBS or cur + 2 > #ARGV then return invalid(E_KEYS, 0) end
+    local Lk = int(cur + 2, 1, 8)
+    if Lk == nil then return invalid(E_COUNT, cur + 2) end
+    jobs[#jobs + 1] = {ci = cur, ii = cur + 1, li = cur + 3, L = Lk}
+    cur = cur + 3 + 3 * Lk
   end
-  M, hasInc = extra / 2, true
+  if cur ~= #ARGV + 1 then return invalid(E_KEYS, 0) end
 end
+local M = #jobs
+local limitKeys = 0
+for k = 1, M do limitKeys = limitKeys + jobs[k].L end
 local keysPerJob
 if M == 1 then
-  keysPerJob = #KEYS - L
+  keysPerJob = #KEYS - L1
   if keysPerJob < 0 or keysPerJob > 2 or (keysPerJob == 2 and not hasInc) then
     return invalid(E_KEYS, 0)
   end
-elseif #KEYS == L + M then
+elseif #KEYS == limitKeys + M then
   keysPerJob = 1
-elseif #KEYS == L + 2 * M then
+elseif #KEYS == limitKeys + 2 * M then
   keysPerJob = 2
 else
   return invalid(E_KEYS, 0)
 end
 
-local now = int(1, 0, EXACT - 1)
+now = int(1, 0, EXACT - 1)
 if now == nil then
   return invalid(E_NOW, 1)
 end
-local horizon = int(3, 0, MAX_HORIZON)
+horizon = int(3, 0, MAX_HORIZON)
 if horizon == nil then
   return invalid(E_HORIZON, 3)
 end
 
--- Every job's cost and incarnation.
-local cost, inc = {}, {}
-local maxCost = 0
+-- Every job's cost, incarnation and limits; every bucket it names.
+local buckets = {}   -- state key -> bucket {r, p, b, fill, a, f, loaded, dirty}
+local ordered = {}   -- buckets in order of first use, for the writes
+local key = 1
 for k = 1, M do
-  local ci, ii = 2, 5 + 3 * L
-  if k > 1 then ci, ii = 2 + 3 * L + 2 * k, 3 + 3 * L + 2 * k end
-  cost[k] = int(ci, 1, 1000000000)
-  if cost[k] == nil then return invalid(E_COST, ci) end
-  if cost[k] > maxCost then maxCost = cost[k] end
-  inc[k] = 0
+  local j = jobs[k]
+  j.cost = int(j.ci, 1, 1000000000)
+  if j.cost == nil then return invalid(E_COST, j.ci) end
+  j.inc = 0
   if hasInc then
-    inc[k] = int(ii, 0, 2147483647)
-    if inc[k] == nil then return invalid(E_INCARNATION, ii) end
+    j.inc = int(j.ii, 0, 2147483647)
+    if j.inc == nil then return invalid(E_INCARNATION, j.ii) end
   end
+  j.b = {}
+  local maxFill = 0
+  for i = 1, j.L do
+    local x = j.li + 3 * (i - 1)
+    local r = int(x, 1, 1000000000)
+    if r == nil then return invalid(E_RATE, x) end
+    local p = int(x + 1, 1000, 366 * DAY)
+    if p == nil then return invalid(E_PERIOD, x + 1) end
+    local b = int(x + 2, 1, 1000000000)
+    if b == nil or b * p >= EXACT then return invalid(E_BURST, x + 2) end
+    if j.cost > b then return invalid(E_OVER_BURST, x + 2) end
+    -- Time to fill the bucket from empty, in whole µs rounded up.
+    local bp = b * p
+    local fill = floor(bp / r)
+    if bp % r > 0 then fill = fill + 1 end
+    if fill > maxFill then maxFill = fill end
+    local name = KEYS[key]
+    local bk = buckets[name]
+    if bk == nil then
+      bk = {name = name, index = key}
+      buckets[name] = bk
+      ordered[#ordered + 1] = bk
+    end
+    -- A key names its rate and period; the burst is the job's own.
+    bk.r, bk.p, bk.b, bk.fill = r, p, b, fill
+    j.b[i] = {r = r, p = p, b = b, fill = fill, bk = bk}
+    key = key + 1
+  end
+  -- Reservations and owners live for the horizon plus the longest fill.
+  j.ttl = ceil((horizon + maxFill) / 1000)
+  if keysPerJob >= 1 then j.resv = KEYS[key]; key = key + 1 end
+  if keysPerJob == 2 then j.owner = KEYS[key]; key = key + 1 end
+  j.rk, j.ok = key - keysPerJob, key - keysPerJob + 1
 end
-
--- Every limit's arguments.
-local rate, period, burst, fill = {}, {}, {}, {}
-local maxFill = 0
-for i = 1, L do
-  local j = 5 + 3 * (i - 1)
-  local r = int(j, 1, 1000000000)
-  if r == nil then return invalid(E_RATE, j) end
-  local p = int(j + 1, 1000, 366 * DAY)
-  if p == nil then return invalid(E_PERIOD, j + 1) end
-  local b = int(j + 2, 1, 1000000000)
-  if b == nil or b * p >= EXACT then return invalid(E_BURST, j + 2) end
-  if maxCost > b then return invalid(E_OVER_BURST, j + 2) end
-  rate[i], period[i], burst[i] = r, p, b
-  -- Time to fill the bucket from empty, in whole µs rounded up.
-  local bp = b * p
-  local f = floor(bp / r)
-  if bp % r > 0 then f = f + 1 end
-  fill[i] = f
-  if f > maxFill then maxFill = f end
-end
--- Reservations and owners live for the horizon plus the longest fill.
-local jobTTL = ceil((horizon + maxFill) / 1000)
 
 if now == 0 then
   local t = call('TIME')
@@ -192,74 +221,80 @@ end
 -- Read and check every job's reservation and owner before any write. A job
 -- id given twice in one call shares one entry, so the later job sees what
 -- the earlier one did.
-local jobs, entry, entries = {}, {}, {}
-local needBuckets = false
+local entry, entries = {}, {}
 for k = 1, M do
-  local rk, ok
-  if keysPerJob >= 1 then rk = KEYS[L + 1 + (k - 1) * keysPerJob] end
-  if keysPerJob == 2 then ok = KEYS[L + 2 + (k - 1) * keysPerJob] end
-  local e = nil
-  if rk then
-    e = entry[rk]
+  local j = jobs[k]
+  if j.resv then
+    local e = entry[j.resv]
     if e == nil then
-      e = {resv = rk, owner = ok}
-      local v = call('GET', rk)
+      e = {resv = j.resv, owner = j.owner, ttl = j.ttl}
+      local v = call('GET', j.resv)
       if v then
-        if #v > 16 or not find(v, '^%d+$') then return invalid(E_RESV, L + 1 + (k - 1) * keysPerJob) end
-        if call('PTTL', rk) < 0 then return invalid(E_RESV_TTL, L + 1 + (k - 1) * keysPerJob) end
+        if #v > 16 or not find(v, '^%d+$') then return invalid(E_RESV, j.rk) end
+        if call('PTTL', j.resv) < 0 then return invalid(E_RESV_TTL, j.rk) end
         e.slot = tonumber(v)
       end
-      if ok then
-        v = call('GET', ok)
+      if j.owner then
+        v = call('GET', j.owner)
         if v then
-          if #v > 10 or not find(v, '^%d+$') then return invalid(E_OWNER, L + 2 + (k - 1) * keysPerJob) end
-          if call('PTTL', ok) < 0 then return invalid(E_OWNER_TTL, L + 2 + (k - 1) * keysPerJob) end
+          if #v > 10 or not find(v, '^%d+$') then return invalid(E_OWNER, j.ok) end
+          if call('PTTL', j.owner) < 0 then return invalid(E_OWNER_TTL, j.ok) end
           e.own = tonumber(v)
         end
       end
-      entry[rk] = e
+      entry[j.resv] = e
       entries[#entries + 1] = e
     end
+    j.e = e
   end
-  jobs[k] = e
-  if e == nil or e.slot == nil then needBuckets = true end
 end
 
--- Read and check every bucket before any write. Not needed when every job
--- only comes back for the slot it holds; read at the first job that needs
--- them (writes all happen at the end, so this is still before any write).
-local ea, ef = nil, nil
-local function loadBuckets()
-  ea, ef = {}, {}
-  for i = 1, L do
-    local v = call('GET', KEYS[i])
-    if v then
-      local a, f = match(v, '^(%d+):(%d+)$')
-      a, f = tonumber(a), tonumber(f)
-      if a == nil or f == nil or #v > 40 or f >= rate[i] or a > now + MAX_HORIZON + fill[i] then
-        return i, E_STATE
-      end
-      if call('PTTL', KEYS[i]) < 0 then
-        return i, E_STATE_TTL
-      end
-      ea[i], ef[i] = a, f
-    else
-      ea[i], ef[i] = 0, 0
+-- load reads and checks a bucket's stored state, once, before any write
+-- (all writes happen at the end). It returns an error reply, or nil.
+local function load(bk)
+  if bk.loaded then return nil end
+  bk.loaded = true
+  bk.a, bk.f = 0, 0
+  local v = call('GET', bk.name)
+  if v then
+    local a, f = match(v, '^(%d+):(%d+)$')
+    a, f = tonumber(a), tonumber(f)
+    if a == nil or f == nil or #v > 40 or f >= bk.r or a > now + MAX_HORIZON + bk.fill then
+      return invalid(E_STATE, bk.index)
     end
+    if call('PTTL', bk.name) < 0 then
+      return invalid(E_STATE_TTL, bk.index)
+    end
+    bk.a, bk.f = a, f
   end
   return nil
 end
-if needBuckets then
-  local bad, code = loadBuckets()
-  if bad then return invalid(code, bad) end
+
+-- charge is bucket l's empty time after charging c tokens at now, (a, f).
+local function charge(l, c)
+  local r, p, bk = l.r, l.p, l.bk
+  -- The earliest empty time a full bucket can have: now - burst*period/rate.
+  local bp = l.b * p
+  local la, lf = now - floor(bp / r), 0
+  local rem = bp % r
+  if rem > 0 then la, lf = la - 1, r - rem end
+  local a, f = bk.a, bk.f
+  if a < la or (a == la and f < lf) then a, f = la, lf end
+  -- Move the empty time forward by cost*period/rate.
+  local cp = c * p
+  a = a + floor(cp / r)
+  f = f + cp % r
+  if f >= r then a, f = a + 1, f - r end
+  return a, f
 end
 
--- minRemaining is the whole tokens left in the tightest bucket.
-local function minRemaining()
+-- remaining is the whole tokens left in the tightest bucket of job j.
+local function remaining(j)
   local m = nil
-  for i = 1, L do
-    local n = floor(((now - ea[i]) * rate[i] - ef[i]) / period[i])
-    if n < 0 then n = 0 elseif n > burst[i] then n = burst[i] end
+  for i = 1, j.L do
+    local l = j.b[i]
+    local n = floor(((now - l.bk.a) * l.r - l.bk.f) / l.p)
+    if n < 0 then n = 0 elseif n > l.b then n = l.b end
     if m == nil or n < m then m = n end
   end
   return m
@@ -267,49 +302,33 @@ end
 
 -- Decide each job in order, in memory.
 local reply, n = {}, 0
-local charged = false
 for k = 1, M do
-  local e, c = jobs[k], cost[k]
+  local j = jobs[k]
+  local e, c = j.e, j.cost
   local st, a1, a2, a3
-  if e and e.owner and e.own ~= nil and e.own ~= inc[k] then
+  if e and e.owner and e.own ~= nil and e.own ~= j.inc then
     -- Another incarnation of this job already ran: this one must not.
     st, a1, a2, a3 = DUPLICATE, e.own, 0, 0
   elseif e and e.slot then
     -- A job holding a slot was charged when it got it, never again: admit
-    -- it at or after its slot; early, tell it the rest of its wait.
+    -- it at or after its slot (the buckets are not read, Remaining is 0);
+    -- early, tell it the rest of its wait.
     if now >= e.slot then
       e.slot, e.dirty = nil, true
-      if e.owner then e.own = inc[k] end
+      if e.owner then e.own = j.inc end
       st, a1, a2, a3 = ALLOWED, 0, 0, 1
     else
       st, a1, a2, a3 = LIMITED, e.slot - now, 0, 1
     end
   else
-    if ea == nil then
-      local bad, code = loadBuckets()
-      if bad then return invalid(code, bad) end
+    for i = 1, j.L do
+      local bad = load(j.b[i].bk)
+      if bad then return bad end
     end
     -- Charge the job in every bucket (on paper) and find the longest wait.
-    -- charge(i) is bucket i's empty time after the charge, (a, f).
-    local function charge(i)
-      local r, p = rate[i], period[i]
-      -- The earliest empty time a full bucket can have: now - burst*period/rate.
-      local bp = burst[i] * p
-      local la, lf = now - floor(bp / r), 0
-      local rem = bp % r
-      if rem > 0 then la, lf = la - 1, r - rem end
-      local a, f = ea[i], ef[i]
-      if a < la or (a == la and f < lf) then a, f = la, lf end
-      -- Move the empty time forward by cost*period/rate.
-      local cp = c * p
-      a = a + floor(cp / r)
-      f = f + cp % r
-      if f >= r then a, f = a + 1, f - r end
-      return a, f
-    end
     local wait = 0
-    for i = 1, L do
-      local a, f = charge(i)
+    for i = 1, j.L do
+      local a, f = charge(j.b[i], c)
       local w = a - now
       if f > 0 then w = w + 1 end
       if w > wait then wait = w end
@@ -318,15 +337,16 @@ for k = 1, M do
       -- Nothing is charged. Without a job id there is no slot to hold;
       -- past the horizon the job is told to come back at the horizon.
       if e and horizon > 0 then wait = horizon end
-      st, a1, a2, a3 = LIMITED, wait, minRemaining(), 0
+      st, a1, a2, a3 = LIMITED, wait, remaining(j), 0
     else
-      for i = 1, L do
-        ea[i], ef[i] = charge(i)
+      for i = 1, j.L do
+        local l = j.b[i]
+        l.bk.a, l.bk.f = charge(l, c)
+        l.bk.dirty = true
       end
-      charged = true
       if wait == 0 then
-        if e and e.owner and inc[k] > 0 then e.own, e.dirty = inc[k], true end
-        st, a1, a2, a3 = ALLOWED, 0, minRemaining(), 0
+        if e and e.owner and j.inc > 0 then e.own, e.dirty = j.inc, true end
+        st, a1, a2, a3 = ALLOWED, 0, remaining(j), 0
       else
         e.slot, e.dirty = now + wait, true
         st, a1, a2, a3 = LIMITED, wait, 0, 1
@@ -338,29 +358,30 @@ for k = 1, M do
 end
 
 -- Write what changed.
-if charged then
-  for i = 1, L do
+for x = 1, #ordered do
+  local bk = ordered[x]
+  if bk.dirty then
     -- The bucket is full again at its empty time plus its fill time:
-    -- exactly (ea + ef/r) - now + burst*period/r µs from now, rounded up.
-    local r = rate[i]
-    local bp = burst[i] * period[i]
-    local whole = (ea[i] - now) + floor(bp / r)
-    local frac = ef[i] + bp % r
+    -- exactly (a + f/r) - now + burst*period/r µs from now, rounded up.
+    local r = bk.r
+    local bp = bk.b * bk.p
+    local whole = (bk.a - now) + floor(bp / r)
+    local frac = bk.f + bp % r
     if frac >= r then whole, frac = whole + 1, frac - r end
     if frac > 0 then whole = whole + 1 end
-    call('SET', KEYS[i], format('%d:%d', ea[i], ef[i]), 'PX', ceil(whole / 1000))
+    call('SET', bk.name, format('%d:%d', bk.a, bk.f), 'PX', ceil(whole / 1000))
   end
 end
 for x = 1, #entries do
   local e = entries[x]
   if e.dirty then
     if e.slot then
-      call('SET', e.resv, format('%d', e.slot), 'PX', jobTTL)
+      call('SET', e.resv, format('%d', e.slot), 'PX', e.ttl)
     else
       call('DEL', e.resv)
     end
     if e.owner and e.own ~= nil then
-      call('SET', e.owner, format('%d', e.own), 'PX', jobTTL)
+      call('SET', e.owner, format('%d', e.own), 'PX', e.ttl)
     end
   end
 end

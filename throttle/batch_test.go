@@ -55,6 +55,11 @@ func TestBatchMatchesSequential(t *testing.T) {
 						fmt.Sscanf(req.JobID, "j%d", &n)
 						req.Tenant = fmt.Sprintf("t%d", n%3)
 					}
+					// Tenant t2 has one limit of its own, the others two:
+					// jobs with different limits share calls.
+					if req.Tenant == "t2" {
+						req.Limits = throttle.Limits{throttle.PerSecond(5, 3)}
+					}
 					reqs = append(reqs, req)
 				}
 				got := batched.DecideBatch(context.Background(), reqs)

@@ -63,11 +63,12 @@ type Options struct {
 // Time comes from Redis TIME unless a Request sets At: every worker then
 // reads one clock, so skewed worker clocks can neither over-admit nor delay.
 type Limiter struct {
-	rdb     Client
-	script  *redis.Script
-	keys    keyspace
-	horizon time.Duration
-	rules   Rules
+	rdb         Client
+	crossTenant bool // one script call may hold several tenants' jobs
+	script      *redis.Script
+	keys        keyspace
+	horizon     time.Duration
+	rules       Rules
 }
 
 // New returns a Limiter over rdb.
@@ -88,12 +89,16 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 	if strings.ContainsAny(prefix, "{} \t\r\n") {
 		return nil, fmt.Errorf("throttle: prefix %q must not contain braces or spaces", prefix)
 	}
+	// A single server takes keys of any slot in one call; a Cluster or Ring
+	// routes by key, so there a call holds one tenant's jobs.
+	_, single := rdb.(*redis.Client)
 	return &Limiter{
-		rdb:     rdb,
-		script:  redis.NewScript(lua.Throttle),
-		keys:    keyspace{prefix: prefix},
-		horizon: opts.Horizon,
-		rules:   opts.Rules,
+		rdb:         rdb,
+		crossTenant: single,
+		script:      redis.NewScript(lua.Throttle),
+		keys:        keyspace{prefix: prefix},
+		horizon:     opts.Horizon,
+		rules:       opts.Rules,
 	}, nil
 }
 
@@ -197,36 +202,44 @@ const maxJobsPerCall = 64
 
 // DecideBatch decides many requests in one pipelined round trip (two after
 // Redis lost the script), with the same outcome as deciding them one by one
-// in the order given. Consecutive requests of one tenant (other tenants'
-// requests may come between) that carry a job id and share their limits,
-// clock and owner tracking are decided together by one script call, which
-// costs Redis far less than one call each; the others get a call of their
-// own. On a Redis Cluster every call
-// touches only its tenant's slot and the pipeline sends each to its node.
-// The results match reqs by index.
+// in the order given. Requests that carry a job id and share their clock and
+// owner tracking are decided together, up to 64 per script call, which
+// costs Redis far less than one call each: on a single Redis server any
+// tenants may share a call; on a Redis Cluster (or Ring) a call holds one
+// tenant's jobs, so it touches only that tenant's slot, and the pipeline
+// sends each call to its node. Requests without a job id get a call of
+// their own. The results match reqs by index.
 func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
 	results := make([]Result, len(reqs))
 	var calls []call
-	// open maps a tenant to the call its next jobs may join. A request of
-	// the tenant that cannot join closes it, so that every request still
-	// sees what all requests before it did.
+	// open maps a group key to the call its next jobs may join; last maps a
+	// tenant to the call of its latest request. A request joins an open call
+	// only if its tenant's earlier requests are in that call or before it,
+	// so every request still sees what all requests before it did.
 	open := map[string]int{}
+	last := map[string]int{}
 	for i, req := range reqs {
 		p, err := l.prepare(req)
 		if err != nil {
 			results[i].Err = err
 			continue
 		}
-		g, ok := open[p.tag]
-		if ok && p.jobKey != "" && calls[g].parts[0].signature == p.signature && len(calls[g].parts) < maxJobsPerCall {
-			calls[g].parts = append(calls[g].parts, p)
-			calls[g].reqs = append(calls[g].reqs, i)
-			continue
-		}
-		delete(open, p.tag)
 		if p.jobKey != "" {
-			open[p.tag] = len(calls)
+			key := p.signature
+			if !l.crossTenant {
+				key = p.tag + " " + key
+			}
+			g, ok := open[key]
+			prev, seen := last[p.tag]
+			if ok && len(calls[g].parts) < maxJobsPerCall && (!seen || prev <= g) {
+				calls[g].parts = append(calls[g].parts, p)
+				calls[g].reqs = append(calls[g].reqs, i)
+				last[p.tag] = g
+				continue
+			}
+			open[key] = len(calls)
 		}
+		last[p.tag] = len(calls)
 		calls = append(calls, call{parts: []prepared{p}, reqs: []int{i}})
 	}
 	for k := range calls {
@@ -304,7 +317,7 @@ func isNoScript(err error) bool {
 // prepared is one validated request, in the pieces a script call is built of.
 type prepared struct {
 	tag         string // the tenant's hash tag
-	signature   string // limits, clock and owner tracking: what a group shares
+	signature   string // clock and owner tracking: what jobs of one call share
 	limitKeys   []string
 	limitArgs   []any // rate, period, burst of each limit
 	now, cost   string
@@ -340,7 +353,8 @@ func singleCall(p prepared) call {
 }
 
 // build fills keys and args of a call from its parts: one part gives the
-// single-job form, several the multi-job form of the script.
+// single-job form of the script, several the multi-job form, in which every
+// job brings its own limits and keys.
 func (c *call) build() {
 	if len(c.parts) == 1 {
 		one := singleCall(c.parts[0])
@@ -348,28 +362,26 @@ func (c *call) build() {
 		return
 	}
 	first := c.parts[0]
-	perJob := 1
-	if first.ownerKey != "" {
-		perJob = 2
-	}
-	c.keys = make([]string, 0, len(first.limitKeys)+perJob*len(c.parts))
-	c.keys = append(c.keys, first.limitKeys...)
-	c.args = make([]any, 0, 5+len(first.limitArgs)+2*len(c.parts))
-	c.args = append(c.args, first.now, first.cost, first.horizon, strconv.Itoa(len(first.limitKeys)))
-	c.args = append(c.args, first.limitArgs...)
+	c.keys = make([]string, 0, len(c.parts)*(len(first.limitKeys)+2))
+	c.args = make([]any, 0, len(c.parts)*(3+len(first.limitArgs))+2)
 	for k, p := range c.parts {
+		c.keys = append(c.keys, p.limitKeys...)
 		c.keys = append(c.keys, p.jobKey)
-		if perJob == 2 {
+		if p.ownerKey != "" {
 			c.keys = append(c.keys, p.ownerKey)
-		}
-		if k > 0 {
-			c.args = append(c.args, p.cost)
 		}
 		inc := p.incarnation
 		if inc == "" {
 			inc = "0"
 		}
-		c.args = append(c.args, inc)
+		if k == 0 {
+			c.args = append(c.args, p.now, p.cost, p.horizon, strconv.Itoa(len(p.limitKeys)))
+			c.args = append(c.args, p.limitArgs...)
+			c.args = append(c.args, inc)
+			continue
+		}
+		c.args = append(c.args, p.cost, inc, strconv.Itoa(len(p.limitKeys)))
+		c.args = append(c.args, p.limitArgs...)
 	}
 }
 
@@ -463,7 +475,7 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		p.ownerKey = l.keys.owner(tag, req.JobID)
 		p.incarnation = strconv.FormatInt(req.Incarnation, 10)
 	}
-	p.signature = strings.Join(p.limitKeys, " ") + " " + p.now + " " + strconv.FormatBool(req.TrackOwner)
+	p.signature = p.now + " " + strconv.FormatBool(req.TrackOwner)
 	return p, nil
 }
 
