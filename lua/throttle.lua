@@ -19,9 +19,9 @@ holds one tenant's jobs only):
   KEYS[L+1]   optional: the job's reservation key, holding its slot in µs
   KEYS[L+2]   optional, needs KEYS[L+1] and the incarnation ARGV: the job's
               owner key, holding the incarnation that was admitted
-  Several jobs (M >= 2): for each job in order, its L_k state keys, its
-  reservation key and, when owners are tracked, its owner key; every job
-  has the same number of job keys (1 or 2).
+  Several jobs (M >= 2): for each job in order, its L_k state keys, then
+  its reservation key and, when owners are tracked, its owner key; every
+  job has the same number of job keys (0, 1 or 2).
 
 ARGV (every one a decimal integer, digits only, in the range given):
   ARGV[1]  now, µs since the Unix epoch, [1, 2^53); 0 = use Redis TIME
@@ -148,6 +148,8 @@ if M == 1 then
   if keysPerJob < 0 or keysPerJob > 2 or (keysPerJob == 2 and not hasInc) then
     return invalid(E_KEYS, 0)
   end
+elseif #KEYS == limitKeys then
+  keysPerJob = 0
 elseif #KEYS == limitKeys + M then
   keysPerJob = 1
 elseif #KEYS == limitKeys + 2 * M then
@@ -208,9 +210,9 @@ for k = 1, M do
   end
   -- Reservations and owners live for the horizon plus the longest fill.
   j.ttl = ceil((horizon + maxFill) / 1000)
+  j.rk, j.ok = key, key + 1
   if keysPerJob >= 1 then j.resv = KEYS[key]; key = key + 1 end
   if keysPerJob == 2 then j.owner = KEYS[key]; key = key + 1 end
-  j.rk, j.ok = key - keysPerJob, key - keysPerJob + 1
 end
 
 if now == 0 then

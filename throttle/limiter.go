@@ -202,13 +202,12 @@ const maxJobsPerCall = 64
 
 // DecideBatch decides many requests in one pipelined round trip (two after
 // Redis lost the script), with the same outcome as deciding them one by one
-// in the order given. Requests that carry a job id and share their clock and
-// owner tracking are decided together, up to 64 per script call, which
-// costs Redis far less than one call each: on a single Redis server any
-// tenants may share a call; on a Redis Cluster (or Ring) a call holds one
-// tenant's jobs, so it touches only that tenant's slot, and the pipeline
-// sends each call to its node. Requests without a job id get a call of
-// their own. The results match reqs by index.
+// in the order given. Requests that share their clock, owner tracking and
+// whether they carry a job id are decided together, up to 64 per script
+// call, which costs Redis far less than one call each: on a single Redis
+// server any tenants may share a call; on a Redis Cluster (or Ring) a call
+// holds one tenant's requests, so it touches only that tenant's slot, and
+// the pipeline sends each call to its node. The results match reqs by index.
 func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
 	results := make([]Result, len(reqs))
 	var calls []call
@@ -224,21 +223,19 @@ func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
 			results[i].Err = err
 			continue
 		}
-		if p.jobKey != "" {
-			key := p.signature
-			if !l.crossTenant {
-				key = p.tag + " " + key
-			}
-			g, ok := open[key]
-			prev, seen := last[p.tag]
-			if ok && len(calls[g].parts) < maxJobsPerCall && (!seen || prev <= g) {
-				calls[g].parts = append(calls[g].parts, p)
-				calls[g].reqs = append(calls[g].reqs, i)
-				last[p.tag] = g
-				continue
-			}
-			open[key] = len(calls)
+		key := p.signature + " " + strconv.FormatBool(p.jobKey != "")
+		if !l.crossTenant {
+			key = p.tag + " " + key
 		}
+		g, ok := open[key]
+		prev, seen := last[p.tag]
+		if ok && len(calls[g].parts) < maxJobsPerCall && (!seen || prev <= g) {
+			calls[g].parts = append(calls[g].parts, p)
+			calls[g].reqs = append(calls[g].reqs, i)
+			last[p.tag] = g
+			continue
+		}
+		open[key] = len(calls)
 		last[p.tag] = len(calls)
 		calls = append(calls, call{parts: []prepared{p}, reqs: []int{i}})
 	}
@@ -250,9 +247,10 @@ func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
 	var fallback []call
 	for _, c := range calls {
 		decs, err := c.results()
-		if err != nil && len(c.reqs) > 1 && errors.Is(err, ErrInvalid) {
-			// One job's stored state is bad: decide each job alone, so the
-			// others are not refused with it.
+		if err != nil && len(c.reqs) > 1 && (errors.Is(err, ErrInvalid) || isReplyError(err)) {
+			// One job's stored state is bad (malformed, or a key of the
+			// wrong type): decide each job alone, so the others do not fail
+			// with it.
 			for k, p := range c.parts {
 				one := singleCall(p)
 				one.reqs = []int{c.reqs[k]}
@@ -307,6 +305,13 @@ func (l *Limiter) run(ctx context.Context, calls []call) {
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
+}
+
+// isReplyError reports whether err is an error reply of the Redis server
+// (WRONGTYPE and the like), as opposed to a connection failure.
+func isReplyError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
 }
 
 // isNoScript reports whether err is Redis' NOSCRIPT reply.
@@ -366,7 +371,9 @@ func (c *call) build() {
 	c.args = make([]any, 0, len(c.parts)*(3+len(first.limitArgs))+2)
 	for k, p := range c.parts {
 		c.keys = append(c.keys, p.limitKeys...)
-		c.keys = append(c.keys, p.jobKey)
+		if p.jobKey != "" {
+			c.keys = append(c.keys, p.jobKey)
+		}
 		if p.ownerKey != "" {
 			c.keys = append(c.keys, p.ownerKey)
 		}
