@@ -94,14 +94,22 @@ local DAY = 86400000000
 local MAX_HORIZON = 30 * DAY
 local MAX_JOBS = 256
 
--- int reads ARGV[i] as a whole number in [lo, hi], or nil.
+-- int reads ARGV[i] as a whole number in [lo, hi], or nil. Strings seen
+-- before (the same limits repeat across the jobs of a call) are not parsed
+-- again.
+local parsed = {}
 local function int(i, lo, hi)
   local s = ARGV[i]
-  if s == nil or #s == 0 or #s > 16 or not find(s, '^%d+$') then
-    return nil
+  local n = parsed[s]
+  if n == nil then
+    if s == nil or #s == 0 or #s > 16 or not find(s, '^%d+$') then
+      return nil
+    end
+    n = tonumber(s)
+    if n == nil then return nil end
+    parsed[s] = n
   end
-  local n = tonumber(s)
-  if n == nil or n < lo or n > hi then
+  if n < lo or n > hi then
     return nil
   end
   return n
@@ -203,9 +211,10 @@ for k = 1, M do
       buckets[name] = bk
       ordered[#ordered + 1] = bk
     end
-    -- A key names its rate and period; the burst is the job's own.
+    -- A key names its rate and period, so jobs naming the same key share
+    -- them; they share the burst of the tenant's configuration too.
     bk.r, bk.p, bk.b, bk.fill = r, p, b, fill
-    j.b[i] = {r = r, p = p, b = b, fill = fill, bk = bk}
+    j.b[i] = bk
     key = key + 1
   end
   -- Reservations and owners live for the horizon plus the longest fill.
@@ -272,11 +281,11 @@ local function load(bk)
   return nil
 end
 
--- charge is bucket l's empty time after charging c tokens at now, (a, f).
-local function charge(l, c)
-  local r, p, bk = l.r, l.p, l.bk
+-- charge is bucket bk's empty time after charging c tokens at now, (a, f).
+local function charge(bk, c)
+  local r, p = bk.r, bk.p
   -- The earliest empty time a full bucket can have: now - burst*period/rate.
-  local bp = l.b * p
+  local bp = bk.b * p
   local la, lf = now - floor(bp / r), 0
   local rem = bp % r
   if rem > 0 then la, lf = la - 1, r - rem end
@@ -294,9 +303,9 @@ end
 local function remaining(j)
   local m = nil
   for i = 1, j.L do
-    local l = j.b[i]
-    local n = floor(((now - l.bk.a) * l.r - l.bk.f) / l.p)
-    if n < 0 then n = 0 elseif n > l.b then n = l.b end
+    local bk = j.b[i]
+    local n = floor(((now - bk.a) * bk.r - bk.f) / bk.p)
+    if n < 0 then n = 0 elseif n > bk.b then n = bk.b end
     if m == nil or n < m then m = n end
   end
   return m
@@ -324,7 +333,7 @@ for k = 1, M do
     end
   else
     for i = 1, j.L do
-      local bad = load(j.b[i].bk)
+      local bad = load(j.b[i])
       if bad then return bad end
     end
     -- Charge the job in every bucket (on paper) and find the longest wait.
@@ -342,9 +351,9 @@ for k = 1, M do
       st, a1, a2, a3 = LIMITED, wait, remaining(j), 0
     else
       for i = 1, j.L do
-        local l = j.b[i]
-        l.bk.a, l.bk.f = charge(l, c)
-        l.bk.dirty = true
+        local bk = j.b[i]
+        bk.a, bk.f = charge(bk, c)
+        bk.dirty = true
       end
       if wait == 0 then
         if e and e.owner and j.inc > 0 then e.own, e.dirty = j.inc, true end
