@@ -1,8 +1,14 @@
 package integration
 
 import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/throttler/throttler/internal/testenv"
 )
 
 // TestForwardsAdmittedJobs: jobs under the limit are forwarded once each,
@@ -27,5 +33,41 @@ func TestForwardsAdmittedJobs(t *testing.T) {
 		if m.subject != "done.acme" || m.tenant != "acme" {
 			t.Fatalf("forwarded to %s tenant %q, want done.acme", m.subject, m.tenant)
 		}
+	}
+}
+
+// TestMetricsEndpoint: with THROTTLER_METRICS_ADDR set, /healthz answers and
+// /metrics shows per-tenant counters that follow the jobs.
+func TestMetricsEndpoint(t *testing.T) {
+	e := setup(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s", "THROTTLER_METRICS_ADDR": addr})
+	e.ensureStream(cfg)
+	e.startWorker(cfg, nil)
+	out := e.collect("done.*")
+	for i := 0; i < 3; i++ {
+		e.publish("jobs.acme", nil, []byte("x"))
+	}
+	out.waitCount(t, 3, 20*time.Second)
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + path)
+		must(t, err, "GET %s", path)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		must(t, err, "read %s", path)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		return string(body)
+	}
+	if got := get("/healthz"); !strings.Contains(got, "ok") {
+		t.Errorf("/healthz = %q", got)
+	}
+	waitFor(t, 5*time.Second, "metrics to count the jobs", func() bool {
+		return strings.Contains(get("/metrics"), `throttler_completed_total{tenant="acme"} 3`)
+	})
+	if m := get("/metrics"); !strings.Contains(m, `throttler_admitted_total{tenant="acme"} 3`) || !strings.Contains(m, "# TYPE throttler_deferred_total counter") {
+		t.Errorf("/metrics lacks the admitted counter or a TYPE line:\n%s", m)
 	}
 }
