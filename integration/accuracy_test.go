@@ -52,9 +52,6 @@ func (r *recorder) tenant(t string) []admission {
 // Each tenant's admitted rate is within ±3% of its limit, no job is lost or
 // forwarded twice, and a throttled job is delivered ≤ 2.1 times on average.
 func TestThreeTenantsHeldToTheirLimits(t *testing.T) {
-	if testing.Short() {
-		t.Skip("acceptance run takes about 40 s")
-	}
 	e := setup(t)
 	type tenant struct {
 		name  string
