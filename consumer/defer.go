@@ -3,8 +3,12 @@ package consumer
 import (
 	"container/heap"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,6 +85,18 @@ type ScheduleDeferrer struct {
 	Subject func(job Job) string
 	// Timeout bounds the wait for the publish acks. Defaults to 5s.
 	Timeout time.Duration
+	// Bundle, when 2 or more, moves up to that many jobs of one tenant that
+	// are deferred together as one scheduled message, which the server
+	// stores far faster than a message each: a tenant dumping a backlog is
+	// taken in sooner, so the jobs stored behind it wait less. A bundle is
+	// stored on BundlePrefix.b.<tenant>.<id> and fires, at the earliest of
+	// its jobs' slots, onto BundlePrefix.u.<tenant>.<id>, where RunUnbundler
+	// publishes the jobs' own scheduled copies. Defaults to 0 (a message per
+	// job).
+	Bundle int
+	// BundlePrefix starts the subjects of bundles (e.g. "sched"); the jobs
+	// stream must bind BundlePrefix.>. Required when Bundle is 2 or more.
+	BundlePrefix string
 }
 
 // Defer implements Deferrer. A job whose copy cannot be stored is NAK'd with
@@ -93,37 +109,180 @@ func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	now := time.Now()
-	acks := make([]jetstream.PubAckFuture, len(ds))
-	for i := range ds {
-		var err error
-		acks[i], err = d.JetStream.PublishMsgAsync(d.copyOf(ds[i], now))
-		if err != nil {
-			ds[i].Err = err
+
+	// One scheduled message per bundle of jobs (or per job, when bundling
+	// is off or a bundle would hold one job).
+	type unit struct {
+		first, n int // ds[first : first+n]
+		ack      jetstream.PubAckFuture
+		err      error
+	}
+	var units []unit
+	for i := 0; i < len(ds); {
+		n := d.bundleRun(ds[i:])
+		u := unit{first: i, n: n}
+		var msg *nats.Msg
+		if n == 1 {
+			msg = d.copyOf(ds[i], now)
+		} else {
+			msg, u.err = d.bundleOf(ds[i:i+n], now)
+		}
+		if u.err == nil {
+			u.ack, u.err = d.JetStream.PublishMsgAsync(msg)
+		}
+		units = append(units, u)
+		i += n
+	}
+	for _, u := range units {
+		if u.err == nil {
+			select {
+			case <-u.ack.Ok():
+			case u.err = <-u.ack.Err():
+			case <-pctx.Done():
+				u.err = pctx.Err()
+			}
+		}
+		for i := u.first; i < u.first+u.n; i++ {
+			if u.err != nil {
+				err := fmt.Errorf("moving job %s failed, NAK'd instead: %w", ds[i].Job.ID, u.err)
+				if nerr := ds[i].Msg.NakWithDelay(nakDelay(ds[i].Wait)); nerr != nil {
+					err = fmt.Errorf("%w; and NAK failed: %v", err, nerr)
+				}
+				ds[i].Err = err
+				continue
+			}
+			// The copy is stored. A lost ack only means the original comes
+			// back after AckWait and is found to be a duplicate.
+			ds[i].Moved = true
+			if err := ds[i].Msg.Ack(); err != nil {
+				ds[i].Err = fmt.Errorf("acking moved job %s: %w", ds[i].Job.ID, err)
+			}
 		}
 	}
-	for i := range ds {
-		if ds[i].Err == nil {
-			select {
-			case <-acks[i].Ok():
-			case ds[i].Err = <-acks[i].Err():
-			case <-pctx.Done():
-				ds[i].Err = pctx.Err()
-			}
+}
+
+// maxBundleBytes caps the data of one bundle, well under NATS' default
+// 1 MB payload limit.
+const maxBundleBytes = 256 << 10
+
+// bundleRun is how many of ds, from the first, go into one bundle: the
+// following jobs of the same tenant, up to Bundle jobs and maxBundleBytes.
+func (d ScheduleDeferrer) bundleRun(ds []Deferral) int {
+	if d.Bundle < 2 || d.BundlePrefix == "" {
+		return 1
+	}
+	n, size := 1, len(ds[0].Msg.Data())
+	for n < len(ds) && n < d.Bundle && ds[n].Job.Tenant == ds[0].Job.Tenant {
+		size += len(ds[n].Msg.Data())
+		if size > maxBundleBytes {
+			break
 		}
-		if ds[i].Err != nil {
-			err := fmt.Errorf("moving job %s failed, NAK'd instead: %w", ds[i].Job.ID, ds[i].Err)
-			if nerr := ds[i].Msg.NakWithDelay(nakDelay(ds[i].Wait)); nerr != nil {
-				err = fmt.Errorf("%w; and NAK failed: %v", err, nerr)
-			}
-			ds[i].Err = err
+		n++
+	}
+	return n
+}
+
+// bundledCopy is one job's scheduled copy inside a bundle.
+type bundledCopy struct {
+	Subject string      `json:"subject"`
+	Header  nats.Header `json:"header"`
+	Data    []byte      `json:"data"`
+}
+
+// bundleOf builds one scheduled message carrying the scheduled copies of
+// several jobs of one tenant, marked with HeaderBundle. It fires at the
+// earliest of their slots onto its unpack subject, where RunUnbundler
+// publishes the copies it carries, each scheduled for its own slot.
+func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) (*nats.Msg, error) {
+	copies := make([]bundledCopy, len(ds))
+	soonest := ds[0].Wait
+	for k, df := range ds {
+		c := d.copyOf(df, now)
+		copies[k] = bundledCopy{Subject: c.Subject, Header: c.Header, Data: c.Data}
+		soonest = min(soonest, df.Wait)
+	}
+	data, err := json.Marshal(copies)
+	if err != nil {
+		return nil, fmt.Errorf("bundling %d jobs: %w", len(ds), err)
+	}
+	job := ds[0].Job
+	id := strings.ReplaceAll(job.ID, ":", "-")
+	out := &nats.Msg{Subject: d.BundlePrefix + ".b." + job.Tenant + "." + id, Data: data, Header: nats.Header{}}
+	out.Header.Set(HeaderBundle, strconv.Itoa(len(ds)))
+	out.Header.Set(HeaderJobID, job.ID)
+	out.Header.Set(HeaderSubject, job.Subject)
+	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+job.ID+":"+strconv.Itoa(job.Deferrals+1))
+	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, soonest).Format(time.RFC3339))
+	out.Header.Set(jetstream.ScheduleTargetHeader, d.BundlePrefix+".u."+job.Tenant+"."+id)
+	return out, nil
+}
+
+// Unbundle publishes the scheduled copies a fired bundle carries, waits for
+// their publish acks, then deletes the bundle from the stream (so a bundle
+// still in the stream is one not yet unpacked) and acks it. If any step
+// fails the caller hands the bundle back; unpacked again later, the copies
+// already stored are deduplicated by their Nats-Msg-Id.
+func Unbundle(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) error {
+	var copies []bundledCopy
+	if err := json.Unmarshal(msg.Data(), &copies); err != nil {
+		return fmt.Errorf("reading bundle: %w", err)
+	}
+	acks := make([]jetstream.PubAckFuture, 0, len(copies))
+	for _, c := range copies {
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: c.Subject, Header: c.Header, Data: c.Data})
+		if err != nil {
+			return fmt.Errorf("unbundling %d jobs: %w", len(copies), err)
+		}
+		acks = append(acks, f)
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("unbundling %d jobs: %w", len(copies), err)
+		case <-ctx.Done():
+			return fmt.Errorf("unbundling %d jobs: %w", len(copies), ctx.Err())
+		}
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return fmt.Errorf("bundle metadata: %w", err)
+	}
+	stream, err := js.Stream(ctx, meta.Stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", meta.Stream, err)
+	}
+	if err := stream.DeleteMsg(ctx, meta.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("deleting unpacked bundle: %w", err)
+	}
+	return msg.Ack()
+}
+
+// RunUnbundler pulls fired bundles from cons (a consumer filtering
+// BundlePrefix.u.*.*, which no single copy's subject matches) and unpacks them with Unbundle until ctx is
+// cancelled. A bundle that cannot be unpacked is handed back and tried
+// again after retry.
+func RunUnbundler(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, retry time.Duration, log *slog.Logger) {
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		batch, err := cons.Fetch(16, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			log.Warn("pulling bundles failed; retrying", "err", err)
+			sleep(ctx, retry)
 			continue
 		}
-		// The copy is stored. A lost ack only means the original comes back
-		// after AckWait and is found to be a duplicate.
-		ds[i].Moved = true
-		if err := ds[i].Msg.Ack(); err != nil {
-			ds[i].Err = fmt.Errorf("acking moved job %s: %w", ds[i].Job.ID, err)
+		for m := range batch.Messages() {
+			uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if err := Unbundle(uctx, js, m); err != nil {
+				log.Warn("unpacking a bundle of moved jobs failed; retrying", "subject", m.Subject(), "err", err)
+				if nerr := m.NakWithDelay(retry); nerr != nil {
+					log.Warn("hand back failed; JetStream redelivers after AckWait", "err", nerr)
+				}
+			}
+			ucancel()
 		}
+		cancel()
 	}
 }
 
@@ -272,4 +431,42 @@ func (e *expiries) Pop() any {
 	x := old[len(old)-1]
 	*e = old[:len(old)-1]
 	return x
+}
+
+// WaitingInSchedules counts the jobs moved off the consumer that still wait
+// in stream under prefix (the schedule subject prefix, e.g. "sched"): one
+// per scheduled copy, and the number it carries per bundle, whether waiting
+// to fire (prefix.b.…) or fired and not yet unpacked (prefix.u.…).
+func WaitingInSchedules(ctx context.Context, js jetstream.JetStream, stream, prefix string) (int, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(prefix+".>"))
+	if err != nil {
+		return 0, fmt.Errorf("stream %s info: %w", stream, err)
+	}
+	n := 0
+	for subject, count := range info.State.Subjects {
+		// A copy is prefix.<tenant>.<id>; a bundle prefix.b.<tenant>.<id>
+		// or prefix.u.<tenant>.<id>, one token more.
+		kind := strings.TrimPrefix(subject, prefix+".")
+		if strings.Count(kind, ".") != 2 || !(strings.HasPrefix(kind, "b.") || strings.HasPrefix(kind, "u.")) {
+			n += int(count)
+			continue
+		}
+		m, err := s.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // unpacked in the meantime
+		}
+		if err != nil {
+			return 0, fmt.Errorf("bundle %s: %w", subject, err)
+		}
+		k, err := strconv.Atoi(m.Header.Get(HeaderBundle))
+		if err != nil {
+			return 0, fmt.Errorf("bundle %s: bad %s header: %w", subject, HeaderBundle, err)
+		}
+		n += k
+	}
+	return n, nil
 }

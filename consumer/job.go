@@ -26,6 +26,9 @@ const (
 	// HeaderPublished carries the original publish time of a moved job,
 	// RFC 3339 with nanoseconds.
 	HeaderPublished = "Throttler-Published"
+	// HeaderBundle marks a scheduled message carrying several moved jobs'
+	// copies; its value is how many.
+	HeaderBundle = "Throttler-Bundle"
 	// HeaderSlot carries the slot a moved job was scheduled for, in µs since
 	// the Unix epoch.
 	HeaderSlot = "Throttler-Slot"

@@ -129,6 +129,9 @@ type Params struct {
 	Handler Handler
 	// Deferrer puts off limited jobs. Defaults to NakDeferrer.
 	Deferrer Deferrer
+	// Bundles, when set, is the consumer of fired bundles of moved jobs
+	// (see ScheduleDeferrer.Bundle); Run unpacks them while it runs.
+	Bundles jetstream.Consumer
 	// Config tunes the worker.
 	Config Config
 }
@@ -137,6 +140,7 @@ type Params struct {
 type Worker struct {
 	js       jetstream.JetStream
 	cons     jetstream.Consumer
+	bundles  jetstream.Consumer
 	decider  Decider
 	failures FailureCounter
 	handler  Handler
@@ -186,6 +190,7 @@ func New(p Params) (*Worker, error) {
 	return &Worker{
 		js:           p.JetStream,
 		cons:         p.Consumer,
+		bundles:      p.Bundles,
 		decider:      p.Decider,
 		failures:     p.Failures,
 		handler:      p.Handler,
@@ -227,6 +232,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-keepAliveDone:
 		}
 	}()
+
+	if w.bundles != nil {
+		w.handlers.Add(1)
+		go func() {
+			defer w.handlers.Done()
+			RunUnbundler(ctx, w.js, w.bundles, w.cfg.RetryInitial, w.log)
+		}()
+	}
 
 	msgs := make(chan jetstream.Msg, w.cfg.FetchBatch)
 	fetchDone := make(chan error, 1)

@@ -298,8 +298,8 @@ func publishBurst(tb testing.TB, js jetstream.JetStream, subject string, n int) 
 	return ids
 }
 
-// pendingJobs counts jobs still waiting in the stream: scheduled copies,
-// ack-pending and undelivered messages of the consumer.
+// pendingJobs counts jobs still waiting in the stream: moved jobs (copies
+// and bundles), ack-pending and undelivered messages of the consumer.
 func pendingJobs(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -312,18 +312,11 @@ func pendingJobs(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int 
 	if err != nil {
 		tb.Fatalf("consumer info: %v", err)
 	}
-	str, err := js.Stream(ctx, cfg.Stream)
+	waiting, err := consumer.WaitingInSchedules(ctx, js, cfg.Stream, cfg.ScheduleSubject)
 	if err != nil {
-		tb.Fatalf("stream: %v", err)
+		tb.Fatalf("jobs waiting in schedules: %v", err)
 	}
-	sinfo, err := str.Info(ctx, jetstream.WithSubjectFilter(cfg.ScheduleSubject+".>"))
-	if err != nil {
-		tb.Fatalf("stream info: %v", err)
-	}
-	n := info.NumAckPending + int(info.NumPending)
-	for _, c := range sinfo.State.Subjects {
-		n += int(c)
-	}
+	n := info.NumAckPending + int(info.NumPending) + waiting
 	return n
 }
 

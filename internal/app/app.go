@@ -55,12 +55,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 
 	var (
-		cons jetstream.Consumer
-		path deferPath
+		cons, bundles jetstream.Consumer
+		path          deferPath
 	)
 	setup := func() error {
 		var err error
-		cons, path, err = ensure(ctx, opts.NATS, js, cfg, log)
+		cons, bundles, path, err = ensure(ctx, opts.NATS, js, cfg, log)
 		if errors.Is(err, errUnsupported) {
 			return backoff.Permanent(err) // retrying cannot help
 		}
@@ -99,6 +99,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		Failures:  failures,
 		Handler:   handler,
 		Deferrer:  path.deferrer(js, cfg),
+		Bundles:   bundles,
 		Config:    path.workerConfig(cfg, log),
 	})
 	if err != nil {
@@ -128,17 +129,17 @@ type deferPath struct {
 
 // ensure creates or checks the jobs stream, the output streams and the
 // consumer, and chooses the deferral path.
-func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (jetstream.Consumer, deferPath, error) {
+func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (cons, bundles jetstream.Consumer, path deferPath, err error) {
 	if !nc.IsConnected() {
-		return nil, deferPath{}, errors.New("not connected to NATS")
+		return nil, nil, deferPath{}, errors.New("not connected to NATS")
 	}
 	version := nc.ConnectedServerVersion()
-	path := deferPath{mode: cfg.Defer, termWithReason: serverAtLeast(version, 2, 10)}
+	path = deferPath{mode: cfg.Defer, termWithReason: serverAtLeast(version, 2, 10)}
 	spec := consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects}
 	if path.mode != config.DeferNak {
 		if !serverAtLeast(version, 2, 12) {
 			if path.mode == config.DeferSchedule {
-				return nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s: %w", version, errUnsupported)
+				return nil, nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s: %w", version, errUnsupported)
 			}
 			log.Warn("nats-server has no message schedules; deferring with NAK only: deferred jobs hold MaxAckPending slots while they wait",
 				"server", version, "needs", "2.12")
@@ -149,13 +150,13 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	}
 	if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
 		if len(spec.ScheduleSubjects) == 0 || path.mode == config.DeferSchedule {
-			return nil, deferPath{}, err
+			return nil, nil, deferPath{}, err
 		}
 		log.Warn("cannot enable message schedules on the jobs stream; deferring with NAK only", "err", err)
 		path.mode = config.DeferNak
 		spec.ScheduleSubjects = nil
 		if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
-			return nil, deferPath{}, err
+			return nil, nil, deferPath{}, err
 		}
 	}
 	outputs := []struct{ template, stream string }{
@@ -166,18 +167,30 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 		pattern := consumer.SubjectPattern(o.template)
 		name, err := consumer.EnsureCaptured(ctx, js, pattern, o.stream)
 		if err != nil {
-			return nil, deferPath{}, err
+			return nil, nil, deferPath{}, err
 		}
 		log.Debug("output subject captured", "subject", pattern, "stream", name)
 	}
-	cons, err := consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{
+	cons, err = consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{
 		Stream:         cfg.Stream,
 		Name:           cfg.Consumer,
 		FilterSubjects: cfg.Subjects,
 		MaxAckPending:  cfg.MaxAckPending,
 		AckWait:        cfg.AckWait,
 	})
-	return cons, path, err
+	if err != nil || path.mode == config.DeferNak {
+		return cons, nil, path, err
+	}
+	// Fired bundles of moved jobs land on <schedule prefix>.u.<tenant>.<id>;
+	// a consumer of their own unpacks them.
+	bundles, err = consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{
+		Stream:         cfg.Stream,
+		Name:           cfg.Consumer + "_bundles",
+		FilterSubjects: []string{cfg.ScheduleSubject + ".u.*.*"},
+		MaxAckPending:  1000,
+		AckWait:        cfg.AckWait,
+	})
+	return cons, bundles, path, err
 }
 
 // deferrer builds the Deferrer of the path.
@@ -187,7 +200,9 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer
 		Subject: func(job consumer.Job) string {
 			return cfg.RenderScheduleSubject(job.Tenant, originalSeq(job))
 		},
-		Timeout: cfg.RedisTimeout + 3*time.Second,
+		Timeout:      cfg.RedisTimeout + 3*time.Second,
+		Bundle:       64,
+		BundlePrefix: cfg.ScheduleSubject,
 	}
 	switch p.mode {
 	case config.DeferSchedule:

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/consumer"
 )
 
 const (
@@ -134,10 +136,6 @@ func readPending(ctx context.Context, js jetstream.JetStream, stream, name, sche
 	if err != nil {
 		return pendingCounts{}, fmt.Errorf("consumer %s on stream %s: %w", name, stream, err)
 	}
-	str, err := js.Stream(ctx, stream)
-	if err != nil {
-		return pendingCounts{}, fmt.Errorf("stream %s: %w", stream, err)
-	}
 	deadline := time.Now().Add(pendingTimeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -147,12 +145,8 @@ func readPending(ctx context.Context, js jetstream.JetStream, stream, name, sche
 			return pendingCounts{}, fmt.Errorf("consumer %s info: %w", name, err)
 		}
 		p := pendingCounts{ackPending: info.NumAckPending, notDelivered: int(info.NumPending)}
-		sinfo, err := str.Info(ctx, jetstream.WithSubjectFilter(scheduled))
-		if err != nil {
-			return pendingCounts{}, fmt.Errorf("stream %s info: %w", stream, err)
-		}
-		for _, n := range sinfo.State.Subjects {
-			p.scheduled += int(n)
+		if p.scheduled, err = consumer.WaitingInSchedules(ctx, js, stream, scheduled); err != nil {
+			return pendingCounts{}, err
 		}
 		if p.total() == want || time.Now().After(deadline) {
 			return p, nil // a mismatch is reported, not failed
