@@ -2,7 +2,9 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -490,5 +492,62 @@ func pollUntilDeadline(t *testing.T, timeout time.Duration, what string, cond fu
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		<-tick.C
+	}
+}
+
+// TestBundleOf: a bundle of a tenant's deferred jobs is one scheduled
+// message on prefix.b.<tenant>.<id> that fires at the earliest slot onto
+// prefix.u.<tenant>.<id>, and carries exactly the copies copyOf builds.
+func TestBundleOf(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 600_000_000, time.UTC)
+	d := ScheduleDeferrer{Subject: func(job Job) string { return "sched.acme." + job.ID[len("JOBS:"):] }, Bundle: 64, BundlePrefix: "sched"}
+	var ds []Deferral
+	for i, wait := range []time.Duration{3 * time.Second, time.Second, 2 * time.Second} {
+		id := fmt.Sprintf("JOBS:%d", 10+i)
+		ds = append(ds, Deferral{Msg: &deferTestMsg{subject: "jobs.acme", data: []byte(id)},
+			Job: Job{ID: id, Tenant: "acme", Subject: "jobs.acme", Published: now}, Wait: wait})
+	}
+	if n := d.bundleRun(ds); n != 3 {
+		t.Fatalf("bundleRun = %d, want 3", n)
+	}
+	out, err := d.bundleOf(ds, now)
+	if err != nil {
+		t.Fatalf("bundleOf: %v", err)
+	}
+	if out.Subject != "sched.b.acme.JOBS-10" {
+		t.Fatalf("subject %q", out.Subject)
+	}
+	want := map[string]string{
+		HeaderBundle:                   "3",
+		jetstream.ScheduleHeader:       "@at 2026-01-02T03:04:07Z", // now+1s rounded up
+		jetstream.ScheduleTargetHeader: "sched.u.acme.JOBS-10",
+		jetstream.MsgIDHeader:          "bundle:JOBS:10:1",
+	}
+	for k, v := range want {
+		if got := out.Header.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	var copies []bundledCopy
+	if err := json.Unmarshal(out.Data, &copies); err != nil {
+		t.Fatalf("bundle data: %v", err)
+	}
+	if len(copies) != 3 {
+		t.Fatalf("%d copies, want 3", len(copies))
+	}
+	for k, c := range copies {
+		one := d.copyOf(ds[k], now)
+		if c.Subject != one.Subject || string(c.Data) != string(one.Data) || !reflect.DeepEqual(c.Header, one.Header) {
+			t.Errorf("copy %d = %+v, want %+v", k, c, one)
+		}
+	}
+	// Another tenant, or bundling off, ends a bundle.
+	ds[1].Job.Tenant = "globex"
+	if n := d.bundleRun(ds); n != 1 {
+		t.Errorf("bundleRun across tenants = %d, want 1", n)
+	}
+	d.Bundle = 0
+	if n := d.bundleRun(ds[:1]); n != 1 {
+		t.Errorf("bundleRun with bundling off = %d, want 1", n)
 	}
 }
