@@ -52,11 +52,6 @@ func PerDay(rate, burst int64) Limit { return Limit{Rate: rate, Period: 24 * tim
 // periodMicros returns the Period in whole microseconds.
 func (l Limit) periodMicros() int64 { return l.Period.Microseconds() }
 
-// FillTime is how long an empty bucket takes to fill completely.
-func (l Limit) FillTime() time.Duration {
-	return time.Duration(float64(l.Burst) * float64(l.Period) / float64(l.Rate))
-}
-
 // Validate reports whether l can be enforced, and why not.
 func (l Limit) Validate() error {
 	switch {

@@ -102,12 +102,6 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 	}, nil
 }
 
-// Rules returns the rules the Limiter enforces.
-func (l *Limiter) Rules() Rules { return l.rules }
-
-// Horizon returns the reservation horizon.
-func (l *Limiter) Horizon() time.Duration { return l.horizon }
-
 // Request is one job to decide.
 type Request struct {
 	// Tenant owns the job. Required; at most MaxTenantLen bytes.
