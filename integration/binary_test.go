@@ -235,7 +235,7 @@ func testSIGTERM(t *testing.T, bin string) {
 		<-published
 	}()
 
-	pollUntil(t, 20*time.Second, "1000 jobs forwarded by the binary", func() bool { return len(out.all()) >= 1000 })
+	waitFor(t, 20*time.Second, "1000 jobs forwarded by the binary", func() bool { return len(out.all()) >= 1000 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cons, err := e.js.Consumer(ctx, cfg.Stream, cfg.Consumer)

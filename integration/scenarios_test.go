@@ -64,18 +64,6 @@ func (l *callLog) times() []time.Time {
 	return out
 }
 
-// pollUntil waits until cond holds, failing the test after timeout.
-func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
-}
-
 // waitConsumerIdle waits until the worker's durable consumer has nothing
 // pending and nothing awaiting an ack.
 func (e *env) waitConsumerIdle(t *testing.T, cfg *config.Config, timeout time.Duration) {
@@ -580,7 +568,7 @@ func TestStopHandsBackEveryPulledJob(t *testing.T) {
 		for range 50 {
 			want[jobID(cfg.Stream, e.publish("jobs.acme", nil, []byte("x")))] = true
 		}
-		pollUntil(t, 10*time.Second, "the worker to forward", func() bool { return len(out.all()) >= len(want)-10 })
+		waitFor(t, 10*time.Second, "the worker to forward", func() bool { return len(out.all()) >= len(want)-10 })
 		// Keep publishing while the worker stops, so that a pull is
 		// outstanding when it does.
 		stopped := make(chan error, 1)
