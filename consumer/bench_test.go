@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -102,6 +103,55 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWorkerThroughputRatio measures the target ratio itself, the
+// worker throttled against the worker with the throttle off, in pairs run
+// back to back (off, then throttled, each on a fresh stream of the same
+// jobs), so that both sides of each ratio see the same machine. It reports
+// the median, lowest and highest ratio of throughputPairs pairs, and the
+// median jobs/s of each side. This machine's speed drifts by up to 2× over
+// a minute; a ratio of one pair drifts far less.
+//
+//	go test -run '^$' -bench BenchmarkWorkerThroughputRatio -benchtime 1x ./consumer/
+func BenchmarkWorkerThroughputRatio(b *testing.B) {
+	env := newThroughputEnv(b)
+	limiter, err := throttle.New(env.rdb, throttle.Options{
+		Rules:   throttle.Rules{Default: throttle.Limits{throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst)}},
+		Horizon: time.Minute,
+	})
+	if err != nil {
+		b.Fatalf("throttle.New: %v", err)
+	}
+	run := func(decider consumer.Decider) float64 {
+		b.StopTimer()
+		stream, cons := env.fill(b)
+		b.StartTimer()
+		rs := env.runWorker(b, cons, decider, 64)
+		b.StopTimer()
+		env.drop(b, stream)
+		return float64(throughputJobs) / rs.elapsed.Seconds()
+	}
+	var ratios, offs, ons []float64
+	for range b.N {
+		for range throughputPairs {
+			off := run(admitAll{})
+			on := run(limiter)
+			offs, ons, ratios = append(offs, off), append(ons, on), append(ratios, on/off)
+		}
+	}
+	slices.Sort(ratios)
+	slices.Sort(offs)
+	slices.Sort(ons)
+	b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
+	b.ReportMetric(ratios[0], "min-ratio")
+	b.ReportMetric(ratios[len(ratios)-1], "max-ratio")
+	b.ReportMetric(offs[len(offs)/2], "off-jobs/s")
+	b.ReportMetric(ons[len(ons)/2], "throttled-jobs/s")
+}
+
+// throughputPairs is how many (off, throttled) pairs
+// BenchmarkWorkerThroughputRatio runs.
+const throughputPairs = 7
 
 // runStats is what one iteration measured.
 type runStats struct {

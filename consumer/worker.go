@@ -155,7 +155,7 @@ type Worker struct {
 	handlers sync.WaitGroup
 	inflight sync.Map // *flight → struct{}, jobs with a running handler
 
-	redisBackoff *backoff.ExponentialBackOff // used by the dispatch goroutine only
+	redisBackoff *backoff.ExponentialBackOff // used by Run's deciding loop only
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -252,6 +252,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	moverDone := make(chan struct{})
 	go func() { defer close(moverDone); w.deferLoop(workCtx, batches) }()
 
+	// Acting on a group's decisions (starting handlers, collecting the
+	// deferrals) runs in a goroutine of its own, so the next group is
+	// decided meanwhile; groups are acted on in the order they were decided.
+	decided := make(chan decidedGroup, 1)
+	actDone := make(chan struct{})
+	go func() {
+		defer close(actDone)
+		for g := range decided {
+			batches <- deferBatch{deferrals: w.act(ctx, workCtx, g), credits: g.credits}
+		}
+	}()
+
 	for msg := range msgs {
 		group := w.drain(msg, msgs)
 		if ctx.Err() != nil {
@@ -259,8 +271,16 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.releaseCredits(len(group))
 			continue
 		}
-		batches <- deferBatch{deferrals: w.dispatch(ctx, workCtx, group), credits: len(group)}
+		g := w.decide(ctx, group)
+		decided <- g
+		if g.redisWait > 0 {
+			// Give Redis time to come back instead of pulling more jobs only
+			// to defer them again.
+			sleep(ctx, g.redisWait)
+		}
 	}
+	close(decided)
+	<-actDone
 	close(batches)
 	<-moverDone
 	fetchErr := <-fetchDone
@@ -479,36 +499,61 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 	}
 }
 
-// dispatch decides a group's jobs in one round trip and acts on each
-// decision: start, ack a duplicate, or dead-letter. It returns the limited
-// jobs, in slot order, for the defer loop.
-func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) []Deferral {
-	items := w.readGroup(group)
-	reqs := make([]throttle.Request, 0, len(items))
-	idx := make([]int, 0, len(items))
-	for i, it := range items {
+// decidedGroup is a group of jobs with their decisions.
+type decidedGroup struct {
+	items   []item
+	idx     []int             // idx[k] is the item results[k] decides
+	results []throttle.Result // one per item that is not bad
+	credits int               // fetch credits the group holds
+	// redisWait, when Redis failed under DeferOnRedisError, is how long
+	// the jobs it failed for are put off, and the pulling with them.
+	redisWait time.Duration
+}
+
+// decide reads a group's jobs and decides them in one round trip.
+func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup {
+	g := decidedGroup{items: w.readGroup(group), credits: len(group)}
+	reqs := make([]throttle.Request, 0, len(g.items))
+	g.idx = make([]int, 0, len(g.items))
+	for i, it := range g.items {
 		if it.bad != nil {
 			continue
 		}
 		reqs = append(reqs, throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost,
 			TrackOwner: w.cfg.TrackOwner, Incarnation: int64(it.job.Deferrals)})
-		idx = append(idx, i)
+		g.idx = append(g.idx, i)
 	}
+	if len(reqs) == 0 {
+		return g
+	}
+	dctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
+	g.results = w.decider.DecideBatch(dctx, reqs)
+	cancel()
+	redisFailed := false
+	for _, res := range g.results {
+		if res.Err != nil && !errors.Is(res.Err, throttle.ErrInvalid) && ctx.Err() == nil {
+			redisFailed = true
+			break
+		}
+	}
+	switch {
+	case !redisFailed:
+		w.redisBackoff.Reset()
+	case w.cfg.OnRedisError == DeferOnRedisError:
+		g.redisWait = w.redisBackoff.NextBackOff()
+	}
+	return g
+}
 
-	var results []throttle.Result
-	if len(reqs) > 0 {
-		dctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
-		results = w.decider.DecideBatch(dctx, reqs)
-		cancel()
-	}
-	var (
-		deferrals   []Deferral
-		redisFailed bool
-		redisWait   time.Duration
-	)
-	for k, i := range idx {
+// act acts on each decision of a group: start, ack a duplicate, or
+// dead-letter. It returns the limited jobs, in slot order, for the defer
+// loop.
+func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
+	items := g.items
+	var deferrals []Deferral
+	for k, i := range g.idx {
 		it := &items[i]
-		res := results[k]
+		res := g.results[k]
 		w.stats.add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
 		case res.Err == nil && res.Duplicate:
@@ -528,7 +573,6 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) [
 			// The worker is stopping and cut the decision short.
 			w.handBack([]jetstream.Msg{it.msg})
 		default:
-			redisFailed = true
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
 			if w.cfg.OnRedisError == AllowOnRedisError {
 				w.log.Warn("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
@@ -536,24 +580,16 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, group []jetstream.Msg) [
 				w.start(ctx, workCtx, it.msg, it.job)
 				continue
 			}
-			if redisWait == 0 {
-				redisWait = w.redisBackoff.NextBackOff()
-			}
-			w.log.Warn("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", redisWait, "err", res.Err)
-			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(redisWait) })
+			// Redis failed while ctx was live, so decide set redisWait.
+			wait := g.redisWait
+			w.log.Warn("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", wait, "err", res.Err)
+			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
 		}
 	}
 	for _, it := range items {
 		if it.bad != nil {
 			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
 		}
-	}
-	if redisFailed && w.cfg.OnRedisError == DeferOnRedisError {
-		// Give Redis time to come back instead of pulling more jobs only to
-		// defer them again.
-		sleep(ctx, redisWait)
-	} else if !redisFailed && len(reqs) > 0 {
-		w.redisBackoff.Reset()
 	}
 	return deferrals
 }
