@@ -82,8 +82,8 @@ Cost: Redis runs this body for every call, so everything it creates is paid
 for on every decision. The common call (one job, one limit) takes a path
 that uses locals only and creates no function; the general path keeps its
 working state in a few flat arrays with a fixed stride rather than a table
-per job or per bucket. Measured with callgrind on redis-server 7.0, the
-one-job path costs about 1.3x the instructions of redis_rate's script.
+per job or per bucket. scripts/lua-instructions.sh counts the instructions
+redis-server executes per call (BENCHMARKS.md has the figures).
 ]]
 
 -- Globals read once: local access is cheaper in Lua than a global lookup.

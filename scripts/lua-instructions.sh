@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# lua-instructions.sh: instructions redis-server executes per call of a Lua
+# script, counted by valgrind's callgrind, minus those of an empty script
+# called with the same keys and arguments. Unlike timings, the count is the
+# same from run to run whatever else the machine is doing.
+#
+#   scripts/lua-instructions.sh [script.lua ...]   (default: lua/throttle.lua)
+#   scripts/lua-instructions.sh --redis-rate
+#
+# Each script is called 3,000 times, as Limiter.Allow calls it: one job, one
+# limit of 10^9/s, Redis TIME, keys spread over 1,000 tenants. --redis-rate
+# measures instead the allowN script of github.com/go-redis/redis_rate/v10
+# (read from the module cache, not kept here) as its Allow calls it, with
+# PerSecond(10^9). Needs valgrind, redis-server and redis-benchmark (Debian:
+# valgrind, redis-server, redis-tools).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+calls=3000
+port=$((20000 + RANDOM % 20000))
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+args=(1 'thr:{t__rand_int__}:l:1000000000:1000000' 0 1 0 1 1000000000 1000000 1000000000)
+
+# instructions FILE N: total instructions of a redis-server that ran FILE N times.
+instructions() {
+	local out="$work/callgrind.out"
+	valgrind --tool=callgrind --callgrind-out-file="$out" \
+		redis-server --port "$port" --save '' --appendonly no >"$work/valgrind.log" 2>&1 &
+	local pid=$!
+	for _ in $(seq 100); do
+		redis-cli -p "$port" ping >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	local sha
+	sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$1")")
+	if [ "$2" -gt 0 ]; then
+		redis-benchmark -p "$port" -n "$2" -c 1 -r 1000 -q EVALSHA "$sha" "${args[@]}" >/dev/null
+	fi
+	redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+	wait "$pid" || true
+	awk '/^(summary|totals):/ {print $2; exit}' "$out"
+}
+
+if [ "${1:-}" = --redis-rate ]; then
+	dir=$(go list -m -f '{{.Dir}}' github.com/go-redis/redis_rate/v10)
+	awk '/^var allowN = redis.NewScript\(`/ {on=1; next} on && /^`\)/ {exit} on' "$dir/lua.go" >"$work/redis_rate_allowN.lua"
+	args=(1 'rate:{t__rand_int__}' 1000000000 1000000000 1 1)
+	set -- "$work/redis_rate_allowN.lua"
+fi
+
+echo 'return {1, 0, 0, 0}' >"$work/empty.lua"
+base0=$(instructions "$work/empty.lua" 0)
+empty=$(instructions "$work/empty.lua" "$calls")
+[ $# -gt 0 ] || set -- lua/throttle.lua
+for f in "$@"; do
+	total=$(instructions "$f" "$calls")
+	echo "$f: $(((total - base0) / calls)) instructions per call, $(((total - empty) / calls)) more than an empty script"
+done
