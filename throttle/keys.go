@@ -61,10 +61,11 @@ func plainTenant(tenant string) bool {
 	return true
 }
 
-// limit returns the state key of one limit of the tenant whose tag is tag.
-// The key names the rate and period, so changing a limit starts a new bucket.
-func (k keyspace) limit(tag string, l Limit) string {
-	return k.prefix + ":" + tag + ":l:" + strconv.FormatInt(l.Rate, 10) + ":" + strconv.FormatInt(l.periodMicros(), 10)
+// limitKeySuffix is what follows the tag in the state key of one limit,
+// prefix:{tag}:l:RATE:PERIOD. The key names the rate and period, so changing
+// a limit starts a new bucket.
+func limitKeySuffix(l Limit) string {
+	return ":l:" + strconv.FormatInt(l.Rate, 10) + ":" + strconv.FormatInt(l.periodMicros(), 10)
 }
 
 // reservation returns the key of the slot reserved for jobID.

@@ -15,7 +15,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,7 +70,29 @@ type Limiter struct {
 	script      *redis.Script
 	keys        keyspace
 	horizon     time.Duration
+	horizonArg  string // horizon in µs, as the script reads it
 	rules       Rules
+	// rendered holds the key suffix and script arguments of every limit
+	// in rules, built once: they are the same for every job.
+	rendered map[Limit]renderedLimit
+}
+
+// renderedLimit is a limit as its state key and the script spell it.
+type renderedLimit struct {
+	keySuffix string // ":l:RATE:PERIOD", after the tenant's tag
+	args      [3]any // rate, period µs, burst
+}
+
+// render spells lim for keys and the script.
+func render(lim Limit) renderedLimit {
+	return renderedLimit{
+		keySuffix: limitKeySuffix(lim),
+		args: [3]any{
+			strconv.FormatInt(lim.Rate, 10),
+			strconv.FormatInt(lim.periodMicros(), 10),
+			strconv.FormatInt(lim.Burst, 10),
+		},
+	}
 }
 
 // New returns a Limiter over rdb.
@@ -92,13 +116,21 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 	// A single server takes keys of any slot in one call; a Cluster or Ring
 	// routes by key, so there a call holds one tenant's jobs.
 	_, single := rdb.(*redis.Client)
+	rendered := map[Limit]renderedLimit{}
+	for _, ls := range append([]Limits{opts.Rules.Default}, slices.Collect(maps.Values(opts.Rules.Tenants))...) {
+		for _, lim := range ls {
+			rendered[lim] = render(lim)
+		}
+	}
 	return &Limiter{
 		rdb:         rdb,
 		crossTenant: single,
 		script:      redis.NewScript(lua.Throttle),
 		keys:        keyspace{prefix: prefix},
 		horizon:     opts.Horizon,
+		horizonArg:  strconv.FormatInt(opts.Horizon.Microseconds(), 10),
 		rules:       opts.Rules,
+		rendered:    rendered,
 	}, nil
 }
 
@@ -209,7 +241,7 @@ func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
 	// tenant to the call of its latest request. A request joins an open call
 	// only if its tenant's earlier requests are in that call or before it,
 	// so every request still sees what all requests before it did.
-	open := map[string]int{}
+	open := map[groupKey]int{}
 	last := map[string]int{}
 	for i, req := range reqs {
 		p, err := l.prepare(req)
@@ -217,9 +249,9 @@ func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
 			results[i].Err = err
 			continue
 		}
-		key := p.signature + " " + strconv.FormatBool(p.jobKey != "")
+		key := groupKey{now: p.now, owner: p.ownerKey != "", job: p.jobKey != ""}
 		if !l.crossTenant {
-			key = p.tag + " " + key
+			key.tag = p.tag
 		}
 		g, ok := open[key]
 		prev, seen := last[p.tag]
@@ -314,9 +346,16 @@ func isNoScript(err error) bool {
 }
 
 // prepared is one validated request, in the pieces a script call is built of.
+// groupKey is what the jobs of one script call share: the clock, whether
+// they track owners and have job keys, and on a cluster the tenant.
+type groupKey struct {
+	tag        string
+	now        string
+	owner, job bool
+}
+
 type prepared struct {
 	tag         string // the tenant's hash tag
-	signature   string // clock and owner tracking: what jobs of one call share
 	limitKeys   []string
 	limitArgs   []any // rate, period, burst of each limit
 	now, cost   string
@@ -423,9 +462,8 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 	}
 	limits := req.Limits
 	if len(limits) == 0 {
-		limits = l.rules.For(req.Tenant)
-	}
-	if err := limits.Validate(); err != nil {
+		limits = l.rules.For(req.Tenant) // validated by New
+	} else if err := limits.Validate(); err != nil {
 		return prepared{}, &InvalidError{Code: CodeLimits, Detail: err.Error()}
 	}
 	cost := req.Cost
@@ -449,16 +487,17 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		tag:       tag,
 		now:       strconv.FormatInt(now, 10),
 		cost:      strconv.FormatInt(cost, 10),
-		horizon:   strconv.FormatInt(l.horizon.Microseconds(), 10),
+		horizon:   l.horizonArg,
 		limitKeys: make([]string, 0, len(limits)),
 		limitArgs: make([]any, 0, 3*len(limits)),
 	}
 	for _, lim := range limits {
-		p.limitKeys = append(p.limitKeys, l.keys.limit(tag, lim))
-		p.limitArgs = append(p.limitArgs,
-			strconv.FormatInt(lim.Rate, 10),
-			strconv.FormatInt(lim.periodMicros(), 10),
-			strconv.FormatInt(lim.Burst, 10))
+		r, ok := l.rendered[lim]
+		if !ok {
+			r = render(lim)
+		}
+		p.limitKeys = append(p.limitKeys, l.keys.prefix+":"+tag+r.keySuffix)
+		p.limitArgs = append(p.limitArgs, r.args[:]...)
 	}
 	if req.JobID != "" {
 		if err := validJobID(req.JobID); err != nil {
@@ -476,7 +515,6 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		p.ownerKey = l.keys.owner(tag, req.JobID)
 		p.incarnation = strconv.FormatInt(req.Incarnation, 10)
 	}
-	p.signature = p.now + " " + strconv.FormatBool(req.TrackOwner)
 	return p, nil
 }
 
