@@ -519,8 +519,11 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 		if it.bad != nil {
 			continue
 		}
+		// A message on its first delivery that is not a moved copy was never
+		// decided, so it holds no reservation for the script to read.
+		fresh := it.job.Delivered == 1 && it.job.Header.Get(HeaderJobID) == ""
 		reqs = append(reqs, throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost,
-			TrackOwner: w.cfg.TrackOwner, Incarnation: int64(it.job.Deferrals)})
+			TrackOwner: w.cfg.TrackOwner, Incarnation: int64(it.job.Deferrals), Fresh: fresh})
 		g.idx = append(g.idx, i)
 	}
 	if len(reqs) == 0 {

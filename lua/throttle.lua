@@ -35,10 +35,15 @@ ARGV (every one a decimal integer, digits only, in the range given):
   ARGV[5+3L] optional: the incarnation of the job, [0, 2^31): 0 for the
              message first published, n for the copy made by its n-th move
              off the consumer. Required when KEYS[L+2] is given.
+  ARGV[6+3L] optional, needs ARGV[5+3L]: fresh, [0, 1]. 1 says the job has
+             never been decided before (its first delivery), so it holds no
+             reservation: the script does not read KEYS[L+1] (it still
+             writes it if the job must wait). The owner key is read anyway.
   then for each further job, in order (M <= 256 in all; the first job then
-  must give its incarnation too):
-    its cost [1, 1e9], its incarnation [0, 2^31), its number of limits
-    L_k [1, 8], and rate, period, burst of each of its limits
+  must give its incarnation and fresh flag too):
+    its cost [1, 1e9], its incarnation [0, 2^31), its fresh flag [0, 1],
+    its number of limits L_k [1, 8], and rate, period, burst of each of
+    its limits
 
 Reply, always a flat array of integers: for one job one of the tuples below;
 for M >= 2 jobs the M tuples of 4 one after the other, or a single INVALID
@@ -94,7 +99,7 @@ local ALLOWED, LIMITED, INVALID, DUPLICATE = 1, 2, 3, 4
 local E_KEYS, E_NOW, E_COST, E_HORIZON, E_COUNT = 1, 2, 3, 4, 5
 local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
 local E_STATE, E_STATE_TTL, E_RESV, E_RESV_TTL = 10, 11, 12, 13
-local E_INCARNATION, E_OWNER, E_OWNER_TTL = 14, 15, 16
+local E_INCARNATION, E_OWNER, E_OWNER_TTL, E_FRESH = 14, 15, 16, 17
 
 local EXACT = 9007199254740992 -- 2^53
 local DAY = 86400000000
@@ -117,13 +122,15 @@ local function int(i, lo, hi)
 end
 
 -- Shape of the call. The first job's limits come first; a call of one job
--- is 4+3L arguments long (5+3L with its incarnation).
+-- is 4+3L arguments long (5+3L with its incarnation, 6+3L with its fresh
+-- flag too).
 local L1 = int(4, 1, 8)
 if L1 == nil then
   return {INVALID, E_COUNT, 4}
 end
-local single = nargv == 4 + 3 * L1 or nargv == 5 + 3 * L1
+local single = nargv >= 4 + 3 * L1 and nargv <= 6 + 3 * L1
 local hasInc = nargv ~= 4 + 3 * L1
+local hasFresh = nargv > 5 + 3 * L1
 
 -- The common call, one job under one limit, takes a path of its own that
 -- keeps everything in locals and defines no functions (each closure a call
@@ -140,10 +147,14 @@ if single and L1 == 1 then
   if horizon == nil then return {INVALID, E_HORIZON, 3} end
   local c = int(2, 1, 1000000000)
   if c == nil then return {INVALID, E_COST, 2} end
-  local inc = 0
+  local inc, fresh = 0, 0
   if hasInc then
     inc = int(8, 0, 2147483647)
     if inc == nil then return {INVALID, E_INCARNATION, 8} end
+  end
+  if hasFresh then
+    fresh = int(9, 0, 1)
+    if fresh == nil then return {INVALID, E_FRESH, 9} end
   end
   local r = int(5, 1, 1000000000)
   if r == nil then return {INVALID, E_RATE, 5} end
@@ -165,7 +176,7 @@ if single and L1 == 1 then
   -- The job's reservation and owner.
   local resv, owner = KEYS[2], KEYS[3]
   local slot, own = false, false
-  if resv then
+  if resv and fresh == 0 then
     local v = call('GET', resv)
     if v then
       if #v > 16 or not find(v, '^%d+$') then return {INVALID, E_RESV, 2} end
@@ -350,31 +361,34 @@ end
 -- Jobs, JW slots each from offset o = (k-1)*JW: the ARGV positions of its
 -- cost, incarnation and first limit, its number of limits, its cost, its
 -- incarnation, the TTL of its job keys (ms), its entry (offset in EN, or
--- false) and the KEYS position of its first limit.
-local JW = 9
-local J = {2, 5 + 3 * L1, 5, L1, 0, 0, 0, false, 0}
+-- false), the KEYS position of its first limit, and the ARGV position of
+-- its fresh flag (0 when it has none).
+local JW = 10
+local J = {2, 5 + 3 * L1, 5, L1, 0, 0, 0, false, 0, 0}
+if hasFresh then J[10] = 6 + 3 * L1 end
 local M = 1
 local limitKeys = L1
 if not single then
-  if nargv < 5 + 3 * L1 then return {INVALID, E_KEYS, 0} end
-  local cur = 6 + 3 * L1
+  if nargv < 6 + 3 * L1 then return {INVALID, E_KEYS, 0} end
+  local cur = 7 + 3 * L1
   while cur <= nargv do
-    if M >= MAX_JOBS or cur + 2 > nargv then return {INVALID, E_KEYS, 0} end
-    local Lk = cint(cur + 2, 1, 8)
-    if Lk == nil then return {INVALID, E_COUNT, cur + 2} end
+    if M >= MAX_JOBS or cur + 3 > nargv then return {INVALID, E_KEYS, 0} end
+    local Lk = cint(cur + 3, 1, 8)
+    if Lk == nil then return {INVALID, E_COUNT, cur + 3} end
     local o = M * JW
     J[o + 1] = cur
     J[o + 2] = cur + 1
-    J[o + 3] = cur + 3
+    J[o + 3] = cur + 4
     J[o + 4] = Lk
     J[o + 5] = 0
     J[o + 6] = 0
     J[o + 7] = 0
     J[o + 8] = false
     J[o + 9] = 0
+    J[o + 10] = cur + 2
     M = M + 1
     limitKeys = limitKeys + Lk
-    cur = cur + 3 + 3 * Lk
+    cur = cur + 4 + 3 * Lk
   end
   if cur ~= nargv + 1 then return {INVALID, E_KEYS, 0} end
 end
@@ -422,6 +436,12 @@ for o = 0, (M - 1) * JW, JW do
     inc = cint(ii, 0, 2147483647)
     if inc == nil then return {INVALID, E_INCARNATION, ii} end
   end
+  local fi = J[o + 10]
+  if fi > 0 then
+    -- From here on J[o + 10] is the flag itself.
+    J[o + 10] = cint(fi, 0, 1)
+    if J[o + 10] == nil then return {INVALID, E_FRESH, fi} end
+  end
   J[o + 5], J[o + 6], J[o + 9] = c, inc, key
   local maxFill = 0
   for x = J[o + 3], J[o + 3] + 3 * (J[o + 4] - 1), 3 do
@@ -462,9 +482,10 @@ end
 -- Entries, EW slots each from offset base, one per job id (a job id given
 -- twice in one call shares one, so the later job sees what the earlier one
 -- did): reservation key, owner key (or false), TTL (ms), slot (µs, or
--- false), owner incarnation (or false), changed. All are read and checked
+-- false), owner incarnation (or false), changed, and whether the
+-- reservation was read (a fresh job's is not). All are read and checked
 -- before any write.
-local EW = 6
+local EW = 7
 local EN, byResv = nil, nil
 if keysPerJob >= 1 then
   EN, byResv = {}, {}
@@ -472,14 +493,17 @@ if keysPerJob >= 1 then
   for o = 0, (M - 1) * JW, JW do
     local rk = J[o + 9] + J[o + 4]
     local resv = KEYS[rk]
+    local fresh = J[o + 10] == 1
     local base = byResv[resv]
     if base == nil then
       base = ne
       ne = ne + EW
       byResv[resv] = base
-      local slot, bad = jobKey(rk, 16, E_RESV, E_RESV_TTL)
-      if slot == nil then return bad end
-      local owner, own = false, false
+      local slot, owner, own, bad = false, false, false, nil
+      if not fresh then
+        slot, bad = jobKey(rk, 16, E_RESV, E_RESV_TTL)
+        if slot == nil then return bad end
+      end
       if keysPerJob == 2 then
         owner = KEYS[rk + 1]
         own, bad = jobKey(rk + 1, 10, E_OWNER, E_OWNER_TTL)
@@ -491,6 +515,12 @@ if keysPerJob >= 1 then
       EN[base + 4] = slot
       EN[base + 5] = own
       EN[base + 6] = false
+      EN[base + 7] = not fresh
+    elseif not fresh and not EN[base + 7] then
+      -- A fresh job named this id first; this one may hold a slot.
+      local slot, bad = jobKey(rk, 16, E_RESV, E_RESV_TTL)
+      if slot == nil then return bad end
+      EN[base + 4], EN[base + 7] = slot, true
     end
     J[o + 8] = base
   end

@@ -16,7 +16,7 @@ import (
 // with their own key prefixes replay the same random rounds; each round is
 // a batch at one instant of new jobs, jobs coming back for their slots
 // (early or on time), copies of moved jobs (other incarnations), the same
-// job twice in one batch, and jobs without ids.
+// job twice in one batch, new jobs marked fresh, and jobs without ids.
 func TestBatchMatchesSequential(t *testing.T) {
 	for _, owner := range []bool{false, true} {
 		t.Run(fmt.Sprintf("owner=%v", owner), func(t *testing.T) {
@@ -39,6 +39,7 @@ func TestBatchMatchesSequential(t *testing.T) {
 					switch r := rng.IntN(10); {
 					case r < 5 || len(known) == 0:
 						req.JobID = fmt.Sprintf("j%d", next)
+						req.Fresh = rng.IntN(2) == 0 // never decided: may skip the read
 						known = append(known, req.JobID)
 						next++
 					case r < 9:

@@ -15,7 +15,7 @@ var ErrInvalid = errors.New("throttle: invalid input")
 // Such a call may succeed when retried; nothing is known about its outcome.
 var ErrRedis = errors.New("throttle: redis error")
 
-// Code says what was invalid about a call. Codes 1 to 16 are the script's own
+// Code says what was invalid about a call. Codes 1 to 17 are the script's own
 // E_* codes (see lua/throttle.lua); higher codes are found in Go before any
 // round trip.
 type Code int
@@ -38,6 +38,7 @@ const (
 	CodeIncarnation    Code = 14  // the incarnation is not in [0, 2^31)
 	CodeOwner          Code = 15  // stored owner is malformed
 	CodeOwnerTTL       Code = 16  // stored owner has no TTL
+	CodeFresh          Code = 17  // the fresh flag is not 0 or 1
 	CodeTenant         Code = 100 // tenant empty or too long
 	CodeJobID          Code = 101 // job id too long or not printable ASCII
 	CodeLimits         Code = 102 // the limits themselves do not validate
@@ -60,6 +61,7 @@ var codeText = map[Code]string{
 	CodeIncarnation:    "incarnation out of range",
 	CodeOwner:          "stored owner is malformed",
 	CodeOwnerTTL:       "stored owner has no TTL",
+	CodeFresh:          "fresh flag out of range",
 	CodeTenant:         "invalid tenant",
 	CodeJobID:          "invalid job id",
 	CodeLimits:         "invalid limits",

@@ -158,6 +158,12 @@ type Request struct {
 	// Incarnation tells the incarnations of a moved job apart: 0 for the
 	// message first published, n for the copy made by its n-th move.
 	Incarnation int64
+	// Fresh says the job was never decided before (a queue's first
+	// delivery of a message), so it holds no reservation: the script then
+	// does not read one, which saves a Redis read per job. Set it only
+	// when that is certain: a fresh job that does hold a slot is charged
+	// again. Needs JobID; the owner record is read whether or not.
+	Fresh bool
 }
 
 // Decision is the outcome of one request.
@@ -346,6 +352,14 @@ func isNoScript(err error) bool {
 }
 
 // prepared is one validated request, in the pieces a script call is built of.
+// incarnationArg is the job's incarnation as the script reads it.
+func (p prepared) incarnationArg() string {
+	if p.incarnation == "" {
+		return "0"
+	}
+	return p.incarnation
+}
+
 // groupKey is what the jobs of one script call share: the clock, whether
 // they track owners and have job keys, and on a cluster the tenant.
 type groupKey struct {
@@ -363,6 +377,7 @@ type prepared struct {
 	jobKey      string // reservation key, or ""
 	ownerKey    string // owner key, or ""
 	incarnation string
+	fresh       bool
 }
 
 // call is one script invocation deciding one or more requests.
@@ -377,7 +392,7 @@ type call struct {
 // singleCall builds the call deciding one request.
 func singleCall(p prepared) call {
 	keys := append(make([]string, 0, len(p.limitKeys)+2), p.limitKeys...)
-	args := make([]any, 0, 5+len(p.limitArgs))
+	args := make([]any, 0, 6+len(p.limitArgs))
 	args = append(args, p.now, p.cost, p.horizon, strconv.Itoa(len(p.limitKeys)))
 	args = append(args, p.limitArgs...)
 	if p.jobKey != "" {
@@ -385,7 +400,12 @@ func singleCall(p prepared) call {
 	}
 	if p.ownerKey != "" {
 		keys = append(keys, p.ownerKey)
-		args = append(args, p.incarnation)
+	}
+	if p.ownerKey != "" || p.fresh {
+		args = append(args, p.incarnationArg())
+	}
+	if p.fresh {
+		args = append(args, "1")
 	}
 	return call{parts: []prepared{p}, keys: keys, args: args}
 }
@@ -410,17 +430,17 @@ func (c *call) build() {
 		if p.ownerKey != "" {
 			c.keys = append(c.keys, p.ownerKey)
 		}
-		inc := p.incarnation
-		if inc == "" {
-			inc = "0"
+		fresh := "0"
+		if p.fresh {
+			fresh = "1"
 		}
 		if k == 0 {
 			c.args = append(c.args, p.now, p.cost, p.horizon, strconv.Itoa(len(p.limitKeys)))
 			c.args = append(c.args, p.limitArgs...)
-			c.args = append(c.args, inc)
+			c.args = append(c.args, p.incarnationArg(), fresh)
 			continue
 		}
-		c.args = append(c.args, p.cost, inc, strconv.Itoa(len(p.limitKeys)))
+		c.args = append(c.args, p.cost, p.incarnationArg(), fresh, strconv.Itoa(len(p.limitKeys)))
 		c.args = append(c.args, p.limitArgs...)
 	}
 }
@@ -514,6 +534,12 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		}
 		p.ownerKey = l.keys.owner(tag, req.JobID)
 		p.incarnation = strconv.FormatInt(req.Incarnation, 10)
+	}
+	if req.Fresh {
+		if req.JobID == "" {
+			return prepared{}, &InvalidError{Code: CodeJobID, Detail: "a fresh job needs a job id"}
+		}
+		p.fresh = true
 	}
 	return p, nil
 }

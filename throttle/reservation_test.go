@@ -132,3 +132,45 @@ func TestReservationQueue(t *testing.T) {
 	d = decide(t, l, throttle.Request{Tenant: tenant, JobID: job(jobs - 1), At: again})
 	sameDecision(t, job(jobs-1)+" a third time", d, throttle.Decision{Wait: interval, Reserved: true})
 }
+
+// TestFreshJobs checks Request.Fresh. A fresh job's reservation is not read:
+// one Redis read fewer than the same job not marked fresh (counted in INFO
+// commandstats). A fresh job that must wait still gets its slot, and coming
+// back, no longer fresh, is admitted through it uncharged. And, as
+// documented, a job wrongly marked fresh while it holds a slot is charged
+// again instead of being admitted through its slot.
+func TestFreshJobs(t *testing.T) {
+	for _, owner := range []bool{false, true} {
+		t.Run(fmt.Sprintf("owner=%v", owner), func(t *testing.T) {
+			e := setup(t)
+			ctx := context.Background()
+			l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.PerSecond(10, 1)})
+			req := func(tenant, id string, at time.Duration, fresh bool) throttle.Request {
+				return throttle.Request{Tenant: tenant, JobID: id, At: t0.Add(at), Fresh: fresh, TrackOwner: owner}
+			}
+			reads := func(r throttle.Request) int {
+				t.Helper()
+				if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
+					t.Fatalf("CONFIG RESETSTAT: %v", err)
+				}
+				decide(t, l, r)
+				return commandCalls(t, e.rdb, "get")
+			}
+			fresh, known := reads(req("a", "j1", 0, true)), reads(req("b", "j1", 0, false))
+			if fresh != known-1 {
+				t.Fatalf("GETs: fresh job %d, the same job not fresh %d; want one fewer", fresh, known)
+			}
+
+			// a's bucket (burst 1) is empty after j1: j2 waits one interval.
+			sameDecision(t, "fresh j2 at t0", decide(t, l, req("a", "j2", 0, true)),
+				throttle.Decision{Wait: 100 * ms, Reserved: true})
+			sameDecision(t, "j2 back at its slot", decide(t, l, req("a", "j2", 100*ms, false)),
+				throttle.Decision{Allowed: true, Reserved: true})
+			sameDecision(t, "j3 at t0+100ms", decide(t, l, req("a", "j3", 100*ms, false)),
+				throttle.Decision{Wait: 100 * ms, Reserved: true})
+			// j3 holds the slot at t0+200ms; marked fresh, it is not seen.
+			sameDecision(t, "j3 wrongly fresh at its slot", decide(t, l, req("a", "j3", 200*ms, true)),
+				throttle.Decision{Wait: 100 * ms, Reserved: true})
+		})
+	}
+}

@@ -23,6 +23,7 @@ const (
 	eRate, ePeriod, eBurst, eOverBurst   = 6, 7, 8, 9
 	eState, eStateTTL, eResv, eResvTTL   = 10, 11, 12, 13
 	eIncarnation, eOwner                 = 14, 15
+	eFresh                               = 17
 )
 
 // nowMicros is t0 in µs, as the script reads it.
@@ -171,10 +172,16 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		cases = append(cases, tc{fmt.Sprintf("incarnation %q", v), 1, append(validArgs(), v), eIncarnation, 8, true})
 		cases = append(cases, tc{fmt.Sprintf("incarnation %q after two limits", v), 2, append(slicesClone(two), v), eIncarnation, 11, true})
 	}
+	// The optional fresh flag after the incarnation: 0 or 1.
+	for _, v := range append(notInts, "2") {
+		cases = append(cases, tc{fmt.Sprintf("fresh %q", v), 1, append(validArgs(), "0", v), eFresh, 9, false})
+		cases = append(cases, tc{fmt.Sprintf("fresh %q after two limits", v), 2, append(slicesClone(two), "0", v), eFresh, 12, true})
+	}
 	// ARGV and KEYS that do not fit together.
 	cases = append(cases,
 		tc{"ARGV one limit short", 2, append(validArgs()[:3], "2", "10", "1000000", "5"), eKeys, 0, false},
-		tc{"ARGV two values long", 1, append(validArgs(), "1", "1"), eKeys, 0, false},
+		tc{"ARGV three values long", 1, append(validArgs(), "1", "1", "1"), eKeys, 0, false},
+		tc{"ARGV four values long", 1, append(validArgs(), "0", "0", "1", "1"), eKeys, 0, false},
 		tc{"ARGV one value short", 1, validArgs()[:6], eKeys, 0, false},
 		tc{"ARGV count only", 1, validArgs()[:4], eKeys, 0, false},
 		tc{"ARGV empty", 1, nil, eCount, 4, false},
