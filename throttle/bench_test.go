@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -222,6 +224,88 @@ func BenchmarkRedisRate(b *testing.B) {
 		checkFailures(b, &failed, &limited, &firstErr)
 	})
 }
+
+// BenchmarkSingleRatio measures the single-call target itself: the engine's
+// Allow against redis_rate's Allow, each from 64 goroutines, in pairs run
+// back to back on one redis-server (redis_rate, then the engine, each for
+// singleRatioCalls calls), so that both sides of each ratio see the same
+// machine. It reports the median, lowest and highest ratio of decisions/s of
+// singleRatioPairs pairs, and the median Redis time per call of each side.
+//
+//	go test -run '^$' -bench BenchmarkSingleRatio -benchtime 1x ./throttle/
+func BenchmarkSingleRatio(b *testing.B) {
+	rdb := benchRedis(b)
+	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{hugeLimit})
+	rl := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.PerSecond(throttle.MaxRate)
+	ctx := context.Background()
+	var failed atomic.Int64
+	// run makes singleRatioCalls calls of allow from benchWorkers
+	// goroutines and returns decisions/s and Redis µs per script call.
+	run := func(allow func(tenant string) bool) (float64, float64) {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			b.Fatalf("CONFIG RESETSTAT: %v", err)
+		}
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range benchWorkers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := next.Add(1)
+					if i > singleRatioCalls {
+						return
+					}
+					if !allow(benchTenant(int(i))) {
+						failed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		rate := singleRatioCalls / time.Since(start).Seconds()
+		return rate, usecPerCall(b, rdb, "evalsha")
+	}
+	engine := func(tenant string) bool {
+		d, err := l.Allow(ctx, tenant)
+		return err == nil && d.Allowed
+	}
+	baseline := func(tenant string) bool {
+		r, err := rl.Allow(ctx, tenant, limit)
+		return err == nil && r.Allowed > 0
+	}
+	run(engine) // load the scripts and warm both paths up
+	run(baseline)
+	var ratios, ours, theirs []float64
+	b.ResetTimer()
+	for range b.N {
+		for range singleRatioPairs {
+			base, baseUsec := run(baseline)
+			eng, engUsec := run(engine)
+			ratios = append(ratios, eng/base)
+			ours, theirs = append(ours, engUsec), append(theirs, baseUsec)
+		}
+	}
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d calls failed or were limited", n)
+	}
+	slices.Sort(ratios)
+	slices.Sort(ours)
+	slices.Sort(theirs)
+	b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
+	b.ReportMetric(ratios[0], "min-ratio")
+	b.ReportMetric(ratios[len(ratios)-1], "max-ratio")
+	b.ReportMetric(ours[len(ours)/2], "engine-redis-µs/call")
+	b.ReportMetric(theirs[len(theirs)/2], "redis_rate-redis-µs/call")
+}
+
+const (
+	singleRatioPairs = 7
+	singleRatioCalls = 60000
+)
 
 // memoryLimit is a realistic single limit; a job of cost memoryCost leaves
 // its bucket non-full for 2s, long enough to measure the key.
