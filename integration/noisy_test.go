@@ -42,7 +42,8 @@ type tenantReport struct {
 	admitted       int // distinct jobs whose handler ran
 	ranTwice       int
 	p50, p99, max  time.Duration // queue delay, publish → handler
-	rate           float64       // sustained admitted rate while B ran, jobs/s
+	rate           float64       // sustained admitted rate while B ran, jobs/s (see runNoisy)
+	rateFromStart  float64       // admitted after the burst / time since before the burst
 	deliveries     float64       // per admitted job: moves + deliveries of its last incarnation
 	redisPerJob    float64       // throttle decisions per job delivered at least once
 	decisions      int64
@@ -253,7 +254,14 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 			tr.redisPerJob = float64(tr.decisions) / float64(tr.seenJobs)
 		}
 	}
-	// A's sustained rate while B ran: admissions after the burst.
+	// A's sustained rate while B ran. Moved jobs fire at whole seconds, so
+	// once its first moved jobs come back A is admitted in steps of ~100 at
+	// each second: a count over a window swings by up to one step with the
+	// window's ends. rate is the least-squares slope of A's admissions over
+	// time from rateFrom after the start (past the NAK'd start-up and the
+	// first moved jobs) to the end of the run, which the steps do not move;
+	// rateFromStart is the older figure, admissions after the burst over the
+	// time from before A's burst was published to A's last admission.
 	if n := len(rep.a.admittedInTime); n > sc.aBurst+1 {
 		at := rep.a.admittedInTime
 		sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
@@ -265,12 +273,68 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 			}
 		}
 		if len(inRun) > sc.aBurst+1 {
-			rep.a.rate = float64(len(inRun)-sc.aBurst) / inRun[len(inRun)-1].Sub(start).Seconds()
+			rep.a.rateFromStart = float64(len(inRun)-sc.aBurst) / inRun[len(inRun)-1].Sub(start).Seconds()
 		}
+		var ts, ks []float64
+		for k, x := range inRun {
+			if x.Sub(start) >= rateFrom {
+				ts, ks = append(ts, x.Sub(start).Seconds()), append(ks, float64(k))
+			}
+		}
+		rep.a.rate = slope(ts, ks)
 	}
 	// Still waiting in the stream: A's jobs, and B's never handled.
 	rep.a.pendingAtEnd = pendingJobs(tb, js, cfg) - (rep.b.published - rep.b.admitted)
 	return rep
+}
+
+// rateFrom is where the measure of A's sustained rate starts, after the
+// start of a noisy run.
+const rateFrom = 5 * time.Second
+
+// slope is the least-squares slope of ys over xs, or 0 with fewer than two
+// distinct xs.
+func slope(xs, ys []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	var mx, my float64
+	for i := range xs {
+		mx += xs[i]
+		my += ys[i]
+	}
+	mx /= float64(len(xs))
+	my /= float64(len(ys))
+	var sxy, sxx float64
+	for i := range xs {
+		sxy += (xs[i] - mx) * (ys[i] - my)
+		sxx += (xs[i] - mx) * (xs[i] - mx)
+	}
+	if sxx == 0 {
+		return 0
+	}
+	return sxy / sxx
+}
+
+// TestSlope checks the rate estimator on a line and on steps.
+func TestSlope(t *testing.T) {
+	if got := slope([]float64{1, 2, 3}, []float64{3, 5, 7}); got != 2 {
+		t.Fatalf("slope of y = 2x+1: %v, want 2", got)
+	}
+	// 100 admissions at the start of each of 20 seconds: 100/s whatever
+	// the phase of the steps.
+	var xs, ys []float64
+	for sec := range 20 {
+		for k := range 100 {
+			xs, ys = append(xs, float64(sec)+0.3+float64(k)*0.001), append(ys, float64(len(ys)))
+		}
+	}
+	if got := slope(xs, ys); got < 99 || got > 101 {
+		t.Fatalf("slope of 100-job steps every second: %v, want 100 ± 1", got)
+	}
+	if got := slope([]float64{1}, []float64{1}); got != 0 {
+		t.Fatalf("slope of one point: %v, want 0", got)
+	}
 }
 
 // publishBurst publishes n jobs at once, asynchronously, and returns their ids.
@@ -356,9 +420,9 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 // String formats a report as table rows.
 func (r noisyReport) String() string {
 	row := func(name string, t tenantReport) string {
-		return fmt.Sprintf("%s: published %d, admitted %d, ran twice %d, delay p50 %s p99 %s max %s, rate %.1f/s, %.2f deliveries/job, %.2f redis calls/job, moved %d, pending %d",
+		return fmt.Sprintf("%s: published %d, admitted %d, ran twice %d, delay p50 %s p99 %s max %s, rate %.1f/s (from start %.1f/s), %.2f deliveries/job, %.2f redis calls/job, moved %d, pending %d",
 			name, t.published, t.admitted, t.ranTwice, t.p50.Round(time.Millisecond), t.p99.Round(time.Millisecond), t.max.Round(time.Millisecond),
-			t.rate, t.deliveries, t.redisPerJob, t.moved, t.pendingAtEnd)
+			t.rate, t.rateFromStart, t.deliveries, t.redisPerJob, t.moved, t.pendingAtEnd)
 	}
 	return fmt.Sprintf("%s\n%s\nmax num_ack_pending %d of %d; %d script calls to Redis for %d decisions",
 		row("A", r.a), row("B", r.b), r.maxAckPending, r.ackPendingLimit, r.scriptCalls, r.a.decisions+r.b.decisions)
@@ -437,6 +501,7 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 					b.ReportMetric(float64(rep.b.p99)/float64(alone.b.p99), "B-p99/alone")
 				}
 				b.ReportMetric(rep.a.rate, "A-jobs/s")
+				b.ReportMetric(rep.a.rateFromStart, "A-jobs/s-from-start")
 				b.ReportMetric(float64(rep.maxAckPending)/float64(sc.maxAckPending)*100, "max-ack-pending-%")
 				b.ReportMetric(rep.a.redisPerJob, "A-redis/job")
 				b.ReportMetric(rep.a.deliveries, "A-deliveries/job")
