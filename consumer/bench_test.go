@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -49,13 +48,7 @@ import (
 //	go test -run '^$' -bench BenchmarkWorkerThroughput -benchtime 1x -count 3 ./consumer/
 func BenchmarkWorkerThroughput(b *testing.B) {
 	env := newThroughputEnv(b)
-	limiter, err := throttle.New(env.rdb, throttle.Options{
-		Rules:   throttle.Rules{Default: throttle.Limits{throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst)}},
-		Horizon: time.Minute,
-	})
-	if err != nil {
-		b.Fatalf("throttle.New: %v", err)
-	}
+	limiter := env.limiter(b)
 	noop := newNoopDecider(b, env.rdb)
 	variants := []struct {
 		name    string
@@ -115,13 +108,7 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkWorkerThroughputRatio -benchtime 1x ./consumer/
 func BenchmarkWorkerThroughputRatio(b *testing.B) {
 	env := newThroughputEnv(b)
-	limiter, err := throttle.New(env.rdb, throttle.Options{
-		Rules:   throttle.Rules{Default: throttle.Limits{throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst)}},
-		Horizon: time.Minute,
-	})
-	if err != nil {
-		b.Fatalf("throttle.New: %v", err)
-	}
+	limiter := env.limiter(b)
 	run := func(decider consumer.Decider) float64 {
 		b.StopTimer()
 		stream, cons := env.fill(b)
@@ -139,19 +126,27 @@ func BenchmarkWorkerThroughputRatio(b *testing.B) {
 			offs, ons, ratios = append(offs, off), append(ons, on), append(ratios, on/off)
 		}
 	}
-	slices.Sort(ratios)
-	slices.Sort(offs)
-	slices.Sort(ons)
-	b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
-	b.ReportMetric(ratios[0], "min-ratio")
-	b.ReportMetric(ratios[len(ratios)-1], "max-ratio")
-	b.ReportMetric(offs[len(offs)/2], "off-jobs/s")
-	b.ReportMetric(ons[len(ons)/2], "throttled-jobs/s")
+	testenv.ReportRatios(b, ratios)
+	b.ReportMetric(testenv.Median(offs), "off-jobs/s")
+	b.ReportMetric(testenv.Median(ons), "throttled-jobs/s")
 }
 
 // throughputPairs is how many (off, throttled) pairs
 // BenchmarkWorkerThroughputRatio runs.
 const throughputPairs = 7
+
+// limiter returns a Limiter on e's Redis with limits no benchmark reaches.
+func (e *throughputEnv) limiter(b *testing.B) *throttle.Limiter {
+	b.Helper()
+	l, err := throttle.New(e.rdb, throttle.Options{
+		Rules:   throttle.Rules{Default: throttle.Limits{throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst)}},
+		Horizon: time.Minute,
+	})
+	if err != nil {
+		b.Fatalf("throttle.New: %v", err)
+	}
+	return l
+}
 
 // runStats is what one iteration measured.
 type runStats struct {

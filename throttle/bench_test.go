@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,14 +291,9 @@ func BenchmarkSingleRatio(b *testing.B) {
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d calls failed or were limited", n)
 	}
-	slices.Sort(ratios)
-	slices.Sort(ours)
-	slices.Sort(theirs)
-	b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
-	b.ReportMetric(ratios[0], "min-ratio")
-	b.ReportMetric(ratios[len(ratios)-1], "max-ratio")
-	b.ReportMetric(ours[len(ours)/2], "engine-redis-µs/call")
-	b.ReportMetric(theirs[len(theirs)/2], "redis_rate-redis-µs/call")
+	testenv.ReportRatios(b, ratios)
+	b.ReportMetric(testenv.Median(ours), "engine-redis-µs/call")
+	b.ReportMetric(testenv.Median(theirs), "redis_rate-redis-µs/call")
 }
 
 const (

@@ -225,3 +225,19 @@ func BenchmarkRedisPing(b *testing.B) {
 		}
 	}
 }
+
+func TestMedian(t *testing.T) {
+	xs := []float64{3, 1, 2, 10}
+	if got := Median(xs); got != 3 {
+		t.Fatalf("Median(%v) = %v, want 3 (the upper middle)", xs, got)
+	}
+	if xs[0] != 3 || xs[3] != 10 {
+		t.Fatalf("Median reordered its input: %v", xs)
+	}
+	if got := Median([]float64{5, 1, 9}); got != 5 {
+		t.Fatalf("Median of 5, 1, 9 = %v, want 5", got)
+	}
+	if got := Median(nil); got != 0 {
+		t.Fatalf("Median(nil) = %v, want 0", got)
+	}
+}
