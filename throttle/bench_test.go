@@ -100,55 +100,90 @@ func parallel64(b *testing.B, body func(pb *testing.PB)) {
 	b.RunParallel(body)
 }
 
-// checkFailures fails b if any call failed or was limited.
-func checkFailures(b *testing.B, failed, limited *atomic.Int64, firstErr *atomic.Value) {
-	b.Helper()
-	if failed.Load() > 0 {
-		b.Fatalf("%d calls failed, first: %v", failed.Load(), firstErr.Load())
-	}
-	if limited.Load() > 0 {
-		b.Fatalf("%d calls limited under a huge limit", limited.Load())
+// tally counts the calls of a benchmark that failed or were limited; under
+// limits no benchmark reaches, every call must be admitted.
+type tally struct {
+	failed, limited atomic.Int64
+	firstErr        atomic.Value
+}
+
+// record counts one call's outcome.
+func (t *tally) record(allowed bool, err error) {
+	switch {
+	case err != nil:
+		if t.failed.Add(1) == 1 {
+			t.firstErr.Store(err)
+		}
+	case !allowed:
+		t.limited.Add(1)
 	}
 }
 
-func BenchmarkDecide(b *testing.B) {
-	rdb := benchRedis(b)
-	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{hugeLimit})
-	ctx := context.Background()
-	var failed, limited atomic.Int64
-	var firstErr atomic.Value
-	record := func(d throttle.Decision, err error) {
-		switch {
-		case err != nil:
-			if failed.Add(1) == 1 {
-				firstErr.Store(err)
-			}
-		case !d.Allowed:
-			limited.Add(1)
-		}
+// check fails b if any call failed or was limited.
+func (t *tally) check(b *testing.B) {
+	b.Helper()
+	if n := t.failed.Load(); n > 0 {
+		b.Fatalf("%d calls failed, first: %v", n, t.firstErr.Load())
 	}
+	if n := t.limited.Load(); n > 0 {
+		b.Fatalf("%d calls limited under a huge limit", n)
+	}
+}
 
+// allowFunc makes one single call for tenant: whether it was admitted.
+type allowFunc func(tenant string) (bool, error)
+
+// engineAllow is the engine's Allow under hugeLimit.
+func engineAllow(b *testing.B, rdb *redis.Client) allowFunc {
+	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{hugeLimit})
+	return func(tenant string) (bool, error) {
+		d, err := l.Allow(context.Background(), tenant)
+		return d.Allowed, err
+	}
+}
+
+// redisRateAllow is redis_rate's Allow under PerSecond(MaxRate).
+func redisRateAllow(rdb *redis.Client) allowFunc {
+	rl := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.PerSecond(throttle.MaxRate)
+	return func(tenant string) (bool, error) {
+		r, err := rl.Allow(context.Background(), tenant, limit)
+		return err == nil && r.Allowed > 0, err
+	}
+}
+
+// runSingles runs the single-1 and single-64 sub-benchmarks of allow.
+func runSingles(b *testing.B, rdb *redis.Client, allow allowFunc) {
+	var t tally
 	b.Run("single-1", func(b *testing.B) {
 		measure(b, rdb, func() int {
 			for i := range b.N {
-				record(l.Allow(ctx, benchTenant(i)))
+				t.record(allow(benchTenant(i)))
 			}
 			return b.N
 		})
-		checkFailures(b, &failed, &limited, &firstErr)
+		t.check(b)
 	})
 	b.Run("single-64", func(b *testing.B) {
 		var next atomic.Int64
 		measure(b, rdb, func() int {
 			parallel64(b, func(pb *testing.PB) {
 				for pb.Next() {
-					record(l.Allow(ctx, benchTenant(int(next.Add(1)))))
+					t.record(allow(benchTenant(int(next.Add(1)))))
 				}
 			})
 			return b.N
 		})
-		checkFailures(b, &failed, &limited, &firstErr)
+		t.check(b)
 	})
+}
+
+func BenchmarkDecide(b *testing.B) {
+	rdb := benchRedis(b)
+	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{hugeLimit})
+	ctx := context.Background()
+	runSingles(b, rdb, engineAllow(b, rdb))
+	var t tally
 	// batch runs one op as one DecideBatch of benchBatch requests made by
 	// req from the index of a request among all requests.
 	batch := func(b *testing.B, req func(n int) throttle.Request) {
@@ -162,13 +197,13 @@ func BenchmarkDecide(b *testing.B) {
 						reqs[k] = req(first + k)
 					}
 					for _, r := range l.DecideBatch(ctx, reqs) {
-						record(r.Decision, r.Err)
+						t.record(r.Allowed, r.Err)
 					}
 				}
 			})
 			return b.N * benchBatch
 		})
-		checkFailures(b, &failed, &limited, &firstErr)
+		t.check(b)
 	}
 	b.Run("batch-64", func(b *testing.B) {
 		// Every request another tenant: one script call each.
@@ -185,43 +220,7 @@ func BenchmarkDecide(b *testing.B) {
 
 func BenchmarkRedisRate(b *testing.B) {
 	rdb := benchRedis(b)
-	rl := redis_rate.NewLimiter(rdb)
-	limit := redis_rate.PerSecond(throttle.MaxRate)
-	ctx := context.Background()
-	var failed, limited atomic.Int64
-	var firstErr atomic.Value
-	record := func(r *redis_rate.Result, err error) {
-		switch {
-		case err != nil:
-			if failed.Add(1) == 1 {
-				firstErr.Store(err)
-			}
-		case r.Allowed < 1:
-			limited.Add(1)
-		}
-	}
-
-	b.Run("single-1", func(b *testing.B) {
-		measure(b, rdb, func() int {
-			for i := range b.N {
-				record(rl.Allow(ctx, benchTenant(i), limit))
-			}
-			return b.N
-		})
-		checkFailures(b, &failed, &limited, &firstErr)
-	})
-	b.Run("single-64", func(b *testing.B) {
-		var next atomic.Int64
-		measure(b, rdb, func() int {
-			parallel64(b, func(pb *testing.PB) {
-				for pb.Next() {
-					record(rl.Allow(ctx, benchTenant(int(next.Add(1))), limit))
-				}
-			})
-			return b.N
-		})
-		checkFailures(b, &failed, &limited, &firstErr)
-	})
+	runSingles(b, rdb, redisRateAllow(rdb))
 }
 
 // BenchmarkSingleRatio measures the single-call target itself: the engine's
@@ -234,14 +233,11 @@ func BenchmarkRedisRate(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkSingleRatio -benchtime 1x ./throttle/
 func BenchmarkSingleRatio(b *testing.B) {
 	rdb := benchRedis(b)
-	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{hugeLimit})
-	rl := redis_rate.NewLimiter(rdb)
-	limit := redis_rate.PerSecond(throttle.MaxRate)
 	ctx := context.Background()
-	var failed atomic.Int64
+	var t tally
 	// run makes singleRatioCalls calls of allow from benchWorkers
 	// goroutines and returns decisions/s and Redis µs per script call.
-	run := func(allow func(tenant string) bool) (float64, float64) {
+	run := func(allow allowFunc) (float64, float64) {
 		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 			b.Fatalf("CONFIG RESETSTAT: %v", err)
 		}
@@ -257,9 +253,7 @@ func BenchmarkSingleRatio(b *testing.B) {
 					if i > singleRatioCalls {
 						return
 					}
-					if !allow(benchTenant(int(i))) {
-						failed.Add(1)
-					}
+					t.record(allow(benchTenant(int(i))))
 				}
 			}()
 		}
@@ -267,14 +261,7 @@ func BenchmarkSingleRatio(b *testing.B) {
 		rate := singleRatioCalls / time.Since(start).Seconds()
 		return rate, usecPerCall(b, rdb, "evalsha")
 	}
-	engine := func(tenant string) bool {
-		d, err := l.Allow(ctx, tenant)
-		return err == nil && d.Allowed
-	}
-	baseline := func(tenant string) bool {
-		r, err := rl.Allow(ctx, tenant, limit)
-		return err == nil && r.Allowed > 0
-	}
+	engine, baseline := engineAllow(b, rdb), redisRateAllow(rdb)
 	run(engine) // load the scripts and warm both paths up
 	run(baseline)
 	var ratios, ours, theirs []float64
@@ -288,9 +275,7 @@ func BenchmarkSingleRatio(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d calls failed or were limited", n)
-	}
+	t.check(b)
 	testenv.ReportRatios(b, ratios)
 	b.ReportMetric(testenv.Median(ours), "engine-redis-µs/call")
 	b.ReportMetric(testenv.Median(theirs), "redis_rate-redis-µs/call")
