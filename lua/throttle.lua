@@ -93,6 +93,7 @@ redis-server executes per call (BENCHMARKS.md has the figures).
 
 -- Globals read once: local access is cheaper in Lua than a global lookup.
 local call, tonumber, find, match, format = redis.call, tonumber, string.find, string.match, string.format
+local concat = table.concat
 local floor, ceil = math.floor, math.ceil
 
 local ALLOWED, LIMITED, INVALID, DUPLICATE = 1, 2, 3, 4
@@ -106,68 +107,63 @@ local DAY = 86400000000
 local MAX_HORIZON = 30 * DAY
 local MAX_JOBS = 256
 
-local nargv, nkeys = #ARGV, #KEYS
+-- The shape of a lean call (one job, one limit; see below) of 7, 8 or 9
+-- arguments: digits only, L = 1.
+local LEAN7 = '^%d+ %d+ %d+ 1 %d+ %d+ %d+$'
+local LEAN8 = '^%d+ %d+ %d+ 1 %d+ %d+ %d+ %d+$'
+local LEAN9 = '^%d+ %d+ %d+ 1 %d+ %d+ %d+ %d+ %d+$'
 
--- int reads ARGV[i] as a whole number in [lo, hi], or nil.
-local function int(i, lo, hi)
-  local s = ARGV[i]
-  if s == nil or #s == 0 or #s > 16 or not find(s, '^%d+$') then
-    return nil
-  end
-  local n = tonumber(s)
-  if n < lo or n > hi then
-    return nil
-  end
-  return n
-end
-
--- Shape of the call. The first job's limits come first; a call of one job
--- is 4+3L arguments long (5+3L with its incarnation, 6+3L with its fresh
--- flag too).
-local L1 = int(4, 1, 8)
-if L1 == nil then
-  return {INVALID, E_COUNT, 4}
-end
-local single = nargv >= 4 + 3 * L1 and nargv <= 6 + 3 * L1
-local hasInc = nargv ~= 4 + 3 * L1
-local hasFresh = nargv > 5 + 3 * L1
+local A = ARGV
+local nargv, nkeys = #A, #KEYS
 
 -- The common call, one job under one limit, takes a path of its own that
 -- keeps everything in locals and defines no functions (each closure a call
 -- creates costs Redis CPU). It decides exactly as the general path below,
 -- whose helpers hold the same arithmetic; TestBatchMatchesSequential and the
 -- differential tests hold the two paths to each other and to x/time/rate.
-if single and L1 == 1 then
-  if nkeys < 1 or nkeys > 3 or (nkeys == 3 and not hasInc) then
-    return {INVALID, E_KEYS, 0}
+--
+-- Its checks are the general path's, made cheaply: one pattern match over
+-- all arguments joined (a match per argument costs more than the decision's
+-- arithmetic), conversion by arithmetic (s + 0 converts once; tonumber
+-- converts twice), and the usual values ('0', '1') compared as strings,
+-- which Lua interns. A call that fails any of them is not answered here: it
+-- goes on to the general path, which checks each argument on its own and
+-- names the one at fault.
+local lean = false
+local now, c, horizon, r, p, b, inc, fresh
+if nargv >= 7 and nargv <= 9 and A[4] == '1' and nkeys >= 1 and nkeys <= 3
+    and (nkeys < 3 or nargv >= 8) then
+  local shape = LEAN7
+  if nargv == 8 then shape = LEAN8 elseif nargv == 9 then shape = LEAN9 end
+  if find(concat(A, ' '), shape) then
+    now, c, horizon, inc, fresh = 0, 1, 0, 0, 0
+    local s = A[1]
+    if s ~= '0' then now = s + 0 end
+    s = A[2]
+    if s ~= '1' then c = s + 0 end
+    s = A[3]
+    if s ~= '0' then horizon = s + 0 end
+    r, p, b = A[5] + 0, A[6] + 0, A[7] + 0
+    if nargv >= 8 then
+      s = A[8]
+      if s ~= '0' then inc = s + 0 end
+      if nargv == 9 then
+        s = A[9]
+        if s == '1' then fresh = 1 elseif s ~= '0' then fresh = 2 end
+      end
+    end
+    lean = now < EXACT and c >= 1 and c <= 1000000000 and horizon <= MAX_HORIZON
+      and r >= 1 and r <= 1000000000 and p >= 1000 and p <= 366 * DAY
+      and b >= 1 and b <= 1000000000 and b * p < EXACT and c <= b
+      and inc <= 2147483647 and fresh <= 1
   end
-  local now = int(1, 0, EXACT - 1)
-  if now == nil then return {INVALID, E_NOW, 1} end
-  local horizon = int(3, 0, MAX_HORIZON)
-  if horizon == nil then return {INVALID, E_HORIZON, 3} end
-  local c = int(2, 1, 1000000000)
-  if c == nil then return {INVALID, E_COST, 2} end
-  local inc, fresh = 0, 0
-  if hasInc then
-    inc = int(8, 0, 2147483647)
-    if inc == nil then return {INVALID, E_INCARNATION, 8} end
-  end
-  if hasFresh then
-    fresh = int(9, 0, 1)
-    if fresh == nil then return {INVALID, E_FRESH, 9} end
-  end
-  local r = int(5, 1, 1000000000)
-  if r == nil then return {INVALID, E_RATE, 5} end
-  local p = int(6, 1000, 366 * DAY)
-  if p == nil then return {INVALID, E_PERIOD, 6} end
-  local b = int(7, 1, 1000000000)
-  if b == nil or b * p >= EXACT then return {INVALID, E_BURST, 7} end
-  if c > b then return {INVALID, E_OVER_BURST, 7} end
+end
+if lean then
   local bp = b * p
   local bpq, bpr = floor(bp / r), bp % r
   if now == 0 then
     local t = call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = t[1] * 1000000 + t[2]
   end
   local fill = bpq
   if bpr > 0 then fill = fill + 1 end
@@ -206,16 +202,15 @@ if single and L1 == 1 then
     return {ALLOWED, 0, 0, 1}
   end
 
-  -- The bucket, as in state(), charged() and waitOf() below.
+  -- The bucket, as in state() and charged() below.
   local name = KEYS[1]
   local a, f = 0, 0
   local v = call('GET', name)
   if v then
     a, f = match(v, '^(%d+):(%d+)$')
-    a, f = tonumber(a), tonumber(f)
-    if a == nil or f == nil or #v > 40 or f >= r or a > now + MAX_HORIZON + fill then
-      return {INVALID, E_STATE, 1}
-    end
+    if a == nil or #v > 40 then return {INVALID, E_STATE, 1} end
+    a, f = a + 0, f + 0
+    if f >= r or a > now + MAX_HORIZON + fill then return {INVALID, E_STATE, 1} end
     if call('PTTL', name) < 0 then return {INVALID, E_STATE_TTL, 1} end
   end
   local la, lf = now - bpq, 0
@@ -251,13 +246,38 @@ if single and L1 == 1 then
   return {ALLOWED, 0, left, 0}
 end
 
--- The general path: any number of jobs and limits.
+-- The general path: any number of jobs and limits, and every call the lean
+-- path turned away.
+
+-- int reads ARGV[i] as a whole number in [lo, hi], or nil.
+local function int(i, lo, hi)
+  local s = A[i]
+  if s == nil or #s == 0 or not find(s, '^%d+$') then
+    return nil
+  end
+  local n = tonumber(s)
+  if n < lo or n > hi then
+    return nil
+  end
+  return n
+end
+
+-- Shape of the call. The first job's limits come first; a call of one job
+-- is 4+3L arguments long (5+3L with its incarnation, 6+3L with its fresh
+-- flag too).
+local L1 = int(4, 1, 8)
+if L1 == nil then
+  return {INVALID, E_COUNT, 4}
+end
+local single = nargv >= 4 + 3 * L1 and nargv <= 6 + 3 * L1
+local hasInc = nargv ~= 4 + 3 * L1
+local hasFresh = nargv > 5 + 3 * L1
 
 -- In a call of several jobs the same strings (their limits) repeat: cint
 -- is int with a cache, so that each is parsed once.
 local cache = {}
 local function cint(i, lo, hi)
-  local s = ARGV[i]
+  local s = A[i]
   local n = cache[s]
   if n == nil then
     n = int(i, 0, EXACT - 1)
@@ -302,13 +322,6 @@ local function charged(a, f, r, p, b, c, now)
   f = f + cp % r
   if f >= r then a, f = a + 1, f - r end
   return a, f
-end
-
--- waitOf is the wait (µs, rounded up) until empty time (a, f).
-local function waitOf(a, f, now)
-  local w = a - now
-  if f > 0 then w = w + 1 end
-  return w
 end
 
 -- tokens is the whole tokens in a bucket with empty time (a, f) at now.
@@ -373,8 +386,11 @@ if not single then
   local cur = 7 + 3 * L1
   while cur <= nargv do
     if M >= MAX_JOBS or cur + 3 > nargv then return {INVALID, E_KEYS, 0} end
-    local Lk = cint(cur + 3, 1, 8)
-    if Lk == nil then return {INVALID, E_COUNT, cur + 3} end
+    local Lk = 1
+    if A[cur + 3] ~= '1' then
+      Lk = cint(cur + 3, 1, 8)
+      if Lk == nil then return {INVALID, E_COUNT, cur + 3} end
+    end
     local o = M * JW
     J[o + 1] = cur
     J[o + 2] = cur + 1
@@ -426,27 +442,47 @@ local BW = 9
 local BK, byName, of = {}, {}, {}
 local nb = 0
 local key = 1
+-- The usual values ('1' for a cost, '0' for an incarnation, the same
+-- limit as the job before) are recognised by comparing strings, which Lua
+-- interns; anything else is read and checked by cint and limit.
+local lr, lp, lb, lfill, ls1, ls2, ls3
 for o = 0, (M - 1) * JW, JW do
   local ci = J[o + 1]
-  local c = cint(ci, 1, 1000000000)
-  if c == nil then return {INVALID, E_COST, ci} end
+  local c = 1
+  if A[ci] ~= '1' then
+    c = cint(ci, 1, 1000000000)
+    if c == nil then return {INVALID, E_COST, ci} end
+  end
   local inc = 0
   if hasInc then
     local ii = J[o + 2]
-    inc = cint(ii, 0, 2147483647)
-    if inc == nil then return {INVALID, E_INCARNATION, ii} end
+    if A[ii] ~= '0' then
+      inc = cint(ii, 0, 2147483647)
+      if inc == nil then return {INVALID, E_INCARNATION, ii} end
+    end
   end
   local fi = J[o + 10]
   if fi > 0 then
     -- From here on J[o + 10] is the flag itself.
-    J[o + 10] = cint(fi, 0, 1)
-    if J[o + 10] == nil then return {INVALID, E_FRESH, fi} end
+    local s = A[fi]
+    if s == '1' then
+      J[o + 10] = 1
+    elseif s == '0' then
+      J[o + 10] = 0
+    else
+      return {INVALID, E_FRESH, fi}
+    end
   end
   J[o + 5], J[o + 6], J[o + 9] = c, inc, key
   local maxFill = 0
   for x = J[o + 3], J[o + 3] + 3 * (J[o + 4] - 1), 3 do
-    local r, p, b, fill = limit(x, c)
-    if r == nil then return p end
+    local r, p, b, fill = lr, lp, lb, lfill
+    local s1, s2, s3 = A[x], A[x + 1], A[x + 2]
+    if s1 ~= ls1 or s2 ~= ls2 or s3 ~= ls3 or c > b then
+      r, p, b, fill = limit(x, c)
+      if r == nil then return p end
+      lr, lp, lb, lfill, ls1, ls2, ls3 = r, p, b, fill, s1, s2, s3
+    end
     if fill > maxFill then maxFill = fill end
     local name = KEYS[key]
     local base = byName[name]
@@ -476,7 +512,7 @@ end
 
 if now == 0 then
   local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 end
 
 -- Entries, EW slots each from offset base, one per job id (a job id given
@@ -539,7 +575,7 @@ local function remaining(first, last)
 end
 
 -- Decide each job in order, in memory.
-local reply = {}
+local reply, CH = {}, {}
 local n = 0
 for o = 0, (M - 1) * JW, JW do
   local c, inc, e = J[o + 5], J[o + 6], J[o + 8]
@@ -572,12 +608,16 @@ for o = 0, (M - 1) * JW, JW do
         BK[base + 7], BK[base + 8] = a, f
       end
     end
-    -- Charge the job in every bucket (on paper) and find the longest wait.
-    local wait = 0
+    -- Charge the job in every bucket (on paper, in CH) and find the
+    -- longest wait.
+    local wait, i = 0, 0
     for x = first, last do
       local base = of[x]
       local a, f = charged(BK[base + 7], BK[base + 8], BK[base + 3], BK[base + 4], BK[base + 5], c, now)
-      local w = waitOf(a, f, now)
+      CH[i + 1], CH[i + 2] = a, f
+      i = i + 2
+      local w = a - now
+      if f > 0 then w = w + 1 end
       if w > wait then wait = w end
     end
     if wait > 0 and (not e or wait > horizon) then
@@ -586,10 +626,11 @@ for o = 0, (M - 1) * JW, JW do
       if e and horizon > 0 then wait = horizon end
       st, a1, a2, a3 = LIMITED, wait, remaining(first, last), 0
     else
+      i = 0
       for x = first, last do
         local base = of[x]
-        BK[base + 7], BK[base + 8] = charged(BK[base + 7], BK[base + 8], BK[base + 3], BK[base + 4], BK[base + 5], c, now)
-        BK[base + 9] = 2
+        BK[base + 7], BK[base + 8], BK[base + 9] = CH[i + 1], CH[i + 2], 2
+        i = i + 2
       end
       if wait == 0 then
         if e and EN[e + 2] and inc > 0 then EN[e + 5], EN[e + 6] = inc, true end
