@@ -224,7 +224,7 @@ if lean then
   if nf > 0 then wait = wait + 1 end
 
   if wait > 0 and (not resv or wait > horizon) then
-    -- Nothing is charged (see the general path); remaining as in tokens().
+    -- Nothing is charged (see the general path); remaining as in remaining().
     if resv and horizon > 0 then wait = horizon end
     local left = floor(((now - a) * r - f) / p)
     if left < 0 then left = 0 elseif left > b then left = b end
@@ -324,12 +324,6 @@ local function charged(a, f, r, p, b, c, now)
   return a, f
 end
 
--- tokens is the whole tokens in a bucket with empty time (a, f) at now.
-local function tokens(a, f, r, p, b, now)
-  local n = floor(((now - a) * r - f) / p)
-  if n < 0 then return 0 elseif n > b then return b end
-  return n
-end
 
 -- fullIn is the TTL of a bucket's state (ms): it is full again at its
 -- empty time plus its fill time, exactly (a + f/r) - now + b*p/r µs from
@@ -371,14 +365,8 @@ local function jobKey(index, maxLen, eShape, eTTL)
   return tonumber(v)
 end
 
--- Jobs, JW slots each from offset o = (k-1)*JW: the ARGV positions of its
--- cost, incarnation and first limit, its number of limits, its cost, its
--- incarnation, the TTL of its job keys (ms), its entry (offset in EN, or
--- false), the KEYS position of its first limit, and the ARGV position of
--- its fresh flag (0 when it has none).
-local JW = 10
-local J = {2, 5 + 3 * L1, 5, L1, 0, 0, 0, false, 0, 0}
-if hasFresh then J[10] = 6 + 3 * L1 end
+-- The shape of the call: M jobs, with limitKeys limits in all. The first
+-- job's arguments are laid out as above; each further job's start at cur.
 local M = 1
 local limitKeys = L1
 if not single then
@@ -391,17 +379,6 @@ if not single then
       Lk = cint(cur + 3, 1, 8)
       if Lk == nil then return {INVALID, E_COUNT, cur + 3} end
     end
-    local o = M * JW
-    J[o + 1] = cur
-    J[o + 2] = cur + 1
-    J[o + 3] = cur + 4
-    J[o + 4] = Lk
-    J[o + 5] = 0
-    J[o + 6] = 0
-    J[o + 7] = 0
-    J[o + 8] = false
-    J[o + 9] = 0
-    J[o + 10] = cur + 2
     M = M + 1
     limitKeys = limitKeys + Lk
     cur = cur + 4 + 3 * Lk
@@ -442,40 +419,51 @@ local BW = 9
 local BK, byName, of = {}, {}, {}
 local nb = 0
 local key = 1
+
+-- Jobs, JW slots each from offset o = (k-1)*JW: the ARGV position of its
+-- first limit, its number of limits, its cost, its incarnation, the TTL of
+-- its job keys (ms), its entry (offset in EN, or false), the KEYS position
+-- of its first limit, and its fresh flag.
+local JW = 8
+local J = {}
+
 -- The usual values ('1' for a cost, '0' for an incarnation, the same
 -- limit as the job before) are recognised by comparing strings, which Lua
 -- interns; anything else is read and checked by cint and limit.
 local lr, lp, lb, lfill, ls1, ls2, ls3
+local cur = 7 + 3 * L1
 for o = 0, (M - 1) * JW, JW do
-  local ci = J[o + 1]
+  local ci, ii, fi, x0, Lk = 2, 5 + 3 * L1, 0, 5, L1
+  if o == 0 then
+    if hasFresh then fi = 6 + 3 * L1 end
+  else
+    ci, ii, fi, x0 = cur, cur + 1, cur + 2, cur + 4
+    Lk = 1
+    if A[cur + 3] ~= '1' then Lk = cint(cur + 3, 1, 8) end -- checked above
+    cur = x0 + 3 * Lk
+  end
   local c = 1
   if A[ci] ~= '1' then
     c = cint(ci, 1, 1000000000)
     if c == nil then return {INVALID, E_COST, ci} end
   end
   local inc = 0
-  if hasInc then
-    local ii = J[o + 2]
-    if A[ii] ~= '0' then
-      inc = cint(ii, 0, 2147483647)
-      if inc == nil then return {INVALID, E_INCARNATION, ii} end
-    end
+  if hasInc and A[ii] ~= '0' then
+    inc = cint(ii, 0, 2147483647)
+    if inc == nil then return {INVALID, E_INCARNATION, ii} end
   end
-  local fi = J[o + 10]
+  local fresh = 0
   if fi > 0 then
-    -- From here on J[o + 10] is the flag itself.
     local s = A[fi]
     if s == '1' then
-      J[o + 10] = 1
-    elseif s == '0' then
-      J[o + 10] = 0
-    else
+      fresh = 1
+    elseif s ~= '0' then
       return {INVALID, E_FRESH, fi}
     end
   end
-  J[o + 5], J[o + 6], J[o + 9] = c, inc, key
+  local firstKey = key
   local maxFill = 0
-  for x = J[o + 3], J[o + 3] + 3 * (J[o + 4] - 1), 3 do
+  for x = x0, x0 + 3 * (Lk - 1), 3 do
     local r, p, b, fill = lr, lp, lb, lfill
     local s1, s2, s3 = A[x], A[x + 1], A[x + 2]
     if s1 ~= ls1 or s2 ~= ls2 or s3 ~= ls3 or c > b then
@@ -506,7 +494,8 @@ for o = 0, (M - 1) * JW, JW do
     key = key + 1
   end
   -- Reservations and owners live for the horizon plus the longest fill.
-  J[o + 7] = ceil((horizon + maxFill) / 1000)
+  J[o + 1], J[o + 2], J[o + 3], J[o + 4] = x0, Lk, c, inc
+  J[o + 5], J[o + 6], J[o + 7], J[o + 8] = ceil((horizon + maxFill) / 1000), false, firstKey, fresh
   key = key + keysPerJob
 end
 
@@ -527,9 +516,9 @@ if keysPerJob >= 1 then
   EN, byResv = {}, {}
   local ne = 0
   for o = 0, (M - 1) * JW, JW do
-    local rk = J[o + 9] + J[o + 4]
+    local rk = J[o + 7] + J[o + 2]
     local resv = KEYS[rk]
-    local fresh = J[o + 10] == 1
+    local fresh = J[o + 8] == 1
     local base = byResv[resv]
     if base == nil then
       base = ne
@@ -547,7 +536,7 @@ if keysPerJob >= 1 then
       end
       EN[base + 1] = resv
       EN[base + 2] = owner
-      EN[base + 3] = J[o + 7]
+      EN[base + 3] = J[o + 5]
       EN[base + 4] = slot
       EN[base + 5] = own
       EN[base + 6] = false
@@ -558,17 +547,19 @@ if keysPerJob >= 1 then
       if slot == nil then return bad end
       EN[base + 4], EN[base + 7] = slot, true
     end
-    J[o + 8] = base
+    J[o + 6] = base
   end
 end
 
 -- remaining is the whole tokens left in the tightest bucket of the limits
--- at KEYS positions first..last.
+-- at KEYS positions first..last: in each, those of empty time (a, f) at
+-- now, floor(((now - a) * r - f) / p), within [0, burst].
 local function remaining(first, last)
   local m = nil
   for x = first, last do
     local base = of[x]
-    local n = tokens(BK[base + 7], BK[base + 8], BK[base + 3], BK[base + 4], BK[base + 5], now)
+    local n = floor(((now - BK[base + 7]) * BK[base + 3] - BK[base + 8]) / BK[base + 4])
+    if n < 0 then n = 0 elseif n > BK[base + 5] then n = BK[base + 5] end
     if m == nil or n < m then m = n end
   end
   return m
@@ -578,9 +569,9 @@ end
 local reply, CH = {}, {}
 local n = 0
 for o = 0, (M - 1) * JW, JW do
-  local c, inc, e = J[o + 5], J[o + 6], J[o + 8]
-  local first = J[o + 9]
-  local last = first + J[o + 4] - 1
+  local c, inc, e = J[o + 3], J[o + 4], J[o + 6]
+  local first = J[o + 7]
+  local last = first + J[o + 2] - 1
   local st, a1, a2, a3
   if e and EN[e + 2] and EN[e + 5] and EN[e + 5] ~= inc then
     -- Another incarnation of this job already ran: this one must not.
