@@ -6,12 +6,16 @@
 #
 #   scripts/lua-instructions.sh [script.lua ...]   (default: lua/throttle.lua)
 #   scripts/lua-instructions.sh --redis-rate
+#   scripts/lua-instructions.sh --batch [script.lua ...]
 #
 # Each script is called 3,000 times, as Limiter.Allow calls it: one job, one
 # limit of 10^9/s, Redis TIME, keys spread over 1,000 tenants. --redis-rate
 # measures instead the allowN script of github.com/go-redis/redis_rate/v10
 # (read from the module cache, not kept here) as its Allow calls it, with
-# PerSecond(10^9). Needs valgrind, redis-server and redis-benchmark (Debian:
+# PerSecond(10^9). --batch counts instead 300 calls of 62 jobs each, as the
+# worker makes them for a pulled group: 62 tenants, one limit each, every
+# job fresh with its reservation and owner keys, and reports the count per
+# job. Needs valgrind, redis-server and redis-benchmark (Debian:
 # valgrind, redis-server, redis-tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,11 +53,27 @@ if [ "${1:-}" = --redis-rate ]; then
 	set -- "$work/redis_rate_allowN.lua"
 fi
 
+per=1
+unit=call
+if [ "${1:-}" = --batch ]; then
+	shift
+	calls=300
+	per=62
+	unit=job
+	keys=() rest=()
+	for i in $(seq 0 61); do
+		t=$(printf 'tenant-%03d' "$i")
+		keys+=("thr:{$t}:l:1000000000:1000000" "thr:{$t}:j:$((1000 + i))" "thr:{$t}:o:$((1000 + i))")
+		[ "$i" -eq 0 ] || rest+=(1 0 1 1 1000000000 1000000 1000000000)
+	done
+	args=(186 "${keys[@]}" 0 1 3600000000 1 1000000000 1000000 1000000000 0 1 "${rest[@]}")
+fi
+
 echo 'return {1, 0, 0, 0}' >"$work/empty.lua"
 base0=$(instructions "$work/empty.lua" 0)
 empty=$(instructions "$work/empty.lua" "$calls")
 [ $# -gt 0 ] || set -- lua/throttle.lua
 for f in "$@"; do
 	total=$(instructions "$f" "$calls")
-	echo "$f: $(((total - base0) / calls)) instructions per call, $(((total - empty) / calls)) more than an empty script"
+	echo "$f: $(((total - base0) / calls / per)) instructions per $unit, $(((total - empty) / calls / per)) more than an empty script"
 done
