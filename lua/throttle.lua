@@ -8,14 +8,18 @@ Model (the same as golang.org/x/time/rate): a limit adds `rate` tokens every
 `period` microseconds up to `burst`; a job of cost c takes c tokens. Each
 bucket is stored as its "empty time" E: the instant at which it held zero
 tokens, so that tokens(t) = min(burst, (t - E) * rate / period). E is kept
-exactly as a whole part and a remainder in units of 1/rate microsecond
-("Ei:Ef"), so no rounding error builds up however long a tenant stays in debt.
+exactly as a whole part Ei (µs) and a remainder Ef in units of 1/rate
+microsecond, so no rounding error builds up however long a tenant stays in
+debt.
 Charging a job moves E forward by cost*period/rate; a charge that leaves E in
 the future is a debt that the job waits out: its slot is at E.
 
 KEYS (a tenant's keys share its {tenant} hash tag; on Redis Cluster a call
 holds one tenant's jobs only):
-  KEYS[1..L]  one state key per limit, holding "Ei:Ef" (string)
+  KEYS[1..L]  one state key per limit, holding Ei and Ef in 12 bytes: a
+              little-endian signed 64-bit and a signed 32-bit integer
+              (struct.pack('<i8i4', Ei, Ef); binary, since formatting
+              and parsing decimal costs each call thousands of instructions)
   KEYS[L+1]   optional: the job's reservation key, holding its slot in µs
   KEYS[L+2]   optional, needs KEYS[L+1] and the incarnation ARGV: the job's
               owner key, holding the incarnation that was admitted
@@ -44,6 +48,9 @@ ARGV (every one a decimal integer, digits only, in the range given):
     its cost [1, 1e9], its incarnation [0, 2^31), its fresh flag [0, 1],
     its number of limits L_k [1, 8], and rate, period, burst of each of
     its limits
+  Short form, for one job under one limit without a job id (KEYS[1] only):
+  ARGV = now, cost, rate, period, burst, each as above. Without a job id
+  nothing is reserved, so there is no horizon; L is 1.
 
 Reply, always a flat array of integers: for one job one of the tuples below;
 for M >= 2 jobs the M tuples of 4 one after the other, or a single INVALID
@@ -92,7 +99,7 @@ redis-server executes per call (BENCHMARKS.md has the figures).
 ]]
 
 -- Globals read once: local access is cheaper in Lua than a global lookup.
-local call, tonumber, find, match, format = redis.call, tonumber, string.find, string.match, string.format
+local call, tonumber, find, format = redis.call, tonumber, string.find, string.format
 local concat = table.concat
 local floor, ceil = math.floor, math.ceil
 
@@ -107,8 +114,9 @@ local DAY = 86400000000
 local MAX_HORIZON = 30 * DAY
 local MAX_JOBS = 256
 
--- The shape of a lean call (one job, one limit; see below) of 7, 8 or 9
--- arguments: digits only, L = 1.
+-- The shape of a lean call (one job, one limit; see below) of 5 (the short
+-- form), 7, 8 or 9 arguments: digits only, L = 1.
+local LEAN5 = '^%d+ %d+ %d+ %d+ %d+$'
 local LEAN7 = '^%d+ %d+ %d+ 1 %d+ %d+ %d+$'
 local LEAN8 = '^%d+ %d+ %d+ 1 %d+ %d+ %d+ %d+$'
 local LEAN9 = '^%d+ %d+ %d+ 1 %d+ %d+ %d+ %d+ %d+$'
@@ -131,7 +139,16 @@ local nargv, nkeys = #A, #KEYS
 -- names the one at fault.
 local lean = false
 local now, c, horizon, r, p, b, inc, fresh
-if nargv >= 7 and nargv <= 9 and A[4] == '1' and nkeys >= 1 and nkeys <= 3
+if nargv == 5 and nkeys == 1 then
+  if find(concat(A, ' '), LEAN5) then
+    now, c, horizon, inc, fresh = 0, 1, 0, 0, 0
+    local s = A[1]
+    if s ~= '0' then now = s + 0 end
+    s = A[2]
+    if s ~= '1' then c = s + 0 end
+    r, p, b = A[3] + 0, A[4] + 0, A[5] + 0
+  end
+elseif nargv >= 7 and nargv <= 9 and A[4] == '1' and nkeys >= 1 and nkeys <= 3
     and (nkeys < 3 or nargv >= 8) then
   local shape = LEAN7
   if nargv == 8 then shape = LEAN8 elseif nargv == 9 then shape = LEAN9 end
@@ -152,11 +169,13 @@ if nargv >= 7 and nargv <= 9 and A[4] == '1' and nkeys >= 1 and nkeys <= 3
         if s == '1' then fresh = 1 elseif s ~= '0' then fresh = 2 end
       end
     end
-    lean = now < EXACT and c >= 1 and c <= 1000000000 and horizon <= MAX_HORIZON
-      and r >= 1 and r <= 1000000000 and p >= 1000 and p <= 366 * DAY
-      and b >= 1 and b <= 1000000000 and b * p < EXACT and c <= b
-      and inc <= 2147483647 and fresh <= 1
   end
+end
+if now then
+  lean = now < EXACT and c >= 1 and c <= 1000000000 and horizon <= MAX_HORIZON
+    and r >= 1 and r <= 1000000000 and p >= 1000 and p <= 366 * DAY
+    and b >= 1 and b <= 1000000000 and b * p < EXACT and c <= b
+    and inc <= 2147483647 and fresh <= 1
 end
 if lean then
   local bp = b * p
@@ -207,10 +226,9 @@ if lean then
   local a, f = 0, 0
   local v = call('GET', name)
   if v then
-    a, f = match(v, '^(%d+):(%d+)$')
-    if a == nil or #v > 40 then return {INVALID, E_STATE, 1} end
-    a, f = a + 0, f + 0
-    if f >= r or a > now + MAX_HORIZON + fill then return {INVALID, E_STATE, 1} end
+    if #v ~= 12 then return {INVALID, E_STATE, 1} end
+    a, f = struct.unpack('<i8i4', v)
+    if a < 0 or f < 0 or f >= r or a > now + MAX_HORIZON + fill then return {INVALID, E_STATE, 1} end
     if call('PTTL', name) < 0 then return {INVALID, E_STATE_TTL, 1} end
   end
   local la, lf = now - bpq, 0
@@ -234,7 +252,7 @@ if lean then
   local whole, frac = (na - now) + bpq, nf + bpr
   if frac >= r then whole, frac = whole + 1, frac - r end
   if frac > 0 then whole = whole + 1 end
-  call('SET', name, format('%d:%d', na, nf), 'PX', ceil(whole / 1000))
+  call('SET', name, struct.pack('<i8i4', na, nf), 'PX', ceil(whole / 1000))
   if wait > 0 then
     call('SET', resv, format('%d', now + wait), 'PX', ttl)
     if own then call('SET', owner, format('%d', own), 'PX', ttl) end
@@ -260,6 +278,20 @@ local function int(i, lo, hi)
     return nil
   end
   return n
+end
+
+-- A short form the lean path turned away: name the argument at fault.
+if nargv == 5 then
+  if nkeys ~= 1 then return {INVALID, E_KEYS, 0} end
+  if int(1, 0, EXACT - 1) == nil then return {INVALID, E_NOW, 1} end
+  local cs = int(2, 1, 1000000000)
+  if cs == nil then return {INVALID, E_COST, 2} end
+  if int(3, 1, 1000000000) == nil then return {INVALID, E_RATE, 3} end
+  local ps = int(4, 1000, 366 * DAY)
+  if ps == nil then return {INVALID, E_PERIOD, 4} end
+  local bs = int(5, 1, 1000000000)
+  if bs == nil or bs * ps >= EXACT then return {INVALID, E_BURST, 5} end
+  return {INVALID, E_OVER_BURST, 5}
 end
 
 -- Shape of the call. The first job's limits come first; a call of one job
@@ -296,9 +328,9 @@ end
 local function state(name, index, r, fill, now)
   local v = call('GET', name)
   if not v then return 0, 0 end
-  local a, f = match(v, '^(%d+):(%d+)$')
-  a, f = tonumber(a), tonumber(f)
-  if a == nil or f == nil or #v > 40 or f >= r or a > now + MAX_HORIZON + fill then
+  if #v ~= 12 then return nil, {INVALID, E_STATE, index} end
+  local a, f = struct.unpack('<i8i4', v)
+  if a < 0 or f < 0 or f >= r or a > now + MAX_HORIZON + fill then
     return nil, {INVALID, E_STATE, index}
   end
   if call('PTTL', name) < 0 then
@@ -643,7 +675,7 @@ end
 for base = 0, nb - BW, BW do
   if BK[base + 9] == 2 then
     local a, f = BK[base + 7], BK[base + 8]
-    call('SET', BK[base + 1], format('%d:%d', a, f), 'PX', fullIn(a, f, BK[base + 3], BK[base + 4], BK[base + 5], now))
+    call('SET', BK[base + 1], struct.pack('<i8i4', a, f), 'PX', fullIn(a, f, BK[base + 3], BK[base + 4], BK[base + 5], now))
   end
 end
 if EN then

@@ -24,7 +24,7 @@ calls=3000
 port=$((20000 + RANDOM % 20000))
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-args=(1 'thr:{t__rand_int__}:l:1000000000:1000000' 0 1 0 1 1000000000 1000000 1000000000)
+args=(1 'thr:{t__rand_int__}:l:1000000000:1000000' 0 1 1000000000 1000000 1000000000)
 
 # instructions FILE N: total instructions of a redis-server that ran FILE N times.
 instructions() {

@@ -391,6 +391,11 @@ type call struct {
 
 // singleCall builds the call deciding one request.
 func singleCall(p prepared) call {
+	if len(p.limitKeys) == 1 && p.jobKey == "" && p.ownerKey == "" && !p.fresh {
+		// The script's short form: no job id, so no horizon, and one limit.
+		args := append(make([]any, 0, 5), p.now, p.cost)
+		return call{parts: []prepared{p}, keys: p.limitKeys, args: append(args, p.limitArgs...)}
+	}
 	keys := append(make([]string, 0, len(p.limitKeys)+2), p.limitKeys...)
 	args := make([]any, 0, 6+len(p.limitArgs))
 	args = append(args, p.now, p.cost, p.horizon, strconv.Itoa(len(p.limitKeys)))

@@ -2,8 +2,10 @@ package throttle_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -28,6 +30,13 @@ const (
 
 // nowMicros is t0 in µs, as the script reads it.
 var nowMicros = strconv.FormatInt(t0.UnixMicro(), 10)
+
+// packedState is a bucket's state as the script stores it: its empty time,
+// whole µs ei and remainder ef, as a little-endian int64 and int32.
+func packedState(ei int64, ef int32) string {
+	b := binary.LittleEndian.AppendUint64(nil, uint64(ei))
+	return string(binary.LittleEndian.AppendUint32(b, uint32(ef)))
+}
 
 // validArgs is a valid ARGV for one limit of 10/s with a burst of 5:
 // now, cost, horizon, count, rate, period, burst.
@@ -177,6 +186,43 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		cases = append(cases, tc{fmt.Sprintf("fresh %q", v), 1, append(validArgs(), "0", v), eFresh, 9, false})
 		cases = append(cases, tc{fmt.Sprintf("fresh %q after two limits", v), 2, append(slicesClone(two), "0", v), eFresh, 12, true})
 	}
+	// The short form: now, cost, rate, period, burst, under its state keys
+	// alone (short).
+	var short []tc
+	shortArgs := func(pos int, v string) []string {
+		a := []string{nowMicros, "1", "10", "1000000", "5"}
+		a[pos-1] = v
+		return a
+	}
+	for pos, code := range map[int]int64{1: eNow, 2: eCost, 3: eRate, 4: ePeriod, 5: eBurst} {
+		for _, v := range notInts {
+			short = append(short, tc{fmt.Sprintf("short form ARGV[%d]=%q", pos, v), 1, shortArgs(pos, v), code, int64(pos), false})
+		}
+	}
+	for _, o := range []struct {
+		pos       int
+		v         string
+		code, idx int64
+	}{
+		{1, "9007199254740992", eNow, 1},
+		{2, "0", eCost, 2},
+		{2, "6", eOverBurst, 5},
+		{3, "0", eRate, 3},
+		{3, "1000000001", eRate, 3},
+		{4, "999", ePeriod, 4},
+		{5, "0", eBurst, 5},
+		{5, "1000000001", eBurst, 5},
+	} {
+		short = append(short, tc{fmt.Sprintf("short form ARGV[%d]=%s", o.pos, o.v), 1, shortArgs(o.pos, o.v), o.code, o.idx, false})
+	}
+	short = append(short,
+		tc{"short form burst×period=2^53", 1, []string{nowMicros, "1", "1", "33554432", "268435456"}, eBurst, 5, false},
+		tc{"short form under two state keys", 2, shortArgs(1, nowMicros), eKeys, 0, false},
+		tc{"short form without KEYS", 0, shortArgs(1, nowMicros), eKeys, 0, false},
+	)
+	// Every long-form case has a reservation key; a short form given one is
+	// refused too.
+	cases = append(cases, tc{"short form with a reservation key", 1, shortArgs(1, nowMicros), eKeys, 0, false})
 	// ARGV and KEYS that do not fit together.
 	cases = append(cases,
 		tc{"ARGV one limit short", 2, append(validArgs()[:3], "2", "10", "1000000", "5"), eKeys, 0, false},
@@ -191,10 +237,14 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		tc{"KEYS one too many with incarnation", 2, append(validArgs(), "0"), eKeys, 0, true},
 	)
 
+	cases = append(cases, short...)
 	for i, c := range cases {
 		// Fresh keys: nothing may be created.
 		state, resv := rawKeys(e.prefix, "fresh-"+strconv.Itoa(i), c.keys)
 		keys := append(slicesClone(state), resv)
+		if i >= len(cases)-len(short) {
+			keys = state
+		}
 		if c.owner {
 			keys = append(keys, ownerKey(e.prefix, "fresh-"+strconv.Itoa(i)))
 		}
@@ -223,11 +273,14 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		t.Fatalf("SET %s: %v", owner, err)
 	}
 	before := snap(t, e.rdb, append(slicesClone(state), resv, owner)...)
-	for _, c := range cases {
+	for i, c := range cases {
 		if c.keys == 0 {
 			continue
 		}
 		keys := append(slicesClone(state[:c.keys]), resv)
+		if i >= len(cases)-len(short) {
+			keys = state[:c.keys]
+		}
 		if c.owner {
 			keys = append(keys, owner)
 		}
@@ -256,7 +309,8 @@ func TestScriptRejectsBadState(t *testing.T) {
 	ctx := context.Background()
 	l := newLimiter(t, e.rdb, e.prefix, time.Second, throttle.Limits{throttle.PerSecond(10, 5)})
 	// The engine's key for the tenant's limit of 10/s, as the script sees it.
-	farFuture := strconv.FormatInt(t0.UnixMicro()+31*24*3600*1_000_000, 10)
+	now := t0.UnixMicro()
+	valid := packedState(now, 0)
 
 	type tc struct {
 		name      string
@@ -274,20 +328,25 @@ func TestScriptRejectsBadState(t *testing.T) {
 		{"state 1:2:3", []string{"1:2:3"}, 0, "", false, eState, 1},
 		{"state -1:0", []string{"-1:0"}, 0, "", false, eState, 1},
 		{"state 1.5:0", []string{"1.5:0"}, 0, "", false, eState, 1},
+		{"state as text", []string{nowMicros + ":0"}, 0, "", false, eState, 1},
 		{"state empty", []string{"<empty>"}, 0, "", false, eState, 1},
-		{"remainder = rate", []string{nowMicros + ":10"}, 0, "", false, eState, 1},
-		{"remainder > rate", []string{nowMicros + ":11"}, 0, "", false, eState, 1},
-		{"far future", []string{farFuture + ":0"}, 0, "", false, eState, 1},
-		{"huge", []string{"99999999999999999999:0"}, 0, "", false, eState, 1},
-		{"second state malformed", []string{nowMicros + ":0", "x:y"}, 0, "", false, eState, 2},
-		{"state without TTL", []string{nowMicros + ":0"}, 1, "", false, eStateTTL, 1},
-		{"second state without TTL", []string{nowMicros + ":0", nowMicros + ":0"}, 2, "", false, eStateTTL, 2},
+		{"state 11 bytes", []string{valid[:11]}, 0, "", false, eState, 1},
+		{"state 13 bytes", []string{valid + "x"}, 0, "", false, eState, 1},
+		{"negative empty time", []string{packedState(-1, 0)}, 0, "", false, eState, 1},
+		{"negative remainder", []string{packedState(now, -1)}, 0, "", false, eState, 1},
+		{"remainder = rate", []string{packedState(now, 10)}, 0, "", false, eState, 1},
+		{"remainder > rate", []string{packedState(now, 11)}, 0, "", false, eState, 1},
+		{"far future", []string{packedState(now+31*24*3600*1_000_000, 0)}, 0, "", false, eState, 1},
+		{"huge", []string{packedState(math.MaxInt64, 0)}, 0, "", false, eState, 1},
+		{"second state malformed", []string{valid, "x:y"}, 0, "", false, eState, 2},
+		{"state without TTL", []string{valid}, 1, "", false, eStateTTL, 1},
+		{"second state without TTL", []string{valid, valid}, 2, "", false, eStateTTL, 2},
 		{"reservation abc", []string{""}, 0, "abc", true, eResv, 2},
 		{"reservation 1.5", []string{""}, 0, "1.5", true, eResv, 2},
 		{"reservation -1", []string{""}, 0, "-1", true, eResv, 2},
 		{"reservation empty", []string{""}, 0, "<empty>", true, eResv, 2},
 		{"reservation 17 digits", []string{""}, 0, "12345678901234567", true, eResv, 2},
-		{"reservation over valid state", []string{nowMicros + ":0"}, 0, "x", true, eResv, 2},
+		{"reservation over valid state", []string{valid}, 0, "x", true, eResv, 2},
 		{"reservation without TTL", []string{""}, 0, nowMicros, false, eResvTTL, 2},
 		{"reservation of two limits without TTL", []string{"", ""}, 0, nowMicros, false, eResvTTL, 3},
 		{"owner abc", []string{""}, 0, "", false, eOwner, 3},
@@ -340,6 +399,16 @@ func TestScriptRejectsBadState(t *testing.T) {
 		}
 		if after := snap(t, e.rdb, all...); !reflect.DeepEqual(after, before) {
 			t.Fatalf("%s: the refused call wrote: before %v, after %v", c.name, before, after)
+		}
+		if len(c.state) == 1 && c.resv == "" && !c.resvTTL && ownerValue[c.name] == "" {
+			// The short form (no job id) reads the state the same way.
+			short := []string{nowMicros, "1", "10", "1000000", "5"}
+			if got, want := evalRaw(t, e.rdb, state, short), []int64{3, c.code, c.idx}; !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s, short form: reply %v, want %v", c.name, got, want)
+			}
+			if after := snap(t, e.rdb, all...); !reflect.DeepEqual(after, before) {
+				t.Fatalf("%s, short form: the refused call wrote: before %v, after %v", c.name, before, after)
+			}
 		}
 	}
 
