@@ -436,17 +436,33 @@ func (e *expiries) Pop() any {
 // WaitingInSchedules counts the jobs moved off the consumer that still wait
 // in stream under prefix (the schedule subject prefix, e.g. "sched"): one
 // per scheduled copy, and the number it carries per bundle, whether waiting
-// to fire (prefix.b.…) or fired and not yet unpacked (prefix.u.…).
+// to fire (prefix.b.…) or fired and not yet unpacked (prefix.u.…). Schedules
+// keep firing while it counts: a bundle that fires between the listing of
+// the subjects and the reading of its header has moved to a subject the
+// listing missed, so the count starts again (three times at most; then the
+// last count, which may be short by such bundles, is returned).
 func WaitingInSchedules(ctx context.Context, js jetstream.JetStream, stream, prefix string) (int, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, fmt.Errorf("stream %s: %w", stream, err)
 	}
+	var n int
+	for range 3 {
+		var moved bool
+		if n, moved, err = waitingInSchedules(ctx, s, stream, prefix); err != nil || !moved {
+			break
+		}
+	}
+	return n, err
+}
+
+// waitingInSchedules is one count of WaitingInSchedules; moved reports that
+// a bundle fired while it counted.
+func waitingInSchedules(ctx context.Context, s jetstream.Stream, stream, prefix string) (n int, moved bool, err error) {
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(prefix+".>"))
 	if err != nil {
-		return 0, fmt.Errorf("stream %s info: %w", stream, err)
+		return 0, false, fmt.Errorf("stream %s info: %w", stream, err)
 	}
-	n := 0
 	for subject, count := range info.State.Subjects {
 		// A copy is prefix.<tenant>.<id>; a bundle prefix.b.<tenant>.<id>
 		// or prefix.u.<tenant>.<id>, one token more.
@@ -457,16 +473,17 @@ func WaitingInSchedules(ctx context.Context, js jetstream.JetStream, stream, pre
 		}
 		m, err := s.GetLastMsgForSubject(ctx, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue // unpacked in the meantime
+			moved = true // fired or unpacked since the listing
+			continue
 		}
 		if err != nil {
-			return 0, fmt.Errorf("bundle %s: %w", subject, err)
+			return 0, false, fmt.Errorf("bundle %s: %w", subject, err)
 		}
 		k, err := strconv.Atoi(m.Header.Get(HeaderBundle))
 		if err != nil {
-			return 0, fmt.Errorf("bundle %s: bad %s header: %w", subject, HeaderBundle, err)
+			return 0, false, fmt.Errorf("bundle %s: bad %s header: %w", subject, HeaderBundle, err)
 		}
 		n += k
 	}
-	return n, nil
+	return n, moved, nil
 }

@@ -363,8 +363,26 @@ func publishBurst(tb testing.TB, js jetstream.JetStream, subject string, n int) 
 }
 
 // pendingJobs counts jobs still waiting in the stream: moved jobs (copies
-// and bundles), ack-pending and undelivered messages of the consumer.
+// and bundles), ack-pending and undelivered messages of the consumer. The
+// workers are stopped, but schedules keep firing, moving jobs from the
+// schedule subjects to the consumer between the two reads: the count is
+// taken until two in a row agree.
 func pendingJobs(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int {
+	tb.Helper()
+	last := -1
+	for range 10 {
+		n := countPending(tb, js, cfg)
+		if n == last {
+			return n
+		}
+		last = n
+	}
+	tb.Fatalf("the count of waiting jobs did not settle: last %d", last)
+	return 0
+}
+
+// countPending is one count of pendingJobs.
+func countPending(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -139,39 +139,35 @@ local nargv, nkeys = #A, #KEYS
 -- names the one at fault.
 local lean = false
 local now, c, horizon, r, p, b, inc, fresh
+-- shape is the pattern of the call's arguments joined, x the ARGV position
+-- of its rate: 3 in the short form, 5 in the others.
+local shape, x
 if nargv == 5 and nkeys == 1 then
-  if find(concat(A, ' '), LEAN5) then
-    now, c, horizon, inc, fresh = 0, 1, 0, 0, 0
-    local s = A[1]
-    if s ~= '0' then now = s + 0 end
-    s = A[2]
-    if s ~= '1' then c = s + 0 end
-    r, p, b = A[3] + 0, A[4] + 0, A[5] + 0
-  end
+  shape, x = LEAN5, 3
 elseif nargv >= 7 and nargv <= 9 and A[4] == '1' and nkeys >= 1 and nkeys <= 3
     and (nkeys < 3 or nargv >= 8) then
-  local shape = LEAN7
+  shape, x = LEAN7, 5
   if nargv == 8 then shape = LEAN8 elseif nargv == 9 then shape = LEAN9 end
-  if find(concat(A, ' '), shape) then
-    now, c, horizon, inc, fresh = 0, 1, 0, 0, 0
-    local s = A[1]
-    if s ~= '0' then now = s + 0 end
-    s = A[2]
-    if s ~= '1' then c = s + 0 end
+end
+if shape and find(concat(A, ' '), shape) then
+  now, c, horizon, inc, fresh = 0, 1, 0, 0, 0
+  local s = A[1]
+  if s ~= '0' then now = s + 0 end
+  s = A[2]
+  if s ~= '1' then c = s + 0 end
+  if x == 5 then
     s = A[3]
     if s ~= '0' then horizon = s + 0 end
-    r, p, b = A[5] + 0, A[6] + 0, A[7] + 0
-    if nargv >= 8 then
-      s = A[8]
-      if s ~= '0' then inc = s + 0 end
-      if nargv == 9 then
-        s = A[9]
-        if s == '1' then fresh = 1 elseif s ~= '0' then fresh = 2 end
-      end
+  end
+  r, p, b = A[x] + 0, A[x + 1] + 0, A[x + 2] + 0
+  if nargv >= 8 then
+    s = A[8]
+    if s ~= '0' then inc = s + 0 end
+    if nargv == 9 then
+      s = A[9]
+      if s == '1' then fresh = 1 elseif s ~= '0' then fresh = 2 end
     end
   end
-end
-if now then
   lean = now < EXACT and c >= 1 and c <= 1000000000 and horizon <= MAX_HORIZON
     and r >= 1 and r <= 1000000000 and p >= 1000 and p <= 366 * DAY
     and b >= 1 and b <= 1000000000 and b * p < EXACT and c <= b
