@@ -70,11 +70,11 @@ type Limiter struct {
 	script      *redis.Script
 	keys        keyspace
 	horizon     time.Duration
-	horizonArg  string // horizon in µs, as the script reads it
+	horizonArg  any // horizon in µs, as the script reads it (boxed once)
 	rules       Rules
 	// rendered holds the key suffix and script arguments of every limit
 	// in rules, built once: they are the same for every job.
-	rendered map[Limit]renderedLimit
+	rendered map[Limit]*renderedLimit
 }
 
 // renderedLimit is a limit as its state key and the script spell it.
@@ -84,8 +84,8 @@ type renderedLimit struct {
 }
 
 // render spells lim for keys and the script.
-func render(lim Limit) renderedLimit {
-	return renderedLimit{
+func render(lim Limit) *renderedLimit {
+	return &renderedLimit{
 		keySuffix: limitKeySuffix(lim),
 		args: [3]any{
 			strconv.FormatInt(lim.Rate, 10),
@@ -116,7 +116,7 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 	// A single server takes keys of any slot in one call; a Cluster or Ring
 	// routes by key, so there a call holds one tenant's jobs.
 	_, single := rdb.(*redis.Client)
-	rendered := map[Limit]renderedLimit{}
+	rendered := map[Limit]*renderedLimit{}
 	for _, ls := range append([]Limits{opts.Rules.Default}, slices.Collect(maps.Values(opts.Rules.Tenants))...) {
 		for _, lim := range ls {
 			rendered[lim] = render(lim)
@@ -352,6 +352,19 @@ func isNoScript(err error) bool {
 }
 
 // prepared is one validated request, in the pieces a script call is built of.
+// arg is s as a script argument. Putting a string in an interface allocates
+// a copy of its header, except for a constant: the values most jobs have
+// come from constants.
+func arg(s string) any {
+	switch s {
+	case "0":
+		return "0"
+	case "1":
+		return "1"
+	}
+	return s
+}
+
 // incarnationArg is the job's incarnation as the script reads it.
 func (p prepared) incarnationArg() string {
 	if p.incarnation == "" {
@@ -371,9 +384,9 @@ type groupKey struct {
 type prepared struct {
 	tag         string // the tenant's hash tag
 	limitKeys   []string
-	limitArgs   []any // rate, period, burst of each limit
+	limitArgs   []any // rate, period, burst of each limit; with one limit, the Limiter's own (read only)
 	now, cost   string
-	horizon     string
+	horizon     any    // Limiter.horizonArg
 	jobKey      string // reservation key, or ""
 	ownerKey    string // owner key, or ""
 	incarnation string
@@ -393,12 +406,12 @@ type call struct {
 func singleCall(p prepared) call {
 	if len(p.limitKeys) == 1 && p.jobKey == "" && p.ownerKey == "" && !p.fresh {
 		// The script's short form: no job id, so no horizon, and one limit.
-		args := append(make([]any, 0, 5), p.now, p.cost)
+		args := append(make([]any, 0, 5), arg(p.now), arg(p.cost))
 		return call{parts: []prepared{p}, keys: p.limitKeys, args: append(args, p.limitArgs...)}
 	}
 	keys := append(make([]string, 0, len(p.limitKeys)+2), p.limitKeys...)
 	args := make([]any, 0, 6+len(p.limitArgs))
-	args = append(args, p.now, p.cost, p.horizon, strconv.Itoa(len(p.limitKeys)))
+	args = append(args, arg(p.now), arg(p.cost), p.horizon, arg(strconv.Itoa(len(p.limitKeys))))
 	args = append(args, p.limitArgs...)
 	if p.jobKey != "" {
 		keys = append(keys, p.jobKey)
@@ -407,7 +420,7 @@ func singleCall(p prepared) call {
 		keys = append(keys, p.ownerKey)
 	}
 	if p.ownerKey != "" || p.fresh {
-		args = append(args, p.incarnationArg())
+		args = append(args, arg(p.incarnationArg()))
 	}
 	if p.fresh {
 		args = append(args, "1")
@@ -435,17 +448,17 @@ func (c *call) build() {
 		if p.ownerKey != "" {
 			c.keys = append(c.keys, p.ownerKey)
 		}
-		fresh := "0"
+		var fresh any = "0"
 		if p.fresh {
 			fresh = "1"
 		}
 		if k == 0 {
-			c.args = append(c.args, p.now, p.cost, p.horizon, strconv.Itoa(len(p.limitKeys)))
+			c.args = append(c.args, arg(p.now), arg(p.cost), p.horizon, arg(strconv.Itoa(len(p.limitKeys))))
 			c.args = append(c.args, p.limitArgs...)
-			c.args = append(c.args, p.incarnationArg(), fresh)
+			c.args = append(c.args, arg(p.incarnationArg()), fresh)
 			continue
 		}
-		c.args = append(c.args, p.cost, p.incarnationArg(), fresh, strconv.Itoa(len(p.limitKeys)))
+		c.args = append(c.args, arg(p.cost), arg(p.incarnationArg()), fresh, arg(strconv.Itoa(len(p.limitKeys))))
 		c.args = append(c.args, p.limitArgs...)
 	}
 }
@@ -470,7 +483,7 @@ func (c *call) results() ([]Decision, error) {
 	}
 	decs := make([]Decision, len(c.reqs))
 	for k := range decs {
-		if decs[k], err = parseReply(arr[4*k : 4*k+4]); err != nil {
+		if decs[k], err = parseTuple(arr[4*k : 4*k+4]); err != nil {
 			return nil, err
 		}
 	}
@@ -514,7 +527,6 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		cost:      strconv.FormatInt(cost, 10),
 		horizon:   l.horizonArg,
 		limitKeys: make([]string, 0, len(limits)),
-		limitArgs: make([]any, 0, 3*len(limits)),
 	}
 	for _, lim := range limits {
 		r, ok := l.rendered[lim]
@@ -522,6 +534,10 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 			r = render(lim)
 		}
 		p.limitKeys = append(p.limitKeys, l.keys.prefix+":"+tag+r.keySuffix)
+		if len(limits) == 1 {
+			p.limitArgs = r.args[:] // shared, never written
+			break
+		}
 		p.limitArgs = append(p.limitArgs, r.args[:]...)
 	}
 	if req.JobID != "" {
@@ -552,10 +568,19 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 // parseReply reads the script's reply, checking every element's type.
 func parseReply(v any) (Decision, error) {
 	arr, ok := v.([]any)
-	if !ok || len(arr) < 3 {
+	if !ok {
 		return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply %#v", v)}
 	}
-	nums := make([]int64, len(arr))
+	return parseTuple(arr)
+}
+
+// parseTuple reads one tuple of the script's reply.
+func parseTuple(arr []any) (Decision, error) {
+	if len(arr) < 3 || len(arr) > 4 {
+		return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply of %d elements", len(arr))}
+	}
+	var all [4]int64
+	nums := all[:len(arr)]
 	for i, e := range arr {
 		n, ok := e.(int64)
 		if !ok {
@@ -579,5 +604,5 @@ func parseReply(v any) (Decision, error) {
 	case statusDuplicate:
 		return Decision{Duplicate: true, Owner: nums[1]}, nil
 	}
-	return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply %v", nums)}
+	return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply %v", arr)}
 }
