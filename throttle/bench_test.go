@@ -54,6 +54,7 @@ func measure(b *testing.B, rdb *redis.Client, body func() int) {
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		b.Fatalf("CONFIG RESETSTAT: %v", err)
 	}
+	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	n := body()
