@@ -97,6 +97,10 @@ func serve(stderr io.Writer) int {
 		return exitConfig
 	}
 	log := newLogger(cfg, stderr)
+	// go-redis logs a few things of its own (failed dials while Redis is
+	// down); route them into the worker's log so that every line has the
+	// configured format. SetLogger is process-wide, and this is the process.
+	redis.SetLogger(redisLogger{log})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -141,6 +145,14 @@ func serve(stderr io.Writer) int {
 	}
 	log.Info("stopped")
 	return exitOK
+}
+
+// redisLogger writes go-redis' own messages to the worker's log.
+type redisLogger struct{ log *slog.Logger }
+
+// Printf implements go-redis' logger interface.
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.log.WarnContext(ctx, fmt.Sprintf(format, v...), "source", "go-redis")
 }
 
 // newLogger builds the logger THROTTLER_LOG_LEVEL and THROTTLER_LOG_FORMAT ask for.
