@@ -539,13 +539,7 @@ func TestLongHandlerOutlivesAckWait(t *testing.T) {
 			t.Errorf("job %s: calls %+v, want one call at delivery 1", id, calls)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := e.js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-	must(t, err, "consumer")
-	info, err := c.Info(ctx)
-	must(t, err, "consumer info")
-	if info.NumRedelivered != 0 {
+	if info := e.consumerInfo(cfg.Stream, cfg.Consumer); info.NumRedelivered != 0 {
 		t.Errorf("consumer redelivered %d messages, want 0", info.NumRedelivered)
 	}
 }
