@@ -19,7 +19,7 @@ import (
 )
 
 // The benchmarks run the engine and github.com/go-redis/redis_rate side by
-// side, each against a redis-server it starts, with limits so generous that
+// side, each against a redis-server it starts, with a limit (benchRate) so generous that
 // every call is admitted: they measure the cost of a decision, not of being
 // limited. Keys are spread over benchTenants tenants.
 //
@@ -30,8 +30,17 @@ const (
 	benchBatch   = 64 // requests per DecideBatch
 )
 
-// hugeLimit admits everything a benchmark can send.
-var hugeLimit = throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst)
+// benchRate is the limit of every benchmark tenant, for the engine and for
+// redis_rate alike: benchRate a second with a burst of benchRate, far more
+// than a benchmark sends a tenant (a few hundred calls a second each), so
+// every call is admitted. It is a real limit on purpose: at 10^9 a second
+// redis_rate's increment (10^-9 s) is lost against its clock (~3*10^8 s
+// since 2017, a float64 step of ~6*10^-8 s), so it never writes its key and
+// its Allow is a GET only; redisRateAllow checks that it keeps state.
+const benchRate = 10000
+
+// benchLimit is the engine's limit in the benchmarks: benchRate a second.
+var benchLimit = throttle.PerSecond(benchRate, benchRate)
 
 // benchRedis starts a redis-server for b and returns a client whose pool
 // has a connection for each of benchWorkers goroutines.
@@ -127,26 +136,36 @@ func (t *tally) check(b *testing.B) {
 		b.Fatalf("%d calls failed, first: %v", n, t.firstErr.Load())
 	}
 	if n := t.limited.Load(); n > 0 {
-		b.Fatalf("%d calls limited under a huge limit", n)
+		b.Fatalf("%d calls limited under benchLimit", n)
 	}
 }
 
 // allowFunc makes one single call for tenant: whether it was admitted.
 type allowFunc func(tenant string) (bool, error)
 
-// engineAllow is the engine's Allow under hugeLimit.
+// engineAllow is the engine's Allow under benchLimit.
 func engineAllow(b *testing.B, rdb *redis.Client) allowFunc {
-	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{hugeLimit})
+	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{benchLimit})
 	return func(tenant string) (bool, error) {
 		d, err := l.Allow(context.Background(), tenant)
 		return d.Allowed, err
 	}
 }
 
-// redisRateAllow is redis_rate's Allow under PerSecond(MaxRate).
-func redisRateAllow(rdb *redis.Client) allowFunc {
+// redisRateAllow is redis_rate's Allow under PerSecond(benchRate). It fails
+// b unless a call leaves redis_rate's state key behind: a baseline that
+// keeps no state would not be a rate limiter.
+func redisRateAllow(b *testing.B, rdb *redis.Client) allowFunc {
+	b.Helper()
+	ctx := context.Background()
 	rl := redis_rate.NewLimiter(rdb)
-	limit := redis_rate.PerSecond(throttle.MaxRate)
+	limit := redis_rate.PerSecond(benchRate)
+	if _, err := rl.Allow(ctx, "state-probe", limit); err != nil {
+		b.Fatalf("redis_rate Allow: %v", err)
+	}
+	if n, err := rdb.Exists(ctx, "rate:state-probe").Result(); err != nil || n != 1 {
+		b.Fatalf("redis_rate kept no state for its call (EXISTS = %d, %v)", n, err)
+	}
 	return func(tenant string) (bool, error) {
 		r, err := rl.Allow(context.Background(), tenant, limit)
 		return err == nil && r.Allowed > 0, err
@@ -181,7 +200,7 @@ func runSingles(b *testing.B, rdb *redis.Client, allow allowFunc) {
 
 func BenchmarkDecide(b *testing.B) {
 	rdb := benchRedis(b)
-	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{hugeLimit})
+	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{benchLimit})
 	ctx := context.Background()
 	runSingles(b, rdb, engineAllow(b, rdb))
 	var t tally
@@ -221,7 +240,7 @@ func BenchmarkDecide(b *testing.B) {
 
 func BenchmarkRedisRate(b *testing.B) {
 	rdb := benchRedis(b)
-	runSingles(b, rdb, redisRateAllow(rdb))
+	runSingles(b, rdb, redisRateAllow(b, rdb))
 }
 
 // BenchmarkSingleRatio measures the single-call target itself: the engine's
@@ -262,7 +281,7 @@ func BenchmarkSingleRatio(b *testing.B) {
 		rate := singleRatioCalls / time.Since(start).Seconds()
 		return rate, usecPerCall(b, rdb, "evalsha")
 	}
-	engine, baseline := engineAllow(b, rdb), redisRateAllow(rdb)
+	engine, baseline := engineAllow(b, rdb), redisRateAllow(b, rdb)
 	run(engine) // load the scripts and warm both paths up
 	run(baseline)
 	var ratios, ours, theirs []float64
