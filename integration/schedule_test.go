@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -168,5 +169,51 @@ func TestFallsBackToNakWithoutSchedules(t *testing.T) {
 	err = app.Run(rctx, sched, app.Options{NATS: e.nc, Redis: e.redis.Client(t), Logger: slog.New(slog.NewTextHandler(logSink(), nil))})
 	if err == nil || !strings.Contains(err.Error(), "2.12") {
 		t.Errorf("schedule mode on nats-server 2.9: got %v, want an error naming 2.12", err)
+	}
+}
+
+// TestMovedJobWhoseHandlerFailedStillRuns: a job admitted at its slot whose
+// handler fails comes back, is deferred again and moved again. Its new copy
+// is the job's successor, not a duplicate of the incarnation that failed:
+// every job runs to success exactly once, none is acked unrun, and none is
+// dead-lettered for one failure.
+func TestMovedJobWhoseHandlerFailedStillRuns(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{
+		"THROTTLER_TENANT_LIMITS": "slow=4/s:1",
+		"THROTTLER_DEFER":         "schedule",
+		"THROTTLER_MAX_FAILURES":  "3",
+	})
+	log := newCallLog()
+	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	w := e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
+		if len(log.calls(job.ID)) == 1 { // its first call, recorded by wrap
+			return errors.New("downstream busy")
+		}
+		return forward(ctx, job)
+	}))
+	out := e.collect("done.*")
+	dlq := e.collect("dlq.*")
+	e.waitStream(cfg.Stream)
+
+	// Enough jobs that a failed job's retry finds the later slots taken,
+	// so it is deferred and moved again.
+	want := map[string]bool{}
+	for range 10 {
+		want[jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))] = true
+	}
+	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 30*time.Second), want)
+	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	for id := range want {
+		if n := len(log.calls(id)); n != 2 {
+			t.Errorf("%s: handler called %d times, want 2 (one failure, one success)", id, n)
+		}
+	}
+	if letters := dlq.all(); len(letters) != 0 {
+		t.Errorf("%d jobs dead-lettered, want none: %+v", len(letters), letters)
+	}
+	st := w.stats()["slow"]
+	if st.Duplicates != 0 || st.Moved == 0 || st.Failed != int64(len(want)) {
+		t.Errorf("stats %+v: want no duplicates, some moves and %d failures", st, len(want))
 	}
 }

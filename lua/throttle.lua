@@ -73,11 +73,16 @@ tuple for the whole call.
 Redis errors (WRONGTYPE on a key of another type, OOM, ...) are raised, never
 folded into a status.
 
-Moved jobs: a job may be moved off the consumer (re-published to fire at its
-slot) and the original acked. If the worker dies between the two, both the
-original and the copy exist. With an owner key, the first incarnation
-admitted through its reservation (or any moved copy admitted) records itself
-as the owner; any other incarnation that comes later is a DUPLICATE.
+Moved jobs (OWNER): a job may be moved off the consumer (re-published to
+fire at its slot) and the original acked. If the worker dies between the
+two, both the original and the copy exist. With an owner key, the first
+incarnation admitted through its reservation (or any moved copy admitted)
+records itself as the owner; any other incarnation that comes later is a
+DUPLICATE. An owner that comes back and is deferred again (its handler
+failed, its worker stopped, or Redis answered too late for the worker to
+hear it was admitted) did not run: it gives ownership up (the owner key is
+deleted), since the worker may move it, and its copy must then be free to
+run.
 
 TTLs: a state key lives until its bucket is full again (E + fill time); a
 reservation and an owner key live for horizon + the longest fill time. Both are within
@@ -214,6 +219,7 @@ if lean then
   if slot then
     -- Charged when it got its slot, never again (see the general path).
     if now < slot then
+      if own then call('DEL', owner) end -- it is deferred again: see OWNER
       return {LIMITED, slot - now, 0, 1}
     end
     call('DEL', resv)
@@ -246,6 +252,7 @@ if lean then
     if resv and horizon > 0 then wait = horizon end
     local left = floor(((now - a) * r - f) / p)
     if left < 0 then left = 0 elseif left > b then left = b end
+    if own then call('DEL', owner) end
     return {LIMITED, wait, left, 0}
   end
   -- Charged: the state's TTL as in fullIn().
@@ -255,7 +262,7 @@ if lean then
   call('SET', name, struct.pack('<i8i4', na, nf), 'PX', ceil(whole / 1000))
   if wait > 0 then
     call('SET', resv, format('%d', now + wait), 'PX', ttl)
-    if own then call('SET', owner, format('%d', own), 'PX', ttl) end
+    if own then call('DEL', owner) end
     return {LIMITED, wait, 0, 1}
   end
   if owner and inc > 0 then call('SET', owner, format('%d', inc), 'PX', ttl) end
@@ -539,10 +546,10 @@ end
 -- Entries, EW slots each from offset base, one per job id (a job id given
 -- twice in one call shares one, so the later job sees what the earlier one
 -- did): reservation key, owner key (or false), TTL (ms), slot (µs, or
--- false), owner incarnation (or false), changed, and whether the
--- reservation was read (a fresh job's is not). All are read and checked
--- before any write.
-local EW = 7
+-- false), owner incarnation (or false), changed, whether the reservation
+-- was read (a fresh job's is not), and whether the owner key must be
+-- deleted (see OWNER). All are read and checked before any write.
+local EW = 8
 local EN, byResv = nil, nil
 if keysPerJob >= 1 then
   EN, byResv = {}, {}
@@ -573,6 +580,7 @@ if keysPerJob >= 1 then
       EN[base + 5] = own
       EN[base + 6] = false
       EN[base + 7] = not fresh
+      EN[base + 8] = false
     elseif not fresh and not EN[base + 7] then
       -- A fresh job named this id first; this one may hold a slot.
       local slot, bad = jobKey(rk, 16, E_RESV, E_RESV_TTL)
@@ -618,6 +626,8 @@ for o = 0, (M - 1) * JW, JW do
       if EN[e + 2] then EN[e + 5] = inc end
       st, a1, a2, a3 = ALLOWED, 0, 0, 1
     else
+      -- Deferred again: it gives up ownership (see OWNER).
+      if EN[e + 5] then EN[e + 5], EN[e + 8] = false, true end
       st, a1, a2, a3 = LIMITED, slot - now, 0, 1
     end
   else
@@ -647,6 +657,7 @@ for o = 0, (M - 1) * JW, JW do
       -- Nothing is charged. Without a job id there is no slot to hold;
       -- past the horizon the job is told to come back at the horizon.
       if e and horizon > 0 then wait = horizon end
+      if e and EN[e + 5] then EN[e + 5], EN[e + 8] = false, true end
       st, a1, a2, a3 = LIMITED, wait, remaining(first, last), 0
     else
       i = 0
@@ -660,6 +671,7 @@ for o = 0, (M - 1) * JW, JW do
         st, a1, a2, a3 = ALLOWED, 0, remaining(first, last), 0
       else
         EN[e + 4], EN[e + 6] = now + wait, true
+        if EN[e + 5] then EN[e + 5], EN[e + 8] = false, true end
         st, a1, a2, a3 = LIMITED, wait, 0, 1
       end
     end
@@ -690,6 +702,9 @@ if EN then
       if EN[base + 2] and EN[base + 5] then
         call('SET', EN[base + 2], format('%d', EN[base + 5]), 'PX', ttl)
       end
+    end
+    if EN[base + 8] and not EN[base + 5] then
+      call('DEL', EN[base + 2])
     end
   end
 end

@@ -153,7 +153,9 @@ type Request struct {
 	// as a copy, the original acked) against running twice when the move is
 	// interrupted: the first incarnation admitted through its reservation
 	// becomes the owner, and any other incarnation is then a Duplicate.
-	// Needs JobID.
+	// An owner that is decided again and deferred (it did not run: its
+	// handler failed, say) gives ownership up, so that the copy its move
+	// makes may run. Needs JobID.
 	TrackOwner bool
 	// Incarnation tells the incarnations of a moved job apart: 0 for the
 	// message first published, n for the copy made by its n-th move.
