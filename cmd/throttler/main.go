@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,6 +105,10 @@ func serve(stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The whole shutdown, the last flush included, keeps within
+	// THROTTLER_SHUTDOWN_TIMEOUT of the signal.
+	var stopping atomic.Int64 // UnixNano of the signal
+	context.AfterFunc(ctx, func() { stopping.Store(time.Now().UnixNano()) })
 
 	nc, err := nats.Connect(cfg.NATSURL,
 		nats.Name("throttler"),
@@ -139,12 +144,27 @@ func serve(stderr io.Writer) int {
 		log.Error("worker stopped", "err", err)
 		return exitFailed
 	}
-	// Flush the last acks and naks before the deferred Close.
-	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+	// Flush the last acks and naks before the deferred Close, in what is
+	// left of the shutdown timeout. Whatever does not reach the server is
+	// redelivered after AckWait: nothing is lost.
+	if err := nc.FlushTimeout(flushBudget(stopping.Load(), cfg.ShutdownTimeout, time.Now())); err != nil {
 		log.Warn("flushing NATS connection", "err", err)
 	}
 	log.Info("stopped")
 	return exitOK
+}
+
+// minFlush is the shortest flush of the NATS connection at exit.
+const minFlush = 100 * time.Millisecond
+
+// flushBudget is how long the last flush may take: what is left at now of
+// timeout after the stop signal (UnixNano; 0 if none came), at least
+// minFlush.
+func flushBudget(signalled int64, timeout time.Duration, now time.Time) time.Duration {
+	if signalled == 0 {
+		return max(minFlush, timeout)
+	}
+	return max(minFlush, time.Unix(0, signalled).Add(timeout).Sub(now))
 }
 
 // redisLogger writes go-redis' own messages to the worker's log.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"testing"
+	"time"
 )
 
 // TestRedisLoggerKeepsTheLogFormat checks that go-redis' own messages come
@@ -21,5 +22,25 @@ func TestRedisLoggerKeepsTheLogFormat(t *testing.T) {
 	}
 	if line["msg"] != "redis: connection pool: failed to dial after 5 attempts" || line["source"] != "go-redis" || line["level"] != "WARN" {
 		t.Fatalf("log line %v, want the formatted message at WARN with source go-redis", line)
+	}
+}
+
+// TestFlushBudget checks that the last flush keeps the shutdown within
+// THROTTLER_SHUTDOWN_TIMEOUT of the signal, with a short floor.
+func TestFlushBudget(t *testing.T) {
+	sig := time.Unix(1_800_000_000, 0)
+	for _, c := range []struct {
+		name      string
+		signalled int64
+		now       time.Time
+		want      time.Duration
+	}{
+		{"no signal: the whole timeout", 0, sig, 3 * time.Second},
+		{"right after the signal", sig.UnixNano(), sig.Add(time.Second), 2 * time.Second},
+		{"timeout spent: the floor", sig.UnixNano(), sig.Add(5 * time.Second), minFlush},
+	} {
+		if got := flushBudget(c.signalled, 3*time.Second, c.now); got != c.want {
+			t.Errorf("%s: flushBudget = %s, want %s", c.name, got, c.want)
+		}
 	}
 }
