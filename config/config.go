@@ -20,6 +20,7 @@ import (
 	"github.com/caarlos0/env/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -642,8 +643,10 @@ func (ck *checker) limits(defaultLimit string, burst int64, tenantLimits string)
 			continue
 		}
 		for tenant, ls := range m {
-			if !tenantNameOK(tenant) {
-				ck.addf(name, "tenant %q must be 1 to 256 letters, digits, _ or -", tenant)
+			if err := consumer.ValidTenant(tenant); err != nil {
+				// The worker dead-letters jobs of such a tenant: a limit
+				// for it could never apply.
+				ck.addf(name, "tenant %q must be 1 to %d letters, digits, _ or -, as the worker accepts them", tenant, consumer.MaxTenantLen)
 				continue
 			}
 			if _, dup := r.Tenants[tenant]; dup {
@@ -705,6 +708,18 @@ func (ck *checker) outputs(c *Config, subjects []string) {
 				ck.addf(o.name, "%q is captured by %q in THROTTLER_SUBJECTS, so the worker would consume its own output; choose subjects that do not overlap",
 					o.subject, pattern)
 			}
+		}
+	}
+	// Moved jobs live under SCHEDULE_SUBJECT.>, which the jobs stream binds
+	// and the worker reads bundles from: no other output may land there.
+	if c.Defer == DeferNak || subjectError(c.ScheduleSubject, false) != nil {
+		return
+	}
+	under := append(strings.Split(c.ScheduleSubject, "."), ">")
+	for _, o := range outs {
+		if o.name != sched && captures(under, o.tokens) {
+			ck.addf(o.name, "%q lies under %s %q, where moved jobs are kept; choose subjects outside %s.>",
+				o.subject, sched, c.ScheduleSubject, c.ScheduleSubject)
 		}
 	}
 }
@@ -815,8 +830,6 @@ func headerNameOK(s string) bool {
 // keyPrefixOK reports whether s matches [A-Za-z0-9_-]{1,32}.
 func keyPrefixOK(s string) bool { return len(s) <= 32 && wordOK(s) }
 
-// tenantNameOK reports whether s matches [A-Za-z0-9_-]{1,256}.
-func tenantNameOK(s string) bool { return len(s) <= 256 && wordOK(s) }
 
 // wordOK reports whether s is non-empty and all letters, digits, _ or -.
 func wordOK(s string) bool {

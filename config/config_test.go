@@ -237,6 +237,7 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_TENANT_LIMITS", "acme", "TENANT=LIMITS"},
 		{"THROTTLER_TENANT_LIMITS", "acme=5/s,", "empty entry"},
 		{"THROTTLER_TENANT_LIMITS", "ac.me=5/s", "letters, digits, _ or -"},
+		{"THROTTLER_TENANT_LIMITS", strings.Repeat("a", 129) + "=5/s", "1 to 128 letters"},
 		{"THROTTLER_TENANT_LIMITS", "acme=5/s,acme=6/s", "twice"},
 		{"THROTTLER_TENANT_LIMITS", "acme=5/x", "unit"},
 		{"THROTTLER_COST_HEADER", "Job Cost", "header name"},
@@ -458,6 +459,44 @@ func TestScheduleOverlap(t *testing.T) {
 				if !strings.HasPrefix(p, "THROTTLER_SCHEDULE_SUBJECT: ") || !strings.Contains(p, "THROTTLER_SUBJECTS") {
 					t.Errorf("problem should name both variables: %s", p)
 				}
+			}
+		})
+	}
+}
+
+// TestOutputsOutsideSchedules checks that forwarded and dead-lettered jobs
+// may not be published under the schedule prefix, where the jobs stream
+// would keep them and the worker would read them as bundles; with NAK-only
+// deferral the prefix is unused and nothing is refused.
+func TestOutputsOutsideSchedules(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		defer_, forward, dlq string
+		want                 []string // variables named, in order
+	}{
+		{"auto", "done.{tenant}", "dlq.{tenant}", nil},
+		{"auto", "sched.u.{tenant}.x", "dlq.{tenant}", []string{"THROTTLER_FORWARD_SUBJECT"}},
+		{"schedule", "done.{tenant}", "sched.{tenant}", []string{"THROTTLER_DLQ_SUBJECT"}},
+		{"auto", "{tenant}.done", "dlq.{tenant}", []string{"THROTTLER_FORWARD_SUBJECT"}},
+		{"nak", "sched.u.{tenant}.x", "sched.{tenant}", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.defer_+" "+tt.forward+" "+tt.dlq, func(t *testing.T) {
+			t.Parallel()
+			_, err := LoadFrom(map[string]string{
+				"THROTTLER_DEFER":            tt.defer_,
+				"THROTTLER_SCHEDULE_SUBJECT": "sched",
+				"THROTTLER_FORWARD_SUBJECT":  tt.forward,
+				"THROTTLER_DLQ_SUBJECT":      tt.dlq,
+			})
+			var named []string
+			for _, p := range problems(t, err) {
+				if strings.Contains(p, "where moved jobs are kept") {
+					named = append(named, strings.SplitN(p, ":", 2)[0])
+				}
+			}
+			if !slices.Equal(named, tt.want) {
+				t.Fatalf("problems name %v, want %v (all: %v)", named, tt.want, problems(t, err))
 			}
 		})
 	}
