@@ -830,7 +830,6 @@ func headerNameOK(s string) bool {
 // keyPrefixOK reports whether s matches [A-Za-z0-9_-]{1,32}.
 func keyPrefixOK(s string) bool { return len(s) <= 32 && wordOK(s) }
 
-
 // wordOK reports whether s is non-empty and all letters, digits, _ or -.
 func wordOK(s string) bool {
 	if s == "" {
