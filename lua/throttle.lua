@@ -75,10 +75,10 @@ folded into a status.
 
 Moved jobs (OWNER): a job may be moved off the consumer (re-published to
 fire at its slot) and the original acked. If the worker dies between the
-two, both the original and the copy exist. With an owner key, the first
-incarnation admitted through its reservation (or any moved copy admitted)
-records itself as the owner; any other incarnation that comes later is a
-DUPLICATE. An owner that comes back and is deferred again (its handler
+two, both the original and the copy exist. With an owner key, an
+incarnation that is admitted records itself as the owner (all but a fresh
+original admitted at once: never decided before, it has no copy); any
+other incarnation that comes later is a DUPLICATE. An owner that comes back and is deferred again (its handler
 failed, its worker stopped, or Redis answered too late for the worker to
 hear it was admitted) did not run: it gives ownership up (the owner key is
 deleted), since the worker may move it, and its copy must then be free to
@@ -265,7 +265,10 @@ if lean then
     if own then call('DEL', owner) end
     return {LIMITED, wait, 0, 1}
   end
-  if owner and inc > 0 then call('SET', owner, format('%d', inc), 'PX', ttl) end
+  -- A fresh original has never been decided, so no copy of it exists: it
+  -- needs no owner record. Any other incarnation admitted here records
+  -- itself (an original redelivered after a move past the horizon, say).
+  if owner and (inc > 0 or fresh == 0) then call('SET', owner, format('%d', inc), 'PX', ttl) end
   local left = floor(((now - na) * r - nf) / p)
   if left < 0 then left = 0 elseif left > b then left = b end
   return {ALLOWED, 0, left, 0}
@@ -546,9 +549,9 @@ end
 -- Entries, EW slots each from offset base, one per job id (a job id given
 -- twice in one call shares one, so the later job sees what the earlier one
 -- did): reservation key, owner key (or false), TTL (ms), slot (µs, or
--- false), owner incarnation (or false), changed, whether the reservation
--- was read (a fresh job's is not), and whether the owner key must be
--- deleted (see OWNER). All are read and checked before any write.
+-- false), owner incarnation (or false), whether the reservation changed,
+-- whether it was read (a fresh job's is not), and whether the owner
+-- changed (see OWNER). All are read and checked before any write.
 local EW = 8
 local EN, byResv = nil, nil
 if keysPerJob >= 1 then
@@ -623,7 +626,7 @@ for o = 0, (M - 1) * JW, JW do
     local slot = EN[e + 4]
     if now >= slot then
       EN[e + 4], EN[e + 6] = false, true
-      if EN[e + 2] then EN[e + 5] = inc end
+      if EN[e + 2] then EN[e + 5], EN[e + 8] = inc, true end
       st, a1, a2, a3 = ALLOWED, 0, 0, 1
     else
       -- Deferred again: it gives up ownership (see OWNER).
@@ -667,7 +670,8 @@ for o = 0, (M - 1) * JW, JW do
         i = i + 2
       end
       if wait == 0 then
-        if e and EN[e + 2] and inc > 0 then EN[e + 5], EN[e + 6] = inc, true end
+        -- As in the lean path: all but a fresh original record themselves.
+        if e and EN[e + 2] and (inc > 0 or J[o + 8] == 0) then EN[e + 5], EN[e + 8] = inc, true end
         st, a1, a2, a3 = ALLOWED, 0, remaining(first, last), 0
       else
         EN[e + 4], EN[e + 6] = now + wait, true
@@ -699,12 +703,13 @@ if EN then
       else
         call('DEL', resv)
       end
-      if EN[base + 2] and EN[base + 5] then
-        call('SET', EN[base + 2], format('%d', EN[base + 5]), 'PX', ttl)
-      end
     end
-    if EN[base + 8] and not EN[base + 5] then
-      call('DEL', EN[base + 2])
+    if EN[base + 8] then
+      if EN[base + 5] then
+        call('SET', EN[base + 2], format('%d', EN[base + 5]), 'PX', EN[base + 3])
+      else
+        call('DEL', EN[base + 2])
+      end
     end
   end
 end

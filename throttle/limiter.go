@@ -151,8 +151,9 @@ type Request struct {
 	Limits Limits
 	// TrackOwner guards a job that may be moved off its queue (re-published
 	// as a copy, the original acked) against running twice when the move is
-	// interrupted: the first incarnation admitted through its reservation
-	// becomes the owner, and any other incarnation is then a Duplicate.
+	// interrupted: the incarnation admitted becomes the owner (all but a
+	// Fresh original, which has no copy), and any other incarnation is then
+	// a Duplicate.
 	// An owner that is decided again and deferred (it did not run: its
 	// handler failed, say) gives ownership up, so that the copy its move
 	// makes may run. Needs JobID.

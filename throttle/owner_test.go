@@ -12,7 +12,8 @@ import (
 // incarnation did not run (its handler failed) and comes back: deferred
 // again, it must give ownership up, or the copy its move makes would be
 // taken for a duplicate and acked without ever running. An incarnation
-// that is left over from an interrupted move is still a Duplicate. Each
+// that is left over from an interrupted move is still a Duplicate, also
+// when the move was past the horizon and nothing was reserved. Each
 // step runs alone (the script's lean path) and next to another tenant's
 // job (the general path).
 func TestOwnerGivesUpWhenDeferredAgain(t *testing.T) {
@@ -78,6 +79,25 @@ func TestOwnerGivesUpWhenDeferredAgain(t *testing.T) {
 			}
 			sameDecision(t, "k copy 2", step(short, throttle.Request{Tenant: "b", JobID: "k", Incarnation: 2, At: at(100 * ms)}),
 				throttle.Decision{Allowed: true})
+
+			// An original moved past the horizon (nothing reserved) whose ack
+			// was lost comes back and is admitted by a charge: it records
+			// itself, so its copy is a duplicate. A fresh original admitted
+			// at once writes no record: no copy of it can exist.
+			sameDecision(t, "fresh o", step(short, throttle.Request{Tenant: "d", JobID: "o", Fresh: true, At: at(0)}),
+				throttle.Decision{Allowed: true})
+			if got := owner("d", "o"); got != "none" {
+				t.Fatalf("owner of a fresh original admitted at once: %s, want none", got)
+			}
+			sameDecision(t, "fresh p past the horizon", step(short, throttle.Request{Tenant: "d", JobID: "p", Fresh: true, At: at(0)}),
+				throttle.Decision{Wait: 50 * ms})
+			sameDecision(t, "p redelivered", step(short, throttle.Request{Tenant: "d", JobID: "p", At: at(200 * ms)}),
+				throttle.Decision{Allowed: true})
+			if got := owner("d", "p"); got != "0" {
+				t.Fatalf("owner of p after its redelivery ran: %s, want 0", got)
+			}
+			sameDecision(t, "p's copy", step(short, throttle.Request{Tenant: "d", JobID: "p", Incarnation: 1, At: at(300 * ms)}),
+				throttle.Decision{Duplicate: true, Owner: 0})
 
 			// And early for a slot it holds while it owns the job.
 			if err := e.rdb.Set(ctx, e.prefix+":{c}:o:m", "3", time.Minute).Err(); err != nil {
