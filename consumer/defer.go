@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -206,15 +207,31 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) (*nats.Msg, err
 		return nil, fmt.Errorf("bundling %d jobs: %w", len(ds), err)
 	}
 	job := ds[0].Job
-	id := strings.ReplaceAll(job.ID, ":", "-")
+	// The subject and message id name the bundle's exact contents. A
+	// bundle stored again after a crash (its originals were not all acked)
+	// is then deduplicated only when it holds the same copies: one that
+	// holds others is stored too, rather than taken for the first (whose
+	// dedup would lose the new jobs' copies) or replacing its schedule
+	// (which would lose the first bundle's other jobs, already acked).
+	id := strings.ReplaceAll(job.ID, ":", "-") + "-" + bundleDigest(ds)
 	out := &nats.Msg{Subject: d.BundlePrefix + ".b." + job.Tenant + "." + id, Data: data, Header: nats.Header{}}
 	out.Header.Set(HeaderBundle, strconv.Itoa(len(ds)))
 	out.Header.Set(HeaderJobID, job.ID)
 	out.Header.Set(HeaderSubject, job.Subject)
-	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+job.ID+":"+strconv.Itoa(job.Deferrals+1))
+	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+id)
 	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, soonest).Format(time.RFC3339))
 	out.Header.Set(jetstream.ScheduleTargetHeader, d.BundlePrefix+".u."+job.Tenant+"."+id)
 	return out, nil
+}
+
+// bundleDigest names the copies a bundle of ds carries: a 64-bit FNV-1a
+// hash, in hex, of each job's id and move count.
+func bundleDigest(ds []Deferral) string {
+	h := fnv.New64a()
+	for _, df := range ds {
+		fmt.Fprintf(h, "%s:%d\n", df.Job.ID, df.Job.Deferrals+1)
+	}
+	return strconv.FormatUint(h.Sum64(), 16)
 }
 
 // Unbundle publishes the scheduled copies a fired bundle carries, waits for

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -514,14 +515,34 @@ func TestBundleOf(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bundleOf: %v", err)
 	}
-	if out.Subject != "sched.b.acme.JOBS-10" {
+	name := "JOBS-10-" + bundleDigest(ds)
+	if out.Subject != "sched.b.acme."+name {
 		t.Fatalf("subject %q", out.Subject)
 	}
 	want := map[string]string{
 		HeaderBundle:                   "3",
 		jetstream.ScheduleHeader:       "@at 2026-01-02T03:04:07Z", // now+1s rounded up
-		jetstream.ScheduleTargetHeader: "sched.u.acme.JOBS-10",
-		jetstream.MsgIDHeader:          "bundle:JOBS:10:1",
+		jetstream.ScheduleTargetHeader: "sched.u.acme." + name,
+		jetstream.MsgIDHeader:          "bundle:" + name,
+	}
+	// The digest names the contents: the same jobs give the same bundle
+	// (deduplicated if stored again); other jobs behind the same first job,
+	// or the same jobs moved once more, give another.
+	if again, _ := d.bundleOf(ds, now.Add(time.Second)); again.Header.Get(jetstream.MsgIDHeader) != want[jetstream.MsgIDHeader] {
+		t.Errorf("the same jobs bundled again: id %q, want %q", again.Header.Get(jetstream.MsgIDHeader), want[jetstream.MsgIDHeader])
+	}
+	other := slices.Clone(ds)
+	other[2].Job.ID = "JOBS:99"
+	moved := slices.Clone(ds)
+	moved[1].Job.Deferrals = 1
+	for what, v := range map[string][]Deferral{"other jobs": other, "a job moved once more": moved, "fewer jobs": ds[:2]} {
+		b, err := d.bundleOf(v, now)
+		if err != nil {
+			t.Fatalf("bundleOf: %v", err)
+		}
+		if b.Subject == out.Subject || b.Header.Get(jetstream.MsgIDHeader) == want[jetstream.MsgIDHeader] {
+			t.Errorf("%s behind the same first job: subject %q and id %q, want others than the first bundle's", what, b.Subject, b.Header.Get(jetstream.MsgIDHeader))
+		}
 	}
 	for k, v := range want {
 		if got := out.Header.Get(k); got != v {

@@ -118,3 +118,56 @@ func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.
 		t.Errorf("moved %d, duplicates %d: want the second job moved and %d duplicates", st.Moved, st.Duplicates, wantDuplicates)
 	}
 }
+
+// TestRegroupedBundleIsStored: a worker stores a bundle of moved jobs and
+// dies before acking them; redelivered, they may be grouped with other jobs
+// behind the same first job. That second bundle must be stored too, not
+// taken for the first one by JetStream's deduplication (which would ack
+// the new jobs as moved while no copy of them is kept).
+func TestRegroupedBundleIsStored(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const stream, sched = "JOBS", "sched"
+	s, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: stream, Subjects: []string{"jobs.>"}, ScheduleSubjects: []string{sched + ".>"}})
+	must(t, err, "stream")
+	cons, err := consumer.EnsureConsumer(ctx, e.js, consumer.ConsumerSpec{Stream: stream, Name: "w", FilterSubjects: []string{"jobs.>"}, MaxAckPending: 100, AckWait: time.Minute})
+	must(t, err, "consumer")
+	for range 4 {
+		e.publish("jobs.acme", nil, []byte("x"))
+	}
+	batch, err := cons.Fetch(4, jetstream.FetchMaxWait(5*time.Second))
+	must(t, err, "fetch")
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) != 4 {
+		t.Fatalf("fetched %d jobs, want 4", len(msgs))
+	}
+	deferral := func(m jetstream.Msg) consumer.Deferral {
+		meta, err := m.Metadata()
+		must(t, err, "metadata")
+		return consumer.Deferral{Msg: m, Wait: time.Minute,
+			Job: consumer.Job{ID: jobID(stream, meta.Sequence.Stream), Tenant: "acme", Subject: m.Subject(), Published: meta.Timestamp}}
+	}
+	d := consumer.ScheduleDeferrer{JetStream: e.js, Bundle: 64, BundlePrefix: sched,
+		Subject: func(job consumer.Job) string { return sched + ".acme." + job.ID[len(stream)+1:] }}
+
+	// The first worker bundles jobs 1-3 and dies before its acks arrive.
+	first := []consumer.Deferral{deferral(lostAck{msgs[0]}), deferral(lostAck{msgs[1]}), deferral(lostAck{msgs[2]})}
+	d.Defer(ctx, first)
+	// Job 1 comes back grouped with job 4 this time.
+	second := []consumer.Deferral{deferral(msgs[0]), deferral(msgs[3])}
+	d.Defer(ctx, second)
+	for _, df := range append(first, second...) {
+		if df.Err != nil || !df.Moved {
+			t.Fatalf("job %s: moved %v, err %v", df.Job.ID, df.Moved, df.Err)
+		}
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(sched+".b.>"))
+	must(t, err, "stream info")
+	if n := len(info.State.Subjects); n != 2 {
+		t.Fatalf("%d bundles stored (%v), want 2: the second carries job 4, acked as moved", n, info.State.Subjects)
+	}
+}
