@@ -523,7 +523,7 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 		// decided, so it holds no reservation for the script to read.
 		fresh := it.job.Delivered == 1 && it.job.Header.Get(HeaderJobID) == ""
 		reqs = append(reqs, throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost,
-			TrackOwner: w.cfg.TrackOwner, Incarnation: int64(it.job.Deferrals), Fresh: fresh})
+			TrackOwner: w.cfg.TrackOwner, Incarnation: incarnation(it.job), Fresh: fresh})
 		g.idx = append(g.idx, i)
 	}
 	if len(reqs) == 0 {
@@ -548,6 +548,13 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 	return g
 }
 
+// incarnation tells the messages carrying one job apart for the throttle's
+// owner record (throttle.Request.Incarnation): the stream sequence of the
+// message as delivered, unique to the original and to every copy, even two
+// copies of one move. A stream never reaches 2^53 messages; the modulo only
+// keeps the value in the throttle's range.
+func incarnation(job Job) int64 { return int64(job.Sequence % (1 << 53)) }
+
 // act acts on each decision of a group: start, ack a duplicate, or
 // dead-letter. It returns the limited jobs, in slot order, for the defer
 // loop.
@@ -562,7 +569,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		case res.Err == nil && res.Duplicate:
 			// Another incarnation of this moved job already ran.
 			w.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
-				"incarnation", it.job.Deferrals, "owner", res.Owner)
+				"incarnation", incarnation(it.job), "moves", it.job.Deferrals, "owner", res.Owner)
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
 		case res.Err == nil && res.Allowed:

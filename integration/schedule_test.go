@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
@@ -215,5 +216,43 @@ func TestMovedJobWhoseHandlerFailedStillRuns(t *testing.T) {
 	st := w.stats()["slow"]
 	if st.Duplicates != 0 || st.Moved == 0 || st.Failed != int64(len(want)) {
 		t.Errorf("stats %+v: want no duplicates, some moves and %d failures", st, len(want))
+	}
+}
+
+// TestTwoCopiesOfOneMoveRunOnce: a move redone after the stream's dedup
+// window (a worker died between storing a bundle and acking its jobs, and
+// nothing ran for minutes) can leave two copies of one move, with the same
+// move count. They are different messages, and only one of them may run.
+func TestTwoCopiesOfOneMoveRunOnce(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	w := e.startWorker(cfg, func(ctx context.Context, job consumer.Job) error {
+		mu.Lock()
+		runs[job.ID]++
+		mu.Unlock()
+		return forward(ctx, job)
+	})
+	out := e.collect("done.*")
+	e.waitStream(cfg.Stream)
+
+	copyOf := nats.Header{}
+	copyOf.Set(consumer.HeaderJobID, "JOBS:1000")
+	copyOf.Set(consumer.HeaderSubject, "jobs.acme")
+	copyOf.Set(consumer.HeaderDeferrals, "1")
+	e.publish("jobs.acme", copyOf, []byte("first copy"))
+	e.publish("jobs.acme", copyOf, []byte("second copy"))
+
+	out.waitCount(t, 1, 10*time.Second)
+	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if runs["JOBS:1000"] != 1 || len(out.all()) != 1 {
+		t.Errorf("job ran %d times, forwarded %d times: want once", runs["JOBS:1000"], len(out.all()))
+	}
+	if st := w.stats()["acme"]; st.Duplicates != 1 {
+		t.Errorf("duplicates %d, want 1", st.Duplicates)
 	}
 }

@@ -36,16 +36,18 @@ ARGV (every one a decimal integer, digits only, in the range given):
   ARGV[j]    rate, tokens per period, [1, 1e9]
   ARGV[j+1]  period, µs, [1000, 366 days]
   ARGV[j+2]  burst, [1, 1e9], with burst*period < 2^53
-  ARGV[5+3L] optional: the incarnation of the job, [0, 2^31): 0 for the
-             message first published, n for the copy made by its n-th move
-             off the consumer. Required when KEYS[L+2] is given.
+  ARGV[5+3L] optional: the incarnation of the job, [0, 2^53): a number
+             unique to the message that carries it (the worker passes the
+             message's stream sequence), so that the original and each
+             copy made by moving it differ, and so do two copies of one
+             move. Required when KEYS[L+2] is given.
   ARGV[6+3L] optional, needs ARGV[5+3L]: fresh, [0, 1]. 1 says the job has
              never been decided before (its first delivery), so it holds no
              reservation: the script does not read KEYS[L+1] (it still
              writes it if the job must wait). The owner key is read anyway.
   then for each further job, in order (M <= 256 in all; the first job then
   must give its incarnation and fresh flag too):
-    its cost [1, 1e9], its incarnation [0, 2^31), its fresh flag [0, 1],
+    its cost [1, 1e9], its incarnation [0, 2^53), its fresh flag [0, 1],
     its number of limits L_k [1, 8], and rate, period, burst of each of
     its limits
   Short form, for one job under one limit without a job id (KEYS[1] only):
@@ -75,10 +77,11 @@ folded into a status.
 
 Moved jobs (OWNER): a job may be moved off the consumer (re-published to
 fire at its slot) and the original acked. If the worker dies between the
-two, both the original and the copy exist. With an owner key, an
-incarnation that is admitted records itself as the owner (all but a fresh
-original admitted at once: never decided before, it has no copy); any
-other incarnation that comes later is a DUPLICATE. An owner that comes back and is deferred again (its handler
+two, both the original and the copy exist (and a move redone after a long
+outage can even leave two copies). With an owner key, an incarnation that
+is admitted records itself as the owner (all but a fresh original admitted
+at once: never decided before, it has no copy); any other incarnation that
+comes later is a DUPLICATE. An owner that comes back and is deferred again (its handler
 failed, its worker stopped, or Redis answered too late for the worker to
 hear it was admitted) did not run: it gives ownership up (the owner key is
 deleted), since the worker may move it, and its copy must then be free to
@@ -180,7 +183,7 @@ if shape and find(concat(A, ' '), shape) then
   lean = now < EXACT and c >= 1 and c <= 1000000000 and horizon <= MAX_HORIZON
     and r >= 1 and r <= 1000000000 and p >= 1000 and p <= 366 * DAY
     and b >= 1 and b <= 1000000000 and b * p < EXACT and c <= b
-    and inc <= 2147483647 and fresh <= 1
+    and inc < EXACT and fresh <= 1
 end
 if lean then
   local bp = b * p
@@ -207,7 +210,7 @@ if lean then
   if owner then
     local v = call('GET', owner)
     if v then
-      if #v > 10 or not find(v, '^%d+$') then return {INVALID, E_OWNER, 3} end
+      if #v > 16 or not find(v, '^%d+$') then return {INVALID, E_OWNER, 3} end
       if call('PTTL', owner) < 0 then return {INVALID, E_OWNER_TTL, 3} end
       own = tonumber(v)
       if own ~= inc then
@@ -268,7 +271,7 @@ if lean then
   -- A fresh original has never been decided, so no copy of it exists: it
   -- needs no owner record. Any other incarnation admitted here records
   -- itself (an original redelivered after a move past the horizon, say).
-  if owner and (inc > 0 or fresh == 0) then call('SET', owner, format('%d', inc), 'PX', ttl) end
+  if owner and fresh == 0 then call('SET', owner, format('%d', inc), 'PX', ttl) end
   local left = floor(((now - na) * r - nf) / p)
   if left < 0 then left = 0 elseif left > b then left = b end
   return {ALLOWED, 0, left, 0}
@@ -396,7 +399,7 @@ local function limit(x, c)
   return r, p, b, fill
 end
 
--- jobKey reads a reservation (digits ≤ 16) or owner (digits ≤ 10) key,
+-- jobKey reads a reservation or owner key (digits ≤ 16),
 -- KEYS[index]: its value, false when absent, or nil and an INVALID reply.
 local function jobKey(index, maxLen, eShape, eTTL)
   local name = KEYS[index]
@@ -491,7 +494,7 @@ for o = 0, (M - 1) * JW, JW do
   end
   local inc = 0
   if hasInc and A[ii] ~= '0' then
-    inc = cint(ii, 0, 2147483647)
+    inc = cint(ii, 0, EXACT - 1)
     if inc == nil then return {INVALID, E_INCARNATION, ii} end
   end
   local fresh = 0
@@ -573,7 +576,7 @@ if keysPerJob >= 1 then
       end
       if keysPerJob == 2 then
         owner = KEYS[rk + 1]
-        own, bad = jobKey(rk + 1, 10, E_OWNER, E_OWNER_TTL)
+        own, bad = jobKey(rk + 1, 16, E_OWNER, E_OWNER_TTL)
         if own == nil then return bad end
       end
       EN[base + 1] = resv
@@ -671,7 +674,7 @@ for o = 0, (M - 1) * JW, JW do
       end
       if wait == 0 then
         -- As in the lean path: all but a fresh original record themselves.
-        if e and EN[e + 2] and (inc > 0 or J[o + 8] == 0) then EN[e + 5], EN[e + 8] = inc, true end
+        if e and EN[e + 2] and J[o + 8] == 0 then EN[e + 5], EN[e + 8] = inc, true end
         st, a1, a2, a3 = ALLOWED, 0, remaining(first, last), 0
       else
         EN[e + 4], EN[e + 6] = now + wait, true

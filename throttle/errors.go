@@ -35,7 +35,7 @@ const (
 	CodeStateTTL       Code = 11  // stored bucket state has no TTL
 	CodeReservation    Code = 12  // stored reservation is malformed
 	CodeReservationTTL Code = 13  // stored reservation has no TTL
-	CodeIncarnation    Code = 14  // the incarnation is not in [0, 2^31)
+	CodeIncarnation    Code = 14  // the incarnation is not in [0, 2^53)
 	CodeOwner          Code = 15  // stored owner is malformed
 	CodeOwnerTTL       Code = 16  // stored owner has no TTL
 	CodeFresh          Code = 17  // the fresh flag is not 0 or 1

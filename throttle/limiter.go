@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,8 +157,11 @@ type Request struct {
 	// handler failed, say) gives ownership up, so that the copy its move
 	// makes may run. Needs JobID.
 	TrackOwner bool
-	// Incarnation tells the incarnations of a moved job apart: 0 for the
-	// message first published, n for the copy made by its n-th move.
+	// Incarnation tells the incarnations of a moved job apart: a number
+	// unique to the message carrying it, in [0, 2^53), such as its stream
+	// sequence. The original and every copy differ, and so do two copies
+	// of one move (stored twice when the move was redone after its dedup
+	// window): only one of them runs.
 	Incarnation int64
 	// Fresh says the job was never decided before (a queue's first
 	// delivery of a message), so it holds no reservation: the script then
@@ -553,7 +555,7 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		if req.JobID == "" {
 			return prepared{}, &InvalidError{Code: CodeJobID, Detail: "owner tracking needs a job id"}
 		}
-		if req.Incarnation < 0 || req.Incarnation > math.MaxInt32 {
+		if req.Incarnation < 0 || req.Incarnation >= maxExact {
 			return prepared{}, &InvalidError{Code: CodeIncarnation, Detail: fmt.Sprintf("incarnation %d out of range", req.Incarnation)}
 		}
 		p.ownerKey = l.keys.owner(tag, req.JobID)

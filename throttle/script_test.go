@@ -177,7 +177,7 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 	a[1] = "4"
 	cases = append(cases, tc{"cost over the second burst", 2, a, eOverBurst, 10, false})
 	// The optional incarnation after the limits.
-	for _, v := range append(notInts, "2147483648") {
+	for _, v := range append(notInts, "9007199254740992") { // 2^53
 		cases = append(cases, tc{fmt.Sprintf("incarnation %q", v), 1, append(validArgs(), v), eIncarnation, 8, true})
 		cases = append(cases, tc{fmt.Sprintf("incarnation %q after two limits", v), 2, append(slicesClone(two), v), eIncarnation, 11, true})
 	}
@@ -353,11 +353,11 @@ func TestScriptRejectsBadState(t *testing.T) {
 		{"owner -1", []string{""}, 0, "", false, eOwner, 3},
 		{"owner 1.5", []string{""}, 0, "", false, eOwner, 3},
 		{"owner empty", []string{""}, 0, "", false, eOwner, 3},
-		{"owner 11 digits", []string{""}, 0, "", false, eOwner, 3},
+		{"owner 17 digits", []string{""}, 0, "", false, eOwner, 3},
 		{"owner of two limits", []string{"", ""}, 0, "", false, eOwner, 4},
 	}
 	ownerValue := map[string]string{"owner abc": "abc", "owner -1": "-1", "owner 1.5": "1.5", "owner empty": "<empty>",
-		"owner 11 digits": "12345678901", "owner of two limits": "x"}
+		"owner 17 digits": "12345678901234567", "owner of two limits": "x"}
 	for i, c := range cases {
 		name := "bad-" + strconv.Itoa(i)
 		state, resv := rawKeys(e.prefix, name, len(c.state))
@@ -485,7 +485,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"job id of 129 bytes", throttle.Request{Tenant: "a", JobID: strings.Repeat("j", 129)}, throttle.CodeJobID},
 		{"owner tracking without a job id", throttle.Request{Tenant: "a", TrackOwner: true}, throttle.CodeJobID},
 		{"negative incarnation", throttle.Request{Tenant: "a", JobID: "j", TrackOwner: true, Incarnation: -1}, throttle.CodeIncarnation},
-		{"incarnation of 2^31", throttle.Request{Tenant: "a", JobID: "j", TrackOwner: true, Incarnation: 1 << 31}, throttle.CodeIncarnation},
+		{"incarnation of 2^53", throttle.Request{Tenant: "a", JobID: "j", TrackOwner: true, Incarnation: 1 << 53}, throttle.CodeIncarnation},
 		{"invalid limit", throttle.Request{Tenant: "a", Limits: throttle.Limits{{Rate: 0, Period: time.Second, Burst: 1}}}, throttle.CodeLimits},
 		{"duplicate limits", throttle.Request{Tenant: "a", Limits: throttle.Limits{throttle.PerSecond(1, 1), throttle.PerSecond(1, 2)}}, throttle.CodeLimits},
 		{"nine limits", throttle.Request{Tenant: "a", Limits: throttle.Limits{
