@@ -522,8 +522,15 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 		// A message on its first delivery that is not a moved copy was never
 		// decided, so it holds no reservation for the script to read.
 		fresh := it.job.Delivered == 1 && it.job.Header.Get(HeaderJobID) == ""
+		// A fresh original never records itself as owner, and owners are
+		// stream sequences (never 0): 0 serves it and keeps the script's
+		// cheap path for the usual value.
+		var inc int64
+		if !fresh {
+			inc = incarnation(it.job)
+		}
 		reqs = append(reqs, throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost,
-			TrackOwner: w.cfg.TrackOwner, Incarnation: incarnation(it.job), Fresh: fresh})
+			TrackOwner: w.cfg.TrackOwner, Incarnation: inc, Fresh: fresh})
 		g.idx = append(g.idx, i)
 	}
 	if len(reqs) == 0 {
