@@ -81,11 +81,11 @@ two, both the original and the copy exist (and a move redone after a long
 outage can even leave two copies). With an owner key, an incarnation that
 is admitted records itself as the owner (all but a fresh original admitted
 at once: never decided before, it has no copy); any other incarnation that
-comes later is a DUPLICATE. An owner that comes back and is deferred again (its handler
-failed, its worker stopped, or Redis answered too late for the worker to
-hear it was admitted) did not run: it gives ownership up (the owner key is
-deleted), since the worker may move it, and its copy must then be free to
-run.
+comes later is a DUPLICATE. An owner that comes back and is deferred
+again (its handler failed, its worker stopped, or Redis answered too late
+for the worker to hear it was admitted) did not run: it gives ownership up
+(the owner key is deleted), since the worker may move it, and its copy
+must then be free to run.
 
 TTLs: a state key lives until its bucket is full again (E + fill time); a
 reservation and an owner key live for horizon + the longest fill time. Both are within
