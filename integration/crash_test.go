@@ -33,6 +33,20 @@ func (c *crashOnce) Defer(ctx context.Context, ds []consumer.Deferral) {
 	c.inner.Defer(ctx, ds)
 }
 
+// The jobs stream of the crash tests, its schedule prefix and its consumer.
+const crashStream, crashSched = "JOBS", "sched"
+
+// scheduleStream creates the crash tests' jobs stream, with schedules on
+// crashSched.>, and a consumer "w" of jobs.> with the given AckWait.
+func (e *env) scheduleStream(ctx context.Context, ackWait time.Duration) (jetstream.Stream, jetstream.Consumer) {
+	e.t.Helper()
+	s, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: crashStream, Subjects: []string{"jobs.>"}, ScheduleSubjects: []string{crashSched + ".>"}})
+	must(e.t, err, "stream")
+	cons, err := consumer.EnsureConsumer(ctx, e.js, consumer.ConsumerSpec{Stream: crashStream, Name: "w", FilterSubjects: []string{"jobs.>"}, MaxAckPending: 100, AckWait: ackWait})
+	must(e.t, err, "consumer")
+	return s, cons
+}
+
 // TestCrashBetweenMoveAndAck: a worker stores a moved job's copy and dies
 // before acking the original, so JetStream redelivers the original after
 // AckWait. Either way round, the job runs exactly once and nothing is lost:
@@ -58,11 +72,8 @@ func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const stream, sched = "JOBS", "sched"
-	_, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: stream, Subjects: []string{"jobs.>"}, ScheduleSubjects: []string{sched + ".>"}})
-	must(t, err, "stream")
-	cons, err := consumer.EnsureConsumer(ctx, e.js, consumer.ConsumerSpec{Stream: stream, Name: "w", FilterSubjects: []string{"jobs.>"}, MaxAckPending: 100, AckWait: ackWait})
-	must(t, err, "consumer")
+	const stream, sched = crashStream, crashSched
+	_, cons := e.scheduleStream(ctx, ackWait)
 	rdb := e.redis.Client(t)
 	lim, err := throttle.New(rdb, throttle.Options{Rules: throttle.Rules{Default: throttle.Limits{limit}}, Horizon: time.Minute})
 	must(t, err, "limiter")
@@ -128,11 +139,8 @@ func TestRegroupedBundleIsStored(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	const stream, sched = "JOBS", "sched"
-	s, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: stream, Subjects: []string{"jobs.>"}, ScheduleSubjects: []string{sched + ".>"}})
-	must(t, err, "stream")
-	cons, err := consumer.EnsureConsumer(ctx, e.js, consumer.ConsumerSpec{Stream: stream, Name: "w", FilterSubjects: []string{"jobs.>"}, MaxAckPending: 100, AckWait: time.Minute})
-	must(t, err, "consumer")
+	const stream, sched = crashStream, crashSched
+	s, cons := e.scheduleStream(ctx, time.Minute)
 	for range 4 {
 		e.publish("jobs.acme", nil, []byte("x"))
 	}
