@@ -48,8 +48,11 @@ ARGV (every one a decimal integer, digits only, in the range given):
   then for each further job, in order (M <= 256 in all; the first job then
   must give its incarnation and fresh flag too):
     its cost [1, 1e9], its incarnation [0, 2^53), its fresh flag [0, 1],
-    its number of limits L_k [1, 8], and rate, period, burst of each of
-    its limits
+    its number of limits L_k [0, 8], and rate, period, burst of each of
+    its limits; L_k = 0 says it has the limits of the job before (their
+    number and their rate, period and burst, not repeated: each argument
+    costs Redis about a thousand instructions to pass), with state keys
+    of its own
   Short form, for one job under one limit without a job id (KEYS[1] only):
   ARGV = now, cost, rate, period, burst, each as above. Without a job id
   nothing is reserved, so there is no horizon; L is 1.
@@ -287,8 +290,23 @@ end
 -- an incarnation of '0': Lua interns strings, so comparing them is cheap)
 -- is not checked again. A call that fails any check, or names a job id
 -- twice, goes on to the general path, which names the argument at fault.
-if nargv >= 16 and (nargv - 9) % 7 == 0 and A[4] == '1' then
-  local M = (nargv - 9) / 7 + 1
+-- Its shape: after the first job's 9 arguments, 4 for each further job
+-- with L_k = 0, 7 with L_k = 1.
+local M, j = 1, 10
+if nargv >= 13 and A[4] == '1' then
+  while j + 3 <= nargv do
+    local lk = A[j + 3]
+    if lk == '0' then
+      j = j + 4
+    elseif lk == '1' then
+      j = j + 7
+    else
+      break
+    end
+    M = M + 1
+  end
+end
+if M >= 2 and j == nargv + 1 then
   local kpj = nkeys / M - 1
   local ok = (kpj == 1 or kpj == 2) and M <= MAX_JOBS
   local now, horizon = 0, 0
@@ -313,18 +331,20 @@ if nargv >= 16 and (nargv - 9) % 7 == 0 and A[4] == '1' then
   local KW = kpj + 1
   local lrs, lps, lbs, lcs, lis = nil, nil, nil, '1', '0'
   local lc, li = 1, 0
-  local j = 2 -- the first job's cost; a further job k's is at 3 + 7(k-1)
   local o = 0
+  local cs, is, fs, rs, ps, bs = A[2], A[8], A[9], A[5], A[6], A[7]
+  j = 10 -- the next job's cost
   for k = 1, M do
     if not ok then break end
-    local cs, is, fs, rs, ps, bs
-    if k == 1 then
-      cs, is, fs, rs, ps, bs = A[2], A[8], A[9], A[5], A[6], A[7]
-    else
-      cs, is, fs, rs, ps, bs = A[j], A[j + 1], A[j + 2], A[j + 4], A[j + 5], A[j + 6]
-      if A[j + 3] ~= '1' then ok = false break end
+    if k > 1 then
+      cs, is, fs = A[j], A[j + 1], A[j + 2]
+      if A[j + 3] == '1' then
+        rs, ps, bs = A[j + 4], A[j + 5], A[j + 6]
+        j = j + 7
+      else
+        j = j + 4 -- '0': the limit of the job before
+      end
     end
-    j = 3 + 7 * k
     if rs ~= lrs or ps ~= lps or bs ~= lbs then
       if not (find(rs, '^%d+$') and find(ps, '^%d+$') and find(bs, '^%d+$')) then ok = false break end
       local r, p, b = rs + 0, ps + 0, bs + 0
@@ -511,7 +531,11 @@ if nargv >= 16 and (nargv - 9) % 7 == 0 and A[4] == '1' then
       reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
       n = n + 4
     end
-    -- Write what changed.
+    -- Write what changed. Redis turns a number argument into text with
+    -- printf('%.17g'), which costs more than the write itself saves: TTLs
+    -- repeat (a bucket under its limit is full again within 1 ms), so the
+    -- last one is kept as text.
+    local lt, lts = nil, nil
     for bo = 0, nbk, BW do
       if B[bo + 4] == 2 then
         local lo = B[bo + 5]
@@ -519,7 +543,9 @@ if nargv >= 16 and (nargv - 9) % 7 == 0 and A[4] == '1' then
         local whole, frac = (a - now) + LI[lo + 4], f + LI[lo + 5]
         if frac >= r then whole, frac = whole + 1, frac - r end
         if frac > 0 then whole = whole + 1 end
-        call('SET', KEYS[B[bo + 1]], struct.pack('<i8i4', a, f), 'PX', ceil(whole / 1000))
+        local ttl = ceil(whole / 1000)
+        if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+        call('SET', KEYS[B[bo + 1]], struct.pack('<i8i4', a, f), 'PX', lts)
       end
     end
     for w = 0, nw - 3, 3 do
@@ -674,16 +700,23 @@ local limitKeys = L1
 if not single then
   if nargv < 6 + 3 * L1 then return {INVALID, E_KEYS, 0} end
   local cur = 7 + 3 * L1
+  local prevL = L1
   while cur <= nargv do
     if M >= MAX_JOBS or cur + 3 > nargv then return {INVALID, E_KEYS, 0} end
     local Lk = 1
     if A[cur + 3] ~= '1' then
-      Lk = cint(cur + 3, 1, 8)
+      Lk = cint(cur + 3, 0, 8)
       if Lk == nil then return {INVALID, E_COUNT, cur + 3} end
     end
     M = M + 1
-    limitKeys = limitKeys + Lk
-    cur = cur + 4 + 3 * Lk
+    if Lk == 0 then
+      limitKeys = limitKeys + prevL
+      cur = cur + 4
+    else
+      limitKeys = limitKeys + Lk
+      prevL = Lk
+      cur = cur + 4 + 3 * Lk
+    end
   end
   if cur ~= nargv + 1 then return {INVALID, E_KEYS, 0} end
 end
@@ -734,6 +767,7 @@ local J = {}
 -- interns; anything else is read and checked by cint and limit.
 local lr, lp, lb, lfill, ls1, ls2, ls3
 local cur = 7 + 3 * L1
+local px0, pLk = 5, L1 -- the limits of the job before
 for o = 0, (M - 1) * JW, JW do
   local ci, ii, fi, x0, Lk = 2, 5 + 3 * L1, 0, 5, L1
   if o == 0 then
@@ -741,9 +775,15 @@ for o = 0, (M - 1) * JW, JW do
   else
     ci, ii, fi, x0 = cur, cur + 1, cur + 2, cur + 4
     Lk = 1
-    if A[cur + 3] ~= '1' then Lk = cint(cur + 3, 1, 8) end -- checked above
-    cur = x0 + 3 * Lk
+    if A[cur + 3] ~= '1' then Lk = cint(cur + 3, 0, 8) end -- checked above
+    if Lk == 0 then
+      x0, Lk = px0, pLk
+      cur = cur + 4
+    else
+      cur = x0 + 3 * Lk
+    end
   end
+  px0, pLk = x0, Lk
   local c = 1
   if A[ci] ~= '1' then
     c = cint(ci, 1, 1000000000)

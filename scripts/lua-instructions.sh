@@ -66,7 +66,7 @@ if [ "${1:-}" = --batch ]; then
 	for i in $(seq 0 61); do
 		t=$(printf 'tenant-%03d' "$i")
 		keys+=("thr:{$t}:l:1000000000:1000000" "thr:{$t}:j:$((1000 + i))" "thr:{$t}:o:$((1000 + i))")
-		[ "$i" -eq 0 ] || rest+=(1 0 1 1 1000000000 1000000 1000000000)
+		[ "$i" -eq 0 ] || rest+=(1 0 1 0) # L_k = 0: the limit of the job before
 	done
 	args=(186 "${keys[@]}" 0 1 3600000000 1 1000000000 1000000 1000000000 0 1 "${rest[@]}")
 fi

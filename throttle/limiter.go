@@ -463,9 +463,28 @@ func (c *call) build() {
 			c.args = append(c.args, arg(p.incarnationArg()), fresh)
 			continue
 		}
+		if sameLimits(p.limitArgs, c.parts[k-1].limitArgs) {
+			// The script reads 0 limits as those of the job before.
+			c.args = append(c.args, arg(p.cost), arg(p.incarnationArg()), fresh, "0")
+			continue
+		}
 		c.args = append(c.args, arg(p.cost), arg(p.incarnationArg()), fresh, arg(strconv.Itoa(len(p.limitKeys))))
 		c.args = append(c.args, p.limitArgs...)
 	}
+}
+
+// sameLimits reports whether two jobs' rendered limits (rate, period and
+// burst of each) are the same.
+func sameLimits(a, b []any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // results reads the call's reply: one Decision per request it decides.
