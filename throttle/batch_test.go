@@ -98,4 +98,3 @@ func TestBatchMatchesSequential(t *testing.T) {
 		})
 	}
 }
-
