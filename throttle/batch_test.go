@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/throttler/throttler/lua"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -96,5 +99,145 @@ func TestBatchMatchesSequential(t *testing.T) {
 				t.Fatal("no batch took the script's one-limit path (no MGET)")
 			}
 		})
+	}
+}
+
+// TestBatchRejectsBadInput sends the worker's call (three jobs of three
+// tenants, one limit each, with reservation and owner keys) straight to the
+// script with one bad argument or one bad stored value at a time, in both
+// forms of the further jobs (their limit repeated, or L_k = 0). Each is
+// refused with its code and the position at fault, or raised as a Redis
+// error for a key of another type, and nothing is written.
+func TestBatchRejectsBadInput(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	const eOwnerTTL = 16
+	for _, repeat := range []bool{true, false} {
+		// The ARGV positions of each job's arguments.
+		type job struct{ cost, inc, fresh, count, rate, period, burst int }
+		var args []string
+		var jobs []job
+		for k := range 3 {
+			at := len(args) + 1
+			if k == 0 {
+				args = append(args, nowMicros, "1", "1000000", "1", "10", "1000000", "5", "0", "0")
+				jobs = append(jobs, job{2, 8, 9, 4, 5, 6, 7})
+				continue
+			}
+			if repeat {
+				args = append(args, "1", "0", "0", "1", "10", "1000000", "5")
+				jobs = append(jobs, job{at, at + 1, at + 2, at + 3, at + 4, at + 5, at + 6})
+			} else {
+				// L_k = 0: its limit is the first job's, at 5, 6, 7.
+				args = append(args, "1", "0", "0", "0")
+				jobs = append(jobs, job{at, at + 1, at + 2, at + 3, 5, 6, 7})
+			}
+		}
+		with := func(pos int, v string) []string {
+			a := slicesClone(args)
+			a[pos-1] = v
+			return a
+		}
+		type tc struct {
+			name      string
+			args      []string
+			code, idx int64
+			// stored: KEYS position (1-based) → value, with a TTL unless
+			// noTTL names that position.
+			stored map[int]string
+			noTTL  int
+		}
+		j2, j3 := jobs[1], jobs[2]
+		cases := []tc{
+			{name: "now 1.5", args: with(1, "1.5"), code: eNow, idx: 1},
+			{name: "horizon 30 days + 1µs", args: with(3, "2592000000001"), code: eHorizon, idx: 3},
+			{name: "second cost 0", args: with(j2.cost, "0"), code: eCost, idx: int64(j2.cost)},
+			{name: "second cost 1e3", args: with(j2.cost, "1e3"), code: eCost, idx: int64(j2.cost)},
+			{name: "second cost over the burst", args: with(j2.cost, "6"), code: eOverBurst, idx: int64(j2.burst)},
+			{name: "third incarnation 2^53", args: with(j3.inc, "9007199254740992"), code: eIncarnation, idx: int64(j3.inc)},
+			{name: "third incarnation empty", args: with(j3.inc, ""), code: eIncarnation, idx: int64(j3.inc)},
+			{name: "second fresh 2", args: with(j2.fresh, "2"), code: eFresh, idx: int64(j2.fresh)},
+			{name: "second count 9", args: with(j2.count, "9"), code: eCount, idx: int64(j2.count)},
+			{name: "second count -1", args: with(j2.count, "-1"), code: eCount, idx: int64(j2.count)},
+			{name: "second state 13 bytes", args: args, code: eState, idx: 4, stored: map[int]string{4: packedState(t0.UnixMicro(), 0) + "x"}},
+			{name: "third state without TTL", args: args, code: eStateTTL, idx: 7, stored: map[int]string{7: packedState(t0.UnixMicro(), 0)}, noTTL: 7},
+			{name: "second reservation abc", args: args, code: eResv, idx: 5, stored: map[int]string{5: "abc"}},
+			{name: "second reservation without TTL", args: args, code: eResvTTL, idx: 5, stored: map[int]string{5: nowMicros}, noTTL: 5},
+			{name: "third owner 1.5", args: args, code: eOwner, idx: 9, stored: map[int]string{9: "1.5"}},
+			{name: "third owner without TTL", args: args, code: eOwnerTTL, idx: 9, stored: map[int]string{9: "0"}, noTTL: 9},
+		}
+		if repeat {
+			cases = append(cases,
+				tc{name: "second rate 0", args: with(j2.rate, "0"), code: eRate, idx: int64(j2.rate)},
+				tc{name: "third period 999", args: with(j3.period, "999"), code: ePeriod, idx: int64(j3.period)},
+				tc{name: "second burst 1000000001", args: with(j2.burst, "1000000001"), code: eBurst, idx: int64(j2.burst)},
+			)
+		}
+		for i, c := range cases {
+			name := fmt.Sprintf("repeat=%v %s", repeat, c.name)
+			var keys []string
+			for k := range 3 {
+				ten := fmt.Sprintf("bad-%v-%d-%d", repeat, i, k)
+				state, resv := rawKeys(e.prefix, ten, 1)
+				keys = append(keys, state[0], resv, ownerKey(e.prefix, ten))
+			}
+			for pos, v := range c.stored {
+				ttl := time.Minute
+				if pos == c.noTTL {
+					ttl = 0
+				}
+				if err := e.rdb.Set(ctx, keys[pos-1], v, ttl).Err(); err != nil {
+					t.Fatalf("%s: SET: %v", name, err)
+				}
+			}
+			before := snap(t, e.rdb, keys...)
+			if got, want := evalRaw(t, e.rdb, keys, c.args), []int64{3, c.code, c.idx}; !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: reply %v, want %v", name, got, want)
+			}
+			if after := snap(t, e.rdb, keys...); !reflect.DeepEqual(after, before) {
+				t.Fatalf("%s: the refused call wrote: before %v, after %v", name, before, after)
+			}
+		}
+
+		// A key of another type, where MGET sees nothing: a Redis error,
+		// nothing written.
+		for _, pos := range []int{6, 7} { // the second owner, the third state
+			var keys []string
+			for k := range 3 {
+				ten := fmt.Sprintf("type-%v-%d-%d", repeat, pos, k)
+				state, resv := rawKeys(e.prefix, ten, 1)
+				keys = append(keys, state[0], resv, ownerKey(e.prefix, ten))
+			}
+			if err := e.rdb.LPush(ctx, keys[pos-1], "x").Err(); err != nil {
+				t.Fatalf("LPUSH: %v", err)
+			}
+			argv := make([]any, len(args))
+			for i, a := range args {
+				argv[i] = a
+			}
+			_, err := e.rdb.Eval(ctx, lua.Throttle, keys, argv...).Result()
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("repeat=%v, a list at KEYS[%d]: error %v, want WRONGTYPE", repeat, pos, err)
+			}
+			for k, key := range keys {
+				if k+1 == pos {
+					continue
+				}
+				if n, err := e.rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+					t.Fatalf("repeat=%v, a list at KEYS[%d]: %s was written (%d, %v)", repeat, pos, key, n, err)
+				}
+			}
+		}
+
+		// The valid call itself is admitted whole.
+		var keys []string
+		for k := range 3 {
+			ten := fmt.Sprintf("good-%v-%d", repeat, k)
+			state, resv := rawKeys(e.prefix, ten, 1)
+			keys = append(keys, state[0], resv, ownerKey(e.prefix, ten))
+		}
+		if got, want := evalRaw(t, e.rdb, keys, args), []int64{1, 0, 4, 0, 1, 0, 4, 0, 1, 0, 4, 0}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("repeat=%v, valid call: reply %v, want %v", repeat, got, want)
+		}
 	}
 }
