@@ -42,6 +42,7 @@ type tenantReport struct {
 	admitted       int // distinct jobs whose handler ran
 	ranTwice       int
 	p50, p99, max  time.Duration // queue delay, publish → handler
+	worst          []time.Duration // the five longest queue delays, longest first
 	rate           float64       // sustained admitted rate while B ran, jobs/s (see runNoisy)
 	rateFromStart  float64       // admitted after the burst / time since before the burst
 	deliveries     float64       // per admitted job: moves + deliveries of its last incarnation
@@ -220,6 +221,9 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 			tr.p50 = d[len(d)*50/100]
 			tr.p99 = d[min(len(d)-1, len(d)*99/100)]
 			tr.max = d[len(d)-1]
+			for i := len(d) - 1; i >= 0 && i >= len(d)-5; i-- {
+				tr.worst = append(tr.worst, d[i].Round(time.Millisecond))
+			}
 		}
 		var deliv float64
 		for _, x := range rec.deliv[t] {
@@ -442,8 +446,8 @@ func (r noisyReport) String() string {
 			name, t.published, t.admitted, t.ranTwice, t.p50.Round(time.Millisecond), t.p99.Round(time.Millisecond), t.max.Round(time.Millisecond),
 			t.rate, t.rateFromStart, t.deliveries, t.redisPerJob, t.moved, t.pendingAtEnd)
 	}
-	return fmt.Sprintf("%s\n%s\nmax num_ack_pending %d of %d; %d script calls to Redis for %d decisions",
-		row("A", r.a), row("B", r.b), r.maxAckPending, r.ackPendingLimit, r.scriptCalls, r.a.decisions+r.b.decisions)
+	return fmt.Sprintf("%s\n%s\nB's five longest delays %v\nmax num_ack_pending %d of %d; %d script calls to Redis for %d decisions",
+		row("A", r.a), row("B", r.b), r.b.worst, r.maxAckPending, r.ackPendingLimit, r.scriptCalls, r.a.decisions+r.b.decisions)
 }
 
 // TestNoisyNeighbourSmall is the noisy-neighbour scenario at a small scale,

@@ -320,10 +320,11 @@ if M >= 2 and j == nargv + 1 then
   end
   -- Limits, LW slots each from offset 0, 7, ...: rate, period, burst,
   -- quotient and remainder of burst*period/rate, fill time (µs), and the
-  -- TTL of a job key (ms). Jobs, JW slots each: cost, incarnation, fresh
-  -- flag, offset of its limit, offset of its bucket. Buckets, BW slots
-  -- each: KEYS position, empty time (a, f), state (false: not read yet,
-  -- true: read, 2: changed), offset of the job whose limit sets its TTL.
+  -- TTL of a job key (ms, as text: see the writes). Jobs, JW slots each:
+  -- cost, incarnation, fresh flag, offset of its limit, offset of its
+  -- bucket. Buckets, BW slots each: KEYS position, empty time (a, f),
+  -- state (false: not read yet, true: read, 2: changed), offset of the
+  -- limit that sets its TTL.
   local LW, JW, BW = 7, 5, 5
   local LI, J, B = {}, {}, {}
   local bucketOf, seen = {}, {}
@@ -358,7 +359,7 @@ if M >= 2 and j == nargv + 1 then
       if m > 0 then fill = fill + 1 end
       nl = nl + LW
       LI[nl + 1], LI[nl + 2], LI[nl + 3], LI[nl + 4] = r, p, b, q
-      LI[nl + 5], LI[nl + 6], LI[nl + 7] = m, fill, ceil((horizon + fill) / 1000)
+      LI[nl + 5], LI[nl + 6], LI[nl + 7] = m, fill, format('%d', ceil((horizon + fill) / 1000))
       lrs, lps, lbs = rs, ps, bs
     end
     if cs ~= lcs then

@@ -7,6 +7,7 @@
 #   scripts/lua-instructions.sh [script.lua ...]   (default: lua/throttle.lua)
 #   scripts/lua-instructions.sh --redis-rate
 #   scripts/lua-instructions.sh --batch [script.lua ...]
+#   scripts/lua-instructions.sh --reserve [script.lua ...]
 #
 # Each script is called 3,000 times, as Limiter.Allow calls it: one job, one
 # limit of 10,000/s with a burst of 10,000 (as the Go benchmarks use), Redis
@@ -17,7 +18,9 @@
 # nothing, so it would be measured doing a GET only.) --batch counts instead 300 calls of 62 jobs each, as the
 # worker makes them for a pulled group: 62 tenants, one limit each, every
 # job fresh with its reservation and owner keys, and reports the count per
-# job. Needs valgrind, redis-server and redis-benchmark (Debian:
+# job. --reserve counts 300 calls of 64 fresh jobs of one tenant far over
+# its limit (100/s, burst 10), each given a slot: a flood being moved off
+# the consumer. Needs valgrind, redis-server and redis-benchmark (Debian:
 # valgrind, redis-server, redis-tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +72,18 @@ if [ "${1:-}" = --batch ]; then
 		[ "$i" -eq 0 ] || rest+=(1 0 1 0) # L_k = 0: the limit of the job before
 	done
 	args=(186 "${keys[@]}" 0 1 3600000000 1 1000000000 1000000 1000000000 0 1 "${rest[@]}")
+fi
+if [ "${1:-}" = --reserve ]; then
+	shift
+	calls=300
+	per=64
+	unit=job
+	keys=() rest=()
+	for i in $(seq 0 63); do
+		keys+=("thr:{flood}:l:100:1000000" "thr:{flood}:j:$((1000 + i))" "thr:{flood}:o:$((1000 + i))")
+		[ "$i" -eq 0 ] || rest+=(1 0 1 0)
+	done
+	args=(192 "${keys[@]}" 0 1 3600000000 1 100 1000000 10 0 1 "${rest[@]}")
 fi
 
 echo 'return {1, 0, 0, 0}' >"$work/empty.lua"

@@ -240,4 +240,40 @@ func TestBatchRejectsBadInput(t *testing.T) {
 			t.Fatalf("repeat=%v, valid call: reply %v, want %v", repeat, got, want)
 		}
 	}
+
+	// The most jobs a call may hold, 256, all of one tenant: five are
+	// admitted (burst 5), the rest wait for slots 100 ms apart; one more
+	// job is refused.
+	for _, m := range []int{256, 257} {
+		ten := fmt.Sprintf("many-%d", m)
+		state, _ := rawKeys(e.prefix, ten, 1)
+		var keys, args []string
+		for k := range m {
+			keys = append(keys, state[0], fmt.Sprintf("%s:{%s}:j:%d", e.prefix, ten, k), fmt.Sprintf("%s:{%s}:o:%d", e.prefix, ten, k))
+			if k == 0 {
+				args = append(args, nowMicros, "1", "3600000000", "1", "10", "1000000", "5", "0", "1")
+			} else {
+				args = append(args, "1", "0", "1", "0")
+			}
+		}
+		got := evalRaw(t, e.rdb, keys, args)
+		if m == 257 {
+			if want := []int64{3, eKeys, 0}; !reflect.DeepEqual(got, want) {
+				t.Fatalf("257 jobs: reply %v, want %v", got, want)
+			}
+			continue
+		}
+		if len(got) != 4*m {
+			t.Fatalf("256 jobs: reply of %d values", len(got))
+		}
+		for k := range m {
+			want := []int64{1, 0, int64(4 - k), 0}
+			if k >= 5 {
+				want = []int64{2, int64(k-4) * 100000, 0, 1}
+			}
+			if !reflect.DeepEqual(got[4*k:4*k+4], want) {
+				t.Fatalf("256 jobs, job %d: %v, want %v", k, got[4*k:4*k+4], want)
+			}
+		}
+	}
 }
