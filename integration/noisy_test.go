@@ -41,12 +41,12 @@ type tenantReport struct {
 	published      int
 	admitted       int // distinct jobs whose handler ran
 	ranTwice       int
-	p50, p99, max  time.Duration // queue delay, publish → handler
+	p50, p99, max  time.Duration   // queue delay, publish → handler
 	worst          []time.Duration // the five longest queue delays, longest first
-	rate           float64       // sustained admitted rate while B ran, jobs/s (see runNoisy)
-	rateFromStart  float64       // admitted after the burst / time since before the burst
-	deliveries     float64       // per admitted job: moves + deliveries of its last incarnation
-	redisPerJob    float64       // throttle decisions per job delivered at least once
+	rate           float64         // sustained admitted rate while B ran, jobs/s (see runNoisy)
+	rateFromStart  float64         // admitted after the burst / time since before the burst
+	deliveries     float64         // per admitted job: moves + deliveries of its last incarnation
+	redisPerJob    float64         // throttle decisions per job delivered at least once
 	decisions      int64
 	seenJobs       int64
 	moved          int64
