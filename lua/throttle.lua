@@ -280,8 +280,9 @@ if lean then
   return {ALLOWED, 0, left, 0}
 end
 
--- The worker's call: M >= 2 jobs, each under one limit and with its
--- reservation key (and its owner key), every job id once. It decides
+-- The worker's call: M >= 2 jobs, each under one limit, and either all
+-- with a reservation key (and an owner key), every job id once, or none
+-- (jobs without ids, as AllowN's, batched). It decides
 -- exactly as the general path, from locals and a few flat arrays, without
 -- a helper function, and reads every key it may need in one MGET instead of
 -- a GET each (a Redis call costs thousands of instructions whatever it
@@ -308,7 +309,7 @@ if nargv >= 13 and A[4] == '1' then
 end
 if M >= 2 and j == nargv + 1 then
   local kpj = nkeys / M - 1
-  local ok = (kpj == 1 or kpj == 2) and M <= MAX_JOBS
+  local ok = (kpj == 0 or kpj == 1 or kpj == 2) and M <= MAX_JOBS
   local now, horizon = 0, 0
   if ok then
     local sn, sh = A[1], A[3]
@@ -374,9 +375,11 @@ if M >= 2 and j == nargv + 1 then
     if fs == '1' then fresh = 1 elseif fs ~= '0' then ok = false break end
     if lc < 1 or lc > LI[nl + 3] or li >= EXACT then ok = false break end
     local kx = (k - 1) * KW + 1
-    local resv = KEYS[kx + 1]
-    if seen[resv] then ok = false break end
-    seen[resv] = true
+    if kpj > 0 then
+      local resv = KEYS[kx + 1]
+      if seen[resv] then ok = false break end
+      seen[resv] = true
+    end
     local name = KEYS[kx]
     local bo = bucketOf[name]
     if bo == nil then
@@ -399,7 +402,7 @@ if M >= 2 and j == nargv + 1 then
     o = 0
     for k = 1, M do
       local kx = (k - 1) * KW + 1
-      if J[o + 3] == 0 then
+      if kpj > 0 and J[o + 3] == 0 then
         at = at + 1
         RK[at] = KEYS[kx + 1]
       end
@@ -438,7 +441,7 @@ if M >= 2 and j == nargv + 1 then
       local c, inc, fresh, lo, bo = J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5]
       o = o + JW
       local slot, own = false, false
-      if fresh == 0 then
+      if kpj > 0 and fresh == 0 then
         x = x + 1
         local v = V[x]
         if v then
@@ -499,9 +502,10 @@ if M >= 2 and j == nargv + 1 then
         if nf >= r then na, nf = na + 1, nf - r end
         local wait = na - now
         if nf > 0 then wait = wait + 1 end
-        if wait > horizon then
-          -- Nothing is charged: come back at the horizon.
-          if horizon > 0 then wait = horizon end
+        if wait > horizon or (kpj == 0 and wait > 0) then
+          -- Nothing is charged: come back at the horizon; without a job
+          -- id there is no slot to hold, come back when it is free.
+          if kpj > 0 and horizon > 0 then wait = horizon end
           local left = floor(((now - a) * r - f) / p)
           if left < 0 then left = 0 elseif left > b then left = b end
           if own then own, oc = false, true end
