@@ -3,7 +3,6 @@ package consumer
 import (
 	"container/heap"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -126,11 +125,9 @@ func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 		if n == 1 {
 			msg = d.copyOf(ds[i], now)
 		} else {
-			msg, u.err = d.bundleOf(ds[i:i+n], now)
+			msg = d.bundleOf(ds[i:i+n], now)
 		}
-		if u.err == nil {
-			u.ack, u.err = d.JetStream.PublishMsgAsync(msg)
-		}
+		u.ack, u.err = d.JetStream.PublishMsgAsync(msg)
 		units = append(units, u)
 		i += n
 	}
@@ -183,29 +180,18 @@ func (d ScheduleDeferrer) bundleRun(ds []Deferral) int {
 	return n
 }
 
-// bundledCopy is one job's scheduled copy inside a bundle.
-type bundledCopy struct {
-	Subject string      `json:"subject"`
-	Header  nats.Header `json:"header"`
-	Data    []byte      `json:"data"`
-}
-
 // bundleOf builds one scheduled message carrying the scheduled copies of
 // several jobs of one tenant, marked with HeaderBundle. It fires at the
 // earliest of their slots onto its unpack subject, where RunUnbundler
 // publishes the copies it carries, each scheduled for its own slot.
-func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) (*nats.Msg, error) {
-	copies := make([]bundledCopy, len(ds))
+func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
+	copies := make([]*nats.Msg, len(ds))
 	soonest := ds[0].Wait
 	for k, df := range ds {
-		c := d.copyOf(df, now)
-		copies[k] = bundledCopy{Subject: c.Subject, Header: c.Header, Data: c.Data}
+		copies[k] = d.copyOf(df, now)
 		soonest = min(soonest, df.Wait)
 	}
-	data, err := json.Marshal(copies)
-	if err != nil {
-		return nil, fmt.Errorf("bundling %d jobs: %w", len(ds), err)
-	}
+	data := encodeBundle(copies)
 	job := ds[0].Job
 	// The subject and message id name the bundle's exact contents. A
 	// bundle stored again after a crash (its originals were not all acked)
@@ -221,15 +207,20 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) (*nats.Msg, err
 	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+id)
 	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, soonest).Format(time.RFC3339))
 	out.Header.Set(jetstream.ScheduleTargetHeader, d.BundlePrefix+".u."+job.Tenant+"."+id)
-	return out, nil
+	return out
 }
 
 // bundleDigest names the copies a bundle of ds carries: a 64-bit FNV-1a
 // hash, in hex, of each job's id and move count.
 func bundleDigest(ds []Deferral) string {
 	h := fnv.New64a()
+	var line []byte
 	for _, df := range ds {
-		fmt.Fprintf(h, "%s:%d\n", df.Job.ID, df.Job.Deferrals+1)
+		line = append(line[:0], df.Job.ID...)
+		line = append(line, ':')
+		line = strconv.AppendInt(line, int64(df.Job.Deferrals)+1, 10)
+		line = append(line, '\n')
+		h.Write(line)
 	}
 	return strconv.FormatUint(h.Sum64(), 16)
 }
@@ -240,13 +231,13 @@ func bundleDigest(ds []Deferral) string {
 // fails the caller hands the bundle back; unpacked again later, the copies
 // already stored are deduplicated by their Nats-Msg-Id.
 func Unbundle(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) error {
-	var copies []bundledCopy
-	if err := json.Unmarshal(msg.Data(), &copies); err != nil {
+	copies, err := decodeBundle(msg.Data())
+	if err != nil {
 		return fmt.Errorf("reading bundle: %w", err)
 	}
 	acks := make([]jetstream.PubAckFuture, 0, len(copies))
 	for _, c := range copies {
-		f, err := js.PublishMsgAsync(&nats.Msg{Subject: c.Subject, Header: c.Header, Data: c.Data})
+		f, err := js.PublishMsgAsync(c)
 		if err != nil {
 			return fmt.Errorf("unbundling %d jobs: %w", len(copies), err)
 		}

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -511,10 +510,7 @@ func TestBundleOf(t *testing.T) {
 	if n := d.bundleRun(ds); n != 3 {
 		t.Fatalf("bundleRun = %d, want 3", n)
 	}
-	out, err := d.bundleOf(ds, now)
-	if err != nil {
-		t.Fatalf("bundleOf: %v", err)
-	}
+	out := d.bundleOf(ds, now)
 	name := "JOBS-10-" + bundleDigest(ds)
 	if out.Subject != "sched.b.acme."+name {
 		t.Fatalf("subject %q", out.Subject)
@@ -528,7 +524,7 @@ func TestBundleOf(t *testing.T) {
 	// The digest names the contents: the same jobs give the same bundle
 	// (deduplicated if stored again); other jobs behind the same first job,
 	// or the same jobs moved once more, give another.
-	if again, _ := d.bundleOf(ds, now.Add(time.Second)); again.Header.Get(jetstream.MsgIDHeader) != want[jetstream.MsgIDHeader] {
+	if again := d.bundleOf(ds, now.Add(time.Second)); again.Header.Get(jetstream.MsgIDHeader) != want[jetstream.MsgIDHeader] {
 		t.Errorf("the same jobs bundled again: id %q, want %q", again.Header.Get(jetstream.MsgIDHeader), want[jetstream.MsgIDHeader])
 	}
 	other := slices.Clone(ds)
@@ -536,10 +532,7 @@ func TestBundleOf(t *testing.T) {
 	moved := slices.Clone(ds)
 	moved[1].Job.Deferrals = 1
 	for what, v := range map[string][]Deferral{"other jobs": other, "a job moved once more": moved, "fewer jobs": ds[:2]} {
-		b, err := d.bundleOf(v, now)
-		if err != nil {
-			t.Fatalf("bundleOf: %v", err)
-		}
+		b := d.bundleOf(v, now)
 		if b.Subject == out.Subject || b.Header.Get(jetstream.MsgIDHeader) == want[jetstream.MsgIDHeader] {
 			t.Errorf("%s behind the same first job: subject %q and id %q, want others than the first bundle's", what, b.Subject, b.Header.Get(jetstream.MsgIDHeader))
 		}
@@ -549,8 +542,8 @@ func TestBundleOf(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got, v)
 		}
 	}
-	var copies []bundledCopy
-	if err := json.Unmarshal(out.Data, &copies); err != nil {
+	copies, err := decodeBundle(out.Data)
+	if err != nil {
 		t.Fatalf("bundle data: %v", err)
 	}
 	if len(copies) != 3 {
