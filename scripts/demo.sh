@@ -13,11 +13,13 @@ source scripts/deps.sh
 
 ensure_redis
 
-# free_port prints a TCP port on 127.0.0.1 that is currently free.
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on, below
+# Linux's ephemeral range (32768 and up), where outgoing connections take
+# their local ports.
 free_port() {
 	local port
 	for _ in $(seq 1 100); do
-		port=$((20000 + RANDOM % 30000))
+		port=$((20000 + RANDOM % 12000))
 		# A connection that fails means nothing listens there.
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "$port"
@@ -41,20 +43,37 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-port="$(free_port)"
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-	--daemonize no --dir "$tmp" --logfile "$tmp/redis.log" &
-redis_pid=$!
+# start_redis starts redis-server on a free port and waits for it to answer;
+# it fails if the server exits (a port taken meanwhile) or stays silent.
+start_redis() {
+	port="$(free_port)"
+	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+		--daemonize no --dir "$tmp" --logfile "$tmp/redis.log" &
+	redis_pid=$!
+	local deadline=$((SECONDS + 10))
+	until [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = "PONG" ]; do
+		if ! kill -0 "$redis_pid" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; then
+			kill "$redis_pid" 2>/dev/null || true
+			wait "$redis_pid" 2>/dev/null || true
+			redis_pid=""
+			return 1
+		fi
+		sleep 0.1
+	done
+}
 
-deadline=$((SECONDS + 10))
-until [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = "PONG" ]; do
-	if ! kill -0 "$redis_pid" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; then
-		echo "error: redis-server on port $port did not start; log:" >&2
-		tail -n 20 "$tmp/redis.log" >&2 || true
-		exit 1
+started=""
+for _ in 1 2 3 4 5; do
+	if start_redis; then
+		started=1
+		break
 	fi
-	sleep 0.1
 done
+if [ -z "$started" ]; then
+	echo "error: redis-server did not start on a free port; last log:" >&2
+	tail -n 20 "$tmp/redis.log" >&2 || true
+	exit 1
+fi
 echo "redis-server running on 127.0.0.1:$port (pid $redis_pid)"
 
 REDIS_URL="redis://127.0.0.1:$port" go run ./cmd/throttler demo "$@"
