@@ -103,12 +103,14 @@ and one owner key; no loops over stored data.
 
 Cost: Redis runs this body for every call, so everything it creates is paid
 for on every decision. The common call (one job, one limit) takes a path
-that uses locals only and creates no function; the general path keeps its
-working state in a few flat arrays with a fixed stride rather than a table
-per job or per bucket. Checking is most of what a lone call costs besides
-its Redis calls, so the common call checks all its arguments with one
-pattern match and converts them by arithmetic, and both paths recognise the
-usual values ('0', '1', a limit repeated) by comparing interned strings.
+that uses locals only and creates no function; the worker's call (several
+jobs, one limit each) a path that reads all its keys with one MGET and
+defines no function either; the general path keeps its working state in a
+few flat arrays with a fixed stride rather than a table per job or per
+bucket. Checking is most of what a lone call costs besides its Redis calls,
+so the common call checks all its arguments with one pattern match and
+converts them by arithmetic, and every path recognises the usual values
+('0', '1', a limit repeated) by comparing interned strings.
 scripts/lua-instructions.sh counts the instructions redis-server executes
 per call (BENCHMARKS.md has the figures).
 ]]
