@@ -60,31 +60,33 @@ fi
 
 per=1
 unit=call
-if [ "${1:-}" = --batch ]; then
-	shift
+# worker_call N PATTERN RATE BURST sets the arguments of a worker's call of
+# N fresh jobs, job i of tenant $(printf PATTERN i), each with its
+# reservation and owner keys, all under one limit of RATE/s with burst BURST.
+worker_call() {
+	local n=$1 pattern=$2 rate=$3 burst=$4 i t
 	calls=300
-	per=62
+	per=$n
 	unit=job
 	keys=() rest=()
-	for i in $(seq 0 61); do
-		t=$(printf 'tenant-%03d' "$i")
-		keys+=("thr:{$t}:l:1000000000:1000000" "thr:{$t}:j:$((1000 + i))" "thr:{$t}:o:$((1000 + i))")
+	for i in $(seq 0 $((n - 1))); do
+		# shellcheck disable=SC2059 # the pattern is the caller's
+		t=$(printf "$pattern" "$i")
+		keys+=("thr:{$t}:l:$rate:1000000" "thr:{$t}:j:$((1000 + i))" "thr:{$t}:o:$((1000 + i))")
 		[ "$i" -eq 0 ] || rest+=(1 0 1 0) # L_k = 0: the limit of the job before
 	done
-	args=(186 "${keys[@]}" 0 1 3600000000 1 1000000000 1000000 1000000000 0 1 "${rest[@]}")
-fi
-if [ "${1:-}" = --reserve ]; then
+	args=($((3 * n)) "${keys[@]}" 0 1 3600000000 1 "$rate" 1000000 "$burst" 0 1 "${rest[@]}")
+}
+case "${1:-}" in
+--batch)
 	shift
-	calls=300
-	per=64
-	unit=job
-	keys=() rest=()
-	for i in $(seq 0 63); do
-		keys+=("thr:{flood}:l:100:1000000" "thr:{flood}:j:$((1000 + i))" "thr:{flood}:o:$((1000 + i))")
-		[ "$i" -eq 0 ] || rest+=(1 0 1 0)
-	done
-	args=(192 "${keys[@]}" 0 1 3600000000 1 100 1000000 10 0 1 "${rest[@]}")
-fi
+	worker_call 62 'tenant-%03d' 1000000000 1000000000
+	;;
+--reserve)
+	shift
+	worker_call 64 'flood' 100 10
+	;;
+esac
 
 echo 'return {1, 0, 0, 0}' >"$work/empty.lua"
 base0=$(instructions "$work/empty.lua" 0)
