@@ -19,6 +19,7 @@ import (
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/demo"
 	"github.com/throttler/throttler/internal/testenv"
 )
 
@@ -175,9 +176,12 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 	// A publishes its whole backlog at once; B publishes steadily.
 	start := time.Now()
 	aIDs := publishBurst(tb, js, "jobs.a", sc.aJobs)
+	// B publishes bRate jobs a second for the whole duration, from the end of
+	// A's burst: duration × bRate jobs.
 	bPublished := 0
+	bJobs := int(sc.duration * time.Duration(sc.bRate) / time.Second)
 	tick := time.NewTicker(time.Second / time.Duration(sc.bRate))
-	for time.Since(start) < sc.duration {
+	for bPublished < bJobs {
 		<-tick.C
 		ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 		if _, err := js.Publish(ctx, "jobs.b", []byte("b")); err != nil {
@@ -218,8 +222,8 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 		}
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 		if len(d) > 0 {
-			tr.p50 = d[len(d)*50/100]
-			tr.p99 = d[min(len(d)-1, len(d)*99/100)]
+			tr.p50 = demo.Percentile(d, 0.50)
+			tr.p99 = demo.Percentile(d, 0.99)
 			tr.max = d[len(d)-1]
 			for i := len(d) - 1; i >= 0 && i >= len(d)-5; i-- {
 				tr.worst = append(tr.worst, d[i].Round(time.Millisecond))

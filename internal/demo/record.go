@@ -119,14 +119,14 @@ func (r *recorder) view(tenant string, now time.Time, window time.Duration) view
 	}
 	waits := slices.Clone(rec.waits)
 	slices.Sort(waits)
-	v.p50 = percentile(waits, 0.50)
-	v.p99 = percentile(waits, 0.99)
+	v.p50 = Percentile(waits, 0.50)
+	v.p99 = Percentile(waits, 0.99)
 	return v
 }
 
-// percentile returns the nearest-rank p-th percentile of sorted, or 0 when
-// it is empty.
-func percentile(sorted []time.Duration, p float64) time.Duration {
+// Percentile returns the nearest-rank p-th percentile of sorted (the
+// ceil(p*n)-th smallest of n), or 0 when it is empty.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
