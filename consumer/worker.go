@@ -568,6 +568,8 @@ func incarnation(job Job) int64 { return int64(job.Sequence % (1 << 53)) }
 func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	items := g.items
 	var deferrals []Deferral
+	// Admitted jobs are started after the loop, taking the tenants in turn.
+	var admitted []*item
 	for k, i := range g.idx {
 		it := &items[i]
 		res := g.results[k]
@@ -580,7 +582,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
 		case res.Err == nil && res.Allowed:
-			w.start(ctx, workCtx, it.msg, it.job)
+			admitted = append(admitted, it)
 		case res.Err == nil:
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
 			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait})
@@ -594,7 +596,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			if w.cfg.OnRedisError == AllowOnRedisError {
 				w.log.Warn("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
 				w.stats.add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
-				w.start(ctx, workCtx, it.msg, it.job)
+				admitted = append(admitted, it)
 				continue
 			}
 			// Redis failed while ctx was live, so decide set redisWait.
@@ -608,7 +610,41 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
 		}
 	}
+	for _, it := range tenantsInTurn(admitted) {
+		w.start(ctx, workCtx, it.msg, it.job)
+	}
 	return deferrals
+}
+
+// tenantsInTurn orders a group's admitted jobs so that the tenants take
+// turns: the first job of each tenant, then the second job of each tenant
+// that has two, and so on, each round in the group's order. Each tenant's
+// jobs keep their order. When every handler slot is busy, a tenant with one job in a group
+// otherwise filled by a flooding tenant waits for one slot, not for the
+// flood's whole share of the group.
+func tenantsInTurn(jobs []*item) []*item {
+	if len(jobs) < 2 {
+		return jobs
+	}
+	rank := make(map[string]int) // a job's rank among its tenant's jobs
+	ranks := make([]int, len(jobs))
+	for i, it := range jobs {
+		ranks[i] = rank[it.job.Tenant]
+		rank[it.job.Tenant]++
+	}
+	if len(rank) == 1 {
+		return jobs
+	}
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ranks[order[a]] < ranks[order[b]] })
+	out := make([]*item, len(jobs))
+	for k, i := range order {
+		out[k] = jobs[i]
+	}
+	return out
 }
 
 // settle settles msg with f. A failure is logged: the message stays pending
