@@ -625,3 +625,27 @@ func TestRenderSubject(t *testing.T) {
 		t.Errorf("RenderScheduleSubject = %q, want %q", got, want)
 	}
 }
+
+func TestRedisOptions(t *testing.T) {
+	c := mustLoad(t, map[string]string{
+		"REDIS_URL":               "redis://app:s3cret@redis.example:6380/2",
+		"THROTTLER_REDIS_TIMEOUT": "750ms",
+	})
+	o, err := c.RedisOptions(12)
+	if err != nil {
+		t.Fatalf("RedisOptions: %v", err)
+	}
+	if o.Addr != "redis.example:6380" || o.Username != "app" || o.Password != "s3cret" || o.DB != 2 {
+		t.Errorf("address %q user %q password %q db %d: not those of REDIS_URL", o.Addr, o.Username, o.Password, o.DB)
+	}
+	for name, d := range map[string]time.Duration{"dial": o.DialTimeout, "read": o.ReadTimeout, "write": o.WriteTimeout} {
+		if d != 750*time.Millisecond {
+			t.Errorf("%s timeout %s, want THROTTLER_REDIS_TIMEOUT 750ms", name, d)
+		}
+	}
+	// The worker retries with its own backoff and policy: go-redis dials
+	// once per attempt and retries a command once.
+	if o.DialerRetries != 1 || o.MaxRetries != 1 || o.PoolSize != 12 {
+		t.Errorf("dialer retries %d, max retries %d, pool %d: want 1, 1, 12", o.DialerRetries, o.MaxRetries, o.PoolSize)
+	}
+}

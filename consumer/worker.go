@@ -156,6 +156,7 @@ type Worker struct {
 	inflight sync.Map // *flight → struct{}, jobs with a running handler
 
 	redisBackoff *backoff.ExponentialBackOff // used by Run's deciding loop only
+	redisDown    time.Time                   // when Redis began failing, zero while it answers; deciding loop only
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -549,8 +550,15 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 	switch {
 	case !redisFailed:
 		w.redisBackoff.Reset()
+		if !w.redisDown.IsZero() {
+			w.log.Info("redis answers again", "down_for", time.Since(w.redisDown).Round(time.Millisecond))
+			w.redisDown = time.Time{}
+		}
 	case w.cfg.OnRedisError == DeferOnRedisError:
 		g.redisWait = w.redisBackoff.NextBackOff()
+	}
+	if redisFailed && w.redisDown.IsZero() {
+		w.redisDown = time.Now()
 	}
 	return g
 }
@@ -570,6 +578,10 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	var deferrals []Deferral
 	// Admitted jobs are started after the loop, taking the tenants in turn.
 	var admitted []*item
+	var (
+		redisFailed int   // jobs Redis failed to decide
+		redisErr    error // the first such failure
+	)
 	for k, i := range g.idx {
 		it := &items[i]
 		res := g.results[k]
@@ -593,17 +605,29 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.handBack([]jetstream.Msg{it.msg})
 		default:
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
+			if redisErr == nil {
+				redisErr = res.Err
+			}
+			redisFailed++
 			if w.cfg.OnRedisError == AllowOnRedisError {
-				w.log.Warn("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
+				w.log.Debug("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
 				w.stats.add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
 				admitted = append(admitted, it)
 				continue
 			}
 			// Redis failed while ctx was live, so decide set redisWait.
 			wait := g.redisWait
-			w.log.Warn("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", wait, "err", res.Err)
+			w.log.Debug("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", wait, "err", res.Err)
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
 		}
+	}
+	// One line per group, not per job: an outage would flood the log.
+	switch {
+	case redisFailed == 0:
+	case w.cfg.OnRedisError == AllowOnRedisError:
+		w.log.Warn("redis failed; admitting jobs by policy", "jobs", redisFailed, "err", redisErr)
+	default:
+		w.log.Warn("redis failed; deferring jobs", "jobs", redisFailed, "retry_in", g.redisWait, "err", redisErr)
 	}
 	for _, it := range items {
 		if it.bad != nil {

@@ -117,6 +117,28 @@ func TestBinary(t *testing.T) {
 		}
 	})
 
+	t.Run("ScheduleOnOldServerExitsTwo", func(t *testing.T) {
+		// THROTTLER_DEFER=schedule on nats-server 2.9, which has no message
+		// schedules: a setting the server cannot serve, so status 2, with
+		// a message naming the variable.
+		e := setupLegacy(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cmd, _, stderr := throttlerCmd(ctx, bin, map[string]string{
+			"NATS_URL":        e.natsURL,
+			"REDIS_URL":       e.redis.URL(),
+			"THROTTLER_DEFER": "schedule",
+		})
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Fatalf("exit: %v, want status 2; stderr:\n%s", err, stderr)
+		}
+		if !strings.Contains(stderr.String(), "THROTTLER_DEFER=schedule") {
+			t.Errorf("stderr does not name THROTTLER_DEFER:\n%s", stderr)
+		}
+	})
+
 	t.Run("CheckConfigMasksSecrets", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

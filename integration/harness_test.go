@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/throttler/throttler/config"
@@ -139,12 +140,25 @@ func (w *worker) stats() map[string]consumer.TenantStats {
 	return w.w.Stats()
 }
 
+// redisClient returns a client of e's Redis with the options the binary
+// uses for cfg; it is closed when the test ends.
+func (e *env) redisClient(cfg *config.Config) *redis.Client {
+	e.t.Helper()
+	opts, err := cfg.RedisOptions(max(10, cfg.Concurrency/4))
+	if err != nil {
+		e.t.Fatalf("redis options: %v", err)
+	}
+	c := redis.NewClient(opts)
+	e.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // startWorker runs a worker with cfg and its own NATS and Redis connections
 // until the test ends or stop is called. handler may be nil (forward).
 func (e *env) startWorker(cfg *config.Config, handler consumer.Handler) *worker {
 	e.t.Helper()
 	nc := e.connect()
-	rdb := e.redis.Client(e.t)
+	rdb := e.redisClient(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &worker{cancel: cancel, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(logSink(), &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -168,8 +168,8 @@ func TestFallsBackToNakWithoutSchedules(t *testing.T) {
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
 	err = app.Run(rctx, sched, app.Options{NATS: e.nc, Redis: e.redis.Client(t), Logger: slog.New(slog.NewTextHandler(logSink(), nil))})
-	if err == nil || !strings.Contains(err.Error(), "2.12") {
-		t.Errorf("schedule mode on nats-server 2.9: got %v, want an error naming 2.12", err)
+	if !errors.Is(err, app.ErrUnsupported) || !strings.Contains(err.Error(), "2.12") {
+		t.Errorf("schedule mode on nats-server 2.9: got %v, want ErrUnsupported naming 2.12", err)
 	}
 }
 

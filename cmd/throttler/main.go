@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -128,20 +129,19 @@ func serve(stderr io.Writer) int {
 	}
 	defer nc.Close()
 
-	ropts, err := redis.ParseURL(cfg.RedisURL)
+	ropts, err := cfg.RedisOptions(max(10, cfg.Concurrency/4))
 	if err != nil { // validated already; kept for safety
-		log.Error("REDIS_URL", "err", err)
+		log.Error("redis options", "err", err)
 		return exitConfig
 	}
-	ropts.ReadTimeout = cfg.RedisTimeout
-	ropts.WriteTimeout = cfg.RedisTimeout
-	ropts.DialTimeout = cfg.RedisTimeout
-	ropts.PoolSize = max(10, cfg.Concurrency/4)
 	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
 
 	if err := app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Logger: log}); err != nil {
 		log.Error("worker stopped", "err", err)
+		if errors.Is(err, app.ErrUnsupported) {
+			return exitConfig // a setting the server cannot serve
+		}
 		return exitFailed
 	}
 	// Flush the last acks and naks before the deferred Close, in what is

@@ -61,7 +61,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	setup := func() error {
 		var err error
 		cons, bundles, path, err = ensure(ctx, opts.NATS, js, cfg, log)
-		if errors.Is(err, errUnsupported) {
+		if errors.Is(err, ErrUnsupported) {
 			return backoff.Permanent(err) // retrying cannot help
 		}
 		return err
@@ -117,8 +117,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	return w.Run(ctx)
 }
 
-// errUnsupported marks a configuration the NATS server cannot serve.
-var errUnsupported = errors.New("not supported by this nats-server")
+// ErrUnsupported marks a configuration the NATS server cannot serve, such
+// as THROTTLER_DEFER=schedule on a server without message schedules: a
+// setting to change, not a failure to retry.
+var ErrUnsupported = errors.New("not supported by this nats-server")
 
 // deferPath is the deferral the worker uses, chosen at start from
 // THROTTLER_DEFER and what the server supports.
@@ -139,7 +141,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	if path.mode != config.DeferNak {
 		if !serverAtLeast(version, 2, 12) {
 			if path.mode == config.DeferSchedule {
-				return nil, nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s: %w", version, errUnsupported)
+				return nil, nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s: %w", version, ErrUnsupported)
 			}
 			log.Warn("nats-server has no message schedules; deferring with NAK only: deferred jobs hold MaxAckPending slots while they wait",
 				"server", version, "needs", "2.12")

@@ -73,14 +73,10 @@ func (n *natsServer) stop() error {
 // connectRedis returns a client for cfg.RedisURL sized for workers workers,
 // after checking that Redis answers PING within redisPingTimeout.
 func connectRedis(ctx context.Context, cfg *config.Config, workers int) (*redis.Client, error) {
-	opts, err := redis.ParseURL(cfg.RedisURL)
+	opts, err := cfg.RedisOptions(workers * max(10, cfg.Concurrency/4))
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
+		return nil, err
 	}
-	opts.ReadTimeout = cfg.RedisTimeout
-	opts.WriteTimeout = cfg.RedisTimeout
-	opts.DialTimeout = cfg.RedisTimeout
-	opts.PoolSize = workers * max(10, cfg.Concurrency/4)
 
 	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 	defer cancel()
