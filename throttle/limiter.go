@@ -536,7 +536,7 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		return prepared{}, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("cost %d out of range [1, %d]", cost, MaxBurst)}
 	}
 	if min := limits.MinBurst(); cost > min {
-		return prepared{}, &InvalidError{Code: CodeCostOverBurst, Detail: fmt.Sprintf("cost %d exceeds burst %d", cost, min)}
+		return prepared{}, &InvalidError{Code: CodeCostOverBurst, Detail: fmt.Sprintf("cost %d, smallest burst %d", cost, min)}
 	}
 	var now int64
 	if !req.At.IsZero() {
