@@ -129,7 +129,7 @@ type Config struct {
 	// Defer says how a job that must wait is deferred: nak (NakWithDelay),
 	// schedule (move it out of the consumer, see ScheduleSubject) or auto
 	// (move it when the wait is at least ScheduleAfter or its tenant already
-	// holds MaxAckPending/20 NAK'd jobs on this worker, nak otherwise).
+	// holds MaxAckPending/40 NAK'd jobs on this worker, nak otherwise).
 	// Moving needs nats-server 2.12 or later; auto falls back to nak on an
 	// older server. Defaults to auto.
 	Defer DeferMode `env:"THROTTLER_DEFER" envDefault:"auto"`

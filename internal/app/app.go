@@ -213,7 +213,7 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer
 		return &consumer.FairDeferrer{
 			Move:        move,
 			MoveAfter:   cfg.ScheduleAfter,
-			TenantShare: max(1, cfg.MaxAckPending/20),
+			TenantShare: max(1, cfg.MaxAckPending/40),
 		}
 	}
 	return consumer.NakDeferrer{}
