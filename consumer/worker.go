@@ -151,8 +151,7 @@ type Worker struct {
 	stats    *stats
 
 	slots    chan struct{} // one token per running handler
-	credits  chan struct{} // one token per message pulled and not yet started or settled
-	queue    *runQueue     // admitted jobs waiting for a slot
+	credits  chan struct{} // one token per message pulled and not yet dispatched
 	handlers sync.WaitGroup
 	inflight sync.Map // *flight → struct{}, jobs with a running handler
 
@@ -203,7 +202,6 @@ func New(p Params) (*Worker, error) {
 		stats:        newStats(),
 		slots:        make(chan struct{}, cfg.Concurrency),
 		credits:      make(chan struct{}, 2*cfg.FetchBatch),
-		queue:        newRunQueue(),
 		redisBackoff: rb,
 	}, nil
 }
@@ -255,23 +253,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	moverDone := make(chan struct{})
 	go func() { defer close(moverDone); w.deferLoop(workCtx, batches) }()
 
-	// Admitted jobs wait in the run queue for a handler slot; dispatch
-	// starts them, the tenants taking turns.
-	dispatchDone := make(chan struct{})
-	go func() { defer close(dispatchDone); w.dispatch(ctx, workCtx) }()
-
-	// Acting on a group's decisions (queueing the admitted jobs, collecting
-	// the deferrals) runs in a goroutine of its own, so the next group is
+	// Acting on a group's decisions (starting handlers, collecting the
+	// deferrals) runs in a goroutine of its own, so the next group is
 	// decided meanwhile; groups are acted on in the order they were decided.
-	// A queued job holds its fetch credit until it starts; the others' are
-	// freed once the deferrals are settled.
 	decided := make(chan decidedGroup, 1)
 	actDone := make(chan struct{})
 	go func() {
 		defer close(actDone)
 		for g := range decided {
-			deferrals, started := w.act(ctx, workCtx, g)
-			batches <- deferBatch{deferrals: deferrals, credits: g.credits - started}
+			batches <- deferBatch{deferrals: w.act(ctx, workCtx, g), credits: g.credits}
 		}
 	}()
 
@@ -292,10 +282,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	close(decided)
 	<-actDone
-	w.queue.close()
 	close(batches)
 	<-moverDone
-	<-dispatchDone
 	fetchErr := <-fetchDone
 
 	// Shutdown: running handlers get what is left of ShutdownTimeout.
@@ -582,13 +570,14 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 // keeps the value in the throttle's range.
 func incarnation(job Job) int64 { return int64(job.Sequence % (1 << 53)) }
 
-// act acts on each decision of a group: queue to run, ack a duplicate, or
+// act acts on each decision of a group: start, ack a duplicate, or
 // dead-letter. It returns the limited jobs, in slot order, for the defer
-// loop, and how many jobs it queued to run.
-func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) ([]Deferral, int) {
+// loop.
+func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	items := g.items
 	var deferrals []Deferral
-	var admitted []queued
+	// Admitted jobs are started after the loop, taking the tenants in turn.
+	var admitted []*item
 	var (
 		redisFailed int   // jobs Redis failed to decide
 		redisErr    error // the first such failure
@@ -605,7 +594,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) ([]Deferral, 
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
 		case res.Err == nil && res.Allowed:
-			admitted = append(admitted, queued{msg: it.msg, job: it.job})
+			admitted = append(admitted, it)
 		case res.Err == nil:
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
 			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait})
@@ -623,7 +612,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) ([]Deferral, 
 			if w.cfg.OnRedisError == AllowOnRedisError {
 				w.log.Debug("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
 				w.stats.add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
-				admitted = append(admitted, queued{msg: it.msg, job: it.job})
+				admitted = append(admitted, it)
 				continue
 			}
 			// Redis failed while ctx was live, so decide set redisWait.
@@ -645,8 +634,41 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) ([]Deferral, 
 			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
 		}
 	}
-	w.queue.push(admitted)
-	return deferrals, len(admitted)
+	for _, it := range tenantsInTurn(admitted) {
+		w.start(ctx, workCtx, it.msg, it.job)
+	}
+	return deferrals
+}
+
+// tenantsInTurn orders a group's admitted jobs so that the tenants take
+// turns: the first job of each tenant, then the second job of each tenant
+// that has two, and so on, each round in the group's order. Each tenant's
+// jobs keep their order. When every handler slot is busy, a tenant with one job in a group
+// otherwise filled by a flooding tenant waits for one slot, not for the
+// flood's whole share of the group.
+func tenantsInTurn(jobs []*item) []*item {
+	if len(jobs) < 2 {
+		return jobs
+	}
+	rank := make(map[string]int) // a job's rank among its tenant's jobs
+	ranks := make([]int, len(jobs))
+	for i, it := range jobs {
+		ranks[i] = rank[it.job.Tenant]
+		rank[it.job.Tenant]++
+	}
+	if len(rank) == 1 {
+		return jobs
+	}
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ranks[order[a]] < ranks[order[b]] })
+	out := make([]*item, len(jobs))
+	for k, i := range order {
+		out[k] = jobs[i]
+	}
+	return out
 }
 
 // settle settles msg with f. A failure is logged: the message stays pending
@@ -677,59 +699,25 @@ func (f *flight) settle(fn func(jetstream.Msg) error) bool {
 	return true
 }
 
-// dispatch starts queued jobs as handler slots free up, holding a slot
-// for each until its job is settled, and frees each job's fetch credit as
-// it starts. It returns once the queue is closed and empty; when ctx is
-// done it hands back every job still queued instead of starting it.
-func (w *Worker) dispatch(ctx, workCtx context.Context) {
-	for {
-		select {
-		case w.slots <- struct{}{}:
-		case <-ctx.Done():
-			w.handBackQueued()
-			return
-		}
-		j, ok := w.queue.pop(ctx)
-		if !ok || ctx.Err() != nil {
-			<-w.slots
-			if ok {
-				w.handBack([]jetstream.Msg{j.msg})
-				w.releaseCredits(1)
-			}
-			if ctx.Err() != nil {
-				w.handBackQueued()
-			}
-			return
-		}
-		w.releaseCredits(1)
-		w.launch(workCtx, j)
+// start runs an admitted job's handler in its own goroutine once one of
+// the Concurrency slots is free, holding the slot until the job is settled.
+// If the worker stops first, the job is handed back.
+func (w *Worker) start(ctx, workCtx context.Context, msg jetstream.Msg, job Job) {
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		w.handBack([]jetstream.Msg{msg})
+		return
 	}
-}
-
-// handBackQueued hands back every queued job until the queue is closed.
-func (w *Worker) handBackQueued() {
-	for {
-		j, ok := w.queue.pop(context.Background())
-		if !ok {
-			return
-		}
-		w.handBack([]jetstream.Msg{j.msg})
-		w.releaseCredits(1)
-	}
-}
-
-// launch runs a job's handler in its own goroutine; the caller holds a
-// slot for it, which the goroutine frees once the job is settled.
-func (w *Worker) launch(workCtx context.Context, j queued) {
-	w.stats.add(j.job.Tenant, func(s *TenantStats) { s.Admitted++ })
-	f := &flight{msg: j.msg, started: time.Now(), log: w.log}
+	w.stats.add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
+	f := &flight{msg: msg, started: time.Now(), log: w.log}
 	w.inflight.Store(f, struct{}{})
 	w.handlers.Add(1)
 	go func() {
 		defer w.handlers.Done()
 		defer func() { <-w.slots }()
 		defer w.inflight.Delete(f)
-		w.run(workCtx, f, j.job)
+		w.run(workCtx, f, job)
 	}()
 }
 
