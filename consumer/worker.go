@@ -643,9 +643,9 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 // tenantsInTurn orders a group's admitted jobs so that the tenants take
 // turns: the first job of each tenant, then the second job of each tenant
 // that has two, and so on, each round in the group's order. Each tenant's
-// jobs keep their order. When every handler slot is busy, a tenant with one job in a group
-// otherwise filled by a flooding tenant waits for one slot, not for the
-// flood's whole share of the group.
+// jobs keep their order. When every handler slot is busy, a tenant with one
+// job in a group otherwise filled by a flooding tenant waits for one slot,
+// not for the flood's whole share of the group.
 func tenantsInTurn(jobs []*item) []*item {
 	if len(jobs) < 2 {
 		return jobs
