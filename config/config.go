@@ -321,14 +321,15 @@ func (c *Config) Print(w io.Writer) error {
 }
 
 // RedisOptions returns the go-redis options for REDIS_URL with
-// THROTTLER_REDIS_TIMEOUT on every dial, read and write, and a pool of
-// poolSize connections. go-redis's own retries are cut to one dial per
+// THROTTLER_REDIS_TIMEOUT on every dial, read and write, and a pool sized
+// for workers workers sharing the client (max(10, THROTTLER_CONCURRENCY/4)
+// connections each). go-redis's own retries are cut to one dial per
 // attempt and one retry of a failed command: the worker has its own backoff
 // and its THROTTLER_ON_REDIS_ERROR policy, and with go-redis's defaults
 // (three retries, each dialling five times 100 ms apart) a batch decided
 // while Redis refused connections waited out the whole timeout before the
 // policy applied.
-func (c *Config) RedisOptions(poolSize int) (*redis.Options, error) {
+func (c *Config) RedisOptions(workers int) (*redis.Options, error) {
 	opts, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
@@ -338,7 +339,7 @@ func (c *Config) RedisOptions(poolSize int) (*redis.Options, error) {
 	opts.DialTimeout = c.RedisTimeout
 	opts.DialerRetries = 1
 	opts.MaxRetries = 1
-	opts.PoolSize = poolSize
+	opts.PoolSize = max(1, workers) * max(10, c.Concurrency/4)
 	return opts, nil
 }
 

@@ -630,8 +630,9 @@ func TestRedisOptions(t *testing.T) {
 	c := mustLoad(t, map[string]string{
 		"REDIS_URL":               "redis://app:s3cret@redis.example:6380/2",
 		"THROTTLER_REDIS_TIMEOUT": "750ms",
+		"THROTTLER_CONCURRENCY":   "64",
 	})
-	o, err := c.RedisOptions(12)
+	o, err := c.RedisOptions(3)
 	if err != nil {
 		t.Fatalf("RedisOptions: %v", err)
 	}
@@ -645,7 +646,8 @@ func TestRedisOptions(t *testing.T) {
 	}
 	// The worker retries with its own backoff and policy: go-redis dials
 	// once per attempt and retries a command once.
-	if o.DialerRetries != 1 || o.MaxRetries != 1 || o.PoolSize != 12 {
-		t.Errorf("dialer retries %d, max retries %d, pool %d: want 1, 1, 12", o.DialerRetries, o.MaxRetries, o.PoolSize)
+	// Three workers of 64 handlers: 16 connections each.
+	if o.DialerRetries != 1 || o.MaxRetries != 1 || o.PoolSize != 48 {
+		t.Errorf("dialer retries %d, max retries %d, pool %d: want 1, 1, 48", o.DialerRetries, o.MaxRetries, o.PoolSize)
 	}
 }

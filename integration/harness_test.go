@@ -144,7 +144,7 @@ func (w *worker) stats() map[string]consumer.TenantStats {
 // uses for cfg; it is closed when the test ends.
 func (e *env) redisClient(cfg *config.Config) *redis.Client {
 	e.t.Helper()
-	opts, err := cfg.RedisOptions(max(10, cfg.Concurrency/4))
+	opts, err := cfg.RedisOptions(1)
 	if err != nil {
 		e.t.Fatalf("redis options: %v", err)
 	}

@@ -129,7 +129,7 @@ func serve(stderr io.Writer) int {
 	}
 	defer nc.Close()
 
-	ropts, err := cfg.RedisOptions(max(10, cfg.Concurrency/4))
+	ropts, err := cfg.RedisOptions(1)
 	if err != nil { // validated already; kept for safety
 		log.Error("redis options", "err", err)
 		return exitConfig

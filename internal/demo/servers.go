@@ -73,7 +73,7 @@ func (n *natsServer) stop() error {
 // connectRedis returns a client for cfg.RedisURL sized for workers workers,
 // after checking that Redis answers PING within redisPingTimeout.
 func connectRedis(ctx context.Context, cfg *config.Config, workers int) (*redis.Client, error) {
-	opts, err := cfg.RedisOptions(workers * max(10, cfg.Concurrency/4))
+	opts, err := cfg.RedisOptions(workers)
 	if err != nil {
 		return nil, err
 	}
