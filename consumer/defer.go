@@ -205,7 +205,7 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
 	out.Header.Set(HeaderJobID, job.ID)
 	out.Header.Set(HeaderSubject, job.Subject)
 	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+id)
-	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, soonest).Format(time.RFC3339))
+	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, soonest).Format(scheduleLayout))
 	out.Header.Set(jetstream.ScheduleTargetHeader, d.BundlePrefix+".u."+job.Tenant+"."+id)
 	return out
 }
@@ -307,18 +307,24 @@ func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
 	out.Header.Set(HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano))
 	out.Header.Set(HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10))
 	out.Header.Set(jetstream.MsgIDHeader, "sched:"+job.ID+":"+strconv.Itoa(move))
-	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, df.Wait).Format(time.RFC3339))
+	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, df.Wait).Format(scheduleLayout))
 	out.Header.Set(jetstream.ScheduleTargetHeader, job.Subject)
 	return out
 }
 
-// fireAt is when a schedule must fire for a job that may run after wait:
-// schedules have one-second precision, so round up to the next whole second,
-// never down.
+// scheduleLayout formats a schedule's time: RFC 3339 with milliseconds,
+// which servers parse with time.RFC3339 (fractions are accepted on parsing).
+const scheduleLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// fireAt is when a schedule must fire for a job that may run after wait: one
+// millisecond past it, as for a NAK (nakDelay), rounded up to the
+// millisecond, never down, in UTC. The server checks its schedules at its
+// own pace (at most every 250 ms in nats-server 2.12-2.15) and fires a
+// schedule at the first check at or after its time: never early.
 func fireAt(now time.Time, wait time.Duration) time.Time {
-	t := now.Add(wait).UTC()
-	if r := t.Truncate(time.Second); r.Before(t) {
-		return r.Add(time.Second)
+	t := now.Add(nakDelay(wait)).UTC()
+	if r := t.Truncate(time.Millisecond); r.Before(t) {
+		return r.Add(time.Millisecond)
 	}
 	return t
 }

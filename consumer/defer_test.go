@@ -340,7 +340,7 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
 				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 1, 750_003_000, time.UTC).UnixMicro(), 10)},
 				jetstream.MsgIDHeader:          {"sched:JOBS:7:1"},
-				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:02Z"},
+				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:01.752Z"}, // slot + 1 ms, rounded up
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
 			},
 		},
@@ -370,12 +370,12 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
 				HeaderSlot:                     {strconv.FormatInt(now.Add(time.Minute+2*time.Second).UnixMicro(), 10)},
 				jetstream.MsgIDHeader:          {"sched:JOBS:7:2"},
-				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:01:03Z"},
+				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:01:02.251Z"},
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
 			},
 		},
 		{
-			name:    "whole-second slot in another zone",
+			name:    "whole-millisecond slot in another zone",
 			subject: "jobs.b.x",
 			job: Job{ID: "JOBS:9", Subject: "jobs.b.x", Tenant: "b", Deferrals: 4,
 				Published: time.Date(2025, 6, 1, 11, 0, 0, 0, time.UTC)},
@@ -388,7 +388,7 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 				HeaderPublished:                {"2025-06-01T11:00:00Z"},
 				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 3, 0, time.UTC).UnixMicro(), 10)},
 				jetstream.MsgIDHeader:          {"sched:JOBS:9:5"},
-				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:03Z"},
+				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:03.001Z"},
 				jetstream.ScheduleTargetHeader: {"jobs.b.x"},
 			},
 		},
@@ -517,7 +517,7 @@ func TestBundleOf(t *testing.T) {
 	}
 	want := map[string]string{
 		HeaderBundle:                   "3",
-		jetstream.ScheduleHeader:       "@at 2026-01-02T03:04:07Z", // now+1s rounded up
+		jetstream.ScheduleHeader:       "@at 2026-01-02T03:04:06.601Z", // now + 1 s + 1 ms
 		jetstream.ScheduleTargetHeader: "sched.u.acme." + name,
 		jetstream.MsgIDHeader:          "bundle:" + name,
 	}

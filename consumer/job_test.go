@@ -167,6 +167,7 @@ func TestParseCost(t *testing.T) {
 func TestFireAt(t *testing.T) {
 	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	plus0530 := time.FixedZone("+05:30", 5*3600+30*60)
+	ms := time.Millisecond
 	tests := []struct {
 		name string
 		now  time.Time
@@ -174,21 +175,22 @@ func TestFireAt(t *testing.T) {
 		want time.Time
 	}{
 		{name: "whole second, no wait", now: t0, wait: 0, want: t0},
-		{name: "whole second, whole wait", now: t0, wait: 3 * time.Second, want: t0.Add(3 * time.Second)},
-		{name: "one ns past", now: t0, wait: time.Nanosecond, want: t0.Add(time.Second)},
-		{name: "one µs past", now: t0, wait: time.Microsecond, want: t0.Add(time.Second)},
-		{name: "one ns short of the next second", now: t0, wait: time.Second - time.Nanosecond, want: t0.Add(time.Second)},
-		{name: "now off the second, no wait", now: t0.Add(time.Nanosecond), wait: 0, want: t0.Add(time.Second)},
-		{name: "sum lands on a second", now: t0.Add(500 * time.Millisecond), wait: 500 * time.Millisecond, want: t0.Add(time.Second)},
-		{name: "sum just past a second", now: t0.Add(500 * time.Millisecond), wait: 500*time.Millisecond + time.Nanosecond,
-			want: t0.Add(2 * time.Second)},
-		{name: "long wait", now: t0.Add(250 * time.Millisecond), wait: 10*time.Minute + 3*time.Microsecond,
-			want: t0.Add(10*time.Minute + time.Second)},
-		{name: "other zone, whole second", now: t0.In(plus0530), wait: time.Second, want: t0.Add(time.Second)},
-		{name: "other zone, rounds up", now: t0.In(plus0530).Add(time.Millisecond), wait: time.Second,
-			want: t0.Add(2 * time.Second)},
+		{name: "whole second, whole wait", now: t0, wait: 3 * time.Second, want: t0.Add(3*time.Second + ms)},
+		{name: "one ns", now: t0, wait: time.Nanosecond, want: t0.Add(2 * ms)},
+		{name: "one µs", now: t0, wait: time.Microsecond, want: t0.Add(2 * ms)},
+		{name: "one ns short of a millisecond", now: t0, wait: ms - time.Nanosecond, want: t0.Add(2 * ms)},
+		{name: "whole milliseconds", now: t0, wait: 250 * ms, want: t0.Add(251 * ms)},
+		{name: "now off the millisecond, no wait", now: t0.Add(time.Nanosecond), wait: 0, want: t0.Add(ms)},
+		{name: "sum lands on a millisecond", now: t0.Add(500 * time.Microsecond), wait: 500 * time.Microsecond, want: t0.Add(2 * ms)},
+		{name: "sum just past a millisecond", now: t0.Add(500 * time.Microsecond), wait: 500*time.Microsecond + time.Nanosecond,
+			want: t0.Add(3 * ms)},
+		{name: "long wait", now: t0.Add(250 * ms), wait: 10*time.Minute + 3*time.Microsecond,
+			want: t0.Add(10*time.Minute + 252*ms)},
+		{name: "other zone, whole millisecond", now: t0.In(plus0530), wait: time.Second, want: t0.Add(time.Second + ms)},
+		{name: "other zone, rounds up", now: t0.In(plus0530).Add(time.Microsecond), wait: time.Second,
+			want: t0.Add(time.Second + 2*ms)},
 		{name: "before the epoch", now: time.Date(1960, 1, 1, 0, 0, 0, 1, time.UTC), wait: 0,
-			want: time.Date(1960, 1, 1, 0, 0, 1, 0, time.UTC)},
+			want: time.Date(1960, 1, 1, 0, 0, 0, int(ms), time.UTC)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,15 +222,15 @@ func TestFireAtProperty(t *testing.T) {
 		if got.Before(target) {
 			t.Fatalf("fireAt(%s, %s) = %s, before now+wait = %s", now, wait, got, target)
 		}
-		if d := got.Sub(target); d >= time.Second {
-			t.Fatalf("fireAt(%s, %s) = %s, %s after now+wait, want < 1s", now, wait, got, d)
+		if d := got.Sub(target); d >= 2*time.Millisecond {
+			t.Fatalf("fireAt(%s, %s) = %s, %s after now+wait, want < 2ms", now, wait, got, d)
 		}
-		if got.Nanosecond() != 0 {
-			t.Fatalf("fireAt(%s, %s) = %s has a sub-second part", now, wait, got)
+		if got.Nanosecond()%int(time.Millisecond) != 0 {
+			t.Fatalf("fireAt(%s, %s) = %s has a part finer than a millisecond", now, wait, got)
 		}
-		// The schedule header carries it as RFC 3339 without fractions: the
-		// formatted time must be the same instant.
-		back, err := time.Parse(time.RFC3339, got.Format(time.RFC3339))
+		// The schedule header carries it in scheduleLayout and the server
+		// parses it as RFC 3339: the formatted time must be the same instant.
+		back, err := time.Parse(time.RFC3339, got.Format(scheduleLayout))
 		if err != nil || !back.Equal(got) {
 			t.Fatalf("fireAt(%s, %s) = %s does not survive RFC 3339: %s, %v", now, wait, got, back, err)
 		}

@@ -433,8 +433,8 @@ type item struct {
 	slot int64 // the slot a moved copy was scheduled for, µs; 0 otherwise
 }
 
-// readGroup reads the jobs of a group. Copies of moved jobs that fired in
-// the same second are put back in slot order, so a tenant's jobs keep their
+// readGroup reads the jobs of a group. Copies of moved jobs that fired
+// together are put back in slot order, so a tenant's jobs keep their
 // reservation order.
 func (w *Worker) readGroup(group []jetstream.Msg) []item {
 	items := make([]item, 0, len(group))

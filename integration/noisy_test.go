@@ -45,6 +45,7 @@ type tenantReport struct {
 	p50, p99, max  time.Duration   // queue delay, publish → handler
 	worst          []time.Duration // the five longest queue delays, longest first
 	rate           float64         // sustained admitted rate while B ran, jobs/s (see runNoisy)
+	busiestSecond  int             // most jobs admitted within any one second, from rateFrom on
 	rateFromStart  float64         // admitted after the burst / time since before the burst
 	deliveries     float64         // per admitted job: moves + deliveries of its last incarnation
 	redisPerJob    float64         // throttle decisions per job delivered at least once
@@ -262,10 +263,10 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 			tr.redisPerJob = float64(tr.decisions) / float64(tr.seenJobs)
 		}
 	}
-	// A's sustained rate while B ran. Moved jobs fire at whole seconds, so
-	// once its first moved jobs come back A is admitted in steps of ~100 at
-	// each second: a count over a window swings by up to one step with the
-	// window's ends. rate is the least-squares slope of A's admissions over
+	// A's sustained rate while B ran. The server fires schedules in batches
+	// (at most every 250 ms), so once its first moved jobs come back A is
+	// admitted in steps: a count over a window swings by up to one step with
+	// the window's ends. rate is the least-squares slope of A's admissions over
 	// time from rateFrom after the start (past the NAK'd start-up and the
 	// first moved jobs) to the end of the run, which the steps do not move;
 	// rateFromStart is the older figure, admissions after the burst over the
@@ -290,6 +291,7 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 			}
 		}
 		rep.a.rate = slope(ts, ks)
+		rep.a.busiestSecond = busiestSecond(inRun, start.Add(rateFrom))
 	}
 	// Still waiting in the stream: A's jobs, and B's never handled.
 	rep.a.pendingAtEnd = pendingJobs(tb, js, cfg) - (rep.b.published - rep.b.admitted)
@@ -299,6 +301,23 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 // rateFrom is where the measure of A's sustained rate starts, after the
 // start of a noisy run.
 const rateFrom = 5 * time.Second
+
+// busiestSecond is the most of the sorted times at or after from that fall
+// within any one second (a sliding window).
+func busiestSecond(at []time.Time, from time.Time) int {
+	best, lo := 0, 0
+	for hi := range at {
+		if at[hi].Before(from) {
+			lo = hi + 1
+			continue
+		}
+		for at[hi].Sub(at[lo]) >= time.Second {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
+}
 
 // slope is the least-squares slope of ys over xs, or 0 with fewer than two
 // distinct xs.
@@ -342,6 +361,35 @@ func TestSlope(t *testing.T) {
 	}
 	if got := slope([]float64{1}, []float64{1}); got != 0 {
 		t.Fatalf("slope of one point: %v, want 0", got)
+	}
+}
+
+// TestBusiestSecond checks the sliding one-second count.
+func TestBusiestSecond(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms ...int) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		at   []time.Time
+		from time.Time
+		want int
+	}{
+		{name: "none", want: 0},
+		{name: "one", at: at(5), from: t0, want: 1},
+		{name: "a window is shorter than a second", at: at(0, 500, 1000), from: t0, want: 2},
+		{name: "two steps across a boundary", at: at(900, 950, 1000, 1100, 1850, 2000), from: t0, want: 5},
+		{name: "before from is left out", at: at(0, 100, 200, 300), from: t0.Add(150 * time.Millisecond), want: 2},
+	}
+	for _, tt := range tests {
+		if got := busiestSecond(tt.at, tt.from); got != tt.want {
+			t.Errorf("%s: busiestSecond = %d, want %d", tt.name, got, tt.want)
+		}
 	}
 }
 
@@ -446,9 +494,9 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 // String formats a report as table rows.
 func (r noisyReport) String() string {
 	row := func(name string, t tenantReport) string {
-		return fmt.Sprintf("%s: published %d, admitted %d, ran twice %d, delay p50 %s p99 %s max %s, rate %.1f/s (from start %.1f/s), %.2f deliveries/job, %.2f redis calls/job, moved %d, pending %d",
+		return fmt.Sprintf("%s: published %d, admitted %d, ran twice %d, delay p50 %s p99 %s max %s, rate %.1f/s (from start %.1f/s, busiest second %d), %.2f deliveries/job, %.2f redis calls/job, moved %d, pending %d",
 			name, t.published, t.admitted, t.ranTwice, t.p50.Round(time.Millisecond), t.p99.Round(time.Millisecond), t.max.Round(time.Millisecond),
-			t.rate, t.rateFromStart, t.deliveries, t.redisPerJob, t.moved, t.pendingAtEnd)
+			t.rate, t.rateFromStart, t.busiestSecond, t.deliveries, t.redisPerJob, t.moved, t.pendingAtEnd)
 	}
 	return fmt.Sprintf("%s\n%s\nB's five longest delays %v\nmax num_ack_pending %d of %d; %d script calls to Redis for %d decisions",
 		row("A", r.a), row("B", r.b), r.b.worst, r.maxAckPending, r.ackPendingLimit, r.scriptCalls, r.a.decisions+r.b.decisions)
@@ -528,6 +576,7 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 				}
 				b.ReportMetric(rep.a.rate, "A-jobs/s")
 				b.ReportMetric(rep.a.rateFromStart, "A-jobs/s-from-start")
+				b.ReportMetric(float64(rep.a.busiestSecond), "A-busiest-second")
 				b.ReportMetric(float64(rep.maxAckPending)/float64(sc.maxAckPending)*100, "max-ack-pending-%")
 				b.ReportMetric(rep.a.redisPerJob, "A-redis/job")
 				b.ReportMetric(rep.a.deliveries, "A-deliveries/job")
