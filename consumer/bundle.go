@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 )
@@ -29,35 +30,79 @@ var errBadBundle = errors.New("malformed bundle")
 // consumer, so it costs a few appends per field where JSON cost ~5 µs per
 // job (maps sorted, data in base64).
 func encodeBundle(copies []*nats.Msg) []byte {
-	size := 1
+	size := 0
 	for _, c := range copies {
-		size += len(c.Subject) + len(c.Data) + 3*binary.MaxVarintLen32
-		for k, vs := range c.Header {
-			for _, v := range vs {
-				size += len(k) + len(v) + 2*binary.MaxVarintLen32
-			}
-		}
+		size += copySize(c.Subject, c.Header, nil, c.Data)
 	}
-	out := make([]byte, 1, size+binary.MaxVarintLen32)
-	out[0] = bundleFormat
-	out = binary.AppendUvarint(out, uint64(len(copies)))
+	out := appendBundleStart(make([]byte, 0, size+1+binary.MaxVarintLen32), len(copies))
 	for _, c := range copies {
-		out = appendString(out, c.Subject)
-		n := 0
-		for _, vs := range c.Header {
-			n += len(vs)
-		}
-		out = binary.AppendUvarint(out, uint64(n))
-		for k, vs := range c.Header {
-			for _, v := range vs {
-				out = appendString(out, k)
-				out = appendString(out, v)
-			}
-		}
-		out = binary.AppendUvarint(out, uint64(len(c.Data)))
-		out = append(out, c.Data...)
+		out = appendCopy(out, c.Subject, c.Header, false, nil, c.Data)
 	}
 	return out
+}
+
+// appendBundleStart appends the format byte and the number of copies.
+func appendBundleStart(b []byte, copies int) []byte {
+	b = append(b, bundleFormat)
+	return binary.AppendUvarint(b, uint64(copies))
+}
+
+// appendCopy appends one copy in encodeBundle's layout: its subject, the
+// values of hdr, then own (key, value) pairs, then data. With asCopy, the
+// values of hdr that a scheduled copy does not carry are left out (see
+// copyOf): headers JetStream acts on (Nats-*) and those own replaces.
+func appendCopy(b []byte, subject string, hdr nats.Header, asCopy bool, own [][2]string, data []byte) []byte {
+	b = appendString(b, subject)
+	n := len(own)
+	for k, vs := range hdr {
+		if !asCopy || !replacedInCopy(k, own) {
+			n += len(vs)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	for k, vs := range hdr {
+		if asCopy && replacedInCopy(k, own) {
+			continue
+		}
+		for _, v := range vs {
+			b = appendString(b, k)
+			b = appendString(b, v)
+		}
+	}
+	for _, kv := range own {
+		b = appendString(b, kv[0])
+		b = appendString(b, kv[1])
+	}
+	b = binary.AppendUvarint(b, uint64(len(data)))
+	return append(b, data...)
+}
+
+// replacedInCopy reports whether a scheduled copy leaves out the source's
+// header k: a header JetStream acts on, or one the copy sets itself.
+func replacedInCopy(k string, own [][2]string) bool {
+	if strings.HasPrefix(k, "Nats-") {
+		return true
+	}
+	for _, kv := range own {
+		if kv[0] == k {
+			return true
+		}
+	}
+	return false
+}
+
+// copySize bounds the bytes appendCopy appends.
+func copySize(subject string, hdr nats.Header, own [][2]string, data []byte) int {
+	size := len(subject) + len(data) + 3*binary.MaxVarintLen32
+	for k, vs := range hdr {
+		for _, v := range vs {
+			size += len(k) + len(v) + 2*binary.MaxVarintLen32
+		}
+	}
+	for _, kv := range own {
+		size += len(kv[0]) + len(kv[1]) + 2*binary.MaxVarintLen32
+	}
+	return size
 }
 
 func appendString(b []byte, s string) []byte {

@@ -3,6 +3,7 @@ package consumer
 import (
 	"container/heap"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -185,13 +186,19 @@ func (d ScheduleDeferrer) bundleRun(ds []Deferral) int {
 // earliest of their slots onto its unpack subject, where RunUnbundler
 // publishes the copies it carries, each scheduled for its own slot.
 func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
-	copies := make([]*nats.Msg, len(ds))
 	soonest := ds[0].Wait
+	subjects := make([]string, len(ds))
+	own := make([][copyFieldCount][2]string, len(ds))
+	size := 0
 	for k, df := range ds {
-		copies[k] = d.copyOf(df, now)
+		subjects[k], own[k] = d.copyFields(df, now)
+		size += copySize(subjects[k], df.Msg.Headers(), own[k][:], df.Msg.Data())
 		soonest = min(soonest, df.Wait)
 	}
-	data := encodeBundle(copies)
+	data := appendBundleStart(make([]byte, 0, size+1+binary.MaxVarintLen32), len(ds))
+	for k, df := range ds {
+		data = appendCopy(data, subjects[k], df.Msg.Headers(), true, own[k][:], df.Msg.Data())
+	}
 	job := ds[0].Job
 	// The subject and message id name the bundle's exact contents. A
 	// bundle stored again after a crash (its originals were not all acked)
@@ -205,7 +212,7 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
 	out.Header.Set(HeaderJobID, job.ID)
 	out.Header.Set(HeaderSubject, job.Subject)
 	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+id)
-	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, soonest).Format(scheduleLayout))
+	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, soonest).Format(time.RFC3339Nano))
 	out.Header.Set(jetstream.ScheduleTargetHeader, d.BundlePrefix+".u."+job.Tenant+"."+id)
 	return out
 }
@@ -294,31 +301,44 @@ func RunUnbundler(ctx context.Context, js jetstream.JetStream, cons jetstream.Co
 	}
 }
 
+// copyFieldCount is how many headers a scheduled copy sets itself.
+const copyFieldCount = 8
+
+// copyFields returns the subject of the scheduled copy of a deferred job
+// and the headers it sets itself, as (key, value) pairs; besides them it
+// carries the job's own headers but those JetStream acts on (Nats-*).
+func (d ScheduleDeferrer) copyFields(df Deferral, now time.Time) (string, [copyFieldCount][2]string) {
+	job := df.Job
+	move := strconv.Itoa(job.Deferrals + 1)
+	slot := now.Add(df.Wait)
+	return d.Subject(job), [copyFieldCount][2]string{
+		{HeaderJobID, job.ID},
+		{HeaderSubject, job.Subject},
+		{HeaderDeferrals, move},
+		{HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano)},
+		{HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10)},
+		{jetstream.MsgIDHeader, "sched:" + job.ID + ":" + move},
+		{jetstream.ScheduleHeader, "@at " + fireAt(now, df.Wait).Format(time.RFC3339Nano)},
+		{jetstream.ScheduleTargetHeader, job.Subject},
+	}
+}
+
 // copyOf builds the scheduled copy of a deferred job.
 func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
-	job := df.Job
-	move := job.Deferrals + 1
-	slot := now.Add(df.Wait)
-	out := &nats.Msg{Subject: d.Subject(job), Data: df.Msg.Data(), Header: nats.Header{}}
+	subject, own := d.copyFields(df, now)
+	out := &nats.Msg{Subject: subject, Data: df.Msg.Data(), Header: nats.Header{}}
 	copyHeaders(out.Header, df.Msg.Headers())
-	out.Header.Set(HeaderJobID, job.ID)
-	out.Header.Set(HeaderSubject, job.Subject)
-	out.Header.Set(HeaderDeferrals, strconv.Itoa(move))
-	out.Header.Set(HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano))
-	out.Header.Set(HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10))
-	out.Header.Set(jetstream.MsgIDHeader, "sched:"+job.ID+":"+strconv.Itoa(move))
-	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, df.Wait).Format(scheduleLayout))
-	out.Header.Set(jetstream.ScheduleTargetHeader, job.Subject)
+	for _, kv := range own {
+		out.Header.Set(kv[0], kv[1])
+	}
 	return out
 }
 
-// scheduleLayout formats a schedule's time: RFC 3339 with milliseconds,
-// which servers parse with time.RFC3339 (fractions are accepted on parsing).
-const scheduleLayout = "2006-01-02T15:04:05.000Z07:00"
-
 // fireAt is when a schedule must fire for a job that may run after wait: one
 // millisecond past it, as for a NAK (nakDelay), rounded up to the
-// millisecond, never down, in UTC. The server checks its schedules at its
+// millisecond, never down, in UTC. The header carries it as RFC 3339 with
+// the fraction (time.RFC3339Nano), which servers parse with time.RFC3339:
+// fractions are accepted on parsing. The server checks its schedules at its
 // own pace (at most every 250 ms in nats-server 2.12-2.15) and fires a
 // schedule at the first check at or after its time: never early.
 func fireAt(now time.Time, wait time.Duration) time.Time {

@@ -504,8 +504,19 @@ func TestBundleOf(t *testing.T) {
 	var ds []Deferral
 	for i, wait := range []time.Duration{3 * time.Second, time.Second, 2 * time.Second} {
 		id := fmt.Sprintf("JOBS:%d", 10+i)
-		ds = append(ds, Deferral{Msg: &deferTestMsg{subject: "jobs.acme", data: []byte(id)},
-			Job: Job{ID: id, Tenant: "acme", Subject: "jobs.acme", Published: now}, Wait: wait})
+		// The second job is a fired copy: the copy in the bundle drops the
+		// headers JetStream acts on and replaces the previous move's own,
+		// and keeps the job's.
+		var hdr nats.Header
+		if i == 1 {
+			hdr = nats.Header{
+				jetstream.MsgIDHeader: {"sched:" + id + ":1"}, "Nats-Scheduler": {"sched.acme.11"},
+				HeaderJobID: {id}, HeaderDeferrals: {"1"}, HeaderSlot: {"1"}, HeaderTenant: {"acme"},
+				"X-Multi": {"a", "b"}, "x-lower": {"c"},
+			}
+		}
+		ds = append(ds, Deferral{Msg: &deferTestMsg{subject: "jobs.acme", data: []byte(id), header: hdr},
+			Job: Job{ID: id, Tenant: "acme", Subject: "jobs.acme", Published: now, Deferrals: min(i, 1)}, Wait: wait})
 	}
 	if n := d.bundleRun(ds); n != 3 {
 		t.Fatalf("bundleRun = %d, want 3", n)
@@ -530,7 +541,7 @@ func TestBundleOf(t *testing.T) {
 	other := slices.Clone(ds)
 	other[2].Job.ID = "JOBS:99"
 	moved := slices.Clone(ds)
-	moved[1].Job.Deferrals = 1
+	moved[1].Job.Deferrals++
 	for what, v := range map[string][]Deferral{"other jobs": other, "a job moved once more": moved, "fewer jobs": ds[:2]} {
 		b := d.bundleOf(v, now)
 		if b.Subject == out.Subject || b.Header.Get(jetstream.MsgIDHeader) == want[jetstream.MsgIDHeader] {
@@ -554,6 +565,10 @@ func TestBundleOf(t *testing.T) {
 		if c.Subject != one.Subject || string(c.Data) != string(one.Data) || !reflect.DeepEqual(c.Header, one.Header) {
 			t.Errorf("copy %d = %+v, want %+v", k, c, one)
 		}
+	}
+	if got := copies[1].Header; got.Get(HeaderDeferrals) != "2" || got.Get("Nats-Scheduler") != "" ||
+		!reflect.DeepEqual(got["X-Multi"], []string{"a", "b"}) || got.Get("x-lower") != "c" || got.Get(HeaderTenant) != "acme" {
+		t.Errorf("copy of a fired copy: headers %v", got)
 	}
 	// Another tenant, or bundling off, ends a bundle.
 	ds[1].Job.Tenant = "globex"

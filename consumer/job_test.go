@@ -228,9 +228,9 @@ func TestFireAtProperty(t *testing.T) {
 		if got.Nanosecond()%int(time.Millisecond) != 0 {
 			t.Fatalf("fireAt(%s, %s) = %s has a part finer than a millisecond", now, wait, got)
 		}
-		// The schedule header carries it in scheduleLayout and the server
+		// The schedule header carries it as RFC3339Nano and the server
 		// parses it as RFC 3339: the formatted time must be the same instant.
-		back, err := time.Parse(time.RFC3339, got.Format(scheduleLayout))
+		back, err := time.Parse(time.RFC3339, got.Format(time.RFC3339Nano))
 		if err != nil || !back.Equal(got) {
 			t.Fatalf("fireAt(%s, %s) = %s does not survive RFC 3339: %s, %v", now, wait, got, back, err)
 		}
