@@ -339,7 +339,7 @@ func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
 // millisecond, never down, in UTC. The header carries it as RFC 3339 with
 // the fraction (time.RFC3339Nano), which servers parse with time.RFC3339:
 // fractions are accepted on parsing. The server checks its schedules at its
-// own pace (at most every 250 ms in nats-server 2.12-2.15) and fires a
+// own pace (at most every 250 ms in nats-server 2.12.0 and 2.15.2) and fires a
 // schedule at the first check at or after its time: never early.
 func fireAt(now time.Time, wait time.Duration) time.Time {
 	t := now.Add(nakDelay(wait)).UTC()
