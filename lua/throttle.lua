@@ -287,7 +287,8 @@ end
 -- (jobs without ids, as AllowN's, batched). It decides exactly as the
 -- general path, from locals and a few flat arrays, without a helper
 -- function, and reads every key it may need in one MGET instead of a GET
--- each (a Redis call costs thousands of instructions whatever it does). Its checks are the general path's, made cheaply: an argument equal
+-- each (a Redis call costs thousands of instructions whatever it does).
+-- Its checks are the general path's, made cheaply: an argument equal
 -- to one already checked (the same limit as the job before, a cost of '1',
 -- an incarnation of '0': Lua interns strings, so comparing them is cheap)
 -- is not checked again. A call that fails any check, or names a job id
