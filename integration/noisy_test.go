@@ -60,6 +60,10 @@ type tenantReport struct {
 type noisyReport struct {
 	a, b             tenantReport
 	maxAckPending    int // largest num_ack_pending sampled every 100 ms
+	// burstPassed is how long after A's burst was stored the consumer had
+	// delivered all of it (sampled every 100 ms, so up to 100 ms late): a
+	// job of B stored before then waits for it. Zero when A sends nothing.
+	burstPassed time.Duration
 	scriptCalls      int // EVALSHA + EVAL calls Redis served: one per tenant per pulled batch
 	effectiveDefer   string
 	ackPendingLimit  int
@@ -151,8 +155,13 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 		tb.Fatalf("consumer: %v", err)
 	}
 
-	// Sample num_ack_pending every 100 ms.
-	var maxPending atomic.Int64
+	// Sample num_ack_pending every 100 ms, and the moment the consumer has
+	// delivered the last job of A's burst.
+	var (
+		maxPending   atomic.Int64
+		burstLastSeq atomic.Uint64 // set once the burst is stored
+		burstPassed  atomic.Int64  // UnixNano of the first sample past it
+	)
 	sampleCtx, stopSampling := context.WithCancel(context.Background())
 	sampled := make(chan struct{})
 	go func() {
@@ -167,8 +176,14 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 				ictx, c := context.WithTimeout(sampleCtx, time.Second)
 				info, err := cons.Info(ictx)
 				c()
-				if err == nil && int64(info.NumAckPending) > maxPending.Load() {
+				if err != nil {
+					continue
+				}
+				if int64(info.NumAckPending) > maxPending.Load() {
 					maxPending.Store(int64(info.NumAckPending))
+				}
+				if last := burstLastSeq.Load(); last > 0 && info.Delivered.Stream >= last && burstPassed.Load() == 0 {
+					burstPassed.Store(time.Now().UnixNano())
 				}
 			}
 		}
@@ -176,7 +191,9 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 
 	// A publishes its whole backlog at once; B publishes steadily.
 	start := time.Now()
-	aIDs := publishBurst(tb, js, "jobs.a", sc.aJobs)
+	aIDs, aLastSeq := publishBurst(tb, js, "jobs.a", sc.aJobs)
+	stored := time.Now()
+	burstLastSeq.Store(aLastSeq)
 	// B publishes bRate jobs a second for the whole duration, from the end of
 	// A's burst: duration × bRate jobs.
 	bPublished := 0
@@ -211,6 +228,9 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 	scriptCalls := evalCalls(tb, rs.Client(tb))
 
 	rep := noisyReport{maxAckPending: int(maxPending.Load()), ackPendingLimit: sc.maxAckPending, runFor: runFor, scriptCalls: scriptCalls}
+	if at := burstPassed.Load(); at > 0 {
+		rep.burstPassed = time.Unix(0, at).Sub(stored)
+	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	rep.b.published = bPublished
@@ -393,10 +413,12 @@ func TestBusiestSecond(t *testing.T) {
 	}
 }
 
-// publishBurst publishes n jobs at once, asynchronously, and returns their ids.
-func publishBurst(tb testing.TB, js jetstream.JetStream, subject string, n int) map[string]bool {
+// publishBurst publishes n jobs at once, asynchronously, and returns their ids
+// and the stream sequence of the last.
+func publishBurst(tb testing.TB, js jetstream.JetStream, subject string, n int) (map[string]bool, uint64) {
 	tb.Helper()
 	ids := make(map[string]bool, n)
+	var last uint64
 	futures := make([]jetstream.PubAckFuture, 0, n)
 	for i := 0; i < n; i++ {
 		f, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Data: []byte("a")})
@@ -409,13 +431,14 @@ func publishBurst(tb testing.TB, js jetstream.JetStream, subject string, n int) 
 		select {
 		case ack := <-f.Ok():
 			ids[jobID(ack.Stream, ack.Sequence)] = true
+			last = max(last, ack.Sequence)
 		case err := <-f.Err():
 			tb.Fatalf("publish %s: %v", subject, err)
 		case <-time.After(30 * time.Second):
 			tb.Fatalf("publish %s: no ack", subject)
 		}
 	}
-	return ids
+	return ids, last
 }
 
 // pendingJobs counts jobs still waiting in the stream: moved jobs (copies
@@ -498,8 +521,15 @@ func (r noisyReport) String() string {
 			name, t.published, t.admitted, t.ranTwice, t.p50.Round(time.Millisecond), t.p99.Round(time.Millisecond), t.max.Round(time.Millisecond),
 			t.rate, t.rateFromStart, t.busiestSecond, t.deliveries, t.redisPerJob, t.moved, t.pendingAtEnd)
 	}
-	return fmt.Sprintf("%s\n%s\nB's five longest delays %v\nmax num_ack_pending %d of %d; %d script calls to Redis for %d decisions",
-		row("A", r.a), row("B", r.b), r.b.worst, r.maxAckPending, r.ackPendingLimit, r.scriptCalls, r.a.decisions+r.b.decisions)
+	passed := "not delivered in the run"
+	switch {
+	case r.a.published == 0:
+		passed = "was not sent"
+	case r.burstPassed > 0:
+		passed = "delivered " + r.burstPassed.Round(time.Millisecond).String() + " after it was stored"
+	}
+	return fmt.Sprintf("%s\n%s\nB's five longest delays %v; A's burst %s\nmax num_ack_pending %d of %d; %d script calls to Redis for %d decisions",
+		row("A", r.a), row("B", r.b), r.b.worst, passed, r.maxAckPending, r.ackPendingLimit, r.scriptCalls, r.a.decisions+r.b.decisions)
 }
 
 // TestNoisyNeighbourSmall is the noisy-neighbour scenario at a small scale,
@@ -578,6 +608,9 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 				b.ReportMetric(rep.a.rateFromStart, "A-jobs/s-from-start")
 				b.ReportMetric(float64(rep.a.busiestSecond), "A-busiest-second")
 				b.ReportMetric(float64(rep.maxAckPending)/float64(sc.maxAckPending)*100, "max-ack-pending-%")
+				if rep.burstPassed > 0 {
+					b.ReportMetric(float64(rep.burstPassed.Milliseconds()), "A-burst-passed-ms")
+				}
 				b.ReportMetric(rep.a.redisPerJob, "A-redis/job")
 				b.ReportMetric(rep.a.deliveries, "A-deliveries/job")
 				b.ReportMetric(rep.b.redisPerJob, "B-redis/job")
