@@ -58,12 +58,12 @@ type tenantReport struct {
 
 // noisyReport is the outcome of a run.
 type noisyReport struct {
-	a, b             tenantReport
-	maxAckPending    int // largest num_ack_pending sampled every 100 ms
+	a, b          tenantReport
+	maxAckPending int // largest num_ack_pending sampled every 100 ms
 	// burstPassed is how long after A's burst was stored the consumer had
 	// delivered all of it (sampled every 100 ms, so up to 100 ms late): a
 	// job of B stored before then waits for it. Zero when A sends nothing.
-	burstPassed time.Duration
+	burstPassed      time.Duration
 	scriptCalls      int // EVALSHA + EVAL calls Redis served: one per tenant per pulled batch
 	effectiveDefer   string
 	ackPendingLimit  int
