@@ -21,7 +21,7 @@ import (
 
 // buildThrottler builds cmd/throttler into a temporary directory and
 // returns the binary's path.
-func buildThrottler(t *testing.T) string {
+func buildThrottler(t testing.TB) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	must(t, err, "the go command is needed to build cmd/throttler")

@@ -294,7 +294,7 @@ func (c *collector) waitCount(t *testing.T, n int, timeout time.Duration) []coll
 func jobID(stream string, seq uint64) string { return stream + ":" + strconv.FormatUint(seq, 10) }
 
 // must fails the test on err.
-func must(t *testing.T, err error, what string, args ...any) {
+func must(t testing.TB, err error, what string, args ...any) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)

@@ -157,43 +157,13 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 
 	// Sample num_ack_pending every 100 ms, and the moment the consumer has
 	// delivered the last job of A's burst.
-	var (
-		maxPending   atomic.Int64
-		burstLastSeq atomic.Uint64 // set once the burst is stored
-		burstPassed  atomic.Int64  // UnixNano of the first sample past it
-	)
-	sampleCtx, stopSampling := context.WithCancel(context.Background())
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-sampleCtx.Done():
-				return
-			case <-t.C:
-				ictx, c := context.WithTimeout(sampleCtx, time.Second)
-				info, err := cons.Info(ictx)
-				c()
-				if err != nil {
-					continue
-				}
-				if int64(info.NumAckPending) > maxPending.Load() {
-					maxPending.Store(int64(info.NumAckPending))
-				}
-				if last := burstLastSeq.Load(); last > 0 && info.Delivered.Stream >= last && burstPassed.Load() == 0 {
-					burstPassed.Store(time.Now().UnixNano())
-				}
-			}
-		}
-	}()
+	sampler := startAckPendingSampler(cons)
 
 	// A publishes its whole backlog at once; B publishes steadily.
 	start := time.Now()
 	aIDs, aLastSeq := publishBurst(tb, js, "jobs.a", sc.aJobs)
 	stored := time.Now()
-	burstLastSeq.Store(aLastSeq)
+	sampler.burstStored(aLastSeq)
 	// B publishes bRate jobs a second for the whole duration, from the end of
 	// A's burst: duration × bRate jobs.
 	bPublished := 0
@@ -222,14 +192,13 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 		}
 		time.Sleep(10 * time.Millisecond) // polling with a deadline
 	}
-	stopSampling()
-	<-sampled
+	maxPending, passedAt := sampler.stop()
 	stopWorkers()
 	scriptCalls := evalCalls(tb, rs.Client(tb))
 
-	rep := noisyReport{maxAckPending: int(maxPending.Load()), ackPendingLimit: sc.maxAckPending, runFor: runFor, scriptCalls: scriptCalls}
-	if at := burstPassed.Load(); at > 0 {
-		rep.burstPassed = time.Unix(0, at).Sub(stored)
+	rep := noisyReport{maxAckPending: maxPending, ackPendingLimit: sc.maxAckPending, runFor: runFor, scriptCalls: scriptCalls}
+	if !passedAt.IsZero() {
+		rep.burstPassed = passedAt.Sub(stored)
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -411,6 +380,63 @@ func TestBusiestSecond(t *testing.T) {
 			t.Errorf("%s: busiestSecond = %d, want %d", tt.name, got, tt.want)
 		}
 	}
+}
+
+// ackPendingSampler reads a consumer's info every 100 ms, keeping the
+// largest num_ack_pending and the first time the consumer had delivered the
+// last message of a burst.
+type ackPendingSampler struct {
+	maxPending atomic.Int64
+	lastSeq    atomic.Uint64 // the burst's last stream sequence, once stored
+	passedAt   atomic.Int64  // UnixNano of the first sample past it
+	cancel     context.CancelFunc
+	done       chan struct{}
+}
+
+// startAckPendingSampler starts sampling cons until stop.
+func startAckPendingSampler(cons jetstream.Consumer) *ackPendingSampler {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &ackPendingSampler{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ictx, c := context.WithTimeout(ctx, time.Second)
+			info, err := cons.Info(ictx)
+			c()
+			if err != nil {
+				continue
+			}
+			if int64(info.NumAckPending) > s.maxPending.Load() {
+				s.maxPending.Store(int64(info.NumAckPending))
+			}
+			if last := s.lastSeq.Load(); last > 0 && info.Delivered.Stream >= last && s.passedAt.Load() == 0 {
+				s.passedAt.Store(time.Now().UnixNano())
+			}
+		}
+	}()
+	return s
+}
+
+// burstStored tells the sampler the stream sequence of a burst's last
+// message (0: there was no burst).
+func (s *ackPendingSampler) burstStored(lastSeq uint64) { s.lastSeq.Store(lastSeq) }
+
+// stop ends the sampling and returns the largest num_ack_pending seen and
+// when the burst was first seen delivered (zero if never).
+func (s *ackPendingSampler) stop() (maxPending int, passedAt time.Time) {
+	s.cancel()
+	<-s.done
+	if at := s.passedAt.Load(); at > 0 {
+		passedAt = time.Unix(0, at)
+	}
+	return int(s.maxPending.Load()), passedAt
 }
 
 // publishBurst publishes n jobs at once, asynchronously, and returns their ids

@@ -1,0 +1,343 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/internal/demo"
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+// BenchmarkNoisyNeighbourProcesses is BenchmarkNoisyNeighbour as an outside
+// check sees it: every part is a process of its own, as in production. The
+// nats-server binary is built from the module this project tests against
+// (github.com/nats-io/nats-server/v2), redis-server is the machine's, and two
+// throttler binaries (cmd/throttler, default settings but for the scenario's
+// limits and MaxAckPending) forward each admitted job to done.<tenant>. The
+// benchmark publishes the jobs with their publish time in a header and
+// measures publish → forward on a plain subscription to done.>, which also
+// sees a job forwarded twice. Run it with
+//
+//	go test -run '^$' -bench NoisyNeighbourProcesses -benchtime 1x -timeout 30m ./integration/
+func BenchmarkNoisyNeighbourProcesses(b *testing.B) {
+	dir := b.TempDir()
+	throttler := buildThrottler(b)
+	natsServer := filepath.Join(dir, "nats-server")
+	build := exec.Command("go", "build", "-o", natsServer, "github.com/nats-io/nats-server/v2")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build nats-server: %v\n%s", err, out)
+	}
+	duration := 30 * time.Second
+	if d, err := time.ParseDuration(benchDuration()); err == nil {
+		duration = d
+	}
+	var alone time.Duration
+	for _, v := range []struct {
+		name   string
+		aJobs  int
+		defer_ string
+	}{{"b-alone", 0, "auto"}, {"auto", 20000, "auto"}, {"nak", 20000, "nak"}} {
+		b.Run(v.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				rep := runNoisyProcesses(b, natsServer, throttler, v.aJobs, v.defer_, duration)
+				if v.name == "b-alone" {
+					alone = rep.b.p99
+				}
+				b.Logf("\n%s", rep)
+				b.ReportMetric(float64(rep.b.p99.Microseconds())/1000, "B-p99-ms")
+				if alone > 0 {
+					b.ReportMetric(float64(rep.b.p99)/float64(alone), "B-p99/alone")
+				}
+				if v.aJobs > 0 {
+					if lost := rep.a.published - rep.a.admitted - rep.a.pendingAtEnd; lost != 0 {
+						b.Errorf("A: %d published, %d admitted, %d still waiting: %d lost", rep.a.published, rep.a.admitted, rep.a.pendingAtEnd, lost)
+					}
+					b.ReportMetric(rep.a.rate, "A-jobs/s")
+					b.ReportMetric(float64(rep.a.busiestSecond), "A-busiest-second")
+					b.ReportMetric(float64(rep.a.ranTwice), "A-ran-twice")
+				}
+				if rep.burstPassed > 0 {
+					b.ReportMetric(float64(rep.burstPassed.Milliseconds()), "A-burst-passed-ms")
+				}
+				b.ReportMetric(float64(rep.maxAckPending)/10, "max-ack-pending-%")
+				b.ReportMetric(rep.a.redisPerJob, "A-redis/job")
+				b.ReportMetric(rep.b.redisPerJob, "B-redis/job")
+				b.ReportMetric(rep.b.deliveries, "B-deliveries/job")
+			}
+		})
+	}
+}
+
+// runNoisyProcesses runs one noisy-neighbour scenario (A: aJobs at once at
+// 100/s; B: 10/s at 100/s for duration; MaxAckPending 1,000; two workers)
+// against processes and reports it. Deliveries per job are reported for B
+// only: the workers' counters cannot tell which of A's deliveries belong to
+// the jobs admitted in the run.
+func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, deferMode string, duration time.Duration) noisyReport {
+	tb.Helper()
+	natsURL := startNATSProcess(tb, natsServer)
+	rs := testenv.StartRedis(tb)
+	nc, err := nats.Connect(natsURL)
+	must(tb, err, "connect")
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(tb, err, "jetstream")
+
+	// Every forward, with its receive time.
+	type forward struct {
+		id     string
+		tenant string
+		delay  time.Duration
+		at     time.Time
+	}
+	var (
+		mu       sync.Mutex
+		forwards []forward
+	)
+	sub, err := nc.Subscribe("done.>", func(m *nats.Msg) {
+		now := time.Now()
+		sent, _ := strconv.ParseInt(m.Header.Get("Sent"), 10, 64)
+		mu.Lock()
+		forwards = append(forwards, forward{id: m.Header.Get("Job"), tenant: strings.TrimPrefix(m.Subject, "done."), delay: now.Sub(time.Unix(0, sent)), at: now})
+		mu.Unlock()
+	})
+	must(tb, err, "subscribe done.>")
+	must(tb, sub.SetPendingLimits(-1, -1), "pending limits")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	vars := map[string]string{
+		"NATS_URL":                  natsURL,
+		"REDIS_URL":                 rs.URL(),
+		"THROTTLER_TENANT_LIMITS":   "a=100/s:10,b=100/s:10",
+		"THROTTLER_MAX_ACK_PENDING": "1000",
+		"THROTTLER_DEFER":           deferMode,
+		"THROTTLER_LOG_LEVEL":       "warn",
+	}
+	cfg, err := config.LoadFrom(vars)
+	must(tb, err, "config")
+	var metricsAddrs []string
+	var workers []*exec.Cmd
+	for i := 0; i < 2; i++ {
+		addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(tb))
+		metricsAddrs = append(metricsAddrs, addr)
+		vars["THROTTLER_METRICS_ADDR"] = addr
+		cmd, _, stderr := throttlerCmd(ctx, throttler, vars)
+		must(tb, cmd.Start(), "start throttler")
+		workers = append(workers, cmd)
+		defer func() {
+			if tb.Failed() {
+				tb.Logf("worker %d stderr:\n%s", i, stderr.String())
+			}
+		}()
+		waitFor(tb, 10*time.Second, "worker metrics", func() bool { _, err := scrape(addr); return err == nil })
+	}
+	stopWorkers := func() {
+		for _, w := range workers {
+			_ = w.Process.Signal(syscall.SIGTERM)
+		}
+		for _, w := range workers {
+			_ = w.Wait()
+		}
+		workers = nil
+	}
+	defer stopWorkers()
+	cons, err := js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)
+	must(tb, err, "consumer")
+
+	publish := func(subject, id string) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Header.Set("Sent", strconv.FormatInt(time.Now().UnixNano(), 10))
+		m.Header.Set("Job", id)
+		return m
+	}
+	sampler := startAckPendingSampler(cons)
+	start := time.Now()
+	var lastA uint64
+	if aJobs > 0 {
+		futures := make([]jetstream.PubAckFuture, 0, aJobs)
+		for i := 0; i < aJobs; i++ {
+			f, err := js.PublishMsgAsync(publish("jobs.a", "a"+strconv.Itoa(i)))
+			must(tb, err, "publish a")
+			futures = append(futures, f)
+		}
+		for _, f := range futures {
+			select {
+			case ack := <-f.Ok():
+				lastA = max(lastA, ack.Sequence)
+			case err := <-f.Err():
+				tb.Fatalf("publish a: %v", err)
+			case <-time.After(30 * time.Second):
+				tb.Fatalf("publish a: no ack")
+			}
+		}
+	}
+	stored := time.Now()
+	sampler.burstStored(lastA)
+	bJobs := int(duration / (100 * time.Millisecond))
+	tick := time.NewTicker(100 * time.Millisecond)
+	for i := 0; i < bJobs; i++ {
+		<-tick.C
+		pctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := js.PublishMsg(pctx, publish("jobs.b", "b"+strconv.Itoa(i)))
+		c()
+		must(tb, err, "publish b")
+	}
+	tick.Stop()
+	runFor := time.Since(start)
+	// Let B's last jobs through (for up to 30 s: with NAK-only deferral they
+	// may be stuck behind A's backlog for minutes), then stop.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := 0
+		for _, f := range forwards {
+			if f.tenant == "b" {
+				n++
+			}
+		}
+		mu.Unlock()
+		if n >= bJobs {
+			break
+		}
+	}
+	maxPending, passedAt := sampler.stop()
+	calls := map[string]float64{}
+	for _, addr := range metricsAddrs {
+		m, err := scrape(addr)
+		must(tb, err, "metrics")
+		for k, v := range m {
+			calls[k] += v
+		}
+	}
+	stopWorkers()
+
+	rep := noisyReport{maxAckPending: maxPending, ackPendingLimit: 1000, runFor: runFor, scriptCalls: evalCalls(tb, rs.Client(tb))}
+	if !passedAt.IsZero() {
+		rep.burstPassed = passedAt.Sub(stored)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[string]int{}
+	byTenant := map[string][]forward{}
+	for _, f := range forwards {
+		seen[f.id]++
+		if seen[f.id] == 1 {
+			byTenant[f.tenant] = append(byTenant[f.tenant], f)
+		}
+	}
+	for id, n := range seen {
+		if n > 1 && strings.HasPrefix(id, "a") {
+			rep.a.ranTwice++
+		} else if n > 1 {
+			rep.b.ranTwice++
+		}
+	}
+	for t, tr := range map[string]*tenantReport{"a": &rep.a, "b": &rep.b} {
+		fs := byTenant[t]
+		d := make([]time.Duration, 0, len(fs))
+		for _, f := range fs {
+			d = append(d, f.delay)
+			tr.admittedInTime = append(tr.admittedInTime, f.at)
+		}
+		tr.admitted = len(d)
+		// A job of B never handled counts as waiting at least the whole run.
+		for t == "b" && len(d) < bJobs {
+			d = append(d, time.Since(start))
+		}
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		if len(d) > 0 {
+			tr.p50, tr.p99, tr.max = demo.Percentile(d, 0.50), demo.Percentile(d, 0.99), d[len(d)-1]
+			for i := len(d) - 1; i >= 0 && i >= len(d)-5; i-- {
+				tr.worst = append(tr.worst, d[i].Round(time.Millisecond))
+			}
+		}
+		tr.decisions = int64(calls[`throttler_redis_calls_total{tenant="`+t+`"}`])
+	}
+	rep.a.published, rep.b.published = aJobs, bJobs
+	if aJobs > 0 {
+		rep.a.redisPerJob = float64(rep.a.decisions) / float64(aJobs)
+		rep.a.moved = int64(calls[`throttler_moved_total{tenant="a"}`])
+		sort.Slice(rep.a.admittedInTime, func(i, j int) bool { return rep.a.admittedInTime[i].Before(rep.a.admittedInTime[j]) })
+		var ts, ks []float64
+		for k, x := range rep.a.admittedInTime {
+			if x.Sub(start) >= rateFrom && !x.After(start.Add(runFor)) {
+				ts, ks = append(ts, x.Sub(start).Seconds()), append(ks, float64(k))
+			}
+		}
+		rep.a.rate = slope(ts, ks)
+		rep.a.busiestSecond = busiestSecond(rep.a.admittedInTime, start.Add(rateFrom))
+		// Still waiting in the stream: A's jobs, and B's never handled.
+		rep.a.pendingAtEnd = pendingJobs(tb, js, cfg) - (bJobs - rep.b.admitted)
+	}
+	rep.b.redisPerJob = float64(rep.b.decisions) / float64(bJobs)
+	rep.b.deliveries = calls[`throttler_delivered_total{tenant="b"}`] / float64(bJobs)
+	return rep
+}
+
+// startNATSProcess starts the nats-server binary with JetStream on a free
+// port and a store in a temporary directory, and returns its URL. It is
+// stopped when the test ends.
+func startNATSProcess(tb testing.TB, bin string) string {
+	tb.Helper()
+	port := testenv.FreePort(tb)
+	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", tb.TempDir())
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	must(tb, cmd.Start(), "start nats-server")
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	waitFor(tb, 10*time.Second, "nats-server on "+addr, func() bool {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return false
+		}
+		_ = c.Close()
+		return true
+	})
+	return "nats://" + addr
+}
+
+// metricLine is one sample of the Prometheus text format.
+var metricLine = regexp.MustCompile(`^(\S+) (\d+)$`)
+
+// scrape reads a worker's /metrics into name{labels} → value.
+func scrape(addr string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", addr, err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if m := metricLine.FindStringSubmatch(line); m != nil {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			out[m[1]] = v
+		}
+	}
+	return out, nil
+}
