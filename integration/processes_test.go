@@ -160,8 +160,11 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 		workers = nil
 	}
 	defer stopWorkers()
-	cons, err := js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)
-	must(tb, err, "consumer")
+	var cons jetstream.Consumer
+	waitFor(tb, 10*time.Second, "the workers' consumer", func() bool {
+		cons, err = js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)
+		return err == nil
+	})
 
 	publish := func(subject, id string) *nats.Msg {
 		m := nats.NewMsg(subject)
