@@ -256,3 +256,67 @@ func TestTwoCopiesOfOneMoveRunOnce(t *testing.T) {
 		t.Errorf("duplicates %d, want 1", st.Duplicates)
 	}
 }
+
+// TestNakWorkerUnpacksBundlesLeftByAnEarlierRun: jobs moved by a worker that
+// deferred with schedules still run after the workers are switched to
+// THROTTLER_DEFER=nak. Their bundles fire later; a nak worker must unpack
+// them too, or the jobs they carry would wait in the stream until a worker
+// that moves jobs came back.
+func TestNakWorkerUnpacksBundlesLeftByAnEarlierRun(t *testing.T) {
+	e := setup(t)
+	vars := map[string]string{"THROTTLER_TENANT_LIMITS": "slow=1/s:1", "THROTTLER_DEFER": "schedule"}
+	first := e.config(vars)
+	e.ensureStream(first)
+	// Published before the first worker starts, so it pulls them together:
+	// one admitted, the rest moved as one bundle firing at the first slot,
+	// 1 s from now.
+	const n = 4
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = jobID(first.Stream, e.publish("jobs.slow", nil, []byte("x")))
+	}
+	w := e.startWorker(first, consumer.Forwarder(e.js, first.ForwardSubject))
+	out := e.collect("done.*")
+	deadline := time.Now().Add(5 * time.Second)
+	for w.stats()["slow"].Moved < n-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("moved %d jobs, want %d", w.stats()["slow"].Moved, n-1)
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	w.stop(t)
+	bundles := e.subjectCount(first.Stream, first.ScheduleSubject+".b.>")
+	if bundles == 0 {
+		t.Fatalf("no bundle waits in the stream after the first worker stopped: the test needs one")
+	}
+
+	vars["THROTTLER_DEFER"] = "nak"
+	second := e.config(vars)
+	e.startWorker(second, consumer.Forwarder(e.js, second.ForwardSubject))
+	got := out.waitCount(t, n, 15*time.Second)
+	seen := map[string]int{}
+	for _, m := range got {
+		seen[m.jobID]++
+	}
+	for _, id := range ids {
+		if seen[id] != 1 {
+			t.Errorf("job %s forwarded %d times, want once", id, seen[id])
+		}
+	}
+}
+
+// subjectCount is how many messages of stream match filter.
+func (e *env) subjectCount(stream, filter string) int {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := e.js.Stream(ctx, stream)
+	must(e.t, err, "stream %s", stream)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	must(e.t, err, "stream info")
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n
+}

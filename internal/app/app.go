@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -127,6 +128,17 @@ var ErrUnsupported = errors.New("not supported by this nats-server")
 type deferPath struct {
 	mode           config.DeferMode // DeferNak, DeferAuto or DeferSchedule, as in force
 	termWithReason bool
+	// movesBack is set when moved jobs may come back: the worker moves jobs,
+	// or the stream keeps the moved jobs of an earlier worker.
+	movesBack bool
+}
+
+// holdsMovedJobs reports whether the jobs stream is set up for moved jobs
+// (message schedules on, the schedule subjects bound), so that some may
+// still be waiting there.
+func holdsMovedJobs(stream jetstream.Stream, cfg *config.Config) bool {
+	c := stream.CachedInfo().Config
+	return c.AllowMsgSchedules && slices.Contains(c.Subjects, cfg.ScheduleSubject+".>")
 }
 
 // ensure creates or checks the jobs stream, the output streams and the
@@ -150,16 +162,26 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 			spec.ScheduleSubjects = []string{cfg.ScheduleSubject + ".>"}
 		}
 	}
-	if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
+	stream, err := consumer.EnsureStream(ctx, js, spec)
+	if err != nil {
 		if len(spec.ScheduleSubjects) == 0 || path.mode == config.DeferSchedule {
 			return nil, nil, deferPath{}, err
 		}
 		log.Warn("cannot enable message schedules on the jobs stream; deferring with NAK only", "err", err)
 		path.mode = config.DeferNak
 		spec.ScheduleSubjects = nil
-		if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
+		if stream, err = consumer.EnsureStream(ctx, js, spec); err != nil {
 			return nil, nil, deferPath{}, err
 		}
+	}
+	// Moved jobs come back on every path: a worker that NAKs only may share
+	// the stream with jobs an earlier worker moved (before THROTTLER_DEFER
+	// was set to nak), whose copies must still run once and whose bundles
+	// must still be unpacked when they fire.
+	path.movesBack = path.mode != config.DeferNak || holdsMovedJobs(stream, cfg)
+	if path.mode == config.DeferNak && path.movesBack {
+		log.Info("the jobs stream keeps moved jobs; unpacking their bundles as they fire",
+			"subjects", cfg.ScheduleSubject+".>")
 	}
 	outputs := []struct{ template, stream string }{
 		{cfg.ForwardSubject, cfg.Stream + "_FORWARD"},
@@ -180,7 +202,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 		MaxAckPending:  cfg.MaxAckPending,
 		AckWait:        cfg.AckWait,
 	})
-	if err != nil || path.mode == config.DeferNak {
+	if err != nil || !path.movesBack {
 		return cons, nil, path, err
 	}
 	// Fired bundles of moved jobs land on <schedule prefix>.u.<tenant>.<id>;
@@ -222,7 +244,7 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer
 // workerConfig is the worker's configuration on this path.
 func (p deferPath) workerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
 	c := WorkerConfig(cfg, log)
-	c.TrackOwner = p.mode != config.DeferNak
+	c.TrackOwner = p.movesBack
 	c.TermWithReason = p.termWithReason
 	return c
 }
