@@ -14,8 +14,10 @@ import (
 // below. Bundles stored before it (JSON, an array: '[') are still read.
 const bundleFormat = 0x01
 
-// errBadBundle is returned for bundle data that cannot be read.
-var errBadBundle = errors.New("malformed bundle")
+// ErrBadBundle is returned for bundle data that cannot be read: not a
+// bundle, damaged, or of a layout this version does not know. Unpacking it
+// again cannot help.
+var ErrBadBundle = errors.New("malformed bundle")
 
 // encodeBundle lays out the scheduled copies a bundle carries: the format
 // byte and the number of copies, then for each copy its subject, its header
@@ -120,7 +122,7 @@ func decodeBundle(data []byte) ([]*nats.Msg, error) {
 			Data    []byte      `json:"data"`
 		}
 		if err := json.Unmarshal(data, &legacy); err != nil {
-			return nil, fmt.Errorf("%w: %w", errBadBundle, err)
+			return nil, fmt.Errorf("%w: %w", ErrBadBundle, err)
 		}
 		out := make([]*nats.Msg, len(legacy))
 		for i, c := range legacy {
@@ -129,19 +131,19 @@ func decodeBundle(data []byte) ([]*nats.Msg, error) {
 		return out, nil
 	}
 	if len(data) == 0 || data[0] != bundleFormat {
-		return nil, fmt.Errorf("%w: unknown format", errBadBundle)
+		return nil, fmt.Errorf("%w: unknown format", ErrBadBundle)
 	}
 	r := bundleReader{b: data[1:]}
 	count := r.uvarint()
 	if count > uint64(len(r.b)) { // each copy takes at least three bytes
-		return nil, fmt.Errorf("%w: %d copies in %d bytes", errBadBundle, count, len(r.b))
+		return nil, fmt.Errorf("%w: %d copies in %d bytes", ErrBadBundle, count, len(r.b))
 	}
 	out := make([]*nats.Msg, 0, count)
 	for range count {
 		m := &nats.Msg{Subject: string(r.bytes())}
 		n := r.uvarint()
 		if n > uint64(len(r.b)) { // each value takes at least two bytes
-			return nil, fmt.Errorf("%w: %d header values in %d bytes", errBadBundle, n, len(r.b))
+			return nil, fmt.Errorf("%w: %d header values in %d bytes", ErrBadBundle, n, len(r.b))
 		}
 		m.Header = make(nats.Header, n)
 		for range n {
@@ -157,7 +159,7 @@ func decodeBundle(data []byte) ([]*nats.Msg, error) {
 		out = append(out, m)
 	}
 	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%w: %d bytes after the last copy", errBadBundle, len(r.b))
+		r.err = fmt.Errorf("%w: %d bytes after the last copy", ErrBadBundle, len(r.b))
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -177,7 +179,7 @@ func (r *bundleReader) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.err = fmt.Errorf("%w: bad length", errBadBundle)
+		r.err = fmt.Errorf("%w: bad length", ErrBadBundle)
 		return 0
 	}
 	r.b = r.b[n:]
@@ -190,7 +192,7 @@ func (r *bundleReader) bytes() []byte {
 		return nil
 	}
 	if n > uint64(len(r.b)) {
-		r.err = fmt.Errorf("%w: field of %d bytes past the end", errBadBundle, n)
+		r.err = fmt.Errorf("%w: field of %d bytes past the end", ErrBadBundle, n)
 		return nil
 	}
 	v := r.b[:n]

@@ -259,25 +259,36 @@ func Unbundle(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) er
 			return fmt.Errorf("unbundling %d jobs: %w", len(copies), ctx.Err())
 		}
 	}
+	if err := deleteFromStream(ctx, js, msg); err != nil {
+		return fmt.Errorf("deleting unpacked bundle: %w", err)
+	}
+	return msg.Ack()
+}
+
+// deleteFromStream deletes msg from the stream it was delivered from; a
+// message already gone is no error.
+func deleteFromStream(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) error {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return fmt.Errorf("bundle metadata: %w", err)
+		return fmt.Errorf("metadata: %w", err)
 	}
 	stream, err := js.Stream(ctx, meta.Stream)
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", meta.Stream, err)
 	}
 	if err := stream.DeleteMsg(ctx, meta.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("deleting unpacked bundle: %w", err)
+		return fmt.Errorf("stream %s: %w", meta.Stream, err)
 	}
-	return msg.Ack()
+	return nil
 }
 
 // RunUnbundler pulls fired bundles from cons (a consumer filtering
-// BundlePrefix.u.*.*, which no single copy's subject matches) and unpacks them with Unbundle until ctx is
-// cancelled. A bundle that cannot be unpacked is handed back and tried
-// again after retry.
-func RunUnbundler(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, retry time.Duration, log *slog.Logger) {
+// BundlePrefix.u.*.*, which no single copy's subject matches) and unpacks
+// them with Unbundle until ctx is cancelled. A bundle that cannot be
+// unpacked now is handed back and tried again after retry; one that can
+// never be, because its data is not a bundle this version reads
+// (ErrBadBundle), goes to bad, which must take it out of the way.
+func RunUnbundler(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, retry time.Duration, bad func(context.Context, jetstream.Msg, error), log *slog.Logger) {
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Second)
 		batch, err := cons.Fetch(16, jetstream.FetchContext(fctx))
@@ -289,7 +300,11 @@ func RunUnbundler(ctx context.Context, js jetstream.JetStream, cons jetstream.Co
 		}
 		for m := range batch.Messages() {
 			uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if err := Unbundle(uctx, js, m); err != nil {
+			err := Unbundle(uctx, js, m)
+			switch {
+			case errors.Is(err, ErrBadBundle):
+				bad(uctx, m, err)
+			case err != nil:
 				log.Warn("unpacking a bundle of moved jobs failed; retrying", "subject", m.Subject(), "err", err)
 				if nerr := m.NakWithDelay(retry); nerr != nil {
 					log.Warn("hand back failed; JetStream redelivers after AckWait", "err", nerr)

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -238,7 +239,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.handlers.Add(1)
 		go func() {
 			defer w.handlers.Done()
-			RunUnbundler(ctx, w.js, w.bundles, w.cfg.RetryInitial, w.log)
+			RunUnbundler(ctx, w.js, w.bundles, w.cfg.RetryInitial, w.deadLetterBundle, w.log)
 		}()
 	}
 
@@ -823,7 +824,27 @@ func (w *Worker) deadLetterAsync(ctx context.Context, msg jetstream.Msg, id, ten
 // deadLetterSync publishes msg to the dead-letter subject, then terminates
 // it. If the publish fails the message is handed back with a delay, never
 // terminated, so nothing is lost.
-func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) {
+// deadLetterBundle takes a fired bundle that cannot be read out of the way:
+// to the dead-letter subject of the tenant its subject names, with the
+// reason, its data kept whole, then out of the jobs stream, where a bundle
+// counts as moved jobs still waiting.
+func (w *Worker) deadLetterBundle(ctx context.Context, msg jetstream.Msg, cause error) {
+	// The subject is <prefix>.u.<tenant>.<id>; the prefix may hold dots.
+	tenant := ""
+	if tokens := strings.Split(msg.Subject(), "."); len(tokens) >= 4 {
+		tenant = tokens[len(tokens)-2]
+	}
+	if !w.deadLetterSync(ctx, msg, "", tenant, "unreadable bundle of moved jobs: "+cause.Error(), 0) {
+		return
+	}
+	if err := deleteFromStream(ctx, w.js, msg); err != nil {
+		w.log.Warn("deleting a dead-lettered bundle failed; it stays in the jobs stream, acked", "subject", msg.Subject(), "err", err)
+	}
+}
+
+// deadLetterSync dead-letters msg and terminates it, and reports whether
+// it did; if the dead-letter publish fails, it hands msg back instead.
+func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) bool {
 	if id == "" {
 		if meta, err := msg.Metadata(); err == nil {
 			id = fmt.Sprintf("%s:%d", meta.Stream, meta.Sequence.Stream)
@@ -837,7 +858,7 @@ func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tena
 		if nerr := msg.NakWithDelay(w.cfg.RetryInitial); nerr != nil {
 			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "job", id, "err", nerr)
 		}
-		return
+		return false
 	}
 	w.stats.add(tenant, func(s *TenantStats) { s.DeadLettered++ })
 	w.log.Warn("job dead-lettered", "job", id, "tenant", tenant, "reason", reason)
@@ -848,6 +869,7 @@ func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tena
 	if err := term(); err != nil {
 		w.log.Warn("term failed; JetStream redelivers after AckWait and the dead letter is deduplicated", "job", id, "err", err)
 	}
+	return true
 }
 
 // truncate shortens s to at most n bytes.

@@ -320,3 +320,43 @@ func (e *env) subjectCount(stream, filter string) int {
 	}
 	return n
 }
+
+// TestUnreadableBundleIsDeadLettered: a message on a bundle's unpack subject
+// that is not a bundle this version reads (garbage, or the layout of a
+// later version) is not retried forever: it goes to the dead-letter subject
+// of the tenant its subject names, with the reason, and leaves the jobs
+// stream.
+func TestUnreadableBundleIsDeadLettered(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFER": "schedule"})
+	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	e.waitStream(cfg.Stream)
+	dlq := e.collect("dlq.*")
+	// The worker binds the schedule subjects once it has created the
+	// stream: publish until the stream takes it.
+	bogus := cfg.ScheduleSubject + ".u.acme.JOBS-1-ffff"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: bogus, Data: []byte{0xff, 1, 2, 3}})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publish %s: %v", bogus, err)
+		}
+	}
+	got := dlq.waitCount(t, 1, 10*time.Second)
+	if got[0].subject != "dlq.acme" || !strings.Contains(got[0].reason, "unreadable bundle") {
+		t.Errorf("dead letter on %s with reason %q, want dlq.acme and an unreadable bundle", got[0].subject, got[0].reason)
+	}
+	for deadline := time.Now().Add(5 * time.Second); e.subjectCount(cfg.Stream, bogus) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the unreadable bundle is still in the jobs stream")
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a retried bundle would be dead-lettered again by now
+	if n := len(dlq.all()); n != 1 {
+		t.Errorf("%d dead letters, want 1", n)
+	}
+}
