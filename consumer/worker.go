@@ -821,9 +821,6 @@ func (w *Worker) deadLetterAsync(ctx context.Context, msg jetstream.Msg, id, ten
 	}()
 }
 
-// deadLetterSync publishes msg to the dead-letter subject, then terminates
-// it. If the publish fails the message is handed back with a delay, never
-// terminated, so nothing is lost.
 // deadLetterBundle takes a fired bundle that cannot be read out of the way:
 // to the dead-letter subject of the tenant its subject names, with the
 // reason, its data kept whole, then out of the jobs stream, where a bundle
@@ -831,7 +828,7 @@ func (w *Worker) deadLetterAsync(ctx context.Context, msg jetstream.Msg, id, ten
 func (w *Worker) deadLetterBundle(ctx context.Context, msg jetstream.Msg, cause error) {
 	// The subject is <prefix>.u.<tenant>.<id>; the prefix may hold dots.
 	tenant := ""
-	if tokens := strings.Split(msg.Subject(), "."); len(tokens) >= 4 {
+	if tokens := strings.Split(msg.Subject(), "."); len(tokens) >= 4 && ValidTenant(tokens[len(tokens)-2]) == nil {
 		tenant = tokens[len(tokens)-2]
 	}
 	if !w.deadLetterSync(ctx, msg, "", tenant, "unreadable bundle of moved jobs: "+cause.Error(), 0) {
@@ -842,8 +839,9 @@ func (w *Worker) deadLetterBundle(ctx context.Context, msg jetstream.Msg, cause 
 	}
 }
 
-// deadLetterSync dead-letters msg and terminates it, and reports whether
-// it did; if the dead-letter publish fails, it hands msg back instead.
+// deadLetterSync publishes msg to the dead-letter subject, then terminates
+// it, and reports whether it did. If the publish fails the message is
+// handed back with a delay, never terminated, so nothing is lost.
 func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) bool {
 	if id == "" {
 		if meta, err := msg.Metadata(); err == nil {
