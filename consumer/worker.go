@@ -154,7 +154,8 @@ type Worker struct {
 	slots    chan struct{} // one token per running handler
 	credits  chan struct{} // one token per message pulled and not yet dispatched
 	handlers sync.WaitGroup
-	inflight sync.Map // *flight → struct{}, jobs with a running handler
+	inflight sync.Map // *flight → struct{}, admitted jobs, running or waiting for a slot
+	held     heldMsgs // messages pulled and not yet acted on
 
 	redisBackoff *backoff.ExponentialBackOff // used by Run's deciding loop only
 	redisDown    time.Time                   // when Redis began failing, zero while it answers; deciding loop only
@@ -389,7 +390,8 @@ func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) (i
 	}
 	got := 0
 	for msg := range batch.Messages() {
-		msgs <- msg // the dispatcher hands back what it will not start
+		w.held.add(msg) // kept alive until acted on
+		msgs <- msg                   // the dispatcher hands back what it will not start
 		got++
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
@@ -420,6 +422,7 @@ func (w *Worker) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstre
 // immediate redelivery.
 func (w *Worker) handBack(group []jetstream.Msg) {
 	for _, m := range group {
+		w.held.remove(m)
 		if err := m.Nak(); err != nil {
 			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", err)
 		}
@@ -576,6 +579,9 @@ func incarnation(job Job) int64 { return int64(job.Sequence % (1 << 53)) }
 // loop.
 func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	items := g.items
+	for _, it := range items {
+		w.held.remove(it.msg) // settled below, or a flight
+	}
 	var deferrals []Deferral
 	// Admitted jobs are started after the loop, taking the tenants in turn.
 	var admitted []*item
@@ -635,8 +641,17 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
 		}
 	}
-	for _, it := range tenantsInTurn(admitted) {
-		w.start(ctx, workCtx, it.msg, it.job)
+	// Every admitted job is a flight, kept alive, from now: the later ones
+	// may wait long for a slot while long jobs run.
+	order := tenantsInTurn(admitted)
+	flights := make([]*flight, len(order))
+	now := time.Now()
+	for i, it := range order {
+		flights[i] = &flight{msg: it.msg, started: now, log: w.log}
+		w.inflight.Store(flights[i], struct{}{})
+	}
+	for i, it := range order {
+		w.start(ctx, workCtx, flights[i], it.job)
 	}
 	return deferrals
 }
@@ -700,19 +715,19 @@ func (f *flight) settle(fn func(jetstream.Msg) error) bool {
 	return true
 }
 
-// start runs an admitted job's handler in its own goroutine once one of
-// the Concurrency slots is free, holding the slot until the job is settled.
-// If the worker stops first, the job is handed back.
-func (w *Worker) start(ctx, workCtx context.Context, msg jetstream.Msg, job Job) {
+// start runs the handler of an admitted job, its flight f already in
+// inflight, in its own goroutine once one of the Concurrency slots is free,
+// holding the slot until the job is settled. If the worker stops first, the
+// job is handed back.
+func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 	select {
 	case w.slots <- struct{}{}:
 	case <-ctx.Done():
-		w.handBack([]jetstream.Msg{msg})
+		w.inflight.Delete(f)
+		f.settle(func(m jetstream.Msg) error { return m.Nak() })
 		return
 	}
 	w.stats.add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
-	f := &flight{msg: msg, started: time.Now(), log: w.log}
-	w.inflight.Store(f, struct{}{})
 	w.handlers.Add(1)
 	go func() {
 		defer w.handlers.Done()
@@ -775,10 +790,12 @@ func (w *Worker) retryDelay(n int64) time.Duration {
 	return d
 }
 
-// keepAliveLoop tells JetStream every InProgressEvery that each running job
-// is still alive (InProgress), so a long handler outlives AckWait. One
-// ticker serves all jobs; a job started less than InProgressEvery ago needs
-// nothing yet.
+// keepAliveLoop tells JetStream every InProgressEvery that each job the
+// worker holds is still alive (InProgress): running, waiting for a handler
+// slot, or pulled and not yet decided (while Redis is down, say). A long
+// handler, or a long wait behind long handlers, then outlives AckWait
+// without a redelivery that would run the job twice. One ticker serves all
+// jobs; a job held less than InProgressEvery needs nothing yet.
 func (w *Worker) keepAliveLoop(done <-chan struct{}) {
 	t := time.NewTicker(w.cfg.InProgressEvery)
 	defer t.Stop()
@@ -796,8 +813,50 @@ func (w *Worker) keepAliveLoop(done <-chan struct{}) {
 				}
 				return true
 			})
+			for _, msg := range w.held.pulledBy(now.Add(-w.cfg.InProgressEvery)) {
+				if err := msg.InProgress(); err != nil {
+					w.log.Warn("in-progress signal failed", "subject", msg.Subject(), "err", err)
+				}
+			}
 		}
 	}
+}
+
+// heldMsgs are the messages a worker has pulled and not yet acted on, with
+// when each was pulled. Safe for concurrent use; the zero value is ready.
+type heldMsgs struct {
+	mu   sync.Mutex
+	msgs map[jetstream.Msg]time.Time
+}
+
+// add records msg as pulled now.
+func (h *heldMsgs) add(msg jetstream.Msg) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.msgs == nil {
+		h.msgs = make(map[jetstream.Msg]time.Time)
+	}
+	h.msgs[msg] = time.Now()
+}
+
+// remove forgets msg.
+func (h *heldMsgs) remove(msg jetstream.Msg) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.msgs, msg)
+}
+
+// pulledBy returns the messages pulled at or before t.
+func (h *heldMsgs) pulledBy(t time.Time) []jetstream.Msg {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []jetstream.Msg
+	for msg, at := range h.msgs {
+		if !at.After(t) {
+			out = append(out, msg)
+		}
+	}
+	return out
 }
 
 // callHandler runs h, turning a panic into an error of that job; the stack

@@ -614,3 +614,46 @@ func (e *env) runWorker(cfg *config.Config) (stop func() error) {
 	e.t.Cleanup(func() { _ = stop() })
 	return stop
 }
+
+// TestJobsWaitingForAHandlerSlotOutliveAckWait: admitted jobs waiting for a
+// handler slot (every slot busy with a long job) are kept alive like running
+// jobs, so JetStream does not redeliver them after AckWait: each runs once,
+// on its first delivery, and is charged once.
+func TestJobsWaitingForAHandlerSlotOutliveAckWait(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{
+		"THROTTLER_ACK_WAIT":      "1s",
+		"THROTTLER_DEFAULT_LIMIT": "1000/s",
+		"THROTTLER_CONCURRENCY":   "1",
+	})
+	e.ensureStream(cfg)
+	log := newCallLog()
+	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
+		select {
+		case <-time.After(1500 * time.Millisecond): // longer than AckWait
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return forward(ctx, job)
+	}))
+	out := e.collect("done.*")
+
+	// Published together, pulled together: the second waits 1.5 s for the
+	// one slot, the third 3 s.
+	want := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		want[jobID(cfg.Stream, e.publish("jobs.acme", nil, []byte("x")))] = true
+	}
+	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 20*time.Second), want)
+	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	for id := range want {
+		calls := log.calls(id)
+		if len(calls) != 1 || calls[0].delivered != 1 {
+			t.Errorf("job %s: calls %+v, want one call at delivery 1", id, calls)
+		}
+	}
+	if info := e.consumerInfo(cfg.Stream, cfg.Consumer); info.NumRedelivered != 0 {
+		t.Errorf("consumer redelivered %d messages, want 0", info.NumRedelivered)
+	}
+}
