@@ -391,7 +391,7 @@ func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) (i
 	got := 0
 	for msg := range batch.Messages() {
 		w.held.add(msg) // kept alive until acted on
-		msgs <- msg                   // the dispatcher hands back what it will not start
+		msgs <- msg     // the dispatcher hands back what it will not start
 		got++
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
