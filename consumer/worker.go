@@ -211,6 +211,10 @@ func New(p Params) (*Worker, error) {
 // Stats returns a snapshot of the per-tenant counters.
 func (w *Worker) Stats() map[string]TenantStats { return w.stats.snapshot() }
 
+// Held is how many pulled messages the worker has not yet acted on (not yet
+// decided, or decided and not yet started, settled or deferred).
+func (w *Worker) Held() int { return w.held.count() }
+
 // Run pulls and throttles jobs until ctx is cancelled, then shuts down:
 // it stops pulling, hands back (NAK) jobs not yet started, lets running jobs
 // finish for up to ShutdownTimeout, then cancels them and hands them back
@@ -844,6 +848,13 @@ func (h *heldMsgs) remove(msg jetstream.Msg) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.msgs, msg)
+}
+
+// count is how many messages are held.
+func (h *heldMsgs) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.msgs)
 }
 
 // pulledBy returns the messages pulled at or before t.

@@ -17,7 +17,7 @@ func TestForwardsAdmittedJobs(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"})
 	e.ensureStream(cfg)
-	e.startWorker(cfg, nil)
+	w := e.startWorker(cfg, nil)
 	out := e.collect("done.*")
 	want := map[string]bool{}
 	for i := 0; i < 50; i++ {
@@ -33,6 +33,10 @@ func TestForwardsAdmittedJobs(t *testing.T) {
 		if m.subject != "done.acme" || m.tenant != "acme" {
 			t.Fatalf("forwarded to %s tenant %q, want done.acme", m.subject, m.tenant)
 		}
+	}
+	// Every pulled message was acted on: none is left to be kept alive.
+	if n := w.held(); n != 0 {
+		t.Errorf("the worker still holds %d pulled messages after forwarding every job", n)
 	}
 }
 

@@ -140,6 +140,16 @@ func (w *worker) stats() map[string]consumer.TenantStats {
 	return w.w.Stats()
 }
 
+// held returns how many pulled messages the worker has not acted on.
+func (w *worker) held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.w == nil {
+		return 0
+	}
+	return w.w.Held()
+}
+
 // redisClient returns a client of e's Redis with the options the binary
 // uses for cfg; it is closed when the test ends.
 func (e *env) redisClient(cfg *config.Config) *redis.Client {

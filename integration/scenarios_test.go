@@ -629,7 +629,7 @@ func TestJobsWaitingForAHandlerSlotOutliveAckWait(t *testing.T) {
 	e.ensureStream(cfg)
 	log := newCallLog()
 	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
-	e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
+	w := e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
 		select {
 		case <-time.After(1500 * time.Millisecond): // longer than AckWait
 		case <-ctx.Done():
@@ -655,5 +655,8 @@ func TestJobsWaitingForAHandlerSlotOutliveAckWait(t *testing.T) {
 	}
 	if info := e.consumerInfo(cfg.Stream, cfg.Consumer); info.NumRedelivered != 0 {
 		t.Errorf("consumer redelivered %d messages, want 0", info.NumRedelivered)
+	}
+	if n := w.held(); n != 0 {
+		t.Errorf("the worker still holds %d pulled messages after acting on every job", n)
 	}
 }
