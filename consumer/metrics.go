@@ -33,5 +33,6 @@ func MetricsHandler(w *Worker) http.Handler {
 				fmt.Fprintf(rw, "throttler_%s_total{tenant=%q} %d\n", m.name, t, m.get(snap[t]))
 			}
 		}
+		fmt.Fprintf(rw, "# HELP throttler_held_jobs Jobs pulled and not yet decided or acted on.\n# TYPE throttler_held_jobs gauge\nthrottler_held_jobs %d\n", w.Held())
 	})
 }
