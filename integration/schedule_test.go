@@ -360,3 +360,56 @@ func TestUnreadableBundleIsDeadLettered(t *testing.T) {
 		t.Errorf("%d dead letters, want 1", n)
 	}
 }
+
+// TestStreamRetentionAndMoves: a jobs stream with interest retention drops
+// at once a message no consumer wants, so a moved job's copy would be lost
+// there. On such a stream THROTTLER_DEFER=auto defers with NAK only (and
+// loses nothing), and THROTTLER_DEFER=schedule refuses to start. A stream
+// with work-queue retention keeps the copies: jobs are moved there as on
+// one with limits retention.
+func TestStreamRetentionAndMoves(t *testing.T) {
+	for _, tc := range []struct {
+		retention jetstream.RetentionPolicy
+		moves     bool
+	}{
+		{jetstream.InterestPolicy, false},
+		{jetstream.WorkQueuePolicy, true},
+	} {
+		t.Run(tc.retention.String(), func(t *testing.T) {
+			e := setup(t)
+			// MaxAckPending 40: a tenant's fair share of NAK'd jobs is one,
+			// so a worker that may move jobs moves the rest.
+			vars := map[string]string{"THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_DEFER": "auto", "THROTTLER_MAX_ACK_PENDING": "40"}
+			cfg := e.config(vars)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: tc.retention})
+			must(t, err, "create stream")
+			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+			out := e.collect("done.*")
+			const n = 6
+			want := map[string]bool{}
+			for range n {
+				want[jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))] = true
+			}
+			checkExactlyOnce(t, "forwarded", out.waitCount(t, n, 15*time.Second), want)
+			if moved := w.stats()["slow"].Moved; (moved > 0) != tc.moves {
+				t.Errorf("moved %d jobs; want moves: %v", moved, tc.moves)
+			}
+			if tc.retention != jetstream.InterestPolicy {
+				return
+			}
+			w.stop(t)
+			vars["THROTTLER_DEFER"] = "schedule"
+			refused := e.startWorker(e.config(vars), consumer.Forwarder(e.js, cfg.ForwardSubject))
+			select {
+			case <-refused.done:
+				if !errors.Is(refused.err, app.ErrUnsupported) || !strings.Contains(refused.err.Error(), "THROTTLER_DEFER") {
+					t.Errorf("schedule on an interest stream: %v, want ErrUnsupported naming THROTTLER_DEFER", refused.err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("THROTTLER_DEFER=schedule started on a stream with interest retention")
+			}
+		})
+	}
+}

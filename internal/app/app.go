@@ -133,6 +133,19 @@ type deferPath struct {
 	movesBack bool
 }
 
+// hasInterestRetention reports whether the stream name exists with
+// interest retention.
+func hasInterestRetention(ctx context.Context, js jetstream.JetStream, name string) (bool, error) {
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, nil // created below, with limits retention
+	}
+	if err != nil {
+		return false, fmt.Errorf("stream %s: %w", name, err)
+	}
+	return s.CachedInfo().Config.Retention == jetstream.InterestPolicy, nil
+}
+
 // holdsMovedJobs reports whether the jobs stream is set up for moved jobs
 // (message schedules on, the schedule subjects bound), so that some may
 // still be waiting there.
@@ -160,6 +173,24 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 			path.mode = config.DeferNak
 		} else {
 			spec.ScheduleSubjects = []string{cfg.ScheduleSubject + ".>"}
+		}
+	}
+	if len(spec.ScheduleSubjects) > 0 {
+		// A stream with interest retention drops at once a message no
+		// consumer wants: a moved job's copy, which no consumer reads, would
+		// be lost.
+		interest, err := hasInterestRetention(ctx, js, cfg.Stream)
+		if err != nil {
+			return nil, nil, deferPath{}, err
+		}
+		if interest && path.mode == config.DeferSchedule {
+			return nil, nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule cannot move jobs in stream %s: its interest retention drops the moved copies no consumer reads; use a stream with limits or work-queue retention: %w", cfg.Stream, ErrUnsupported)
+		}
+		if interest {
+			log.Warn("the jobs stream has interest retention, which would drop moved jobs; deferring with NAK only: deferred jobs hold MaxAckPending slots while they wait",
+				"stream", cfg.Stream)
+			path.mode = config.DeferNak
+			spec.ScheduleSubjects = nil
 		}
 	}
 	stream, err := consumer.EnsureStream(ctx, js, spec)
