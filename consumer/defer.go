@@ -234,9 +234,12 @@ func bundleDigest(ds []Deferral) string {
 
 // Unbundle publishes the scheduled copies a fired bundle carries, waits for
 // their publish acks, then deletes the bundle from the stream (so a bundle
-// still in the stream is one not yet unpacked) and acks it. If any step
+// still in the stream is one not yet unpacked) and acks it. If publishing
 // fails the caller hands the bundle back; unpacked again later, the copies
-// already stored are deduplicated by their Nats-Msg-Id.
+// already stored are deduplicated by their Nats-Msg-Id. If only the
+// deletion fails (a stream that denies deletes, say), the bundle is acked
+// all the same, its copies being stored, and the error matches
+// errBundleLeft: handed back, it would be unpacked again and again.
 func Unbundle(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) error {
 	copies, err := decodeBundle(msg.Data())
 	if err != nil {
@@ -260,10 +263,17 @@ func Unbundle(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) er
 		}
 	}
 	if err := deleteFromStream(ctx, js, msg); err != nil {
-		return fmt.Errorf("deleting unpacked bundle: %w", err)
+		if aerr := msg.Ack(); aerr != nil {
+			return fmt.Errorf("acking unpacked bundle: %w", aerr)
+		}
+		return fmt.Errorf("%w: %w", errBundleLeft, err)
 	}
 	return msg.Ack()
 }
+
+// errBundleLeft says a bundle was unpacked and acked but is still in the
+// stream: deleting it failed.
+var errBundleLeft = errors.New("unpacked bundle left in the stream")
 
 // deleteFromStream deletes msg from the stream it was delivered from; a
 // message already gone is no error.
@@ -304,6 +314,8 @@ func RunUnbundler(ctx context.Context, js jetstream.JetStream, cons jetstream.Co
 			switch {
 			case errors.Is(err, ErrBadBundle):
 				bad(uctx, m, err)
+			case errors.Is(err, errBundleLeft):
+				log.Warn("could not delete an unpacked bundle; it stays in the stream, acked", "subject", m.Subject(), "err", err)
 			case err != nil:
 				log.Warn("unpacking a bundle of moved jobs failed; retrying", "subject", m.Subject(), "err", err)
 				if nerr := m.NakWithDelay(retry); nerr != nil {

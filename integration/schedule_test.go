@@ -413,3 +413,35 @@ func TestStreamRetentionAndMoves(t *testing.T) {
 		})
 	}
 }
+
+// TestBundlesInAStreamThatDeniesDeletes: on a jobs stream with DenyDelete,
+// an unpacked bundle cannot be deleted; it is acked all the same (its
+// copies are stored) rather than handed back to be unpacked again and
+// again, and every job runs once.
+func TestBundlesInAStreamThatDeniesDeletes(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_DEFER": "schedule"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, DenyDelete: true})
+	must(t, err, "create stream")
+	// Published before the worker starts, so it pulls them together and
+	// moves the deferred ones as one bundle.
+	const n = 6
+	want := map[string]bool{}
+	for range n {
+		want[jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))] = true
+	}
+	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	out := e.collect("done.*")
+	checkExactlyOnce(t, "forwarded", out.waitCount(t, n, 15*time.Second), want)
+	if moved := w.stats()["slow"].Moved; moved != n-1 {
+		t.Errorf("moved %d jobs, want %d", moved, n-1)
+	}
+	time.Sleep(1500 * time.Millisecond) // a handed-back bundle would be redelivered by now
+	info := e.consumerInfo(cfg.Stream, cfg.Consumer+"_bundles")
+	if info.NumRedelivered != 0 || info.NumAckPending != 0 || info.Delivered.Consumer == 0 {
+		t.Errorf("bundles consumer: %d delivered, %d redelivered, %d ack-pending; want some delivered, none redelivered or pending",
+			info.Delivered.Consumer, info.NumRedelivered, info.NumAckPending)
+	}
+}
