@@ -515,14 +515,24 @@ func TestRedisDownAllowPolicy(t *testing.T) {
 // keeps its job with InProgress; the job is neither redelivered nor run
 // twice.
 func TestLongHandlerOutlivesAckWait(t *testing.T) {
+	checkSlowJobsRunOnce(t, map[string]string{"THROTTLER_ACK_WAIT": "1s"}, 3*time.Second)
+}
+
+// checkSlowJobsRunOnce publishes three jobs together to a worker set with
+// vars whose handler works for work, longer than AckWait, and checks that
+// each ran once, on its first delivery, that nothing was redelivered, and
+// that the worker holds no pulled message at the end.
+func checkSlowJobsRunOnce(t *testing.T, vars map[string]string, work time.Duration) {
+	t.Helper()
 	e := setup(t)
-	cfg := e.config(map[string]string{"THROTTLER_ACK_WAIT": "1s", "THROTTLER_DEFAULT_LIMIT": "1000/s"})
+	vars["THROTTLER_DEFAULT_LIMIT"] = "1000/s"
+	cfg := e.config(vars)
 	e.ensureStream(cfg)
 	log := newCallLog()
 	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
-	e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
+	w := e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
 		select {
-		case <-time.After(3 * time.Second): // the work itself
+		case <-time.After(work): // the work itself
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -534,7 +544,7 @@ func TestLongHandlerOutlivesAckWait(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		want[jobID(cfg.Stream, e.publish("jobs.acme", nil, []byte("x")))] = true
 	}
-	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 15*time.Second), want)
+	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 20*time.Second), want)
 	e.waitConsumerIdle(t, cfg, 10*time.Second)
 	for id := range want {
 		calls := log.calls(id)
@@ -544,6 +554,9 @@ func TestLongHandlerOutlivesAckWait(t *testing.T) {
 	}
 	if info := e.consumerInfo(cfg.Stream, cfg.Consumer); info.NumRedelivered != 0 {
 		t.Errorf("consumer redelivered %d messages, want 0", info.NumRedelivered)
+	}
+	if n := w.held(); n != 0 {
+		t.Errorf("the worker still holds %d pulled messages after acting on every job", n)
 	}
 }
 
@@ -618,45 +631,8 @@ func (e *env) runWorker(cfg *config.Config) (stop func() error) {
 // TestJobsWaitingForAHandlerSlotOutliveAckWait: admitted jobs waiting for a
 // handler slot (every slot busy with a long job) are kept alive like running
 // jobs, so JetStream does not redeliver them after AckWait: each runs once,
-// on its first delivery, and is charged once.
+// on its first delivery, and is charged once. With one slot and jobs of
+// 1.5 s, published together, the second waits 1.5 s and the third 3 s.
 func TestJobsWaitingForAHandlerSlotOutliveAckWait(t *testing.T) {
-	e := setup(t)
-	cfg := e.config(map[string]string{
-		"THROTTLER_ACK_WAIT":      "1s",
-		"THROTTLER_DEFAULT_LIMIT": "1000/s",
-		"THROTTLER_CONCURRENCY":   "1",
-	})
-	e.ensureStream(cfg)
-	log := newCallLog()
-	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
-	w := e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
-		select {
-		case <-time.After(1500 * time.Millisecond): // longer than AckWait
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		return forward(ctx, job)
-	}))
-	out := e.collect("done.*")
-
-	// Published together, pulled together: the second waits 1.5 s for the
-	// one slot, the third 3 s.
-	want := map[string]bool{}
-	for i := 0; i < 3; i++ {
-		want[jobID(cfg.Stream, e.publish("jobs.acme", nil, []byte("x")))] = true
-	}
-	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 20*time.Second), want)
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
-	for id := range want {
-		calls := log.calls(id)
-		if len(calls) != 1 || calls[0].delivered != 1 {
-			t.Errorf("job %s: calls %+v, want one call at delivery 1", id, calls)
-		}
-	}
-	if info := e.consumerInfo(cfg.Stream, cfg.Consumer); info.NumRedelivered != 0 {
-		t.Errorf("consumer redelivered %d messages, want 0", info.NumRedelivered)
-	}
-	if n := w.held(); n != 0 {
-		t.Errorf("the worker still holds %d pulled messages after acting on every job", n)
-	}
+	checkSlowJobsRunOnce(t, map[string]string{"THROTTLER_ACK_WAIT": "1s", "THROTTLER_CONCURRENCY": "1"}, 1500*time.Millisecond)
 }
