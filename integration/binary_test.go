@@ -17,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/internal/testenv"
 )
 
 // buildThrottler builds cmd/throttler into a temporary directory and
@@ -88,6 +90,8 @@ func TestBinary(t *testing.T) {
 	bin := buildThrottler(t)
 
 	t.Run("SIGTERMMidRunLosesNothing", func(t *testing.T) { testSIGTERM(t, bin) })
+
+	t.Run("SIGKILLMidRunLosesNothing", func(t *testing.T) { testSIGKILL(t, bin) })
 
 	t.Run("BadSettingsExitTwo", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -313,4 +317,85 @@ func testSIGTERM(t *testing.T, bin string) {
 	}
 	e.waitConsumerIdle(t, cfg, 10*time.Second)
 	checkExactlyOnce(t, "forwarded", out.all(), wantAll)
+}
+
+// testSIGKILL kills the binary (SIGKILL: no shutdown at all) while it
+// throttles a backlog, moving most of it off the consumer, then starts
+// another. Every job must still be forwarded; one may be forwarded twice
+// only if its handler was running at the kill (at least once: at most
+// THROTTLER_CONCURRENCY of them), never because it was moved.
+func testSIGKILL(t *testing.T, bin string) {
+	e := setup(t)
+	vars := map[string]string{
+		"THROTTLER_TENANT_LIMITS":   "t=50/s:10",
+		"THROTTLER_MAX_ACK_PENDING": "200", // a tenant's share of NAK'd jobs: 5; the rest are moved
+		"THROTTLER_ACK_WAIT":        "2s",  // jobs held at the kill come back soon
+		"THROTTLER_CONCURRENCY":     "16",
+		"THROTTLER_LOG_LEVEL":       "warn",
+	}
+	cfg := e.config(vars)
+	e.ensureStream(cfg)
+	vars["NATS_URL"], vars["REDIS_URL"] = e.nats.URL(), e.redis.URL()
+	vars["THROTTLER_METRICS_ADDR"] = "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	// Every forward publish, even one the output stream deduplicates.
+	var mu sync.Mutex
+	runs := map[string]int{}
+	sub, err := e.nc.Subscribe("done.>", func(m *nats.Msg) {
+		mu.Lock()
+		runs[m.Header.Get("Throttler-Job-Id")]++
+		mu.Unlock()
+	})
+	must(t, err, "subscribe done.>")
+	defer func() { _ = sub.Unsubscribe() }()
+	forwarded := func() (distinct, twice int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range runs {
+			if n > 1 {
+				twice++
+			}
+		}
+		return len(runs), twice
+	}
+
+	start := func() (*exec.Cmd, *lockedBuffer) {
+		cmd, _, stderr := throttlerCmd(context.Background(), bin, vars)
+		must(t, cmd.Start(), "start throttler")
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd, stderr
+	}
+	first, stderr1 := start()
+	const n = 500
+	futures := make([]jetstream.PubAckFuture, 0, n)
+	for range n {
+		f, err := e.js.PublishMsgAsync(&nats.Msg{Subject: "jobs.t", Data: []byte("x")})
+		must(t, err, "publish")
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("publish: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("publish: no ack")
+		}
+	}
+	waitFor(t, 20*time.Second, "the first worker to forward jobs", func() bool { d, _ := forwarded(); return d >= 50 })
+	m, err := scrape(vars["THROTTLER_METRICS_ADDR"])
+	must(t, err, "metrics of the first worker")
+	if moved := m[`throttler_moved_total{tenant="t"}`]; moved == 0 {
+		t.Fatalf("the first worker moved no job before the kill")
+	}
+	must(t, first.Process.Kill(), "SIGKILL")
+	_ = first.Wait()
+
+	vars["THROTTLER_METRICS_ADDR"] = ""
+	_, stderr2 := start()
+	waitFor(t, 60*time.Second, "every job forwarded", func() bool { d, _ := forwarded(); return d >= n })
+	time.Sleep(2 * time.Second) // a second forward of a moved job would show by now
+	if d, twice := forwarded(); d != n || twice > 16 {
+		t.Errorf("%d of %d jobs forwarded, %d more than once (at most 16 may: those running at the kill)\nfirst worker:\n%s\nsecond worker:\n%s",
+			d, n, twice, stderr1.String(), stderr2.String())
+	}
 }
