@@ -445,3 +445,33 @@ func TestBundlesInAStreamThatDeniesDeletes(t *testing.T) {
 			info.Delivered.Consumer, info.NumRedelivered, info.NumAckPending)
 	}
 }
+
+// TestMovesWithTenantFromHeader: with the tenant in a header
+// (THROTTLER_TENANT_FROM=header:…), a moved job's copy keeps the header, so
+// it comes back as the same tenant's job, and bundles are named after it.
+func TestMovesWithTenantFromHeader(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{
+		"THROTTLER_TENANT_FROM":   "header:Tenant-Id",
+		"THROTTLER_TENANT_LIMITS": "slow=5/s:1",
+		"THROTTLER_DEFER":         "schedule",
+	})
+	e.ensureStream(cfg)
+	const n = 6
+	want := map[string]bool{}
+	for range n {
+		want[jobID(cfg.Stream, e.publish("jobs.any", nats.Header{"Tenant-Id": {"slow"}}, []byte("x")))] = true
+	}
+	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	out := e.collect("done.*")
+	got := out.waitCount(t, n, 15*time.Second)
+	checkExactlyOnce(t, "forwarded", got, want)
+	for _, m := range got {
+		if m.subject != "done.slow" {
+			t.Errorf("job %s forwarded to %s, want done.slow", m.jobID, m.subject)
+		}
+	}
+	if moved := w.stats()["slow"].Moved; moved != n-1 {
+		t.Errorf("moved %d jobs, want %d", moved, n-1)
+	}
+}
