@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,42 +289,6 @@ func deleteFromStream(ctx context.Context, js jetstream.JetStream, msg jetstream
 		return fmt.Errorf("stream %s: %w", meta.Stream, err)
 	}
 	return nil
-}
-
-// RunUnbundler pulls fired bundles from cons (a consumer filtering
-// BundlePrefix.u.*.*, which no single copy's subject matches) and unpacks
-// them with Unbundle until ctx is cancelled. A bundle that cannot be
-// unpacked now is handed back and tried again after retry; one that can
-// never be, because its data is not a bundle this version reads
-// (ErrBadBundle), goes to bad, which must take it out of the way.
-func RunUnbundler(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, retry time.Duration, bad func(context.Context, jetstream.Msg, error), log *slog.Logger) {
-	for ctx.Err() == nil {
-		fctx, cancel := context.WithTimeout(ctx, time.Second)
-		batch, err := cons.Fetch(16, jetstream.FetchContext(fctx))
-		if err != nil {
-			cancel()
-			log.Warn("pulling bundles failed; retrying", "err", err)
-			sleep(ctx, retry)
-			continue
-		}
-		for m := range batch.Messages() {
-			uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			err := Unbundle(uctx, js, m)
-			switch {
-			case errors.Is(err, ErrBadBundle):
-				bad(uctx, m, err)
-			case errors.Is(err, errBundleLeft):
-				log.Warn("could not delete an unpacked bundle; it stays in the stream, acked", "subject", m.Subject(), "err", err)
-			case err != nil:
-				log.Warn("unpacking a bundle of moved jobs failed; retrying", "subject", m.Subject(), "err", err)
-				if nerr := m.NakWithDelay(retry); nerr != nil {
-					log.Warn("hand back failed; JetStream redelivers after AckWait", "err", nerr)
-				}
-			}
-			ucancel()
-		}
-		cancel()
-	}
 }
 
 // copyFieldCount is how many headers a scheduled copy sets itself.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/throttle"
@@ -133,6 +134,10 @@ type Params struct {
 	// Bundles, when set, is the consumer of fired bundles of moved jobs
 	// (see ScheduleDeferrer.Bundle); Run unpacks them while it runs.
 	Bundles jetstream.Consumer
+	// Recreate, when set, sets up the stream and the consumers again. Run
+	// calls it when a pull finds its consumer deleted (or no one answers
+	// for it), so a worker outlives an operator's mistake.
+	Recreate func(context.Context) error
 	// Config tunes the worker.
 	Config Config
 }
@@ -142,6 +147,7 @@ type Worker struct {
 	js       jetstream.JetStream
 	cons     jetstream.Consumer
 	bundles  jetstream.Consumer
+	recreate func(context.Context) error
 	decider  Decider
 	failures FailureCounter
 	handler  Handler
@@ -194,6 +200,7 @@ func New(p Params) (*Worker, error) {
 		js:           p.JetStream,
 		cons:         p.Consumer,
 		bundles:      p.Bundles,
+		recreate:     p.Recreate,
 		decider:      p.Decider,
 		failures:     p.Failures,
 		handler:      p.Handler,
@@ -244,7 +251,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.handlers.Add(1)
 		go func() {
 			defer w.handlers.Done()
-			RunUnbundler(ctx, w.js, w.bundles, w.cfg.RetryInitial, w.deadLetterBundle, w.log)
+			w.unbundleLoop(ctx)
 		}()
 	}
 
@@ -349,12 +356,70 @@ func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error
 		if err != nil {
 			wait := bo.NextBackOff()
 			w.log.Warn("pull failed; retrying", "err", err, "retry_in", wait)
+			w.recreateIfGone(ctx, err)
 			if !sleep(ctx, wait) {
 				return ctx.Err()
 			}
 			continue
 		}
 		bo.Reset()
+	}
+}
+
+// recreateIfGone sets up the stream and consumers again when err, from a
+// pull, says the consumer is gone: deleted, or no one answers for it.
+func (w *Worker) recreateIfGone(ctx context.Context, err error) {
+	if w.recreate == nil || !(errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders)) {
+		return
+	}
+	if rerr := w.recreate(ctx); rerr != nil {
+		w.log.Warn("setting up the consumer again failed; retrying", "err", rerr)
+		return
+	}
+	w.log.Warn("the consumer was gone; set it up again", "err", err)
+}
+
+// unbundleLoop pulls fired bundles from the bundles consumer (filtering
+// <prefix>.u.*.*, which no single copy's subject matches) and unpacks them
+// with Unbundle until ctx is cancelled. A bundle that cannot be unpacked
+// now is handed back and tried again after RetryInitial; one that never
+// can be (ErrBadBundle) is dead-lettered.
+func (w *Worker) unbundleLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		batch, err := w.bundles.Fetch(16, jetstream.FetchContext(fctx))
+		if err == nil {
+			for m := range batch.Messages() {
+				w.unbundleOne(ctx, m)
+			}
+			err = batch.Error()
+		}
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			w.log.Warn("pulling bundles failed; retrying", "err", err)
+			w.recreateIfGone(ctx, err)
+			sleep(ctx, w.cfg.RetryInitial)
+		}
+	}
+}
+
+// unbundleOne unpacks one fired bundle, or hands it back, or dead-letters
+// it.
+func (w *Worker) unbundleOne(ctx context.Context, m jetstream.Msg) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := Unbundle(uctx, w.js, m)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrBadBundle):
+		w.deadLetterBundle(uctx, m, err)
+	case errors.Is(err, errBundleLeft):
+		w.log.Warn("could not delete an unpacked bundle; it stays in the stream, acked", "subject", m.Subject(), "err", err)
+	default:
+		w.log.Warn("unpacking a bundle of moved jobs failed; retrying", "subject", m.Subject(), "err", err)
+		if nerr := m.NakWithDelay(w.cfg.RetryInitial); nerr != nil {
+			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", nerr)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -111,5 +112,50 @@ func TestNATSRestartMidRun(t *testing.T) {
 		if !ids[m.jobID] {
 			t.Errorf("forwarded job %s was never published", m.jobID)
 		}
+	}
+}
+
+// TestConsumerDeletedMidRun: an operator deletes the workers' consumer (or
+// the whole jobs stream) while they run. The worker notices at its next
+// pull, sets them up again and goes on: jobs published afterwards run. (A
+// recreated stream numbers its messages from 1 again, so their ids repeat
+// those of the deleted stream's jobs and the output stream deduplicates the
+// forward of JOBS:1: jobs are counted where they run, not as forwards.)
+func TestConsumerDeletedMidRun(t *testing.T) {
+	for _, what := range []string{"consumer", "stream"} {
+		t.Run(what, func(t *testing.T) {
+			e := setup(t)
+			cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"})
+			e.ensureStream(cfg)
+			w := e.startWorker(cfg, nil)
+			completed := func() bool { return w.stats()["acme"].Completed >= 1 }
+			e.waitStream(cfg.Stream)
+			e.publish("jobs.acme", nil, []byte("x"))
+			waitFor(t, 10*time.Second, "the first job", completed)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if what == "consumer" {
+				must(t, e.js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer), "delete consumer")
+			} else {
+				must(t, e.js.DeleteStream(ctx, cfg.Stream), "delete stream")
+			}
+			// Publish until the stream takes the jobs again (at once when
+			// only the consumer went).
+			want := 1
+			for deadline := time.Now().Add(15 * time.Second); want < 6; time.Sleep(50 * time.Millisecond) {
+				pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+				_, err := e.js.Publish(pctx, "jobs.acme", []byte("x"))
+				pcancel()
+				if err == nil {
+					want++
+				} else if time.Now().After(deadline) {
+					t.Fatalf("the jobs stream did not come back: %v", err)
+				}
+			}
+			waitFor(t, 20*time.Second, "the jobs published after the deletion", func() bool {
+				return w.stats()["acme"].Completed >= int64(want)
+			})
+		})
 	}
 }

@@ -58,10 +58,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	var (
 		cons, bundles jetstream.Consumer
 		path          deferPath
+		recreate      func(context.Context) error
 	)
 	setup := func() error {
 		var err error
-		cons, bundles, path, err = ensure(ctx, opts.NATS, js, cfg, log)
+		cons, bundles, path, recreate, err = ensure(ctx, opts.NATS, js, cfg, log)
 		if errors.Is(err, ErrUnsupported) {
 			return backoff.Permanent(err) // retrying cannot help
 		}
@@ -101,6 +102,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		Handler:   handler,
 		Deferrer:  path.deferrer(js, cfg),
 		Bundles:   bundles,
+		Recreate:  recreate,
 		Config:    path.workerConfig(cfg, log),
 	})
 	if err != nil {
@@ -155,10 +157,12 @@ func holdsMovedJobs(stream jetstream.Stream, cfg *config.Config) bool {
 }
 
 // ensure creates or checks the jobs stream, the output streams and the
-// consumer, and chooses the deferral path.
-func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (cons, bundles jetstream.Consumer, path deferPath, err error) {
+// consumer, and chooses the deferral path. It also returns recreate, which
+// sets up the jobs stream and the consumers again as chosen, for a worker
+// that finds them deleted.
+func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (cons, bundles jetstream.Consumer, path deferPath, recreate func(context.Context) error, err error) {
 	if !nc.IsConnected() {
-		return nil, nil, deferPath{}, errors.New("not connected to NATS")
+		return nil, nil, deferPath{}, nil, errors.New("not connected to NATS")
 	}
 	version := nc.ConnectedServerVersion()
 	path = deferPath{mode: cfg.Defer, termWithReason: serverAtLeast(version, 2, 10)}
@@ -166,7 +170,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	if path.mode != config.DeferNak {
 		if !serverAtLeast(version, 2, 12) {
 			if path.mode == config.DeferSchedule {
-				return nil, nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s: %w", version, ErrUnsupported)
+				return nil, nil, deferPath{}, nil, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s: %w", version, ErrUnsupported)
 			}
 			log.Warn("nats-server has no message schedules; deferring with NAK only: deferred jobs hold MaxAckPending slots while they wait",
 				"server", version, "needs", "2.12")
@@ -181,10 +185,10 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 		// be lost.
 		interest, err := hasInterestRetention(ctx, js, cfg.Stream)
 		if err != nil {
-			return nil, nil, deferPath{}, err
+			return nil, nil, deferPath{}, nil, err
 		}
 		if interest && path.mode == config.DeferSchedule {
-			return nil, nil, deferPath{}, fmt.Errorf("THROTTLER_DEFER=schedule cannot move jobs in stream %s: its interest retention drops the moved copies no consumer reads; use a stream with limits or work-queue retention: %w", cfg.Stream, ErrUnsupported)
+			return nil, nil, deferPath{}, nil, fmt.Errorf("THROTTLER_DEFER=schedule cannot move jobs in stream %s: its interest retention drops the moved copies no consumer reads; use a stream with limits or work-queue retention: %w", cfg.Stream, ErrUnsupported)
 		}
 		if interest {
 			log.Warn("the jobs stream has interest retention, which would drop moved jobs; deferring with NAK only: deferred jobs hold MaxAckPending slots while they wait",
@@ -196,13 +200,13 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	stream, err := consumer.EnsureStream(ctx, js, spec)
 	if err != nil {
 		if len(spec.ScheduleSubjects) == 0 || path.mode == config.DeferSchedule {
-			return nil, nil, deferPath{}, err
+			return nil, nil, deferPath{}, nil, err
 		}
 		log.Warn("cannot enable message schedules on the jobs stream; deferring with NAK only", "err", err)
 		path.mode = config.DeferNak
 		spec.ScheduleSubjects = nil
 		if stream, err = consumer.EnsureStream(ctx, js, spec); err != nil {
-			return nil, nil, deferPath{}, err
+			return nil, nil, deferPath{}, nil, err
 		}
 	}
 	// Moved jobs come back on every path: a worker that NAKs only may share
@@ -222,30 +226,51 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 		pattern := consumer.SubjectPattern(o.template)
 		name, err := consumer.EnsureCaptured(ctx, js, pattern, o.stream)
 		if err != nil {
-			return nil, nil, deferPath{}, err
+			return nil, nil, deferPath{}, nil, err
 		}
 		log.Debug("output subject captured", "subject", pattern, "stream", name)
 	}
-	cons, err = consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{
+	consumers := []consumer.ConsumerSpec{{
 		Stream:         cfg.Stream,
 		Name:           cfg.Consumer,
 		FilterSubjects: cfg.Subjects,
 		MaxAckPending:  cfg.MaxAckPending,
 		AckWait:        cfg.AckWait,
-	})
-	if err != nil || !path.movesBack {
-		return cons, nil, path, err
+	}}
+	if path.movesBack {
+		// Fired bundles of moved jobs land on
+		// <schedule prefix>.u.<tenant>.<id>; a consumer of their own
+		// unpacks them.
+		consumers = append(consumers, consumer.ConsumerSpec{
+			Stream:         cfg.Stream,
+			Name:           cfg.Consumer + "_bundles",
+			FilterSubjects: []string{cfg.ScheduleSubject + ".u.*.*"},
+			MaxAckPending:  1000,
+			AckWait:        cfg.AckWait,
+		})
 	}
-	// Fired bundles of moved jobs land on <schedule prefix>.u.<tenant>.<id>;
-	// a consumer of their own unpacks them.
-	bundles, err = consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{
-		Stream:         cfg.Stream,
-		Name:           cfg.Consumer + "_bundles",
-		FilterSubjects: []string{cfg.ScheduleSubject + ".u.*.*"},
-		MaxAckPending:  1000,
-		AckWait:        cfg.AckWait,
-	})
-	return cons, bundles, path, err
+	handles := make([]jetstream.Consumer, len(consumers))
+	for i, c := range consumers {
+		if handles[i], err = consumer.EnsureConsumer(ctx, js, c); err != nil {
+			return nil, nil, deferPath{}, nil, err
+		}
+	}
+	recreate = func(ctx context.Context) error {
+		if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
+			return err
+		}
+		for _, c := range consumers {
+			if _, err := consumer.EnsureConsumer(ctx, js, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	cons = handles[0]
+	if len(handles) > 1 {
+		bundles = handles[1]
+	}
+	return cons, bundles, path, recreate, nil
 }
 
 // deferrer builds the Deferrer of the path.
