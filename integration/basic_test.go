@@ -150,7 +150,14 @@ func TestConsumerDeletedMidRun(t *testing.T) {
 				if err == nil {
 					want++
 				} else if time.Now().After(deadline) {
-					t.Fatalf("the jobs stream did not come back: %v", err)
+					ictx, icancel := context.WithTimeout(context.Background(), 2*time.Second)
+					st, serr := e.js.Stream(ictx, cfg.Stream)
+					var info any = serr
+					if serr == nil {
+						info = st.CachedInfo()
+					}
+					icancel()
+					t.Fatalf("the jobs stream did not come back: %v; stream now: %+v", err, info)
 				}
 			}
 			waitFor(t, 20*time.Second, "the jobs published after the deletion", func() bool {

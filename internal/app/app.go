@@ -135,6 +135,22 @@ type deferPath struct {
 	movesBack bool
 }
 
+// streamRecreateDelay is how long a worker waits before it creates again a
+// jobs stream it found deleted.
+const streamRecreateDelay = 2 * time.Second
+
+// sleepCtx waits for d or until ctx is done; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // hasInterestRetention reports whether the stream name exists with
 // interest retention.
 func hasInterestRetention(ctx context.Context, js jetstream.JetStream, name string) (bool, error) {
@@ -256,6 +272,16 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 		}
 	}
 	recreate = func(ctx context.Context) error {
+		if _, err := js.Stream(ctx, cfg.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
+			// A stream created again at once under the name of one just
+			// deleted can inherit the remains of the old one's store and
+			// take no message (seen with nats-server 2.15.2): give the
+			// deletion time to finish first.
+			log.Warn("the jobs stream is gone; creating it again", "stream", cfg.Stream, "in", streamRecreateDelay)
+			if !sleepCtx(ctx, streamRecreateDelay) {
+				return ctx.Err()
+			}
+		}
 		if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
 			return err
 		}
