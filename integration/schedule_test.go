@@ -475,3 +475,43 @@ func TestMovesWithTenantFromHeader(t *testing.T) {
 		t.Errorf("moved %d jobs, want %d", moved, n-1)
 	}
 }
+
+// TestSubjectsOverlappingAnotherStream: when another stream already binds
+// the schedule subjects, THROTTLER_DEFER=auto defers with NAK only, and
+// THROTTLER_DEFER=schedule stops at once naming the variables (a setting
+// to change, exit status 2), instead of retrying for ever. When the job
+// subjects themselves overlap another stream, every mode stops so.
+func TestSubjectsOverlappingAnotherStream(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"sched.>", "orders.>"}})
+	must(t, err, "create the other stream")
+	stops := func(vars map[string]string, what string) {
+		t.Helper()
+		w := e.startWorker(e.config(vars), consumer.Forwarder(e.js, "done.{tenant}"))
+		select {
+		case <-w.done:
+			if !errors.Is(w.err, app.ErrUnsupported) || !strings.Contains(w.err.Error(), what) {
+				t.Errorf("%v: %v, want ErrUnsupported naming %s", vars, w.err, what)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%v: still running, want a stop naming %s", vars, what)
+		}
+	}
+	stops(map[string]string{"THROTTLER_DEFER": "schedule"}, "THROTTLER_SCHEDULE_SUBJECT")
+	stops(map[string]string{"THROTTLER_DEFER": "auto", "THROTTLER_SUBJECTS": "orders.>", "THROTTLER_STREAM": "ORD"}, "THROTTLER_SUBJECTS")
+
+	cfg := e.config(map[string]string{"THROTTLER_DEFER": "auto", "THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_MAX_ACK_PENDING": "40"})
+	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	out := e.collect("done.*")
+	e.waitStream(cfg.Stream)
+	want := map[string]bool{}
+	for range 4 {
+		want[jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))] = true
+	}
+	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 15*time.Second), want)
+	if moved := w.stats()["slow"].Moved; moved != 0 {
+		t.Errorf("moved %d jobs with the schedule subjects bound elsewhere, want 0", moved)
+	}
+}

@@ -135,6 +135,26 @@ type deferPath struct {
 	movesBack bool
 }
 
+// jsErrSubjectsOverlap is the JetStream API error code of a stream whose
+// subjects overlap another stream's (JSStreamSubjectOverlapErr).
+const jsErrSubjectsOverlap = 10065
+
+// overlapIsConfig turns err, from setting up the jobs stream, into a
+// setting to change (ErrUnsupported, naming the variables) when the
+// stream's subjects overlap another stream's: retrying cannot help. With
+// withSchedules the schedule subjects were asked for too.
+func overlapIsConfig(err error, cfg *config.Config, withSchedules bool) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrSubjectsOverlap {
+		return err
+	}
+	vars := "THROTTLER_SUBJECTS"
+	if withSchedules {
+		vars = "THROTTLER_SUBJECTS or THROTTLER_SCHEDULE_SUBJECT"
+	}
+	return fmt.Errorf("the jobs stream %s cannot bind its subjects: %s overlaps the subjects of another stream: %w: %w", cfg.Stream, vars, err, ErrUnsupported)
+}
+
 // streamRecreateDelay is how long a worker waits before it creates again a
 // jobs stream it found deleted.
 const streamRecreateDelay = 2 * time.Second
@@ -216,13 +236,13 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	stream, err := consumer.EnsureStream(ctx, js, spec)
 	if err != nil {
 		if len(spec.ScheduleSubjects) == 0 || path.mode == config.DeferSchedule {
-			return nil, nil, deferPath{}, nil, err
+			return nil, nil, deferPath{}, nil, overlapIsConfig(err, cfg, len(spec.ScheduleSubjects) > 0)
 		}
 		log.Warn("cannot enable message schedules on the jobs stream; deferring with NAK only", "err", err)
 		path.mode = config.DeferNak
 		spec.ScheduleSubjects = nil
 		if stream, err = consumer.EnsureStream(ctx, js, spec); err != nil {
-			return nil, nil, deferPath{}, nil, err
+			return nil, nil, deferPath{}, nil, overlapIsConfig(err, cfg, false)
 		}
 	}
 	// Moved jobs come back on every path: a worker that NAKs only may share
