@@ -208,6 +208,17 @@ func (e *env) publish(subject string, hdr nats.Header, data []byte) uint64 {
 	return ack.Sequence
 }
 
+// publishJobs publishes n jobs on subject, with headers hdr, and returns
+// their ids (those of stream).
+func (e *env) publishJobs(stream, subject string, hdr nats.Header, n int) map[string]bool {
+	e.t.Helper()
+	ids := make(map[string]bool, n)
+	for range n {
+		ids[jobID(stream, e.publish(subject, hdr, []byte("x")))] = true
+	}
+	return ids
+}
+
 // ensureStream creates the jobs stream before publishing.
 func (e *env) ensureStream(cfg *config.Config) {
 	e.t.Helper()

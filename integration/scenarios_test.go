@@ -498,10 +498,7 @@ func TestRedisDownAllowPolicy(t *testing.T) {
 	out := e.collect("done.*")
 	e.redis.Stop(t)
 
-	want := map[string]bool{}
-	for i := 0; i < 20; i++ {
-		want[jobID(cfg.Stream, e.publish("jobs.acme", nil, []byte("x")))] = true
-	}
+	want := e.publishJobs(cfg.Stream, "jobs.acme", nil, 20)
 	// Well under THROTTLER_REDIS_TIMEOUT: the policy applies on the refusal.
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 5*time.Second), want)
 	e.waitConsumerIdle(t, cfg, 10*time.Second)
@@ -540,10 +537,7 @@ func checkSlowJobsRunOnce(t *testing.T, vars map[string]string, work time.Durati
 	}))
 	out := e.collect("done.*")
 
-	want := map[string]bool{}
-	for i := 0; i < 3; i++ {
-		want[jobID(cfg.Stream, e.publish("jobs.acme", nil, []byte("x")))] = true
-	}
+	want := e.publishJobs(cfg.Stream, "jobs.acme", nil, 3)
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 20*time.Second), want)
 	e.waitConsumerIdle(t, cfg, 10*time.Second)
 	for id := range want {

@@ -199,10 +199,7 @@ func TestMovedJobWhoseHandlerFailedStillRuns(t *testing.T) {
 
 	// Enough jobs that a failed job's retry finds the later slots taken,
 	// so it is deferred and moved again.
-	want := map[string]bool{}
-	for range 10 {
-		want[jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))] = true
-	}
+	want := e.publishJobs(cfg.Stream, "jobs.slow", nil, 10)
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 30*time.Second), want)
 	e.waitConsumerIdle(t, cfg, 10*time.Second)
 	for id := range want {
@@ -388,10 +385,7 @@ func TestStreamRetentionAndMoves(t *testing.T) {
 			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
 			out := e.collect("done.*")
 			const n = 6
-			want := map[string]bool{}
-			for range n {
-				want[jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))] = true
-			}
+			want := e.publishJobs(cfg.Stream, "jobs.slow", nil, n)
 			checkExactlyOnce(t, "forwarded", out.waitCount(t, n, 15*time.Second), want)
 			if moved := w.stats()["slow"].Moved; (moved > 0) != tc.moves {
 				t.Errorf("moved %d jobs; want moves: %v", moved, tc.moves)
@@ -428,10 +422,7 @@ func TestBundlesInAStreamThatDeniesDeletes(t *testing.T) {
 	// Published before the worker starts, so it pulls them together and
 	// moves the deferred ones as one bundle.
 	const n = 6
-	want := map[string]bool{}
-	for range n {
-		want[jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))] = true
-	}
+	want := e.publishJobs(cfg.Stream, "jobs.slow", nil, n)
 	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
 	out := e.collect("done.*")
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, n, 15*time.Second), want)
@@ -458,10 +449,7 @@ func TestMovesWithTenantFromHeader(t *testing.T) {
 	})
 	e.ensureStream(cfg)
 	const n = 6
-	want := map[string]bool{}
-	for range n {
-		want[jobID(cfg.Stream, e.publish("jobs.any", nats.Header{"Tenant-Id": {"slow"}}, []byte("x")))] = true
-	}
+	want := e.publishJobs(cfg.Stream, "jobs.any", nats.Header{"Tenant-Id": {"slow"}}, n)
 	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
 	out := e.collect("done.*")
 	got := out.waitCount(t, n, 15*time.Second)
@@ -506,10 +494,7 @@ func TestSubjectsOverlappingAnotherStream(t *testing.T) {
 	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
 	out := e.collect("done.*")
 	e.waitStream(cfg.Stream)
-	want := map[string]bool{}
-	for range 4 {
-		want[jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))] = true
-	}
+	want := e.publishJobs(cfg.Stream, "jobs.slow", nil, 4)
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 15*time.Second), want)
 	if moved := w.stats()["slow"].Moved; moved != 0 {
 		t.Errorf("moved %d jobs with the schedule subjects bound elsewhere, want 0", moved)

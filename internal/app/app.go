@@ -159,18 +159,6 @@ func overlapIsConfig(err error, cfg *config.Config, withSchedules bool) error {
 // jobs stream it found deleted.
 const streamRecreateDelay = 2 * time.Second
 
-// sleepCtx waits for d or until ctx is done; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // hasInterestRetention reports whether the stream name exists with
 // interest retention.
 func hasInterestRetention(ctx context.Context, js jetstream.JetStream, name string) (bool, error) {
@@ -298,7 +286,9 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 			// take no message (seen with nats-server 2.15.2): give the
 			// deletion time to finish first.
 			log.Warn("the jobs stream is gone; creating it again", "stream", cfg.Stream, "in", streamRecreateDelay)
-			if !sleepCtx(ctx, streamRecreateDelay) {
+			select {
+			case <-time.After(streamRecreateDelay):
+			case <-ctx.Done():
 				return ctx.Err()
 			}
 		}
