@@ -97,6 +97,20 @@ type ScheduleDeferrer struct {
 	// BundlePrefix starts the subjects of bundles (e.g. "sched"); the jobs
 	// stream must bind BundlePrefix.>. Required when Bundle is 2 or more.
 	BundlePrefix string
+	// MaxWait, when positive, caps how long a copy waits in the stream: a
+	// job that must wait longer comes back after MaxWait, is decided again
+	// and deferred again, its reservation keeping its slot. Set it well
+	// under the jobs stream's MaxAge, so that no copy expires unrun.
+	// Defaults to 0 (no cap).
+	MaxWait time.Duration
+}
+
+// hop is how long the copy of a job that must wait wait stays in the stream.
+func (d ScheduleDeferrer) hop(wait time.Duration) time.Duration {
+	if d.MaxWait > 0 {
+		return min(wait, d.MaxWait)
+	}
+	return wait
 }
 
 // Defer implements Deferrer. A job whose copy cannot be stored is NAK'd with
@@ -185,14 +199,14 @@ func (d ScheduleDeferrer) bundleRun(ds []Deferral) int {
 // earliest of their slots onto its unpack subject, where RunUnbundler
 // publishes the copies it carries, each scheduled for its own slot.
 func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
-	soonest := ds[0].Wait
+	soonest := d.hop(ds[0].Wait)
 	subjects := make([]string, len(ds))
 	own := make([][copyFieldCount][2]string, len(ds))
 	size := 0
 	for k, df := range ds {
 		subjects[k], own[k] = d.copyFields(df, now)
 		size += copySize(subjects[k], df.Msg.Headers(), own[k][:], df.Msg.Data())
-		soonest = min(soonest, df.Wait)
+		soonest = min(soonest, d.hop(df.Wait))
 	}
 	data := appendBundleStart(make([]byte, 0, size+1+binary.MaxVarintLen32), len(ds))
 	for k, df := range ds {
@@ -308,7 +322,7 @@ func (d ScheduleDeferrer) copyFields(df Deferral, now time.Time) (string, [copyF
 		{HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano)},
 		{HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10)},
 		{jetstream.MsgIDHeader, "sched:" + job.ID + ":" + move},
-		{jetstream.ScheduleHeader, "@at " + fireAt(now, df.Wait).Format(time.RFC3339Nano)},
+		{jetstream.ScheduleHeader, "@at " + fireAt(now, d.hop(df.Wait)).Format(time.RFC3339Nano)},
 		{jetstream.ScheduleTargetHeader, job.Subject},
 	}
 }
@@ -354,6 +368,12 @@ type FairDeferrer struct {
 	// TenantShare is how many NAK'd jobs one tenant may have waiting on this
 	// worker before its jobs are moved. Defaults to 50.
 	TenantShare int
+	// MaxAge is the jobs stream's MaxAge (0: none). A NAK'd job stays the
+	// same message, which the stream drops once it is MaxAge old, so a job
+	// whose message would be older than half of it when it came back is
+	// moved instead: its copy is a new message. Give Move a MaxWait under
+	// half of it too.
+	MaxAge time.Duration
 
 	mu      sync.Mutex
 	waiting map[string]*expiries
@@ -364,7 +384,7 @@ type FairDeferrer struct {
 func (f *FairDeferrer) Defer(ctx context.Context, ds []Deferral) {
 	var naks, moves []int
 	for i := range ds {
-		if f.shouldMove(ds[i].Job.Tenant, ds[i].Wait) {
+		if f.tooOldToNak(ds[i]) || f.shouldMove(ds[i].Job.Tenant, ds[i].Wait) {
 			moves = append(moves, i)
 		} else {
 			naks = append(naks, i)
@@ -389,6 +409,20 @@ func (f *FairDeferrer) Defer(ctx context.Context, ds []Deferral) {
 	}
 	run(nak, naks)
 	run(f.Move, moves)
+}
+
+// tooOldToNak reports whether the stream's MaxAge could drop df's message
+// before it comes back from a NAK: it would be older than half of MaxAge
+// then. A message without metadata is taken to be that old.
+func (f *FairDeferrer) tooOldToNak(df Deferral) bool {
+	if f.MaxAge <= 0 {
+		return false
+	}
+	meta, err := df.Msg.Metadata()
+	if err != nil || meta == nil {
+		return true
+	}
+	return time.Since(meta.Timestamp)+df.Wait > f.MaxAge/2
 }
 
 // shouldMove decides the path and, for a NAK, books the tenant's share

@@ -198,6 +198,39 @@ func TestFairDeferrerDeferRoutes(t *testing.T) {
 	}
 }
 
+// TestFairDeferrerMovesMessagesTheStreamWouldDrop: with the stream's
+// MaxAge set, a short wait is NAK'd only while the message would come back
+// younger than half of it; otherwise the job is moved, its copy being a new
+// message.
+func TestFairDeferrerMovesMessagesTheStreamWouldDrop(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name   string
+		maxAge time.Duration
+		stored time.Time
+		wait   time.Duration
+		moved  bool
+	}{
+		{"no max age", 0, now.Add(-time.Hour), time.Second, false},
+		{"young enough", 10 * time.Second, now.Add(-time.Second), time.Second, false},
+		{"would pass half the max age", 10 * time.Second, now.Add(-4 * time.Second), 1500 * time.Millisecond, true},
+		{"already past it", 10 * time.Second, now.Add(-6 * time.Second), time.Millisecond, true},
+		{"the wait alone passes it", 10 * time.Second, now, 5*time.Second + time.Millisecond, true},
+		{"no metadata", 10 * time.Second, time.Time{}, time.Millisecond, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			move := &recordingDeferrer{mark: func(d *Deferral) { d.Moved = true }}
+			f := &FairDeferrer{Move: move, MoveAfter: time.Hour, TenantShare: 100, MaxAge: tt.maxAge}
+			ds := []Deferral{{Msg: &deferTestMsg{stored: tt.stored}, Job: Job{ID: "JOBS:1", Tenant: "a"}, Wait: tt.wait}}
+			f.Defer(context.Background(), ds)
+			if ds[0].Moved != tt.moved {
+				t.Fatalf("Moved = %v, want %v", ds[0].Moved, tt.moved)
+			}
+		})
+	}
+}
+
 func TestFairDeferrerDeferKeepsErrors(t *testing.T) {
 	boom := errors.New("boom")
 	move := &recordingDeferrer{mark: func(d *Deferral) { d.Err = boom }}
@@ -317,6 +350,7 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 		job     Job
 		now     time.Time
 		wait    time.Duration
+		maxWait time.Duration
 		want    nats.Header // headers besides the source's non-Nats ones
 	}{
 		{
@@ -393,10 +427,16 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 			},
 		},
 	}
+	tests = append(tests, tests[0])
+	last := &tests[len(tests)-1]
+	last.name, last.maxWait, last.wait = "a wait past MaxWait comes back early, keeping its slot", 2*time.Second, 9*time.Second
+	last.want = cloneHeader(last.want)
+	last.want.Set(HeaderSlot, strconv.FormatInt(now.Add(9*time.Second).UnixMicro(), 10))
+	last.want.Set(jetstream.ScheduleHeader, "@at 2025-06-01T12:00:02.251Z") // now + MaxWait + 1 ms
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var subjectOf []Job
-			d := ScheduleDeferrer{Subject: func(job Job) string {
+			d := ScheduleDeferrer{MaxWait: tt.maxWait, Subject: func(job Job) string {
 				subjectOf = append(subjectOf, job)
 				return "sched." + strings.ReplaceAll(job.ID, ":", "_")
 			}}
@@ -446,23 +486,29 @@ type deferTestMsg struct {
 	subject string
 	data    []byte
 	header  nats.Header
+	stored  time.Time // the metadata's timestamp; zero: no metadata
 	nakErr  error
 	naks    []time.Duration
 }
 
 var _ jetstream.Msg = (*deferTestMsg)(nil)
 
-func (m *deferTestMsg) Metadata() (*jetstream.MsgMetadata, error) { return nil, nil }
-func (m *deferTestMsg) Data() []byte                              { return m.data }
-func (m *deferTestMsg) Headers() nats.Header                      { return m.header }
-func (m *deferTestMsg) Subject() string                           { return m.subject }
-func (m *deferTestMsg) Reply() string                             { return "" }
-func (m *deferTestMsg) Ack() error                                { return nil }
-func (m *deferTestMsg) DoubleAck(context.Context) error           { return nil }
-func (m *deferTestMsg) Nak() error                                { return nil }
-func (m *deferTestMsg) InProgress() error                         { return nil }
-func (m *deferTestMsg) Term() error                               { return nil }
-func (m *deferTestMsg) TermWithReason(string) error               { return nil }
+func (m *deferTestMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	if m.stored.IsZero() {
+		return nil, nil
+	}
+	return &jetstream.MsgMetadata{Timestamp: m.stored}, nil
+}
+func (m *deferTestMsg) Data() []byte                    { return m.data }
+func (m *deferTestMsg) Headers() nats.Header            { return m.header }
+func (m *deferTestMsg) Subject() string                 { return m.subject }
+func (m *deferTestMsg) Reply() string                   { return "" }
+func (m *deferTestMsg) Ack() error                      { return nil }
+func (m *deferTestMsg) DoubleAck(context.Context) error { return nil }
+func (m *deferTestMsg) Nak() error                      { return nil }
+func (m *deferTestMsg) InProgress() error               { return nil }
+func (m *deferTestMsg) Term() error                     { return nil }
+func (m *deferTestMsg) TermWithReason(string) error     { return nil }
 func (m *deferTestMsg) NakWithDelay(d time.Duration) error {
 	m.naks = append(m.naks, d)
 	return m.nakErr

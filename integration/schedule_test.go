@@ -500,3 +500,37 @@ func TestSubjectsOverlappingAnotherStream(t *testing.T) {
 		t.Errorf("moved %d jobs with the schedule subjects bound elsewhere, want 0", moved)
 	}
 }
+
+// TestStreamMaxAgeDoesNotExpireDeferredJobs: on a jobs stream whose MaxAge
+// is shorter than the jobs' waits, a deferred job is never left in the
+// stream long enough to expire unrun. A moved copy comes back within half
+// the max age (and is deferred again, keeping its slot), and a job whose
+// message would pass half its max age while NAK'd is moved instead, its
+// copy being a new message. With limit 1/s and 10 jobs published at once,
+// the last waits 9 s against a max age of 4 s.
+func TestStreamMaxAgeDoesNotExpireDeferredJobs(t *testing.T) {
+	for _, tc := range []struct {
+		name, scheduleAfter string
+	}{
+		{"long waits moved", "1s"},  // the copies' waits are capped
+		{"short waits NAK'd", "1m"}, // every wait is short: moved only for age
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t)
+			cfg := e.config(map[string]string{"THROTTLER_TENANT_LIMITS": "slow=1/s:1", "THROTTLER_DEFER": "auto",
+				"THROTTLER_SCHEDULE_AFTER": tc.scheduleAfter})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: 4 * time.Second})
+			must(t, err, "create stream")
+			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+			out := e.collect("done.*")
+			const n = 10
+			want := e.publishJobs(cfg.Stream, "jobs.slow", nil, n)
+			checkExactlyOnce(t, "forwarded", out.waitCount(t, n, 25*time.Second), want)
+			if w.stats()["slow"].Moved == 0 {
+				t.Errorf("no job was moved")
+			}
+		})
+	}
+}

@@ -133,6 +133,9 @@ type deferPath struct {
 	// movesBack is set when moved jobs may come back: the worker moves jobs,
 	// or the stream keeps the moved jobs of an earlier worker.
 	movesBack bool
+	// maxAge is the jobs stream's MaxAge at start (0: none): no deferred
+	// job may sit in the stream that long.
+	maxAge time.Duration
 }
 
 // jsErrSubjectsOverlap is the JetStream API error code of a stream whose
@@ -238,6 +241,11 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	// was set to nak), whose copies must still run once and whose bundles
 	// must still be unpacked when they fire.
 	path.movesBack = path.mode != config.DeferNak || holdsMovedJobs(stream, cfg)
+	path.maxAge = stream.CachedInfo().Config.MaxAge
+	if path.maxAge > 0 && path.mode == config.DeferNak {
+		log.Warn("the jobs stream drops messages older than its max age, and a job deferred with NAK stays the same message: a job deferred past it is lost; raise the max age, or defer with auto or schedule, which move such jobs",
+			"stream", cfg.Stream, "max_age", path.maxAge)
+	}
 	if path.mode == config.DeferNak && path.movesBack {
 		log.Info("the jobs stream keeps moved jobs; unpacking their bundles as they fire",
 			"subjects", cfg.ScheduleSubject+".>")
@@ -319,6 +327,7 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer
 		Timeout:      cfg.RedisTimeout + 3*time.Second,
 		Bundle:       64,
 		BundlePrefix: cfg.ScheduleSubject,
+		MaxWait:      p.maxAge / 2, // a copy comes back long before the stream would drop it
 	}
 	switch p.mode {
 	case config.DeferSchedule:
@@ -328,6 +337,7 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer
 			Move:        move,
 			MoveAfter:   cfg.ScheduleAfter,
 			TenantShare: max(1, cfg.MaxAckPending/40),
+			MaxAge:      p.maxAge,
 		}
 	}
 	return consumer.NakDeferrer{}
