@@ -219,6 +219,17 @@ func (e *env) publishJobs(stream, subject string, hdr nats.Header, n int) map[st
 	return ids
 }
 
+// createJobsStream creates the jobs stream as an operator would, before
+// any worker starts.
+func (e *env) createJobsStream(sc jetstream.StreamConfig) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.js.CreateStream(ctx, sc); err != nil {
+		e.t.Fatalf("create stream %s: %v", sc.Name, err)
+	}
+}
+
 // ensureStream creates the jobs stream before publishing.
 func (e *env) ensureStream(cfg *config.Config) {
 	e.t.Helper()

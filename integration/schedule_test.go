@@ -378,10 +378,7 @@ func TestStreamRetentionAndMoves(t *testing.T) {
 			// so a worker that may move jobs moves the rest.
 			vars := map[string]string{"THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_DEFER": "auto", "THROTTLER_MAX_ACK_PENDING": "40"}
 			cfg := e.config(vars)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: tc.retention})
-			must(t, err, "create stream")
+			e.createJobsStream(jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: tc.retention})
 			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
 			out := e.collect("done.*")
 			const n = 6
@@ -415,10 +412,7 @@ func TestStreamRetentionAndMoves(t *testing.T) {
 func TestBundlesInAStreamThatDeniesDeletes(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_DEFER": "schedule"})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, DenyDelete: true})
-	must(t, err, "create stream")
+	e.createJobsStream(jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, DenyDelete: true})
 	// Published before the worker starts, so it pulls them together and
 	// moves the deferred ones as one bundle.
 	const n = 6
@@ -519,10 +513,7 @@ func TestStreamMaxAgeDoesNotExpireDeferredJobs(t *testing.T) {
 			e := setup(t)
 			cfg := e.config(map[string]string{"THROTTLER_TENANT_LIMITS": "slow=1/s:1", "THROTTLER_DEFER": "auto",
 				"THROTTLER_SCHEDULE_AFTER": tc.scheduleAfter})
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: 4 * time.Second})
-			must(t, err, "create stream")
+			e.createJobsStream(jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: 4 * time.Second})
 			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
 			out := e.collect("done.*")
 			const n = 10
