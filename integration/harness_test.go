@@ -2,11 +2,13 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -217,6 +219,21 @@ func (e *env) publishJobs(stream, subject string, hdr nats.Header, n int) map[st
 		ids[jobID(stream, e.publish(subject, hdr, []byte("x")))] = true
 	}
 	return ids
+}
+
+// expectStop starts a worker configured with vars and expects it to stop
+// at once with app.ErrUnsupported, naming what (a variable).
+func (e *env) expectStop(vars map[string]string, what string) {
+	e.t.Helper()
+	w := e.startWorker(e.config(vars), consumer.Forwarder(e.js, "done.{tenant}"))
+	select {
+	case <-w.done:
+		if !errors.Is(w.err, app.ErrUnsupported) || !strings.Contains(w.err.Error(), what) {
+			e.t.Errorf("%v: %v, want ErrUnsupported naming %s", vars, w.err, what)
+		}
+	case <-time.After(10 * time.Second):
+		e.t.Errorf("%v: still running, want a stop naming %s", vars, what)
+	}
 }
 
 // createJobsStream creates the jobs stream as an operator would, before

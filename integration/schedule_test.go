@@ -469,20 +469,8 @@ func TestSubjectsOverlappingAnotherStream(t *testing.T) {
 	defer cancel()
 	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"sched.>", "orders.>"}})
 	must(t, err, "create the other stream")
-	stops := func(vars map[string]string, what string) {
-		t.Helper()
-		w := e.startWorker(e.config(vars), consumer.Forwarder(e.js, "done.{tenant}"))
-		select {
-		case <-w.done:
-			if !errors.Is(w.err, app.ErrUnsupported) || !strings.Contains(w.err.Error(), what) {
-				t.Errorf("%v: %v, want ErrUnsupported naming %s", vars, w.err, what)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("%v: still running, want a stop naming %s", vars, what)
-		}
-	}
-	stops(map[string]string{"THROTTLER_DEFER": "schedule"}, "THROTTLER_SCHEDULE_SUBJECT")
-	stops(map[string]string{"THROTTLER_DEFER": "auto", "THROTTLER_SUBJECTS": "orders.>", "THROTTLER_STREAM": "ORD"}, "THROTTLER_SUBJECTS")
+	e.expectStop(map[string]string{"THROTTLER_DEFER": "schedule"}, "THROTTLER_SCHEDULE_SUBJECT")
+	e.expectStop(map[string]string{"THROTTLER_DEFER": "auto", "THROTTLER_SUBJECTS": "orders.>", "THROTTLER_STREAM": "ORD"}, "THROTTLER_SUBJECTS")
 
 	cfg := e.config(map[string]string{"THROTTLER_DEFER": "auto", "THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_MAX_ACK_PENDING": "40"})
 	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
@@ -524,4 +512,27 @@ func TestStreamMaxAgeDoesNotExpireDeferredJobs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConsumerWithSettingsThatCannotChange: a durable consumer of the
+// worker's name that exists with settings JetStream cannot update (here
+// another deliver and ack policy) stops start-up naming
+// THROTTLER_CONSUMER, rather than leaving the worker retrying for ever;
+// another name starts and runs the jobs.
+func TestConsumerWithSettingsThatCannotChange(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(nil)
+	e.ensureStream(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := e.js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer,
+		AckPolicy: jetstream.AckAllPolicy, DeliverPolicy: jetstream.DeliverNewPolicy})
+	must(t, err, "create consumer")
+	e.expectStop(nil, "THROTTLER_CONSUMER")
+
+	cfg = e.config(map[string]string{"THROTTLER_CONSUMER": "other"})
+	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	out := e.collect("done.*")
+	want := e.publishJobs(cfg.Stream, "jobs.acme", nil, 3)
+	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 15*time.Second), want)
 }

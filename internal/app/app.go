@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 // ErrUnsupported marks a configuration the NATS server cannot serve, such
 // as THROTTLER_DEFER=schedule on a server without message schedules: a
 // setting to change, not a failure to retry.
-var ErrUnsupported = errors.New("not supported by this nats-server")
+var ErrUnsupported = errors.New("a setting this NATS server or its streams cannot serve")
 
 // deferPath is the deferral the worker uses, chosen at start from
 // THROTTLER_DEFER and what the server supports.
@@ -156,6 +156,25 @@ func overlapIsConfig(err error, cfg *config.Config, withSchedules bool) error {
 		vars = "THROTTLER_SUBJECTS or THROTTLER_SCHEDULE_SUBJECT"
 	}
 	return fmt.Errorf("the jobs stream %s cannot bind its subjects: %s overlaps the subjects of another stream: %w: %w", cfg.Stream, vars, err, ErrUnsupported)
+}
+
+// jsErrConsumerCreate is the JetStream API error code of a consumer that
+// cannot be created or updated (JSConsumerCreateErrF); its description says
+// why.
+const jsErrConsumerCreate = 10012
+
+// consumerIsConfig turns err, from creating or updating the durable
+// consumer name, into a setting to change (ErrUnsupported, naming
+// THROTTLER_CONSUMER) when a consumer of that name exists with settings
+// JetStream cannot update (its deliver or ack policy, say): retrying
+// cannot help.
+func consumerIsConfig(err error, name string) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrConsumerCreate || !strings.Contains(apiErr.Description, "can not") {
+		return err
+	}
+	return fmt.Errorf("the durable consumer %s exists with settings the worker cannot change (%s); delete it, or set THROTTLER_CONSUMER to another name: %w: %w",
+		name, apiErr.Description, err, ErrUnsupported)
 }
 
 // streamRecreateDelay is how long a worker waits before it creates again a
@@ -284,7 +303,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	handles := make([]jetstream.Consumer, len(consumers))
 	for i, c := range consumers {
 		if handles[i], err = consumer.EnsureConsumer(ctx, js, c); err != nil {
-			return nil, nil, deferPath{}, nil, err
+			return nil, nil, deferPath{}, nil, consumerIsConfig(err, c.Name)
 		}
 	}
 	recreate = func(ctx context.Context) error {
