@@ -162,6 +162,11 @@ type Config struct {
 	// turns the server off. Defaults to empty (off).
 	MetricsAddr string `env:"THROTTLER_METRICS_ADDR"`
 
+	// MetricsTenants caps the tenants a worker counts one by one in its
+	// metrics; tenants first seen after that many are counted together as
+	// "_other", so memory stays bounded. 1 to 1,000,000. Defaults to 10000.
+	MetricsTenants int `env:"THROTTLER_METRICS_TENANTS" envDefault:"10000"`
+
 	// Rules holds the parsed DefaultLimit, DefaultBurst and TenantLimits.
 	// Filled by Load; it has no variable of its own.
 	Rules throttle.Rules
@@ -403,6 +408,7 @@ var intBounds = map[string]struct{ min, max int64 }{
 	"THROTTLER_MAX_ACK_PENDING": {1, 1_000_000},
 	"THROTTLER_MAX_FAILURES":    {1, 1_000},
 	"THROTTLER_FETCH_BATCH":     {1, 1_000},
+	"THROTTLER_METRICS_TENANTS": {1, 1_000_000},
 }
 
 // durBounds holds the accepted range of each duration variable; a max of 0
@@ -500,6 +506,7 @@ func (c *Config) check(failed map[string]bool) (derived, []error) {
 	}
 	ck.intIn("THROTTLER_MAX_FAILURES", int64(c.MaxFailures))
 	ck.intIn("THROTTLER_FETCH_BATCH", int64(c.FetchBatch))
+	ck.intIn("THROTTLER_METRICS_TENANTS", int64(c.MetricsTenants))
 
 	ck.durIn("THROTTLER_MAX_DEFER", c.MaxDefer)
 	ck.durIn("THROTTLER_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)

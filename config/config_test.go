@@ -75,6 +75,7 @@ func TestDefaults(t *testing.T) {
 		ScheduleAfter:   5 * time.Second,
 		ScheduleSubject: "sched",
 		MetricsAddr:     "",
+		MetricsTenants:  10_000,
 		Rules: throttle.Rules{
 			Default: throttle.Limits{throttle.PerSecond(100, 100)},
 			Tenants: map[string]throttle.Limits{},
@@ -276,6 +277,7 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_SCHEDULE_SUBJECT", "sched.*", "wildcard"},
 		{"THROTTLER_SCHEDULE_SUBJECT", "sched.{tenant}", "placeholders"},
 		{"THROTTLER_SCHEDULE_SUBJECT", "jobs", "captured"},
+		{"THROTTLER_METRICS_TENANTS", "0", "between 1 and 1000000"},
 		{"THROTTLER_METRICS_ADDR", "9090", "HOST:PORT"},
 		{"THROTTLER_METRICS_ADDR", ":99999", "HOST:PORT"},
 	}

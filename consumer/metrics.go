@@ -6,11 +6,13 @@ import (
 )
 
 // MetricsHandler serves the worker's per-tenant counters in the Prometheus
-// text format.
+// text format: a series per tenant, up to Config.StatsTenants of them, and
+// one for OtherTenants past that.
 func MetricsHandler(w *Worker) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		snap := w.Stats()
+		tenants := SortedTenants(snap)
 		metrics := []struct {
 			name, help string
 			get        func(TenantStats) int64
@@ -29,7 +31,7 @@ func MetricsHandler(w *Worker) http.Handler {
 		}
 		for _, m := range metrics {
 			fmt.Fprintf(rw, "# HELP throttler_%s_total %s\n# TYPE throttler_%s_total counter\n", m.name, m.help, m.name)
-			for _, t := range SortedTenants(snap) {
+			for _, t := range tenants {
 				fmt.Fprintf(rw, "throttler_%s_total{tenant=%q} %d\n", m.name, t, m.get(snap[t]))
 			}
 		}

@@ -33,13 +33,20 @@ type TenantStats struct {
 	Duplicates int64
 }
 
-// stats holds TenantStats per tenant. Safe for concurrent use.
+// OtherTenants stands in for the tenants counted together once a worker
+// counts as many tenants one by one as Config.StatsTenants allows.
+const OtherTenants = "_other"
+
+// stats holds TenantStats per tenant, for at most limit tenants; the counts
+// of tenants first seen after that go to OtherTenants. Safe for concurrent
+// use.
 type stats struct {
 	mu      sync.Mutex
+	limit   int
 	tenants map[string]*TenantStats
 }
 
-func newStats() *stats { return &stats{tenants: map[string]*TenantStats{}} }
+func newStats(limit int) *stats { return &stats{limit: limit, tenants: map[string]*TenantStats{}} }
 
 // add applies f to tenant's counters.
 func (s *stats) add(tenant string, f func(*TenantStats)) {
@@ -50,8 +57,14 @@ func (s *stats) add(tenant string, f func(*TenantStats)) {
 	defer s.mu.Unlock()
 	ts, ok := s.tenants[tenant]
 	if !ok {
-		ts = &TenantStats{}
-		s.tenants[tenant] = ts
+		if len(s.tenants) >= s.limit {
+			tenant = OtherTenants
+			ts, ok = s.tenants[tenant]
+		}
+		if !ok {
+			ts = &TenantStats{}
+			s.tenants[tenant] = ts
+		}
 	}
 	f(ts)
 }

@@ -85,6 +85,11 @@ type Config struct {
 	// TermWithReason sends the dead-letter reason with Term; servers before
 	// 2.10 do not know it. Defaults to false (plain Term).
 	TermWithReason bool
+	// StatsTenants caps the tenants Stats (and /metrics) count one by one;
+	// the counts of tenants first seen after that many go to OtherTenants,
+	// so memory stays bounded however many tenants come and go. Defaults
+	// to 10,000.
+	StatsTenants int
 	// Logger receives the worker's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -104,6 +109,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ShutdownTimeout, 30*time.Second)
 	setDefault(&c.InProgressEvery, 10*time.Second)
 	setDefault(&c.DLQSubject, "dlq.{tenant}")
+	setDefault(&c.StatsTenants, 10_000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -208,7 +214,7 @@ func New(p Params) (*Worker, error) {
 		dlq:          deadLetter{js: p.JetStream, template: cfg.DLQSubject},
 		cfg:          cfg,
 		log:          cfg.Logger,
-		stats:        newStats(),
+		stats:        newStats(cfg.StatsTenants),
 		slots:        make(chan struct{}, cfg.Concurrency),
 		credits:      make(chan struct{}, 2*cfg.FetchBatch),
 		redisBackoff: rb,

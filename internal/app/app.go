@@ -425,6 +425,7 @@ func WorkerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		InProgressEvery: inProgress,
 		DLQSubject:      cfg.DLQSubject,
+		StatsTenants:    cfg.MetricsTenants,
 		Logger:          log,
 	}
 }
