@@ -105,7 +105,8 @@ type ScheduleDeferrer struct {
 	MaxWait time.Duration
 }
 
-// hop is how long the copy of a job that must wait wait stays in the stream.
+// hop is how long the copy of a job that must wait for wait stays in the
+// stream: wait itself, or MaxWait when that is shorter.
 func (d ScheduleDeferrer) hop(wait time.Duration) time.Duration {
 	if d.MaxWait > 0 {
 		return min(wait, d.MaxWait)
