@@ -31,10 +31,12 @@ type Deferral struct {
 	Err error
 }
 
-// Deferrer puts off jobs the throttle has limited. It must settle every
-// message (NAK it, or ACK it once the job is safely stored elsewhere) and
-// never lose a job. The worker calls it from one goroutine, with the jobs in
-// the order their slots were reserved.
+// Deferrer puts off jobs the throttle has limited, and the retries of jobs
+// whose handler failed. It must settle every message (NAK it, or ACK it
+// once the job is safely stored elsewhere) and never lose a job. The worker
+// calls it from its deferring goroutine, with the jobs in the order their
+// slots were reserved, and from handler goroutines for retries, one job at
+// a time: it must be safe for concurrent use.
 type Deferrer interface {
 	// Defer puts off each job so that it comes back after its wait, and
 	// records the outcome in its Deferral.

@@ -33,7 +33,11 @@ type Decider interface {
 // FailureCounter counts handler failures per job across the fleet;
 // *throttle.FailureCounter satisfies it.
 type FailureCounter interface {
-	Incr(ctx context.Context, tenant, jobID string) (int64, error)
+	// IncrReleasing records one more failure of a job and returns the
+	// count; below giveUpAt it also gives up the job's owner record if that
+	// names incarnation (see throttle.FailureCounter.IncrReleasing), so the
+	// retry may be moved.
+	IncrReleasing(ctx context.Context, tenant, jobID string, incarnation, giveUpAt int64) (n int64, released bool, err error)
 }
 
 // RedisErrorPolicy says what to do with a job whose decision failed because
@@ -828,7 +832,7 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	}
 	w.stats.add(job.Tenant, func(s *TenantStats) { s.Failed++ })
 	fctx, cancel := context.WithTimeout(workCtx, w.cfg.RedisTimeout)
-	n, cerr := w.failures.Incr(fctx, job.Tenant, job.ID)
+	n, _, cerr := w.failures.IncrReleasing(fctx, job.Tenant, job.ID, incarnation(job), int64(w.cfg.MaxFailures))
 	cancel()
 	if cerr != nil {
 		// The count is unknown; retry later rather than dead-letter early.
@@ -845,7 +849,23 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	}
 	delay := w.retryDelay(n)
 	w.log.Info("handler failed; retrying", "tenant", job.Tenant, "job", job.ID, "failures", n, "retry_in", delay, "err", err)
-	f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
+	if cerr != nil {
+		// The owner record may still name this incarnation, and a moved
+		// copy would then be taken for a duplicate: NAK.
+		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
+		return
+	}
+	// The retry is deferred like a throttled job, so a tenant whose jobs
+	// keep failing cannot fill MaxAckPending with them: past its share of
+	// NAK'd jobs (or for a long backoff) the retry leaves the consumer.
+	f.settle(func(m jetstream.Msg) error {
+		ds := []Deferral{{Msg: m, Job: job, Wait: delay}}
+		w.deferrer.Defer(workCtx, ds)
+		if ds[0].Moved {
+			w.stats.add(job.Tenant, func(s *TenantStats) { s.Moved++ })
+		}
+		return ds[0].Err
+	})
 }
 
 // retryDelay is the backoff before the retry after the n-th failure.

@@ -630,3 +630,98 @@ func (e *env) runWorker(cfg *config.Config) (stop func() error) {
 func TestJobsWaitingForAHandlerSlotOutliveAckWait(t *testing.T) {
 	checkSlowJobsRunOnce(t, map[string]string{"THROTTLER_ACK_WAIT": "1s", "THROTTLER_CONCURRENCY": "1"}, 1500*time.Millisecond)
 }
+
+// TestFailingTenantDoesNotStarveOthers: a tenant whose every job fails must
+// not fill MaxAckPending with jobs waiting for their retry. Its retries are
+// deferred like throttled jobs (past its share, moved off the consumer), so
+// another tenant's jobs keep running promptly, and every failing job is
+// still dead-lettered once, none lost. Before, when retries were always
+// NAK'd, with MaxAckPending 100 and 300 failing jobs the other tenant's
+// jobs waited up to 7.8 s here (and with five failures allowed, not one of
+// them ran in 22 s).
+func TestFailingTenantDoesNotStarveOthers(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s", "THROTTLER_MAX_ACK_PENDING": "100",
+		"THROTTLER_MAX_FAILURES": "3", "THROTTLER_DEFER": "auto"})
+	e.ensureStream(cfg)
+	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	var mu sync.Mutex
+	var goodDelays []time.Duration
+	e.startWorker(cfg, func(ctx context.Context, job consumer.Job) error {
+		if job.Tenant == "bad" {
+			return errors.New("downstream down")
+		}
+		sent, err := time.Parse(time.RFC3339Nano, job.Header.Get("Sent"))
+		if err != nil {
+			return fmt.Errorf("no Sent header: %w", err)
+		}
+		mu.Lock()
+		goodDelays = append(goodDelays, time.Since(sent))
+		mu.Unlock()
+		return forward(ctx, job)
+	})
+	out := e.collect("done.*")
+	dlq := e.collect("dlq.*")
+
+	const nBad, nGood = 300, 20
+	bad := e.publishJobs(cfg.Stream, "jobs.bad", nil, nBad)
+	good := map[string]bool{}
+	for range nGood {
+		hdr := nats.Header{"Sent": {time.Now().Format(time.RFC3339Nano)}}
+		good[jobID(cfg.Stream, e.publish("jobs.good", hdr, []byte("x")))] = true
+		time.Sleep(100 * time.Millisecond)
+	}
+	checkExactlyOnce(t, "forwarded", out.waitCount(t, nGood, 10*time.Second), good)
+	mu.Lock()
+	longest := time.Duration(0)
+	for i, d := range goodDelays {
+		longest = max(longest, d)
+		if d > 2*time.Second {
+			t.Errorf("good job %d waited %s behind the failing tenant's retries", i, d)
+		}
+	}
+	mu.Unlock()
+	t.Logf("the good tenant's longest wait: %s", longest)
+	checkExactlyOnce(t, "dead-lettered", dlq.waitCount(t, nBad, 30*time.Second), bad)
+}
+
+// TestMovedRetryOfAnOwnerRuns: a moved job's copy that runs records itself
+// as the job's owner; if its handler fails, the retry is moved too, and its
+// copy must run, not be taken for a duplicate of the failed one and acked
+// unrun (the failure gives the owner record up).
+func TestMovedRetryOfAnOwnerRuns(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_DEFER": "schedule"})
+	e.ensureStream(cfg)
+	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	log := newCallLog()
+	var failed sync.Map
+	w := e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
+		// Fail each moved job's first run: it runs as a copy, the owner.
+		if job.Deferrals > 0 {
+			if _, again := failed.LoadOrStore(job.ID, true); !again {
+				return errors.New("first run fails")
+			}
+		}
+		return forward(ctx, job)
+	}))
+	out := e.collect("done.*")
+	const n = 4
+	want := e.publishJobs(cfg.Stream, "jobs.slow", nil, n)
+	checkExactlyOnce(t, "forwarded", out.waitCount(t, n, 20*time.Second), want)
+	moved := 0
+	for id := range want {
+		if _, ok := failed.Load(id); ok {
+			moved++
+			if calls := len(log.calls(id)); calls != 2 {
+				t.Errorf("%s: handler called %d times, want 2 (a failure, then the retry)", id, calls)
+			}
+		}
+	}
+	if moved == 0 {
+		t.Fatalf("no job ran as a moved copy")
+	}
+	if st := w.stats()["slow"]; st.Duplicates != 0 {
+		t.Errorf("%d copies taken for duplicates", st.Duplicates)
+	}
+}

@@ -42,6 +42,7 @@ const (
 	CodeTenant         Code = 100 // tenant empty or too long
 	CodeJobID          Code = 101 // job id too long or not printable ASCII
 	CodeLimits         Code = 102 // the limits themselves do not validate
+	CodeGiveUp         Code = 103 // the failure count that gives a job up is not in [1, 10^6]
 )
 
 var codeText = map[Code]string{
@@ -65,6 +66,7 @@ var codeText = map[Code]string{
 	CodeTenant:         "invalid tenant",
 	CodeJobID:          "invalid job id",
 	CodeLimits:         "invalid limits",
+	CodeGiveUp:         "give-up count out of range",
 }
 
 // String describes c in a few words.
