@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,10 +23,12 @@ type StreamSpec struct {
 	ScheduleSubjects []string
 }
 
-// EnsureStream returns the jobs stream, creating it if missing. When spec
-// asks for schedules and the stream exists without them, it adds the
-// schedule subjects and turns schedules on; the error then says why that
-// failed, and the caller can fall back to NAK-only deferral.
+// EnsureStream returns the jobs stream, creating it if missing. A stream
+// that exists without some of spec's job subjects (none of its subjects
+// covers them) gets them added. When spec asks for schedules and the
+// stream exists without them, it adds the schedule subjects and turns
+// schedules on; the error then says why that failed, and the caller can
+// fall back to NAK-only deferral.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) (jetstream.Stream, error) {
 	want := jetstream.StreamConfig{
 		Name:              spec.Name,
@@ -44,27 +47,33 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", spec.Name, err)
 	}
-	if len(spec.ScheduleSubjects) == 0 {
-		return s, nil
-	}
 	cfg := s.CachedInfo().Config
-	changed := false
-	for _, subj := range spec.ScheduleSubjects {
-		if !slices.Contains(cfg.Subjects, subj) {
+	var changes []string // what the update does, for its error
+	for _, subj := range spec.Subjects {
+		if !slices.ContainsFunc(cfg.Subjects, func(bound string) bool { return subjectCovers(bound, subj) }) {
 			cfg.Subjects = append(cfg.Subjects, subj)
-			changed = true
+			changes = append(changes, "binding "+subj)
 		}
 	}
-	if !cfg.AllowMsgSchedules {
-		cfg.AllowMsgSchedules = true
-		changed = true
+	if len(spec.ScheduleSubjects) > 0 {
+		enable := !cfg.AllowMsgSchedules
+		for _, subj := range spec.ScheduleSubjects {
+			if !slices.Contains(cfg.Subjects, subj) {
+				cfg.Subjects = append(cfg.Subjects, subj)
+				enable = true
+			}
+		}
+		if enable {
+			cfg.AllowMsgSchedules = true
+			changes = append(changes, "enabling message schedules")
+		}
 	}
-	if !changed {
+	if len(changes) == 0 {
 		return s, nil
 	}
 	us, err := js.UpdateStream(ctx, cfg)
 	if err != nil {
-		return s, fmt.Errorf("stream %s: enabling message schedules: %w", spec.Name, err)
+		return s, fmt.Errorf("stream %s: %s: %w", spec.Name, strings.Join(changes, " and "), err)
 	}
 	return us, nil
 }
@@ -131,4 +140,27 @@ func EnsureCaptured(ctx context.Context, js jetstream.JetStream, subject, fallba
 		return "", fmt.Errorf("creating stream %s for %s: %w", fallback, subject, err)
 	}
 	return fallback, nil
+}
+
+// subjectCovers reports whether every subject matching subj also matches
+// pattern (NATS subjects: "*" is one token, a final ">" one or more).
+func subjectCovers(pattern, subj string) bool {
+	p, q := strings.Split(pattern, "."), strings.Split(subj, ".")
+	for i, tok := range p {
+		if tok == ">" {
+			return i == len(p)-1 && len(q) > i
+		}
+		if i >= len(q) {
+			return false
+		}
+		switch {
+		case tok == "*":
+			if q[i] == ">" {
+				return false
+			}
+		case tok != q[i]:
+			return false
+		}
+	}
+	return len(p) == len(q)
 }

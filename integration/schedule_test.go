@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -535,4 +536,41 @@ func TestConsumerWithSettingsThatCannotChange(t *testing.T) {
 	out := e.collect("done.*")
 	want := e.publishJobs(cfg.Stream, "jobs.acme", nil, 3)
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 15*time.Second), want)
+}
+
+// TestExistingStreamBindsTheJobSubjects: a jobs stream that already exists
+// without THROTTLER_SUBJECTS (created for something else, say) gets them
+// added, as the schedule subjects are, so jobs published there are stored
+// and run instead of being refused; subjects the stream already covers
+// with a wildcard are left as they are.
+func TestExistingStreamBindsTheJobSubjects(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFER": "nak"})
+	e.createJobsStream(jetstream.StreamConfig{Name: cfg.Stream, Subjects: []string{"orders.>"}})
+	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	out := e.collect("done.*")
+	subjects := func(name string) []string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := e.js.Stream(ctx, name)
+		must(t, err, "stream %s", name)
+		return s.CachedInfo().Config.Subjects
+	}
+	waitFor(t, 10*time.Second, "the job subjects bound", func() bool { return slices.Contains(subjects(cfg.Stream), "jobs.>") })
+	if got := subjects(cfg.Stream); !slices.Contains(got, "orders.>") {
+		t.Errorf("stream subjects %v: the stream's own subject was dropped", got)
+	}
+	want := e.publishJobs(cfg.Stream, "jobs.acme", nil, 3)
+	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 10*time.Second), want)
+
+	// A stream whose wildcard covers the job subjects is left alone.
+	narrow := e.config(map[string]string{"THROTTLER_DEFER": "nak", "THROTTLER_STREAM": "WIDE", "THROTTLER_SUBJECTS": "wide.*.email",
+		"THROTTLER_CONSUMER": "wide"})
+	e.createJobsStream(jetstream.StreamConfig{Name: "WIDE", Subjects: []string{"wide.>"}})
+	e.startWorker(narrow, consumer.Forwarder(e.js, narrow.ForwardSubject))
+	time.Sleep(time.Second) // the worker's set-up
+	if got := subjects("WIDE"); !slices.Equal(got, []string{"wide.>"}) {
+		t.Errorf("stream WIDE's subjects became %v, want [wide.>]", got)
+	}
 }

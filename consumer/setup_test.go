@@ -1,0 +1,29 @@
+package consumer
+
+import "testing"
+
+func TestSubjectCovers(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, subj string
+		want          bool
+	}{
+		{"jobs.>", "jobs.>", true},
+		{"jobs.>", "jobs.*.email", true},
+		{"jobs.>", "jobs.acme", true},
+		{"jobs.>", "jobs", false},
+		{"jobs.*", "jobs.acme", true},
+		{"jobs.*", "jobs.*", true},
+		{"jobs.*", "jobs.>", false},
+		{"jobs.*", "jobs.a.b", false},
+		{"jobs.acme", "jobs.*", false},
+		{"jobs.acme", "jobs.acme", true},
+		{"jobs.acme", "jobs.acme.x", false},
+		{"*.>", "jobs.a.b", true},
+		{">", "anything.at.all", true},
+		{"orders.>", "jobs.>", false},
+	} {
+		if got := subjectCovers(tc.pattern, tc.subj); got != tc.want {
+			t.Errorf("subjectCovers(%q, %q) = %v, want %v", tc.pattern, tc.subj, got, tc.want)
+		}
+	}
+}
