@@ -17,3 +17,9 @@ var Throttle string
 //
 //go:embed failures.lua
 var Failures string
+
+// Owner is the source of owner.lua: claim a job's owner record if it has
+// none, or give it up if it names a given incarnation.
+//
+//go:embed owner.lua
+var Owner string

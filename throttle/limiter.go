@@ -67,6 +67,7 @@ type Limiter struct {
 	rdb         Client
 	crossTenant bool // one script call may hold several tenants' jobs
 	script      *redis.Script
+	ownerScript *redis.Script // lua/owner.lua, for ClaimOwner and ReleaseOwner
 	keys        keyspace
 	horizon     time.Duration
 	horizonArg  any // horizon in µs, as the script reads it (boxed once)
@@ -125,6 +126,7 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 		rdb:         rdb,
 		crossTenant: single,
 		script:      redis.NewScript(lua.Throttle),
+		ownerScript: redis.NewScript(lua.Owner),
 		keys:        keyspace{prefix: prefix},
 		horizon:     opts.Horizon,
 		horizonArg:  strconv.FormatInt(opts.Horizon.Microseconds(), 10),
