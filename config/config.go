@@ -362,6 +362,14 @@ func (c *Config) RenderScheduleSubject(tenant string, seq uint64) string {
 	return c.ScheduleSubject + "." + SubjectToken(tenant) + "." + strconv.FormatUint(seq, 10)
 }
 
+// RenderFastSubject returns the subject of the fast copy of a job of tenant
+// first stored at stream sequence seq (see consumer.FastLane):
+// ScheduleSubject.f.TENANT.SEQ. Four tokens, so no schedule subject of a
+// moved job (three) is one.
+func (c *Config) RenderFastSubject(tenant string, seq uint64) string {
+	return c.ScheduleSubject + ".f." + SubjectToken(tenant) + "." + strconv.FormatUint(seq, 10)
+}
+
 // SubjectToken returns tenant made safe to be one subject token: each
 // whitespace or control character, ".", "*" and ">" becomes "_", and an
 // empty tenant becomes "_". Distinct tenants may map to the same token.

@@ -335,6 +335,7 @@ func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
 	subject, own := d.copyFields(df, now)
 	out := &nats.Msg{Subject: subject, Data: df.Msg.Data(), Header: nats.Header{}}
 	copyHeaders(out.Header, df.Msg.Headers())
+	out.Header.Del(HeaderFast) // see replacedInCopy
 	for _, kv := range own {
 		out.Header.Set(kv[0], kv[1])
 	}
@@ -497,7 +498,8 @@ func (e *expiries) Pop() any {
 // WaitingInSchedules counts the jobs moved off the consumer that still wait
 // in stream under prefix (the schedule subject prefix, e.g. "sched"): one
 // per scheduled copy, and the number it carries per bundle, whether waiting
-// to fire (prefix.b.…) or fired and not yet unpacked (prefix.u.…). Schedules
+// to fire (prefix.b.…) or fired and not yet unpacked (prefix.u.…). Fast
+// copies (prefix.f.…) are not counted. Schedules
 // keep firing while it counts: a bundle that fires between the listing of
 // the subjects and the reading of its header has moved to a subject the
 // listing missed, so the count starts again (three times at most; then the
@@ -526,10 +528,15 @@ func waitingInSchedules(ctx context.Context, s jetstream.Stream, stream, prefix 
 	}
 	for subject, count := range info.State.Subjects {
 		// A copy is prefix.<tenant>.<id>; a bundle prefix.b.<tenant>.<id>
-		// or prefix.u.<tenant>.<id>, one token more.
+		// or prefix.u.<tenant>.<id>, one token more; so is a fast copy,
+		// prefix.f.<tenant>.<seq>, which stays stored once run and waits
+		// in its own consumer, not in a schedule.
 		kind := strings.TrimPrefix(subject, prefix+".")
-		if strings.Count(kind, ".") != 2 || !(strings.HasPrefix(kind, "b.") || strings.HasPrefix(kind, "u.")) {
+		if strings.Count(kind, ".") != 2 {
 			n += int(count)
+			continue
+		}
+		if !(strings.HasPrefix(kind, "b.") || strings.HasPrefix(kind, "u.")) {
 			continue
 		}
 		m, err := s.GetLastMsgForSubject(ctx, subject)

@@ -77,6 +77,18 @@ type Job struct {
 	Published time.Time
 }
 
+// OriginalSequence is the stream sequence in the job's ID
+// ("STREAM:SEQUENCE"), that of its first delivery, which every copy of the
+// job keeps; Sequence when the ID holds none.
+func (j Job) OriginalSequence() uint64 {
+	if i := strings.LastIndexByte(j.ID, ':'); i >= 0 {
+		if n, err := strconv.ParseUint(j.ID[i+1:], 10, 64); err == nil {
+			return n
+		}
+	}
+	return j.Sequence
+}
+
 // Handler runs an admitted job. A nil error acks the job; an error is a
 // failure of that job, retried with backoff and dead-lettered after
 // Config.MaxFailures failures. A panic counts as an error. The context is

@@ -28,6 +28,7 @@ func MetricsHandler(w *Worker) http.Handler {
 			{"allowed_on_redis_error", "Jobs admitted by policy while Redis failed.", func(s TenantStats) int64 { return s.AllowedOnRedisError }},
 			{"duplicates", "Copies of moved jobs acked without running.", func(s TenantStats) int64 { return s.Duplicates }},
 			{"redis_calls", "Throttle decisions asked of Redis.", func(s TenantStats) int64 { return s.RedisCalls }},
+			{"fast_laned", "Jobs the fast lane took out of a backlog.", func(s TenantStats) int64 { return s.FastLaned }},
 		}
 		for _, m := range metrics {
 			fmt.Fprintf(rw, "# HELP throttler_%s_total %s\n# TYPE throttler_%s_total counter\n", m.name, m.help, m.name)

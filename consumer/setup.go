@@ -78,6 +78,32 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 	return us, nil
 }
 
+// ErrRepublishTaken says the jobs stream already republishes its messages
+// somewhere else; a stream has one RePublish, and the worker leaves it be.
+var ErrRepublishTaken = errors.New("the stream republishes its messages elsewhere")
+
+// EnsureArrivals makes the stream republish the headers of every message
+// it stores on dest (a wildcard, such as "_throttler.arrived.JOBS.>"), for
+// the fast lane (FastLane.Arrivals). It returns the stream as updated; a
+// stream that already republishes elsewhere is left as it is, with an
+// error matching ErrRepublishTaken.
+func EnsureArrivals(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, dest string) (jetstream.Stream, error) {
+	cfg := s.CachedInfo().Config
+	want := jetstream.RePublish{Source: ">", Destination: dest, HeadersOnly: true}
+	switch {
+	case cfg.RePublish != nil && *cfg.RePublish == want:
+		return s, nil
+	case cfg.RePublish != nil:
+		return s, fmt.Errorf("stream %s: %w (%s)", cfg.Name, ErrRepublishTaken, cfg.RePublish.Destination)
+	}
+	cfg.RePublish = &want
+	us, err := js.UpdateStream(ctx, cfg)
+	if err != nil {
+		return s, fmt.Errorf("stream %s: republishing on %s: %w", cfg.Name, dest, err)
+	}
+	return us, nil
+}
+
 // ConsumerSpec describes the durable consumer the worker reads.
 type ConsumerSpec struct {
 	// Stream is the jobs stream.

@@ -31,6 +31,9 @@ type TenantStats struct {
 	// Duplicates counts incarnations of moved jobs acked without running
 	// because another incarnation ran.
 	Duplicates int64
+	// FastLaned counts jobs the fast lane took out of a backlog (see
+	// FastLane).
+	FastLaned int64
 }
 
 // OtherTenants stands in for the tenants counted together once a worker

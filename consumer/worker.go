@@ -144,6 +144,9 @@ type Params struct {
 	// Bundles, when set, is the consumer of fired bundles of moved jobs
 	// (see ScheduleDeferrer.Bundle); Run unpacks them while it runs.
 	Bundles jetstream.Consumer
+	// FastLane, when set, lets the jobs of tenants with nothing queued pass
+	// a backlog of other tenants' jobs; see FastLane.
+	FastLane *FastLane
 	// Recreate, when set, sets up the stream and the consumers again. Run
 	// calls it when a pull finds its consumer deleted (or no one answers
 	// for it), so a worker outlives an operator's mistake.
@@ -157,6 +160,7 @@ type Worker struct {
 	js       jetstream.JetStream
 	cons     jetstream.Consumer
 	bundles  jetstream.Consumer
+	lane     *lane // nil without a fast lane
 	recreate func(context.Context) error
 	decider  Decider
 	failures FailureCounter
@@ -206,7 +210,7 @@ func New(p Params) (*Worker, error) {
 	rb.InitialInterval = 100 * time.Millisecond
 	rb.MaxInterval = 30 * time.Second
 	rb.MaxElapsedTime = 0
-	return &Worker{
+	w := &Worker{
 		js:           p.JetStream,
 		cons:         p.Consumer,
 		bundles:      p.Bundles,
@@ -222,7 +226,15 @@ func New(p Params) (*Worker, error) {
 		slots:        make(chan struct{}, cfg.Concurrency),
 		credits:      make(chan struct{}, 2*cfg.FetchBatch),
 		redisBackoff: rb,
-	}, nil
+	}
+	if p.FastLane != nil {
+		l, err := newLane(*p.FastLane, w)
+		if err != nil {
+			return nil, err
+		}
+		w.lane = l
+	}
+	return w, nil
 }
 
 // Stats returns a snapshot of the per-tenant counters.
@@ -267,7 +279,21 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	msgs := make(chan jetstream.Msg, w.cfg.FetchBatch)
 	fetchDone := make(chan error, 1)
-	go func() { fetchDone <- w.fetchLoop(ctx, msgs) }()
+	var pulls sync.WaitGroup
+	pulls.Add(1)
+	go func() { defer pulls.Done(); fetchDone <- w.fetchLoop(ctx, w.cons, w.cfg.FetchBatch, msgs) }()
+	if w.lane != nil {
+		stop, err := w.startLane(ctx)
+		if err != nil {
+			w.log.Warn("fast lane off: subscribing to arrivals failed", "subject", w.lane.Arrivals, "err", err)
+		} else {
+			defer stop()
+			// Fast copies are few: small pulls, from the same credits.
+			pulls.Add(1)
+			go func() { defer pulls.Done(); _ = w.fetchLoop(ctx, w.lane.Consumer, min(8, w.cfg.FetchBatch), msgs) }()
+		}
+	}
+	go func() { pulls.Wait(); close(msgs) }()
 
 	// Deferring runs in a goroutine of its own, one batch after the other,
 	// so moving one group's jobs overlaps with deciding the next while the
@@ -337,12 +363,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// fetchLoop pulls messages and sends them to msgs. It holds one credit per
-// message pulled and not yet dispatched, at most 2×FetchBatch, so the worker
-// never has more than that many messages delivered and undecided: they count
-// against the consumer's MaxAckPending. It closes msgs when ctx is cancelled.
-func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error {
-	defer close(msgs)
+// fetchLoop pulls messages from cons, up to batch at a time, and sends
+// them to msgs until ctx is cancelled. It holds one credit per message
+// pulled and not yet dispatched, at most 2×FetchBatch for all its loops, so
+// the worker never has more than that many messages delivered and
+// undecided: they count against the consumer's MaxAckPending.
+func (w *Worker) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch int, msgs chan<- jetstream.Msg) error {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 100 * time.Millisecond
 	bo.MaxInterval = 5 * time.Second
@@ -355,10 +381,10 @@ func (w *Worker) fetchLoop(ctx context.Context, msgs chan<- jetstream.Msg) error
 			return ctx.Err()
 		}
 		n := 1
-		for n < w.cfg.FetchBatch && w.takeCredit() {
+		for n < batch && w.takeCredit() {
 			n++
 		}
-		got, err := w.fetch(ctx, n, msgs)
+		got, err := w.fetch(ctx, cons, n, msgs)
 		w.releaseCredits(n - got)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -454,16 +480,16 @@ func (w *Worker) releaseCredits(n int) {
 // way to end, so keep it short: a quarter of the shutdown timeout at most.
 const maxPullExpiry = time.Second
 
-// fetch pulls up to n messages into msgs and returns how many it sent. The
+// fetch pulls up to n messages from cons into msgs and returns how many it sent. The
 // pull is not cancelled by shutdown: cancelling it would drop the messages
 // the server has already sent to it, which would then wait out AckWait.
 // Instead it runs to its short expiry and every message it brings reaches
 // Run, which hands it back.
-func (w *Worker) fetch(ctx context.Context, n int, msgs chan<- jetstream.Msg) (int, error) {
+func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs chan<- jetstream.Msg) (int, error) {
 	expiry := min(maxPullExpiry, max(50*time.Millisecond, w.cfg.ShutdownTimeout/4))
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), expiry)
 	defer cancel()
-	batch, err := w.cons.Fetch(n, jetstream.FetchContext(fctx))
+	batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
 	if err != nil {
 		return 0, fmt.Errorf("fetch: %w", err)
 	}
@@ -521,8 +547,13 @@ type item struct {
 // reservation order.
 func (w *Worker) readGroup(group []jetstream.Msg) []item {
 	items := make([]item, 0, len(group))
+	var last jetstream.Msg // the jobs consumer's furthest delivery
+	var lastSeq uint64
 	for _, m := range group {
 		job, err := readJob(m, w.cfg.Tenant, w.cfg.CostHeader)
+		if job.Sequence > lastSeq && m.Headers().Get(HeaderFast) == "" {
+			last, lastSeq = m, job.Sequence
+		}
 		w.stats.add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
 		var bad *badJobError
 		switch {
@@ -535,6 +566,11 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 		default:
 			slot, _ := strconv.ParseInt(m.Headers().Get(HeaderSlot), 10, 64)
 			items = append(items, item{msg: m, job: job, slot: slot})
+		}
+	}
+	if w.lane != nil && last != nil {
+		if meta, err := last.Metadata(); err == nil {
+			w.lane.observe(lastSeq, meta.NumPending)
 		}
 	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].slot < items[j].slot })
@@ -651,7 +687,16 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 // message as delivered, unique to the original and to every copy, even two
 // copies of one move. A stream never reaches 2^53 messages; the modulo only
 // keeps the value in the throttle's range.
-func incarnation(job Job) int64 { return int64(job.Sequence % (1 << 53)) }
+//
+// A fast copy (see FastLane) is the exception: its incarnation is fixed by
+// the original's sequence, so the lane can claim the job for it before it
+// is stored.
+func incarnation(job Job) int64 {
+	if job.Header.Get(HeaderFast) != "" {
+		return fastIncarnation(job.OriginalSequence())
+	}
+	return int64(job.Sequence % (1 << 53))
+}
 
 // act acts on each decision of a group: start, ack a duplicate, or
 // dead-letter. It returns the limited jobs, in slot order, for the defer
@@ -673,6 +718,14 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		res := g.results[k]
 		w.stats.add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
+		case res.Err == nil && res.Duplicate && isFastClaim(res.Owner):
+			// The fast lane claimed this job for its copy: acked once the
+			// copy is stored, handed back until then.
+			w.handlers.Add(1)
+			go func(msg jetstream.Msg, job Job) {
+				defer w.handlers.Done()
+				w.settleFastClaimed(workCtx, msg, job)
+			}(it.msg, it.job)
 		case res.Err == nil && res.Duplicate:
 			// Another incarnation of this moved job already ran.
 			w.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -504,7 +505,18 @@ func countPending(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int
 		tb.Fatalf("jobs waiting in schedules: %v", err)
 	}
 	n := info.NumAckPending + int(info.NumPending) + waiting
-	return n
+	// Jobs the fast lane copied wait in a consumer of their own.
+	fast, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer+"_fast")
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return n
+	}
+	if err != nil {
+		tb.Fatalf("fast consumer: %v", err)
+	}
+	if info, err = fast.Info(ctx); err != nil {
+		tb.Fatalf("fast consumer info: %v", err)
+	}
+	return n + info.NumAckPending + int(info.NumPending)
 }
 
 // evalCalls is how many EVALSHA and EVAL calls Redis has served.

@@ -102,6 +102,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		Handler:   handler,
 		Deferrer:  path.deferrer(js, cfg),
 		Bundles:   bundles,
+		FastLane:  path.fastLane(cfg, limiter),
 		Recreate:  recreate,
 		Config:    path.workerConfig(cfg, log),
 	})
@@ -116,7 +117,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		defer stop()
 	}
 	log.Info("worker running", "stream", cfg.Stream, "consumer", cfg.Consumer, "subjects", cfg.Subjects,
-		"concurrency", cfg.Concurrency, "defer", path.mode, "server", opts.NATS.ConnectedServerVersion())
+		"concurrency", cfg.Concurrency, "defer", path.mode, "fast_lane", path.fast != nil, "server", opts.NATS.ConnectedServerVersion())
 	return w.Run(ctx)
 }
 
@@ -136,6 +137,10 @@ type deferPath struct {
 	// maxAge is the jobs stream's MaxAge at start (0: none): no deferred
 	// job may sit in the stream that long.
 	maxAge time.Duration
+	// stream is the jobs stream; fast, when set, is the consumer of the
+	// fast lane's copies, and the lane runs (see consumer.FastLane).
+	stream jetstream.Stream
+	fast   jetstream.Consumer
 }
 
 // jsErrSubjectsOverlap is the JetStream API error code of a stream whose
@@ -260,6 +265,8 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	// was set to nak), whose copies must still run once and whose bundles
 	// must still be unpacked when they fire.
 	path.movesBack = path.mode != config.DeferNak || holdsMovedJobs(stream, cfg)
+	lane := path.mode != config.DeferNak && laneAvailable(ctx, js, &stream, cfg, log)
+	path.stream = stream
 	path.maxAge = stream.CachedInfo().Config.MaxAge
 	if path.maxAge > 0 && path.mode == config.DeferNak {
 		log.Warn("the jobs stream drops messages older than its max age, and a job deferred with NAK stays the same message: a job deferred past it is lost; raise the max age, or defer with auto or schedule, which move such jobs",
@@ -300,6 +307,16 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 			AckWait:        cfg.AckWait,
 		})
 	}
+	if lane {
+		// The fast lane's copies land on <schedule prefix>.f.<tenant>.<seq>.
+		consumers = append(consumers, consumer.ConsumerSpec{
+			Stream:         cfg.Stream,
+			Name:           cfg.Consumer + "_fast",
+			FilterSubjects: []string{cfg.ScheduleSubject + ".f.*.*"},
+			MaxAckPending:  cfg.MaxAckPending,
+			AckWait:        cfg.AckWait,
+		})
+	}
 	handles := make([]jetstream.Consumer, len(consumers))
 	for i, c := range consumers {
 		if handles[i], err = consumer.EnsureConsumer(ctx, js, c); err != nil {
@@ -319,8 +336,14 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 				return ctx.Err()
 			}
 		}
-		if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
+		s, err := consumer.EnsureStream(ctx, js, spec)
+		if err != nil {
 			return err
+		}
+		if lane {
+			if _, err := consumer.EnsureArrivals(ctx, js, s, arrivalsSubject(cfg)); err != nil {
+				return err
+			}
 		}
 		for _, c := range consumers {
 			if _, err := consumer.EnsureConsumer(ctx, js, c); err != nil {
@@ -330,10 +353,55 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 		return nil
 	}
 	cons = handles[0]
-	if len(handles) > 1 {
+	if path.movesBack {
 		bundles = handles[1]
 	}
+	if lane {
+		path.fast = handles[len(handles)-1]
+	}
 	return cons, bundles, path, recreate, nil
+}
+
+// arrivalsSubject is where the jobs stream republishes the headers of the
+// messages it stores, for the fast lane.
+func arrivalsSubject(cfg *config.Config) string {
+	return "_throttler.arrived." + cfg.Stream + ".>"
+}
+
+// laneAvailable reports whether the fast lane can run on the jobs stream,
+// making the stream republish its arrivals if it does not yet (and then
+// replacing *stream with the stream as updated). The lane deletes the
+// originals it copies, so a stream that denies deletes has none; nor does
+// a stream that republishes elsewhere already.
+func laneAvailable(ctx context.Context, js jetstream.JetStream, stream *jetstream.Stream, cfg *config.Config, log *slog.Logger) bool {
+	if (*stream).CachedInfo().Config.DenyDelete {
+		log.Warn("fast lane off: the jobs stream denies deletes; a tenant's jobs stored behind another tenant's backlog wait for it", "stream", cfg.Stream)
+		return false
+	}
+	s, err := consumer.EnsureArrivals(ctx, js, *stream, arrivalsSubject(cfg))
+	if err != nil {
+		log.Warn("fast lane off: a tenant's jobs stored behind another tenant's backlog wait for it", "stream", cfg.Stream, "err", err)
+		return false
+	}
+	*stream = s
+	return true
+}
+
+// fastLane is the fast lane of the path, or nil when it has none.
+func (p deferPath) fastLane(cfg *config.Config, owners consumer.OwnerClaimer) *consumer.FastLane {
+	if p.fast == nil {
+		return nil
+	}
+	return &consumer.FastLane{
+		Arrivals:    arrivalsSubject(cfg),
+		Queue:       cfg.Consumer + "_fast",
+		Stream:      p.stream,
+		Consumer:    p.fast,
+		Subject:     cfg.RenderFastSubject,
+		Owners:      owners,
+		JobSubjects: cfg.Subjects,
+		TenantShare: max(1, cfg.MaxAckPending/40),
+	}
 }
 
 // deferrer builds the Deferrer of the path.
@@ -341,7 +409,7 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer
 	move := consumer.ScheduleDeferrer{
 		JetStream: js,
 		Subject: func(job consumer.Job) string {
-			return cfg.RenderScheduleSubject(job.Tenant, originalSeq(job))
+			return cfg.RenderScheduleSubject(job.Tenant, job.OriginalSequence())
 		},
 		Timeout:      cfg.RedisTimeout + 3*time.Second,
 		Bundle:       64,
@@ -368,17 +436,6 @@ func (p deferPath) workerConfig(cfg *config.Config, log *slog.Logger) consumer.C
 	c.TrackOwner = p.movesBack
 	c.TermWithReason = p.termWithReason
 	return c
-}
-
-// originalSeq is the stream sequence in a job's id ("STREAM:SEQ"), which
-// stays the same across moves.
-func originalSeq(job consumer.Job) uint64 {
-	if i := strings.LastIndexByte(job.ID, ':'); i >= 0 {
-		if n, err := strconv.ParseUint(job.ID[i+1:], 10, 64); err == nil {
-			return n
-		}
-	}
-	return job.Sequence
 }
 
 // serverAtLeast reports whether a "MAJOR.MINOR.PATCH" server version is at

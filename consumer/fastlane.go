@@ -1,0 +1,441 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// HeaderFast marks a job's fast copy: a copy the fast lane made to take the
+// job out of a backlog (see FastLane).
+const HeaderFast = "Throttler-Fast"
+
+// fastBase starts the incarnations of fast copies (see fastIncarnation):
+// stream sequences, the incarnations of every other message, stay below it.
+const fastBase = 1 << 52
+
+// fastIncarnation is the incarnation of the fast copy of the job first
+// stored at stream sequence seq. It is fixed by the original, not by the
+// copy's own sequence, so the fast lane can claim the job for the copy
+// before the copy exists.
+func fastIncarnation(seq uint64) int64 { return int64(fastBase + seq%fastBase) }
+
+// isFastClaim reports whether an owner record names a fast copy.
+func isFastClaim(owner int64) bool { return owner >= fastBase }
+
+// OwnerClaimer claims and gives up jobs' owner records;
+// *throttle.Limiter satisfies it.
+type OwnerClaimer interface {
+	ClaimOwner(ctx context.Context, tenant, jobID string, incarnation int64) (claimed bool, owner int64, err error)
+	ReleaseOwner(ctx context.Context, tenant, jobID string, incarnation int64) (bool, error)
+}
+
+// FastLane lets the jobs of a tenant with nothing else queued pass a
+// backlog of other tenants' jobs. A consumer delivers in stream order, so
+// without it a job stored behind another tenant's flood waits until the
+// worker has taken in (and deferred) every job of the flood ahead of it.
+//
+// The jobs stream republishes the headers of every message it stores
+// (RePublish, headers only) on Arrivals. When a job arrives while the jobs
+// consumer has at least Backlog jobs left to deliver, and its tenant has
+// no job queued in that backlog (only jobs the lane took, at most
+// TenantShare), the lane takes it: it decides the job at once, which
+// charges the tenant and records the job's owner as its fast copy; checks
+// that the jobs consumer has not delivered the original yet; copies the
+// original to a subject of its own, which a consumer of its own delivers
+// at once; and deletes the original from the stream. The copy is then
+// handled like any job: it runs in the slot it was decided for.
+//
+// The owner record keeps a job from running twice however the lane is
+// interrupted: an original delivered after the claim is a Duplicate, acked
+// once its copy is stored and handed back until then; a claim whose copy
+// was never made expires (see throttle.Limiter.ClaimOwner) and the
+// original then runs.
+type FastLane struct {
+	// Arrivals is the subject the jobs stream republishes stored messages'
+	// headers on, a wildcard such as "_throttler.arrived.JOBS.>". Required.
+	Arrivals string
+	// Queue is the queue group the fleet's workers share arrivals in.
+	// Required.
+	Queue string
+	// Stream is the jobs stream, which originals are read from and deleted
+	// from. Required.
+	Stream jetstream.Stream
+	// Consumer delivers the fast copies. Required.
+	Consumer jetstream.Consumer
+	// Subject returns the subject of the fast copy of the tenant's job
+	// stored at stream sequence seq: unique per job, bound by the jobs
+	// stream, filtered by Consumer and by no other consumer. Required.
+	Subject func(tenant string, seq uint64) string
+	// Owners claims jobs for their fast copies. Required.
+	Owners OwnerClaimer
+	// JobSubjects are the subjects of the jobs consumer. Required.
+	JobSubjects []string
+	// Backlog is the fewest jobs the jobs consumer must have left to
+	// deliver for the lane to take a job. Defaults to 4×FetchBatch.
+	Backlog int
+	// TenantShare caps one tenant's jobs the lane has taken whose
+	// originals the jobs consumer has not reached yet. Defaults to 16.
+	TenantShare int
+}
+
+// lane is a worker's running fast lane.
+type lane struct {
+	FastLane
+	w    *Worker
+	work chan arrival
+
+	mu      sync.Mutex
+	pos     uint64              // highest stream sequence the jobs consumer delivered here
+	pending uint64              // jobs it had left to deliver then
+	slow    map[string]uint64   // tenant → its latest job left to the jobs consumer
+	taken   map[string][]uint64 // tenant → jobs taken whose originals lie past pos
+	pruned  time.Time
+}
+
+// arrival is a job the lane takes.
+type arrival struct {
+	id, tenant, subject string
+	seq                 uint64
+	cost                int64
+}
+
+// laneBatch caps the jobs the lane takes in one round of calls.
+const laneBatch = 64
+
+func newLane(cfg FastLane, w *Worker) (*lane, error) {
+	var missing []error
+	if cfg.Arrivals == "" || cfg.Queue == "" {
+		missing = append(missing, errors.New("Arrivals and Queue"))
+	}
+	if cfg.Stream == nil || cfg.Consumer == nil {
+		missing = append(missing, errors.New("Stream and Consumer"))
+	}
+	if cfg.Subject == nil || cfg.Owners == nil || len(cfg.JobSubjects) == 0 {
+		missing = append(missing, errors.New("Subject, Owners and JobSubjects"))
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("consumer: fast lane: missing %w", errors.Join(missing...))
+	}
+	setDefault(&cfg.Backlog, 4*w.cfg.FetchBatch)
+	setDefault(&cfg.TenantShare, 16)
+	return &lane{FastLane: cfg, w: w, work: make(chan arrival, 1024),
+		slow: map[string]uint64{}, taken: map[string][]uint64{}}, nil
+}
+
+// observe records the jobs consumer's position: a delivered message's
+// stream sequence and the jobs it had left to deliver after it.
+func (l *lane) observe(seq, pending uint64) {
+	l.mu.Lock()
+	if seq > l.pos {
+		l.pos, l.pending = seq, pending
+	}
+	l.mu.Unlock()
+}
+
+// arrive looks at one republished message and hands the job to run if the
+// lane takes it. It runs on the subscription's goroutine, so it only reads
+// headers.
+func (l *lane) arrive(m *nats.Msg) {
+	h := m.Header
+	seq, err := strconv.ParseUint(h.Get(jetstream.SequenceHeader), 10, 64)
+	subject := h.Get(jetstream.SubjectHeader)
+	if err != nil || subject == "" || h.Get(HeaderJobID) != "" {
+		return // not a stored message, or a moved job's copy
+	}
+	if !l.isJob(subject) {
+		return
+	}
+	tenant, err := l.w.cfg.Tenant.tenant(subject, h)
+	if err != nil {
+		return // the jobs consumer dead-letters it
+	}
+	cost, err := parseCost(h, l.w.cfg.CostHeader)
+	if err != nil {
+		return
+	}
+	if !l.admit(tenant, seq) {
+		return
+	}
+	a := arrival{id: h.Get(jetstream.StreamHeader) + ":" + strconv.FormatUint(seq, 10), tenant: tenant, subject: subject, seq: seq, cost: cost}
+	select {
+	case l.work <- a:
+	default:
+		l.leave(tenant, seq)
+	}
+}
+
+// isJob reports whether subject is one the jobs consumer delivers.
+func (l *lane) isJob(subject string) bool {
+	for _, p := range l.JobSubjects {
+		if subjectCovers(p, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// admit decides whether the lane takes the tenant's job stored at seq, and
+// books it either way.
+func (l *lane) admit(tenant string, seq uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if now.Sub(l.pruned) > time.Second {
+		l.prune()
+		l.pruned = now
+	}
+	taken := l.taken[tenant]
+	for len(taken) > 0 && taken[0] <= l.pos {
+		taken = taken[1:]
+	}
+	take := seq > l.pos && l.pending >= uint64(l.Backlog) && l.slow[tenant] <= l.pos && len(taken) < l.TenantShare
+	if take {
+		l.taken[tenant] = append(taken, seq)
+	} else {
+		l.slow[tenant] = seq
+		l.taken[tenant] = taken
+	}
+	return take
+}
+
+// leave gives a job the lane booked back to the jobs consumer.
+func (l *lane) leave(tenant string, seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.slow[tenant] = max(l.slow[tenant], seq)
+	taken := l.taken[tenant]
+	for i, s := range taken {
+		if s == seq {
+			l.taken[tenant] = append(taken[:i:i], taken[i+1:]...)
+			break
+		}
+	}
+}
+
+// prune forgets tenants with nothing left past the jobs consumer's
+// position. Called with mu held.
+func (l *lane) prune() {
+	for t, s := range l.slow {
+		if s <= l.pos {
+			delete(l.slow, t)
+		}
+	}
+	for t, taken := range l.taken {
+		if len(taken) == 0 || taken[len(taken)-1] <= l.pos {
+			delete(l.taken, t)
+		}
+	}
+}
+
+// run takes the jobs arrive hands it, a batch at a time, until ctx is
+// cancelled.
+func (l *lane) run(ctx context.Context) {
+	for {
+		var batch []arrival
+		select {
+		case a := <-l.work:
+			batch = append(batch, a)
+		case <-ctx.Done():
+			return
+		}
+	more:
+		for len(batch) < laneBatch {
+			select {
+			case a := <-l.work:
+				batch = append(batch, a)
+			default:
+				break more
+			}
+		}
+		l.take(ctx, batch)
+	}
+}
+
+// take claims a batch of jobs for their fast copies, copies them and
+// deletes the originals. A job it cannot take is left to the jobs
+// consumer, its claim given up.
+func (l *lane) take(ctx context.Context, batch []arrival) {
+	w := l.w
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout+5*time.Second)
+	defer cancel()
+
+	// Claim: decide each job now, as its fast copy.
+	reqs := make([]throttle.Request, len(batch))
+	for i, a := range batch {
+		reqs[i] = throttle.Request{Tenant: a.tenant, JobID: a.id, Cost: a.cost, TrackOwner: true, Incarnation: fastIncarnation(a.seq)}
+	}
+	results := w.decider.DecideBatch(cctx, reqs)
+	var claimed []arrival
+	for i, a := range batch {
+		res := results[i]
+		w.stats.add(a.tenant, func(s *TenantStats) { s.RedisCalls++ })
+		switch {
+		case res.Err != nil || res.Duplicate:
+			l.leave(a.tenant, a.seq)
+		case res.Allowed:
+			claimed = append(claimed, a) // the decision recorded the copy as owner
+		case res.Reserved:
+			// Limited, with a slot held for the job: the copy waits for it.
+			ok, _, err := l.Owners.ClaimOwner(cctx, a.tenant, a.id, fastIncarnation(a.seq))
+			if err != nil || !ok {
+				l.leave(a.tenant, a.seq)
+				continue
+			}
+			claimed = append(claimed, a)
+		default:
+			l.leave(a.tenant, a.seq) // past the horizon: nothing was charged
+		}
+	}
+	if len(claimed) == 0 {
+		return
+	}
+
+	// An original the jobs consumer has delivered may have been decided
+	// before the claim, as a fresh job that records no owner: leave it.
+	info, err := w.cons.Info(cctx)
+	var delivered uint64
+	if err == nil {
+		delivered = info.Delivered.Stream
+	}
+	type copyOf struct {
+		a   arrival
+		ack jetstream.PubAckFuture
+	}
+	var copies []copyOf
+	for _, a := range claimed {
+		if err != nil || a.seq <= delivered {
+			l.release(cctx, a)
+			continue
+		}
+		raw, gerr := l.Stream.GetMsg(cctx, a.seq)
+		if gerr != nil {
+			l.release(cctx, a)
+			continue
+		}
+		msg := &nats.Msg{Subject: l.Subject(a.tenant, a.seq), Data: raw.Data, Header: nats.Header{}}
+		copyHeaders(msg.Header, raw.Header)
+		msg.Header.Set(HeaderJobID, a.id)
+		msg.Header.Set(HeaderSubject, raw.Subject)
+		msg.Header.Set(HeaderPublished, raw.Time.UTC().Format(time.RFC3339Nano))
+		msg.Header.Set(HeaderFast, "1")
+		msg.Header.Set(jetstream.MsgIDHeader, "fast:"+a.id)
+		f, perr := w.js.PublishMsgAsync(msg)
+		if perr != nil {
+			l.release(cctx, a)
+			continue
+		}
+		copies = append(copies, copyOf{a: a, ack: f})
+	}
+	for _, c := range copies {
+		var perr error
+		select {
+		case <-c.ack.Ok():
+		case perr = <-c.ack.Err():
+		case <-cctx.Done():
+			perr = cctx.Err()
+		}
+		if perr != nil {
+			// A refused publish stored nothing: give the claim up. After a
+			// timeout the copy may still be stored, and give the claim up
+			// then would let the original run too: keep it. The original,
+			// when delivered, runs if it is not.
+			stored, serr := l.copyStored(cctx, c.a.tenant, c.a.seq)
+			switch {
+			case stored:
+			case !timedOut(perr) && serr == nil:
+				l.release(cctx, c.a)
+				continue
+			default:
+				w.log.Warn("fast lane: copying a job failed; its original waits until the claim expires unless the copy was stored",
+					"tenant", c.a.tenant, "job", c.a.id, "err", perr)
+				continue
+			}
+		}
+		w.stats.add(c.a.tenant, func(s *TenantStats) { s.FastLaned++ })
+		if derr := l.Stream.DeleteMsg(cctx, c.a.seq); derr != nil && !errors.Is(derr, jetstream.ErrMsgNotFound) {
+			// The original, when delivered, finds its copy and is acked.
+			w.log.Debug("fast lane: deleting a copied original failed", "job", c.a.id, "err", derr)
+		}
+	}
+}
+
+// release gives up the claim of a job the lane could not copy and leaves
+// the job to the jobs consumer.
+func (l *lane) release(ctx context.Context, a arrival) {
+	if _, err := l.Owners.ReleaseOwner(ctx, a.tenant, a.id, fastIncarnation(a.seq)); err != nil {
+		l.w.log.Warn("fast lane: giving up a claim failed; the job runs once the claim expires", "tenant", a.tenant, "job", a.id, "err", err)
+	}
+	l.leave(a.tenant, a.seq)
+}
+
+// copyStored reports whether the fast copy of the tenant's job stored at
+// seq is in the stream.
+func (l *lane) copyStored(ctx context.Context, tenant string, seq uint64) (bool, error) {
+	_, err := l.Stream.GetLastMsgForSubject(ctx, l.Subject(tenant, seq))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
+// timedOut reports whether err is a wait that ran out, after which the
+// outcome of what was waited for is unknown.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrAsyncPublishTimeout)
+}
+
+// fastRecheck is how long an original whose job the fast lane claimed
+// waits before it is decided again, when its copy is not stored yet.
+const fastRecheck = time.Second
+
+// startLane subscribes to arrivals and starts taking jobs; stop
+// unsubscribes.
+func (w *Worker) startLane(ctx context.Context) (stop func(), err error) {
+	sub, err := w.js.Conn().QueueSubscribe(w.lane.Arrivals, w.lane.Queue, w.lane.arrive)
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to %s: %w", w.lane.Arrivals, err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); w.lane.run(ctx) }()
+	return func() {
+		if err := sub.Unsubscribe(); err != nil {
+			w.log.Debug("fast lane: unsubscribing from arrivals", "err", err)
+		}
+		<-done
+	}, nil
+}
+
+// settleFastClaimed settles an incarnation of a job the fast lane claimed
+// for its copy: acked as a duplicate once the copy is stored, handed back
+// for fastRecheck until then (the copy is being made, or the lane stopped
+// before it made it and the claim has yet to expire).
+func (w *Worker) settleFastClaimed(ctx context.Context, msg jetstream.Msg, job Job) {
+	stored := false
+	if w.lane != nil {
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
+		var err error
+		stored, err = w.lane.copyStored(cctx, job.Tenant, job.OriginalSequence())
+		cancel()
+		if err != nil {
+			w.log.Warn("fast lane: looking for a job's copy failed; handing the job back", "tenant", job.Tenant, "job", job.ID, "err", err)
+		}
+	}
+	if stored {
+		w.stats.add(job.Tenant, func(s *TenantStats) { s.Duplicates++ })
+		w.settle(msg, func(m jetstream.Msg) error { return m.Ack() })
+		return
+	}
+	w.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(fastRecheck) })
+}
