@@ -1,0 +1,207 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/throttle"
+)
+
+// fastClaim is the incarnation the fast lane claims a job stored at seq
+// for: 2^52 + seq (consumer.fastIncarnation).
+func fastClaim(seq uint64) int64 { return 1<<52 + int64(seq) }
+
+// ran records the jobs a handler ran.
+type ran struct {
+	mu    sync.Mutex
+	jobs  map[string][]consumer.Job
+	first map[string]time.Time // when each job first ran
+}
+
+func (r *ran) add(job consumer.Job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.jobs == nil {
+		r.jobs, r.first = map[string][]consumer.Job{}, map[string]time.Time{}
+	}
+	if len(r.jobs[job.ID]) == 0 {
+		r.first[job.ID] = time.Now()
+	}
+	r.jobs[job.ID] = append(r.jobs[job.ID], job)
+}
+
+func (r *ran) firstRun(id string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first[id]
+}
+
+func (r *ran) get(id string) []consumer.Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.jobs[id]
+}
+
+// TestFastLanePassesABacklog: jobs of a tenant with nothing queued, stored
+// behind another tenant's backlog of 10,000 jobs, run before the jobs
+// consumer reaches them: the fast lane copies each out (the original is
+// deleted), and each runs once, as its copy, under its original id.
+func TestFastLanePassesABacklog(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
+	e.ensureStream(cfg)
+	publishBurst(t, e.js, "jobs.a", 10000)
+
+	var r ran
+	reached := map[string]uint64{} // B job → the consumer's delivered sequence when it ran
+	var mu sync.Mutex
+	handler := func(ctx context.Context, job consumer.Job) error {
+		r.add(job)
+		if job.Tenant == "b" {
+			info := e.consumerInfo(cfg.Stream, cfg.Consumer)
+			mu.Lock()
+			reached[job.ID] = info.Delivered.Stream
+			mu.Unlock()
+		}
+		return nil
+	}
+	w := e.startWorker(cfg, handler)
+	waitFor(t, 10*time.Second, "the worker pulling the backlog", func() bool {
+		_, err := e.js.Consumer(context.Background(), cfg.Stream, cfg.Consumer+"_fast")
+		return err == nil && e.consumerInfo(cfg.Stream, cfg.Consumer).Delivered.Stream > 0
+	})
+
+	const n = 5
+	seqs := make([]uint64, n)
+	for i := range seqs {
+		seqs[i] = e.publish("jobs.b", nil, []byte("b"))
+	}
+	waitFor(t, 10*time.Second, "B's jobs to run", func() bool {
+		for _, s := range seqs {
+			if len(r.get(jobID(cfg.Stream, s))) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	stream, err := e.js.Stream(context.Background(), cfg.Stream)
+	must(t, err, "stream")
+	for _, s := range seqs {
+		id := jobID(cfg.Stream, s)
+		runs := r.get(id)
+		if len(runs) != 1 {
+			t.Errorf("job %s ran %d times", id, len(runs))
+			continue
+		}
+		if runs[0].Header.Get(consumer.HeaderFast) == "" {
+			t.Errorf("job %s ran from the jobs consumer, not as a fast copy", id)
+		}
+		mu.Lock()
+		at := reached[id]
+		mu.Unlock()
+		if at >= s {
+			t.Errorf("job %s (sequence %d) ran after the jobs consumer had reached sequence %d", id, s, at)
+		}
+		if _, err := stream.GetMsg(context.Background(), s); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Errorf("original of %s still in the stream: %v", id, err)
+		}
+	}
+	if st := w.stats()["b"]; st.FastLaned != n {
+		t.Errorf("b: %d jobs fast-laned, want %d", st.FastLaned, n)
+	}
+	// Every job of B ran once, including after the backlog is passed.
+	w.stop(t)
+	for _, s := range seqs {
+		if got := len(r.get(jobID(cfg.Stream, s))); got != 1 {
+			t.Errorf("job %d ran %d times by the end", s, got)
+		}
+	}
+	if st := w.stats()["a"]; st.FastLaned != 0 {
+		t.Errorf("a, flooding: %d jobs fast-laned, want 0", st.FastLaned)
+	}
+}
+
+// TestFastLaneInterrupted: a fast lane interrupted between its steps
+// neither loses the job nor runs it twice. The state each crash leaves is
+// made by hand before a worker starts: a claim without a copy (the lane
+// stopped before copying), and a claim with its copy stored but the
+// original still in the stream (it stopped before deleting it).
+func TestFastLaneInterrupted(t *testing.T) {
+	// claim sets up the jobs stream as a worker does, publishes one job of
+	// b and claims it for its fast copy; the claim lasts 1.1 s (horizon 1s
+	// + fill 0.1 s).
+	claim := func(t *testing.T, e *env, cfg *config.Config) (id string, seq uint64) {
+		t.Helper()
+		ctx := context.Background()
+		_, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects,
+			ScheduleSubjects: []string{cfg.ScheduleSubject + ".>"}})
+		must(t, err, "stream")
+		seq = e.publish("jobs.b", nil, []byte("b"))
+		id = jobID(cfg.Stream, seq)
+		lim, err := throttle.New(e.redisClient(cfg), throttle.Options{Rules: cfg.Rules, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
+		must(t, err, "limiter")
+		ok, _, err := lim.ClaimOwner(ctx, "b", id, fastClaim(seq))
+		if err != nil || !ok {
+			t.Fatalf("claim: %v, %v", ok, err)
+		}
+		return id, seq
+	}
+	vars := map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10", "THROTTLER_MAX_DEFER": "1s"}
+
+	t.Run("claimed, not copied", func(t *testing.T) {
+		e := setup(t)
+		cfg := e.config(vars)
+		id, _ := claim(t, e, cfg)
+		claimed := time.Now()
+		var r ran
+		e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
+		waitFor(t, 10*time.Second, "the claimed job to run", func() bool { return len(r.get(id)) > 0 })
+		time.Sleep(2 * fastRecheckForTest) // a second run would show by now
+		if got := len(r.get(id)); got != 1 {
+			t.Fatalf("job ran %d times, want once", got)
+		}
+		if d := r.firstRun(id).Sub(claimed); d < 1100*time.Millisecond {
+			t.Errorf("job ran %s after the claim, before it expired (1.1s)", d)
+		}
+	})
+
+	t.Run("copied, original left", func(t *testing.T) {
+		e := setup(t)
+		cfg := e.config(vars)
+		id, seq := claim(t, e, cfg)
+		h := nats.Header{}
+		h.Set(consumer.HeaderJobID, id)
+		h.Set(consumer.HeaderSubject, "jobs.b")
+		h.Set(consumer.HeaderFast, "1")
+		e.publish(cfg.RenderFastSubject("b", seq), h, []byte("b"))
+		var r ran
+		w := e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
+		waitFor(t, 10*time.Second, "the job to run and its original to be acked", func() bool {
+			return len(r.get(id)) > 0 && w.stats()["b"].Duplicates == 1
+		})
+		time.Sleep(2 * fastRecheckForTest)
+		runs := r.get(id)
+		if len(runs) != 1 {
+			t.Fatalf("job ran %d times, want once", len(runs))
+		}
+		if runs[0].Header.Get(consumer.HeaderFast) == "" {
+			t.Errorf("the original ran, not the copy the job was claimed for")
+		}
+		if info := e.consumerInfo(cfg.Stream, cfg.Consumer); info.NumAckPending != 0 || info.NumPending != 0 {
+			t.Errorf("original not settled: %d ack-pending, %d pending", info.NumAckPending, info.NumPending)
+		}
+	})
+}
+
+// fastRecheckForTest is how long an original claimed by the fast lane waits
+// before it is decided again (consumer.fastRecheck).
+const fastRecheckForTest = time.Second
+
