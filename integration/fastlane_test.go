@@ -204,4 +204,3 @@ func TestFastLaneInterrupted(t *testing.T) {
 // fastRecheckForTest is how long an original claimed by the fast lane waits
 // before it is decided again (consumer.fastRecheck).
 const fastRecheckForTest = time.Second
-
