@@ -106,6 +106,7 @@ type arrival struct {
 	id, tenant, subject string
 	seq                 uint64
 	cost                int64
+	at                  time.Time // when it arrived
 }
 
 // laneBatch caps the jobs the lane takes in one round of calls.
@@ -165,7 +166,7 @@ func (l *lane) arrive(m *nats.Msg) {
 	if !l.admit(tenant, seq) {
 		return
 	}
-	a := arrival{id: h.Get(jetstream.StreamHeader) + ":" + strconv.FormatUint(seq, 10), tenant: tenant, subject: subject, seq: seq, cost: cost}
+	a := arrival{id: h.Get(jetstream.StreamHeader) + ":" + strconv.FormatUint(seq, 10), tenant: tenant, subject: subject, seq: seq, cost: cost, at: time.Now()}
 	select {
 	case l.work <- a:
 	default:
@@ -265,8 +266,25 @@ func (l *lane) run(ctx context.Context) {
 // consumer, its claim given up.
 func (l *lane) take(ctx context.Context, batch []arrival) {
 	w := l.w
-	cctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout+5*time.Second)
+	// A take is not cut short by shutdown, which waits for it: stopped
+	// between its steps, it would leave claims to expire.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.laneDeadline())
 	defer cancel()
+
+	// A job that waited here longer than a take may last is left behind:
+	// its copy would be stored too late for laneTakeover.
+	fresh := batch[:0]
+	for _, a := range batch {
+		if time.Since(a.at) > w.laneDeadline() {
+			l.leave(a.tenant, a.seq)
+			continue
+		}
+		fresh = append(fresh, a)
+	}
+	batch = fresh
+	if len(batch) == 0 {
+		return
+	}
 
 	// Claim: decide each job now, as its fast copy.
 	reqs := make([]throttle.Request, len(batch))
@@ -400,6 +418,19 @@ func timedOut(err error) bool {
 // waits before it is decided again, when its copy is not stored yet.
 const fastRecheck = time.Second
 
+// laneDeadline bounds one take of the fast lane: its Redis calls and its
+// NATS requests.
+func (w *Worker) laneDeadline() time.Duration { return w.cfg.RedisTimeout + 2*time.Second }
+
+// laneTakeover is the age past which an original whose job the fast lane
+// claimed, and whose copy is not stored, is taken back: the lane that
+// claimed it has stopped (a take starts within laneDeadline of the job's
+// arrival and ends within laneDeadline of its start), so the claim is given
+// up and the original runs instead of waiting for the claim to expire. The
+// margin covers clocks: the job's age is read from the time the server
+// stored it.
+func (w *Worker) laneTakeover() time.Duration { return 3*w.laneDeadline() + 5*time.Second }
+
 // startLane subscribes to arrivals and starts taking jobs; stop
 // unsubscribes.
 func (w *Worker) startLane(ctx context.Context) (stop func(), err error) {
@@ -419,23 +450,33 @@ func (w *Worker) startLane(ctx context.Context) (stop func(), err error) {
 
 // settleFastClaimed settles an incarnation of a job the fast lane claimed
 // for its copy: acked as a duplicate once the copy is stored, handed back
-// for fastRecheck until then (the copy is being made, or the lane stopped
-// before it made it and the claim has yet to expire).
+// for fastRecheck until then (the copy is being made). A job older than
+// laneTakeover whose copy is not stored was claimed by a lane that stopped
+// before copying it: the claim is given up and the job handed back to run.
 func (w *Worker) settleFastClaimed(ctx context.Context, msg jetstream.Msg, job Job) {
-	stored := false
-	if w.lane != nil {
-		cctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
-		var err error
-		stored, err = w.lane.copyStored(cctx, job.Tenant, job.OriginalSequence())
-		cancel()
-		if err != nil {
-			w.log.Warn("fast lane: looking for a job's copy failed; handing the job back", "tenant", job.Tenant, "job", job.ID, "err", err)
-		}
+	if w.lane == nil {
+		w.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(fastRecheck) })
+		return
 	}
-	if stored {
+	cctx, cancel := context.WithTimeout(ctx, w.laneDeadline())
+	defer cancel()
+	seq := job.OriginalSequence()
+	stored, err := w.lane.copyStored(cctx, job.Tenant, seq)
+	switch {
+	case err != nil:
+		w.log.Warn("fast lane: looking for a job's copy failed; handing the job back", "tenant", job.Tenant, "job", job.ID, "err", err)
+	case stored:
 		w.stats.add(job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 		w.settle(msg, func(m jetstream.Msg) error { return m.Ack() })
 		return
+	case time.Since(job.Published) > w.laneTakeover():
+		released, rerr := w.lane.Owners.ReleaseOwner(cctx, job.Tenant, job.ID, fastIncarnation(seq))
+		if rerr == nil {
+			w.log.Warn("fast lane: a job claimed for a copy never made; running it", "tenant", job.Tenant, "job", job.ID, "released", released)
+			w.settle(msg, func(m jetstream.Msg) error { return m.Nak() })
+			return
+		}
+		w.log.Warn("fast lane: giving up a stale claim failed; handing the job back", "tenant", job.Tenant, "job", job.ID, "err", rerr)
 	}
 	w.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(fastRecheck) })
 }
