@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,3 +209,56 @@ func TestFastLaneInterrupted(t *testing.T) {
 // fastRecheckForTest is how long an original claimed by the fast lane waits
 // before it is decided again (consumer.fastRecheck).
 const fastRecheckForTest = time.Second
+
+// TestFastLaneOffWhereTheStreamCannotServeIt: the fast lane republishes the
+// jobs stream's arrivals and deletes the originals it copies, so a stream
+// that already republishes elsewhere, or that denies deletes, is left as it
+// is and the worker runs without the lane; a stream of its own gets the
+// lane.
+func TestFastLaneOffWhereTheStreamCannotServeIt(t *testing.T) {
+	e := setup(t)
+	for _, tc := range []struct {
+		name string
+		sc   jetstream.StreamConfig
+		lane bool
+	}{
+		{"its own", jetstream.StreamConfig{}, true},
+		{"republishing elsewhere", jetstream.StreamConfig{RePublish: &jetstream.RePublish{Source: ">", Destination: "mirror.>"}}, false},
+		{"denying deletes", jetstream.StreamConfig{DenyDelete: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.ToUpper(strings.ReplaceAll(tc.name, " ", "_"))
+			token := strings.ToLower(name)
+			cfg := e.config(map[string]string{"THROTTLER_STREAM": name, "THROTTLER_SUBJECTS": token + ".>",
+				"THROTTLER_CONSUMER": token, "THROTTLER_SCHEDULE_SUBJECT": "sched_" + token,
+				"THROTTLER_FORWARD_SUBJECT": "done_" + token + ".{tenant}"})
+			tc.sc.Name, tc.sc.Subjects = name, []string{token + ".>"}
+			e.createJobsStream(tc.sc)
+			e.startWorker(cfg, nil)
+			out := e.collect("done_" + token + ".*")
+			waitFor(t, 10*time.Second, "the worker's consumer", func() bool {
+				_, err := e.js.Consumer(context.Background(), name, token)
+				return err == nil
+			})
+			want := e.publishJobs(name, token+".acme", nil, 3)
+			checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 10*time.Second), want)
+
+			s, err := e.js.Stream(context.Background(), name)
+			must(t, err, "stream")
+			rp := s.CachedInfo().Config.RePublish
+			_, ferr := e.js.Consumer(context.Background(), name, token+"_fast")
+			if tc.lane {
+				if rp == nil || rp.Destination != "_throttler.arrived."+name+".>" || !rp.HeadersOnly || ferr != nil {
+					t.Errorf("lane not set up: republish %+v, fast consumer: %v", rp, ferr)
+				}
+				return
+			}
+			if !reflect.DeepEqual(rp, tc.sc.RePublish) {
+				t.Errorf("stream's republish changed from %+v to %+v", tc.sc.RePublish, rp)
+			}
+			if !errors.Is(ferr, jetstream.ErrConsumerNotFound) {
+				t.Errorf("fast consumer on a stream that cannot serve the lane: %v", ferr)
+			}
+		})
+	}
+}
