@@ -15,8 +15,16 @@ import (
 )
 
 // HeaderFast marks a job's fast copy: a copy the fast lane made to take the
-// job out of a backlog (see FastLane).
+// job out of a backlog (see FastLane). Its value says how the lane decided
+// the job: "admitted" (it runs on its first delivery without being decided
+// again: it was charged then) or "reserved" (it holds a slot to wait for).
 const HeaderFast = "Throttler-Fast"
+
+// Values of HeaderFast.
+const (
+	fastAdmitted = "admitted"
+	fastReserved = "reserved"
+)
 
 // fastBase starts the incarnations of fast copies (see fastIncarnation):
 // stream sequences, the incarnations of every other message, stay below it.
@@ -107,6 +115,7 @@ type arrival struct {
 	seq                 uint64
 	cost                int64
 	at                  time.Time // when it arrived
+	admitted            bool      // the claim admitted it (else it holds a slot)
 }
 
 // laneBatch caps the jobs the lane takes in one round of calls.
@@ -300,6 +309,7 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 		case res.Err != nil || res.Duplicate:
 			l.leave(a.tenant, a.seq)
 		case res.Allowed:
+			a.admitted = true
 			claimed = append(claimed, a) // the decision recorded the copy as owner
 		case res.Reserved:
 			// Limited, with a slot held for the job: the copy waits for it.
@@ -319,32 +329,46 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 
 	// An original the jobs consumer has delivered may have been decided
 	// before the claim, as a fresh job that records no owner: leave it.
-	info, err := w.cons.Info(cctx)
-	var delivered uint64
-	if err == nil {
-		delivered = info.Delivered.Stream
+	// Reading the originals meanwhile saves a round trip.
+	type infoResult struct {
+		delivered uint64
+		err       error
 	}
+	infoc := make(chan infoResult, 1)
+	go func() {
+		info, err := w.cons.Info(cctx)
+		if err != nil {
+			infoc <- infoResult{err: err}
+			return
+		}
+		infoc <- infoResult{delivered: info.Delivered.Stream}
+	}()
+	originals := make([]*jetstream.RawStreamMsg, len(claimed))
+	for i, a := range claimed {
+		originals[i], _ = l.Stream.GetMsg(cctx, a.seq) // nil: left below
+	}
+	ir := <-infoc
 	type copyOf struct {
 		a   arrival
 		ack jetstream.PubAckFuture
 	}
 	var copies []copyOf
-	for _, a := range claimed {
-		if err != nil || a.seq <= delivered {
+	for i, a := range claimed {
+		raw := originals[i]
+		if ir.err != nil || a.seq <= ir.delivered || raw == nil {
 			l.release(cctx, a)
 			continue
 		}
-		raw, gerr := l.Stream.GetMsg(cctx, a.seq)
-		if gerr != nil {
-			l.release(cctx, a)
-			continue
+		decided := fastReserved
+		if a.admitted {
+			decided = fastAdmitted
 		}
 		msg := &nats.Msg{Subject: l.Subject(a.tenant, a.seq), Data: raw.Data, Header: nats.Header{}}
 		copyHeaders(msg.Header, raw.Header)
 		msg.Header.Set(HeaderJobID, a.id)
 		msg.Header.Set(HeaderSubject, raw.Subject)
 		msg.Header.Set(HeaderPublished, raw.Time.UTC().Format(time.RFC3339Nano))
-		msg.Header.Set(HeaderFast, "1")
+		msg.Header.Set(HeaderFast, decided)
 		msg.Header.Set(jetstream.MsgIDHeader, "fast:"+a.id)
 		f, perr := w.js.PublishMsgAsync(msg)
 		if perr != nil {
@@ -479,4 +503,23 @@ func (w *Worker) settleFastClaimed(ctx context.Context, msg jetstream.Msg, job J
 		w.log.Warn("fast lane: giving up a stale claim failed; handing the job back", "tenant", job.Tenant, "job", job.ID, "err", rerr)
 	}
 	w.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(fastRecheck) })
+}
+
+// startFastCopy starts the fast copy in msg if the lane admitted it when it
+// claimed it (and charged it then) and this is its first delivery: it runs
+// without being decided again. It reports whether it did; any other
+// message is decided as usual.
+func (w *Worker) startFastCopy(ctx, workCtx context.Context, msg jetstream.Msg) bool {
+	if msg.Headers().Get(HeaderFast) != fastAdmitted {
+		return false
+	}
+	job, err := readJob(msg, w.cfg.Tenant, w.cfg.CostHeader)
+	if err != nil || job.Delivered != 1 {
+		return false
+	}
+	w.stats.add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+	f := &flight{msg: msg, started: time.Now(), log: w.log}
+	w.inflight.Store(f, struct{}{})
+	w.start(ctx, workCtx, f, job)
+	return true
 }

@@ -281,16 +281,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	fetchDone := make(chan error, 1)
 	var pulls sync.WaitGroup
 	pulls.Add(1)
-	go func() { defer pulls.Done(); fetchDone <- w.fetchLoop(ctx, w.cons, w.cfg.FetchBatch, msgs) }()
+	go func() { defer pulls.Done(); fetchDone <- w.fetchLoop(ctx, w.cons, w.cfg.FetchBatch, msgs, nil) }()
 	if w.lane != nil {
 		stop, err := w.startLane(ctx)
 		if err != nil {
 			w.log.Warn("fast lane off: subscribing to arrivals failed", "subject", w.lane.Arrivals, "err", err)
 		} else {
 			defer stop()
-			// Fast copies are few: small pulls, from the same credits.
+			// Fast copies are few: small pulls, from the same credits. Those
+			// the lane admitted start at once, without waiting for a group.
+			direct := func(m jetstream.Msg) bool { return w.startFastCopy(ctx, workCtx, m) }
 			pulls.Add(1)
-			go func() { defer pulls.Done(); _ = w.fetchLoop(ctx, w.lane.Consumer, min(8, w.cfg.FetchBatch), msgs) }()
+			go func() {
+				defer pulls.Done()
+				_ = w.fetchLoop(ctx, w.lane.Consumer, min(8, w.cfg.FetchBatch), msgs, direct)
+			}()
 		}
 	}
 	go func() { pulls.Wait(); close(msgs) }()
@@ -364,11 +369,12 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // fetchLoop pulls messages from cons, up to batch at a time, and sends
-// them to msgs until ctx is cancelled. It holds one credit per message
+// them to msgs until ctx is cancelled; direct, when set, may take a message
+// instead (it reports whether it did). It holds one credit per message
 // pulled and not yet dispatched, at most 2×FetchBatch for all its loops, so
 // the worker never has more than that many messages delivered and
 // undecided: they count against the consumer's MaxAckPending.
-func (w *Worker) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch int, msgs chan<- jetstream.Msg) error {
+func (w *Worker) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) error {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 100 * time.Millisecond
 	bo.MaxInterval = 5 * time.Second
@@ -384,7 +390,7 @@ func (w *Worker) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch i
 		for n < batch && w.takeCredit() {
 			n++
 		}
-		got, err := w.fetch(ctx, cons, n, msgs)
+		got, err := w.fetch(ctx, cons, n, msgs, direct)
 		w.releaseCredits(n - got)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -480,12 +486,12 @@ func (w *Worker) releaseCredits(n int) {
 // way to end, so keep it short: a quarter of the shutdown timeout at most.
 const maxPullExpiry = time.Second
 
-// fetch pulls up to n messages from cons into msgs and returns how many it sent. The
+// fetch pulls up to n messages from cons into msgs (or direct) and returns how many it sent. The
 // pull is not cancelled by shutdown: cancelling it would drop the messages
 // the server has already sent to it, which would then wait out AckWait.
 // Instead it runs to its short expiry and every message it brings reaches
 // Run, which hands it back.
-func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs chan<- jetstream.Msg) (int, error) {
+func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) (int, error) {
 	expiry := min(maxPullExpiry, max(50*time.Millisecond, w.cfg.ShutdownTimeout/4))
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), expiry)
 	defer cancel()
@@ -495,6 +501,11 @@ func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs
 	}
 	got := 0
 	for msg := range batch.Messages() {
+		if direct != nil && direct(msg) {
+			got++
+			w.releaseCredits(1)
+			continue
+		}
 		w.held.add(msg) // kept alive until acted on
 		msgs <- msg     // the dispatcher hands back what it will not start
 		got++
