@@ -168,6 +168,21 @@ func EnsureCaptured(ctx context.Context, js jetstream.JetStream, subject, fallba
 	return fallback, nil
 }
 
+// SubjectsOverlap reports whether some subject matches both NATS subject
+// patterns a and b ("*" is one token, a final ">" one or more).
+func SubjectsOverlap(a, b string) bool {
+	p, q := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(p) && i < len(q); i++ {
+		if p[i] == ">" || q[i] == ">" {
+			return true
+		}
+		if p[i] != "*" && q[i] != "*" && p[i] != q[i] {
+			return false
+		}
+	}
+	return len(p) == len(q)
+}
+
 // subjectCovers reports whether every subject matching subj also matches
 // pattern (NATS subjects: "*" is one token, a final ">" one or more).
 func subjectCovers(pattern, subj string) bool {

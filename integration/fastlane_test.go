@@ -214,19 +214,21 @@ const fastRecheckForTest = time.Second
 
 // TestFastLaneOffWhereTheStreamCannotServeIt: the fast lane republishes the
 // jobs stream's arrivals and deletes the originals it copies, so a stream
-// that already republishes elsewhere, or that denies deletes, is left as it
-// is and the worker runs without the lane; a stream of its own gets the
-// lane.
+// that already republishes elsewhere, that denies deletes, or that another
+// consumer reads jobs from, is left as it is and the worker runs without
+// the lane; a stream of its own gets the lane.
 func TestFastLaneOffWhereTheStreamCannotServeIt(t *testing.T) {
 	e := setup(t)
 	for _, tc := range []struct {
-		name string
-		sc   jetstream.StreamConfig
-		lane bool
+		name  string
+		sc    jetstream.StreamConfig
+		other bool // another consumer reads the job subjects
+		lane  bool
 	}{
-		{"its own", jetstream.StreamConfig{}, true},
-		{"republishing elsewhere", jetstream.StreamConfig{RePublish: &jetstream.RePublish{Source: ">", Destination: "mirror.>"}}, false},
-		{"denying deletes", jetstream.StreamConfig{DenyDelete: true}, false},
+		{"its own", jetstream.StreamConfig{}, false, true},
+		{"republishing elsewhere", jetstream.StreamConfig{RePublish: &jetstream.RePublish{Source: ">", Destination: "mirror.>"}}, false, false},
+		{"denying deletes", jetstream.StreamConfig{DenyDelete: true}, false, false},
+		{"read by another consumer", jetstream.StreamConfig{}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := strings.ToUpper(strings.ReplaceAll(tc.name, " ", "_"))
@@ -236,6 +238,11 @@ func TestFastLaneOffWhereTheStreamCannotServeIt(t *testing.T) {
 				"THROTTLER_FORWARD_SUBJECT": "done_" + token + ".{tenant}"})
 			tc.sc.Name, tc.sc.Subjects = name, []string{token + ".>"}
 			e.createJobsStream(tc.sc)
+			if tc.other {
+				_, err := e.js.CreateOrUpdateConsumer(context.Background(), name, jetstream.ConsumerConfig{Durable: "audit",
+					FilterSubject: token + ".acme", AckPolicy: jetstream.AckExplicitPolicy})
+				must(t, err, "audit consumer")
+			}
 			e.startWorker(cfg, nil)
 			out := e.collect("done_" + token + ".*")
 			waitFor(t, 10*time.Second, "the worker's consumer", func() bool {

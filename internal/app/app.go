@@ -371,11 +371,17 @@ func arrivalsSubject(cfg *config.Config) string {
 // laneAvailable reports whether the fast lane can run on the jobs stream,
 // making the stream republish its arrivals if it does not yet (and then
 // replacing *stream with the stream as updated). The lane deletes the
-// originals it copies, so a stream that denies deletes has none; nor does
-// a stream that republishes elsewhere already.
+// originals it copies, so a stream that denies deletes has none, nor does
+// a stream another consumer reads jobs from; nor does a stream that
+// republishes elsewhere already.
 func laneAvailable(ctx context.Context, js jetstream.JetStream, stream *jetstream.Stream, cfg *config.Config, log *slog.Logger) bool {
 	if (*stream).CachedInfo().Config.DenyDelete {
 		log.Warn("fast lane off: the jobs stream denies deletes; a tenant's jobs stored behind another tenant's backlog wait for it", "stream", cfg.Stream)
+		return false
+	}
+	if other, err := otherJobsConsumer(ctx, *stream, cfg); err != nil || other != "" {
+		log.Warn("fast lane off: the jobs stream has a consumer of the job subjects besides this worker's, and the lane deletes the jobs it copies; a tenant's jobs stored behind another tenant's backlog wait for it",
+			"stream", cfg.Stream, "consumer", other, "err", err)
 		return false
 	}
 	s, err := consumer.EnsureArrivals(ctx, js, *stream, arrivalsSubject(cfg))
@@ -385,6 +391,38 @@ func laneAvailable(ctx context.Context, js jetstream.JetStream, stream *jetstrea
 	}
 	*stream = s
 	return true
+}
+
+// otherJobsConsumer returns the name of a consumer of the jobs stream,
+// not one of this worker's, that may deliver job subjects, or "" when
+// there is none. Such a consumer would never see the jobs the fast lane
+// takes, whose originals it deletes.
+func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *config.Config) (string, error) {
+	ours := []string{cfg.Consumer, cfg.Consumer + "_bundles", cfg.Consumer + "_fast"}
+	list := stream.ListConsumers(ctx)
+	for info := range list.Info() {
+		if slices.Contains(ours, info.Name) {
+			continue
+		}
+		filters := info.Config.FilterSubjects
+		if info.Config.FilterSubject != "" {
+			filters = append(filters, info.Config.FilterSubject)
+		}
+		if len(filters) == 0 {
+			return info.Name, nil // it delivers every subject
+		}
+		for _, f := range filters {
+			for _, j := range cfg.Subjects {
+				if consumer.SubjectsOverlap(f, j) {
+					return info.Name, nil
+				}
+			}
+		}
+	}
+	if err := list.Err(); err != nil {
+		return "", fmt.Errorf("listing the consumers of stream %s: %w", cfg.Stream, err)
+	}
+	return "", nil
 }
 
 // fastLane is the fast lane of the path, or nil when it has none.
