@@ -295,6 +295,17 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 		return
 	}
 
+	// Read the originals while the jobs are decided: a round trip saved.
+	originals := make([]*jetstream.RawStreamMsg, len(batch)) // nil: left below
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		for i, a := range batch {
+			originals[i], _ = l.Stream.GetMsg(cctx, a.seq)
+		}
+	}()
+	defer func() { <-read }()
+
 	// Claim: decide each job now, as its fast copy.
 	reqs := make([]throttle.Request, len(batch))
 	for i, a := range batch {
@@ -302,6 +313,8 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 	}
 	results := w.decider.DecideBatch(cctx, reqs)
 	var claimed []arrival
+	var raws []*jetstream.RawStreamMsg // the originals of claimed, once read
+	var claimedIdx []int
 	for i, a := range batch {
 		res := results[i]
 		w.stats.add(a.tenant, func(s *TenantStats) { s.RedisCalls++ })
@@ -311,6 +324,7 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 		case res.Allowed:
 			a.admitted = true
 			claimed = append(claimed, a) // the decision recorded the copy as owner
+			claimedIdx = append(claimedIdx, i)
 		case res.Reserved:
 			// Limited, with a slot held for the job: the copy waits for it.
 			ok, _, err := l.Owners.ClaimOwner(cctx, a.tenant, a.id, fastIncarnation(a.seq))
@@ -319,6 +333,7 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 				continue
 			}
 			claimed = append(claimed, a)
+			claimedIdx = append(claimedIdx, i)
 		default:
 			l.leave(a.tenant, a.seq) // past the horizon: nothing was charged
 		}
@@ -329,33 +344,23 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 
 	// An original the jobs consumer has delivered may have been decided
 	// before the claim, as a fresh job that records no owner: leave it.
-	// Reading the originals meanwhile saves a round trip.
-	type infoResult struct {
-		delivered uint64
-		err       error
+	info, ierr := w.cons.Info(cctx)
+	var delivered uint64
+	if ierr == nil {
+		delivered = info.Delivered.Stream
 	}
-	infoc := make(chan infoResult, 1)
-	go func() {
-		info, err := w.cons.Info(cctx)
-		if err != nil {
-			infoc <- infoResult{err: err}
-			return
-		}
-		infoc <- infoResult{delivered: info.Delivered.Stream}
-	}()
-	originals := make([]*jetstream.RawStreamMsg, len(claimed))
-	for i, a := range claimed {
-		originals[i], _ = l.Stream.GetMsg(cctx, a.seq) // nil: left below
+	<-read
+	for _, i := range claimedIdx {
+		raws = append(raws, originals[i])
 	}
-	ir := <-infoc
 	type copyOf struct {
 		a   arrival
 		ack jetstream.PubAckFuture
 	}
 	var copies []copyOf
 	for i, a := range claimed {
-		raw := originals[i]
-		if ir.err != nil || a.seq <= ir.delivered || raw == nil {
+		raw := raws[i]
+		if ierr != nil || a.seq <= delivered || raw == nil {
 			l.release(cctx, a)
 			continue
 		}

@@ -84,18 +84,20 @@ var ErrRepublishTaken = errors.New("the stream republishes its messages elsewher
 
 // EnsureArrivals makes the stream republish the headers of every message
 // it stores on dest (a wildcard, such as "_throttler.arrived.JOBS.>"), for
-// the fast lane (FastLane.Arrivals). It returns the stream as updated; a
+// the fast lane (FastLane.Arrivals), and answer direct gets, the lane's
+// fastest way to read a message. It returns the stream as updated; a
 // stream that already republishes elsewhere is left as it is, with an
 // error matching ErrRepublishTaken.
 func EnsureArrivals(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, dest string) (jetstream.Stream, error) {
 	cfg := s.CachedInfo().Config
 	want := jetstream.RePublish{Source: ">", Destination: dest, HeadersOnly: true}
 	switch {
-	case cfg.RePublish != nil && *cfg.RePublish == want:
+	case cfg.RePublish != nil && *cfg.RePublish == want && cfg.AllowDirect:
 		return s, nil
-	case cfg.RePublish != nil:
+	case cfg.RePublish != nil && *cfg.RePublish != want:
 		return s, fmt.Errorf("stream %s: %w (%s)", cfg.Name, ErrRepublishTaken, cfg.RePublish.Destination)
 	}
+	cfg.AllowDirect = true
 	cfg.RePublish = &want
 	us, err := js.UpdateStream(ctx, cfg)
 	if err != nil {
