@@ -297,11 +297,15 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 
 	// Read the originals while the jobs are decided: a round trip saved.
 	originals := make([]*jetstream.RawStreamMsg, len(batch)) // nil: left below
+	seqs := make([]uint64, len(batch))
+	for i, a := range batch {
+		seqs[i] = a.seq
+	}
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		for i, a := range batch {
-			originals[i], _ = l.Stream.GetMsg(cctx, a.seq)
+		for i, seq := range seqs {
+			originals[i], _ = l.Stream.GetMsg(cctx, seq)
 		}
 	}()
 	defer func() { <-read }()
@@ -312,9 +316,7 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 		reqs[i] = throttle.Request{Tenant: a.tenant, JobID: a.id, Cost: a.cost, TrackOwner: true, Incarnation: fastIncarnation(a.seq)}
 	}
 	results := w.decider.DecideBatch(cctx, reqs)
-	var claimed []arrival
-	var raws []*jetstream.RawStreamMsg // the originals of claimed, once read
-	var claimedIdx []int
+	var claimed []int // indexes in batch
 	for i, a := range batch {
 		res := results[i]
 		w.stats.add(a.tenant, func(s *TenantStats) { s.RedisCalls++ })
@@ -322,9 +324,8 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 		case res.Err != nil || res.Duplicate:
 			l.leave(a.tenant, a.seq)
 		case res.Allowed:
-			a.admitted = true
-			claimed = append(claimed, a) // the decision recorded the copy as owner
-			claimedIdx = append(claimedIdx, i)
+			batch[i].admitted = true
+			claimed = append(claimed, i) // the decision recorded the copy as owner
 		case res.Reserved:
 			// Limited, with a slot held for the job: the copy waits for it.
 			ok, _, err := l.Owners.ClaimOwner(cctx, a.tenant, a.id, fastIncarnation(a.seq))
@@ -332,8 +333,7 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 				l.leave(a.tenant, a.seq)
 				continue
 			}
-			claimed = append(claimed, a)
-			claimedIdx = append(claimedIdx, i)
+			claimed = append(claimed, i)
 		default:
 			l.leave(a.tenant, a.seq) // past the horizon: nothing was charged
 		}
@@ -350,16 +350,13 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 		delivered = info.Delivered.Stream
 	}
 	<-read
-	for _, i := range claimedIdx {
-		raws = append(raws, originals[i])
-	}
 	type copyOf struct {
 		a   arrival
 		ack jetstream.PubAckFuture
 	}
 	var copies []copyOf
-	for i, a := range claimed {
-		raw := raws[i]
+	for _, i := range claimed {
+		a, raw := batch[i], originals[i]
 		if ierr != nil || a.seq <= delivered || raw == nil {
 			l.release(cctx, a)
 			continue
@@ -402,7 +399,7 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 				l.release(cctx, c.a)
 				continue
 			default:
-				w.log.Warn("fast lane: copying a job failed; its original waits until the claim expires unless the copy was stored",
+				w.log.Warn("fast lane: copying a job failed; unless the copy was stored, its original runs once the claim is taken over",
 					"tenant", c.a.tenant, "job", c.a.id, "err", perr)
 				continue
 			}
