@@ -304,9 +304,7 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		for i, seq := range seqs {
-			originals[i], _ = l.Stream.GetMsg(cctx, seq)
-		}
+		inParallel(len(seqs), func(i int) { originals[i], _ = l.Stream.GetMsg(cctx, seqs[i]) })
 	}()
 	defer func() { <-read }()
 
@@ -379,6 +377,7 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 		}
 		copies = append(copies, copyOf{a: a, ack: f})
 	}
+	var stored []arrival // copies stored: their originals are deleted
 	for _, c := range copies {
 		var perr error
 		select {
@@ -405,11 +404,34 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 			}
 		}
 		w.stats.add(c.a.tenant, func(s *TenantStats) { s.FastLaned++ })
-		if derr := l.Stream.DeleteMsg(cctx, c.a.seq); derr != nil && !errors.Is(derr, jetstream.ErrMsgNotFound) {
-			// The original, when delivered, finds its copy and is acked.
-			w.log.Debug("fast lane: deleting a copied original failed", "job", c.a.id, "err", derr)
-		}
+		stored = append(stored, c.a)
 	}
+	inParallel(len(stored), func(i int) {
+		if err := l.Stream.DeleteMsg(cctx, stored[i].seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			// The original, when delivered, finds its copy and is acked.
+			w.log.Debug("fast lane: deleting a copied original failed", "job", stored[i].id, "err", err)
+		}
+	})
+}
+
+// laneRequests caps the NATS requests one take has under way at once.
+const laneRequests = 8
+
+// inParallel calls f(0) … f(n-1), up to laneRequests at once, and returns
+// when all have returned.
+func inParallel(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, laneRequests)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // release gives up the claim of a job the lane could not copy and leaves

@@ -1,7 +1,9 @@
 package consumer
 
 import (
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -127,5 +129,33 @@ func TestLaneArrivals(t *testing.T) {
 	a := <-l.work
 	if a.id != "JOBS:1005" || a.tenant != "b" || a.cost != 3 || a.subject != "jobs.b" || a.seq != 1005 {
 		t.Fatalf("arrival %+v", a)
+	}
+}
+
+// TestInParallel: every index is called once, never more than laneRequests
+// at a time, and inParallel returns only when all calls have.
+func TestInParallel(t *testing.T) {
+	const n = 50
+	var mu sync.Mutex
+	calls := make([]int, n)
+	running, most := 0, 0
+	inParallel(n, func(i int) {
+		mu.Lock()
+		calls[i]++
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // let calls overlap
+		mu.Lock()
+		running--
+		mu.Unlock()
+	})
+	for i, c := range calls {
+		if c != 1 {
+			t.Errorf("index %d called %d times", i, c)
+		}
+	}
+	if running != 0 || most > laneRequests || most < 2 {
+		t.Errorf("%d running at return, at most %d at once; want 0 and 2..%d", running, most, laneRequests)
 	}
 }
