@@ -203,6 +203,13 @@ func (l *lane) admit(tenant string, seq uint64) bool {
 		l.prune()
 		l.pruned = now
 	}
+	if l.pos == 0 {
+		// The jobs consumer has delivered nothing here yet: where the
+		// job stands is unknown. It is left to the consumer, but its
+		// tenant's later jobs are not held behind it, which could be a
+		// whole backlog behind.
+		return false
+	}
 	taken := l.taken[tenant]
 	for len(taken) > 0 && taken[0] <= l.pos {
 		taken = taken[1:]

@@ -24,6 +24,17 @@ func testLane(pending uint64) *lane {
 // queued in it, and at most TenantShare of one tenant's jobs until the
 // consumer passes them.
 func TestLaneTakesOnlyTenantsWithNothingQueued(t *testing.T) {
+	t.Run("position unknown", func(t *testing.T) {
+		l := testLane(5000)
+		l.pos, l.pending = 0, 0 // nothing delivered yet
+		if l.admit("b", 10) {
+			t.Fatal("took a job before knowing the consumer's position")
+		}
+		l.observe(5, 5000)
+		if !l.admit("b", 11) {
+			t.Fatal("b's job held behind one left while the position was unknown")
+		}
+	})
 	t.Run("no backlog", func(t *testing.T) {
 		l := testLane(99)
 		if l.admit("b", 1100) {
