@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -197,28 +196,14 @@ func (e *throughputEnv) since(b *testing.B, c clock) runStats {
 	return runStats{elapsed: d.wall.Sub(c.wall), procCPU: d.proc - c.proc, redisCPU: d.redis - c.redis}
 }
 
-// procCPU returns the user and system CPU time this process has used, read
-// from /proc/self/stat (in clock ticks of 10ms), or 0 where there is none.
+// procCPU returns the CPU time this process has used (testenv.ProcessCPU).
 func procCPU(b *testing.B) time.Duration {
 	b.Helper()
-	stat, err := os.ReadFile("/proc/self/stat")
+	d, err := testenv.ProcessCPU()
 	if err != nil {
-		return 0
+		b.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(stat), ") ")
-	fields := strings.Fields(rest)
-	if !ok || len(fields) < 13 {
-		b.Fatalf("/proc/self/stat: unexpected %q", stat)
-	}
-	var ticks int64
-	for _, f := range fields[11:13] { // utime, stime: fields 14 and 15
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			b.Fatalf("/proc/self/stat: %v", err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return d
 }
 
 const (
