@@ -93,6 +93,17 @@ type FastLane struct {
 	// TenantShare caps one tenant's jobs the lane has taken whose
 	// originals the jobs consumer has not reached yet. Defaults to 16.
 	TenantShare int
+	// Republish turns the jobs stream's republishing of arrivals on or
+	// off (see SetArrivals): on when the jobs consumer has a backlog, off
+	// once it has had none for IdleOff, so the server spends nothing on
+	// arrivals while every job is delivered at once. Nil leaves arrivals
+	// as they are (on, for the lane to work).
+	Republish func(ctx context.Context, on bool) error
+	// ArrivalsOn says whether the stream republishes arrivals at start.
+	ArrivalsOn bool
+	// IdleOff is how long the jobs consumer must have had no backlog for
+	// the lane to turn arrivals off. Defaults to 1 minute.
+	IdleOff time.Duration
 }
 
 // lane is a worker's running fast lane.
@@ -101,12 +112,17 @@ type lane struct {
 	w    *Worker
 	work chan arrival
 
-	mu      sync.Mutex
-	pos     uint64              // highest stream sequence the jobs consumer delivered here
-	pending uint64              // jobs it had left to deliver then
-	slow    map[string]uint64   // tenant → its latest job left to the jobs consumer
-	taken   map[string][]uint64 // tenant → jobs taken whose originals lie past pos
-	pruned  time.Time
+	wake chan struct{} // asks run to turn arrivals on
+
+	mu       sync.Mutex
+	pos      uint64              // highest stream sequence the jobs consumer delivered here
+	pending  uint64              // jobs it had left to deliver then
+	slow     map[string]uint64   // tenant → its latest job left to the jobs consumer
+	taken    map[string][]uint64 // tenant → jobs taken whose originals lie past pos
+	pruned   time.Time
+	on       bool      // the stream republishes arrivals
+	lowSince time.Time // since when the backlog has been under Backlog; zero while over it
+	failedAt time.Time // when turning arrivals on or off last failed
 }
 
 // arrival is a job the lane takes.
@@ -137,8 +153,9 @@ func newLane(cfg FastLane, w *Worker) (*lane, error) {
 	}
 	setDefault(&cfg.Backlog, 4*w.cfg.FetchBatch)
 	setDefault(&cfg.TenantShare, 16)
-	return &lane{FastLane: cfg, w: w, work: make(chan arrival, 1024),
-		slow: map[string]uint64{}, taken: map[string][]uint64{}}, nil
+	setDefault(&cfg.IdleOff, time.Minute)
+	return &lane{FastLane: cfg, w: w, work: make(chan arrival, 1024), wake: make(chan struct{}, 1),
+		slow: map[string]uint64{}, taken: map[string][]uint64{}, on: cfg.ArrivalsOn, lowSince: time.Now()}, nil
 }
 
 // observe records the jobs consumer's position: a delivered message's
@@ -148,7 +165,60 @@ func (l *lane) observe(seq, pending uint64) {
 	if seq > l.pos {
 		l.pos, l.pending = seq, pending
 	}
+	backlog := l.pending >= uint64(l.Backlog)
+	switch {
+	case backlog:
+		l.lowSince = time.Time{}
+	case l.lowSince.IsZero():
+		l.lowSince = time.Now()
+	}
+	turnOn := backlog && !l.on && l.Republish != nil
 	l.mu.Unlock()
+	if turnOn {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// switchArrivals turns the stream's arrivals on when the jobs consumer has
+// a backlog, and off when it has had none for IdleOff. A failed switch is
+// tried again 10 s later at the earliest.
+func (l *lane) switchArrivals(ctx context.Context) {
+	if l.Republish == nil {
+		return
+	}
+	l.mu.Lock()
+	want := l.on
+	switch {
+	case time.Since(l.failedAt) < 10*time.Second:
+	case !l.on && l.pending >= uint64(l.Backlog):
+		want = true
+	case l.on && !l.lowSince.IsZero() && time.Since(l.lowSince) >= l.IdleOff:
+		want = false
+	}
+	on := l.on
+	l.mu.Unlock()
+	if want == on {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := l.Republish(sctx, want)
+	cancel()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.failedAt = time.Now()
+		l.w.log.Warn("fast lane: switching the stream's arrivals failed", "on", want, "err", err)
+		return
+	}
+	l.on = want
+	if want {
+		l.w.log.Info("fast lane: the jobs consumer has a backlog; the stream republishes arrivals", "backlog", l.pending)
+	} else {
+		l.w.log.Info("fast lane: no backlog for a while; the stream stops republishing arrivals", "for", l.IdleOff)
+	}
 }
 
 // arrive looks at one republished message and hands the job to run if the
@@ -253,14 +323,22 @@ func (l *lane) prune() {
 	}
 }
 
-// run takes the jobs arrive hands it, a batch at a time, until ctx is
-// cancelled.
+// run takes the jobs arrive hands it, a batch at a time, and switches the
+// stream's arrivals on and off, until ctx is cancelled.
 func (l *lane) run(ctx context.Context) {
+	tick := time.NewTicker(min(5*time.Second, l.IdleOff/4))
+	defer tick.Stop()
 	for {
 		var batch []arrival
 		select {
 		case a := <-l.work:
 			batch = append(batch, a)
+		case <-l.wake:
+			l.switchArrivals(ctx)
+			continue
+		case <-tick.C:
+			l.switchArrivals(ctx)
+			continue
 		case <-ctx.Done():
 			return
 		}

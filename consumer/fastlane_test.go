@@ -1,6 +1,10 @@
 package consumer
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,9 +16,9 @@ import (
 // share of 2, its jobs consumer last seen at stream sequence 1000 with
 // pending jobs left to deliver.
 func testLane(pending uint64) *lane {
-	w := &Worker{cfg: Config{}.withDefaults()}
+	w := &Worker{cfg: Config{}.withDefaults(), log: slog.New(slog.DiscardHandler)}
 	l := &lane{FastLane: FastLane{Backlog: 100, TenantShare: 2, JobSubjects: []string{"jobs.>"}}, w: w,
-		work: make(chan arrival, 16), slow: map[string]uint64{}, taken: map[string][]uint64{}}
+		work: make(chan arrival, 16), wake: make(chan struct{}, 1), slow: map[string]uint64{}, taken: map[string][]uint64{}}
 	l.observe(1000, pending)
 	return l
 }
@@ -168,5 +172,52 @@ func TestInParallel(t *testing.T) {
 	}
 	if running != 0 || most > laneRequests || most < 2 {
 		t.Errorf("%d running at return, at most %d at once; want 0 and 2..%d", running, most, laneRequests)
+	}
+}
+
+// TestLaneSwitchesArrivals: the lane turns the stream's arrivals on when
+// the jobs consumer has a backlog, off once it has had none for IdleOff,
+// and after a failed switch waits before trying again.
+func TestLaneSwitchesArrivals(t *testing.T) {
+	ctx := context.Background()
+	var calls []bool
+	var fail error
+	l := testLane(0)
+	l.IdleOff = 50 * time.Millisecond
+	l.Republish = func(_ context.Context, on bool) error {
+		calls = append(calls, on)
+		return fail
+	}
+	l.switchArrivals(ctx)
+	if len(calls) != 0 {
+		t.Fatalf("switched %v without a backlog while off", calls)
+	}
+	l.observe(2000, 5000) // a backlog
+	select {
+	case <-l.wake:
+	default:
+		t.Fatal("a backlog did not wake the lane")
+	}
+	l.switchArrivals(ctx)
+	if !slices.Equal(calls, []bool{true}) || !l.on {
+		t.Fatalf("calls %v, on %v after a backlog; want [true], on", calls, l.on)
+	}
+	l.observe(3000, 10) // the backlog is gone ...
+	l.switchArrivals(ctx)
+	if len(calls) != 1 {
+		t.Fatalf("switched off at once: %v", calls)
+	}
+	time.Sleep(60 * time.Millisecond) // ... for IdleOff
+	l.switchArrivals(ctx)
+	if !slices.Equal(calls, []bool{true, false}) || l.on {
+		t.Fatalf("calls %v, on %v after IdleOff without a backlog; want [true false], off", calls, l.on)
+	}
+
+	fail = errors.New("stream update refused")
+	l.observe(4000, 5000)
+	l.switchArrivals(ctx)
+	l.switchArrivals(ctx) // within 10s of the failure: not tried
+	if !slices.Equal(calls, []bool{true, false, true}) || l.on {
+		t.Fatalf("calls %v, on %v after a failed switch; want one try, still off", calls, l.on)
 	}
 }

@@ -76,8 +76,13 @@ func TestFastLanePassesABacklog(t *testing.T) {
 		return nil
 	}
 	w := e.startWorker(cfg, handler)
-	// Once the worker has read jobs of A, its lane knows the backlog.
+	// Once the worker has read jobs of A, its lane knows the backlog and
+	// has the stream republish arrivals.
 	waitFor(t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 0 })
+	waitFor(t, 10*time.Second, "the stream republishing arrivals", func() bool {
+		s, err := e.js.Stream(context.Background(), cfg.Stream)
+		return err == nil && s.CachedInfo().Config.RePublish != nil
+	})
 
 	const n = 5
 	seqs := make([]uint64, n)
@@ -263,8 +268,10 @@ func TestFastLaneOffWhereTheStreamCannotServeIt(t *testing.T) {
 			rp := s.CachedInfo().Config.RePublish
 			_, ferr := e.js.Consumer(context.Background(), name, token+"_fast")
 			if tc.lane {
-				if rp == nil || rp.Destination != "_throttler.arrived."+name+".>" || !rp.HeadersOnly || ferr != nil {
-					t.Errorf("lane not set up: republish %+v, fast consumer: %v", rp, ferr)
+				// Arrivals are republished only while there is a backlog.
+				if rp != nil || !s.CachedInfo().Config.AllowDirect || ferr != nil {
+					t.Errorf("lane not set up: republish %+v without a backlog, direct gets %v, fast consumer: %v",
+						rp, s.CachedInfo().Config.AllowDirect, ferr)
 				}
 				return
 			}
@@ -275,5 +282,37 @@ func TestFastLaneOffWhereTheStreamCannotServeIt(t *testing.T) {
 				t.Errorf("fast consumer on a stream that cannot serve the lane: %v", ferr)
 			}
 		})
+	}
+}
+
+// TestSetArrivals: the fast lane's switch of the jobs stream's arrivals
+// sets and removes its own RePublish, and never touches another's.
+func TestSetArrivals(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	const dest = "_throttler.arrived.JOBS.>"
+	e.createJobsStream(jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}})
+	republish := func(name string) *jetstream.RePublish {
+		t.Helper()
+		s, err := e.js.Stream(ctx, name)
+		must(t, err, "stream %s", name)
+		return s.CachedInfo().Config.RePublish
+	}
+	for _, on := range []bool{true, true, false, false} {
+		must(t, consumer.SetArrivals(ctx, e.js, "JOBS", dest, on), "SetArrivals %v", on)
+		rp := republish("JOBS")
+		if on != (rp != nil) || (on && (rp.Destination != dest || !rp.HeadersOnly)) {
+			t.Fatalf("after SetArrivals(%v): republish %+v", on, rp)
+		}
+	}
+	theirs := &jetstream.RePublish{Source: ">", Destination: "audit.>"}
+	e.createJobsStream(jetstream.StreamConfig{Name: "THEIRS", Subjects: []string{"theirs.>"}, RePublish: theirs})
+	for _, on := range []bool{true, false} {
+		if err := consumer.SetArrivals(ctx, e.js, "THEIRS", dest, on); !errors.Is(err, consumer.ErrRepublishTaken) {
+			t.Errorf("SetArrivals(%v) on a stream republishing elsewhere: %v, want ErrRepublishTaken", on, err)
+		}
+		if rp := republish("THEIRS"); !reflect.DeepEqual(rp, theirs) {
+			t.Errorf("their republish became %+v", rp)
+		}
 	}
 }

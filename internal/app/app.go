@@ -102,7 +102,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		Handler:   handler,
 		Deferrer:  path.deferrer(js, cfg),
 		Bundles:   bundles,
-		FastLane:  path.fastLane(cfg, limiter),
+		FastLane:  path.fastLane(js, cfg, limiter),
 		Recreate:  recreate,
 		Config:    path.workerConfig(cfg, log),
 	})
@@ -341,7 +341,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 			return err
 		}
 		if lane {
-			if _, err := consumer.EnsureArrivals(ctx, js, s, arrivalsSubject(cfg)); err != nil {
+			if _, err := consumer.PrepareArrivals(ctx, js, s, arrivalsSubject(cfg)); err != nil {
 				return err
 			}
 		}
@@ -369,8 +369,8 @@ func arrivalsSubject(cfg *config.Config) string {
 }
 
 // laneAvailable reports whether the fast lane can run on the jobs stream,
-// making the stream republish its arrivals if it does not yet (and then
-// replacing *stream with the stream as updated). The lane deletes the
+// readying the stream for it (and then replacing *stream with the stream
+// as updated). The lane deletes the
 // originals it copies, so a stream that denies deletes has none, nor does
 // a stream another consumer reads jobs from; nor does a stream that
 // republishes elsewhere already.
@@ -384,7 +384,7 @@ func laneAvailable(ctx context.Context, js jetstream.JetStream, stream *jetstrea
 			"stream", cfg.Stream, "consumer", other, "err", err)
 		return false
 	}
-	s, err := consumer.EnsureArrivals(ctx, js, *stream, arrivalsSubject(cfg))
+	s, err := consumer.PrepareArrivals(ctx, js, *stream, arrivalsSubject(cfg))
 	if err != nil {
 		log.Warn("fast lane off: a tenant's jobs stored behind another tenant's backlog wait for it", "stream", cfg.Stream, "err", err)
 		return false
@@ -426,11 +426,16 @@ func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *config
 }
 
 // fastLane is the fast lane of the path, or nil when it has none.
-func (p deferPath) fastLane(cfg *config.Config, owners consumer.OwnerClaimer) *consumer.FastLane {
+func (p deferPath) fastLane(js jetstream.JetStream, cfg *config.Config, owners consumer.OwnerClaimer) *consumer.FastLane {
 	if p.fast == nil {
 		return nil
 	}
+	dest := arrivalsSubject(cfg)
 	return &consumer.FastLane{
+		Republish: func(ctx context.Context, on bool) error {
+			return consumer.SetArrivals(ctx, js, cfg.Stream, dest, on)
+		},
+		ArrivalsOn: consumer.RepublishesArrivals(p.stream, dest),
 		Arrivals:    arrivalsSubject(cfg),
 		Queue:       cfg.Consumer + "_fast",
 		Stream:      p.stream,
