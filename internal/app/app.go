@@ -435,7 +435,7 @@ func (p deferPath) fastLane(js jetstream.JetStream, cfg *config.Config, owners c
 		Republish: func(ctx context.Context, on bool) error {
 			return consumer.SetArrivals(ctx, js, cfg.Stream, dest, on)
 		},
-		ArrivalsOn: consumer.RepublishesArrivals(p.stream, dest),
+		ArrivalsOn:  consumer.RepublishesArrivals(p.stream, dest),
 		Arrivals:    arrivalsSubject(cfg),
 		Queue:       cfg.Consumer + "_fast",
 		Stream:      p.stream,
