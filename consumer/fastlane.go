@@ -51,8 +51,10 @@ type OwnerClaimer interface {
 // without it a job stored behind another tenant's flood waits until the
 // worker has taken in (and deferred) every job of the flood ahead of it.
 //
-// The jobs stream republishes the headers of every message it stores
-// (RePublish, headers only) on Arrivals. When a job arrives while the jobs
+// While the jobs consumer has a backlog, the jobs stream republishes the
+// headers of every message it stores (RePublish, headers only) on
+// Arrivals; the lane switches that on and off (Republish). When a job
+// arrives while the jobs
 // consumer has at least Backlog jobs left to deliver, and its tenant has
 // no job queued in that backlog (only jobs the lane took, at most
 // TenantShare), the lane takes it: it decides the job at once, which
