@@ -55,12 +55,49 @@ func (r *ran) get(id string) []consumer.Job {
 // TestFastLanePassesABacklog: jobs of a tenant with nothing queued, stored
 // behind another tenant's backlog of 10,000 jobs, run before the jobs
 // consumer reaches them: the fast lane copies each out (the original is
-// deleted), and each runs once, as its copy, under its original id.
+// deleted), and each runs once, as its copy, under its original id. The
+// tenant comes from the subject, or from a header.
 func TestFastLanePassesABacklog(t *testing.T) {
+	t.Run("tenant in the subject", func(t *testing.T) {
+		testFastLanePassesABacklog(t, nil, func(tenant string) *nats.Msg { return nats.NewMsg("jobs." + tenant) })
+	})
+	t.Run("tenant in a header", func(t *testing.T) {
+		testFastLanePassesABacklog(t, map[string]string{"THROTTLER_TENANT_FROM": "header:Tenant"}, func(tenant string) *nats.Msg {
+			m := nats.NewMsg("jobs.any")
+			m.Header.Set("Tenant", tenant)
+			return m
+		})
+	})
+}
+
+// testFastLanePassesABacklog is TestFastLanePassesABacklog with the
+// worker configured with vars and jobs built by job.
+func testFastLanePassesABacklog(t *testing.T, vars map[string]string, job func(tenant string) *nats.Msg) {
 	e := setup(t)
-	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
+	all := map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"}
+	for k, v := range vars {
+		all[k] = v
+	}
+	cfg := e.config(all)
 	e.ensureStream(cfg)
-	publishBurst(t, e.js, "jobs.a", 10000)
+	burst := make([]jetstream.PubAckFuture, 10000)
+	for i := range burst {
+		f, err := e.js.PublishMsgAsync(job("a"))
+		must(t, err, "publish")
+		burst[i] = f
+	}
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("publishing A's backlog timed out")
+	}
+	for _, f := range burst {
+		select {
+		case err := <-f.Err():
+			t.Fatalf("publishing A's backlog: %v", err)
+		default:
+		}
+	}
 
 	var r ran
 	reached := map[string]uint64{} // B job → the consumer's delivered sequence when it ran
@@ -87,7 +124,8 @@ func TestFastLanePassesABacklog(t *testing.T) {
 	const n = 5
 	seqs := make([]uint64, n)
 	for i := range seqs {
-		seqs[i] = e.publish("jobs.b", nil, []byte("b"))
+		m := job("b")
+		seqs[i] = e.publish(m.Subject, m.Header, []byte("b"))
 	}
 	waitFor(t, 10*time.Second, "B's jobs to run", func() bool {
 		for _, s := range seqs {

@@ -33,8 +33,11 @@ func TestFailureCounterReleasesTheOwner(t *testing.T) {
 	}
 	admit := func(inc int64) {
 		t.Helper()
-		sameDecision(t, "admit", decide(t, l, throttle.Request{Tenant: "a", JobID: "j", Incarnation: inc, TrackOwner: true}),
-			throttle.Decision{Allowed: true, Remaining: 999})
+		// Remaining depends on the time between calls (the bucket refills
+		// a token per ms): only the outcome is compared.
+		if d := decide(t, l, throttle.Request{Tenant: "a", JobID: "j", Incarnation: inc, TrackOwner: true}); !d.Allowed || d.Duplicate {
+			t.Fatalf("incarnation %d: %+v, want allowed", inc, d)
+		}
 	}
 	fail := func(inc int64, wantN int64, wantReleased bool) {
 		t.Helper()
