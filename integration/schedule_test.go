@@ -382,6 +382,12 @@ func TestStreamRetentionAndMoves(t *testing.T) {
 			e.createJobsStream(jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: tc.retention})
 			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
 			out := e.collect("done.*")
+			// An interest stream drops what no consumer wants yet: publish
+			// once the worker's consumer exists.
+			waitFor(t, 10*time.Second, "the worker's consumer", func() bool {
+				_, err := e.js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)
+				return err == nil
+			})
 			const n = 6
 			want := e.publishJobs(cfg.Stream, "jobs.slow", nil, n)
 			checkExactlyOnce(t, "forwarded", out.waitCount(t, n, 15*time.Second), want)
