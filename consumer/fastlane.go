@@ -363,7 +363,7 @@ func (l *lane) run(ctx context.Context) {
 func (l *lane) take(ctx context.Context, batch []arrival) {
 	w := l.w
 	// A take is not cut short by shutdown, which waits for it: stopped
-	// between its steps, it would leave claims to expire.
+	// between its steps, it would leave claims to be taken over.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.laneDeadline())
 	defer cancel()
 
@@ -395,16 +395,39 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 	}()
 	defer func() { <-read }()
 
-	// Claim: decide each job now, as its fast copy.
+	claimed := l.claim(cctx, batch)
+	if len(claimed) == 0 {
+		return
+	}
+	// An original the jobs consumer has delivered may have been decided
+	// before the claim, as a fresh job that records no owner: leave it.
+	info, ierr := w.cons.Info(cctx)
+	<-read
+	var copies []arrival
+	for _, i := range claimed {
+		if ierr != nil || batch[i].seq <= info.Delivered.Stream || originals[i] == nil {
+			l.release(cctx, batch[i])
+			continue
+		}
+		copies = append(copies, batch[i])
+		originals[len(copies)-1] = originals[i]
+	}
+	l.copyOut(cctx, copies, originals[:len(copies)])
+}
+
+// claim decides each job of batch as its fast copy, which charges it (or
+// reserves its slot) and makes the copy its owner, and returns the indexes
+// of the jobs claimed; the others are left to the jobs consumer.
+func (l *lane) claim(ctx context.Context, batch []arrival) []int {
 	reqs := make([]throttle.Request, len(batch))
 	for i, a := range batch {
 		reqs[i] = throttle.Request{Tenant: a.tenant, JobID: a.id, Cost: a.cost, TrackOwner: true, Incarnation: fastIncarnation(a.seq)}
 	}
-	results := w.decider.DecideBatch(cctx, reqs)
-	var claimed []int // indexes in batch
+	results := l.w.decider.DecideBatch(ctx, reqs)
+	var claimed []int
 	for i, a := range batch {
 		res := results[i]
-		w.stats.add(a.tenant, func(s *TenantStats) { s.RedisCalls++ })
+		l.w.stats.add(a.tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
 		case res.Err != nil || res.Duplicate:
 			l.leave(a.tenant, a.seq)
@@ -413,7 +436,7 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 			claimed = append(claimed, i) // the decision recorded the copy as owner
 		case res.Reserved:
 			// Limited, with a slot held for the job: the copy waits for it.
-			ok, _, err := l.Owners.ClaimOwner(cctx, a.tenant, a.id, fastIncarnation(a.seq))
+			ok, _, err := l.Owners.ClaimOwner(ctx, a.tenant, a.id, fastIncarnation(a.seq))
 			if err != nil || !ok {
 				l.leave(a.tenant, a.seq)
 				continue
@@ -423,29 +446,17 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 			l.leave(a.tenant, a.seq) // past the horizon: nothing was charged
 		}
 	}
-	if len(claimed) == 0 {
-		return
-	}
+	return claimed
+}
 
-	// An original the jobs consumer has delivered may have been decided
-	// before the claim, as a fresh job that records no owner: leave it.
-	info, ierr := w.cons.Info(cctx)
-	var delivered uint64
-	if ierr == nil {
-		delivered = info.Delivered.Stream
-	}
-	<-read
-	type copyOf struct {
-		a   arrival
-		ack jetstream.PubAckFuture
-	}
-	var copies []copyOf
-	for _, i := range claimed {
-		a, raw := batch[i], originals[i]
-		if ierr != nil || a.seq <= delivered || raw == nil {
-			l.release(cctx, a)
-			continue
-		}
+// copyOut publishes the fast copy of each claimed job from its original
+// (originals[i] is jobs[i]'s), then deletes the originals whose copies are
+// stored.
+func (l *lane) copyOut(ctx context.Context, jobs []arrival, originals []*jetstream.RawStreamMsg) {
+	w := l.w
+	acks := make([]jetstream.PubAckFuture, len(jobs))
+	for i, a := range jobs {
+		raw := originals[i]
 		decided := fastReserved
 		if a.admitted {
 			decided = fastAdmitted
@@ -457,48 +468,57 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 		msg.Header.Set(HeaderPublished, raw.Time.UTC().Format(time.RFC3339Nano))
 		msg.Header.Set(HeaderFast, decided)
 		msg.Header.Set(jetstream.MsgIDHeader, "fast:"+a.id)
-		f, perr := w.js.PublishMsgAsync(msg)
-		if perr != nil {
-			l.release(cctx, a)
+		f, err := w.js.PublishMsgAsync(msg)
+		if err != nil {
+			l.release(ctx, a)
 			continue
 		}
-		copies = append(copies, copyOf{a: a, ack: f})
+		acks[i] = f
 	}
-	var stored []arrival // copies stored: their originals are deleted
-	for _, c := range copies {
-		var perr error
+	var stored []arrival // their originals are deleted
+	for i, a := range jobs {
+		if acks[i] == nil {
+			continue
+		}
+		var err error
 		select {
-		case <-c.ack.Ok():
-		case perr = <-c.ack.Err():
-		case <-cctx.Done():
-			perr = cctx.Err()
+		case <-acks[i].Ok():
+		case err = <-acks[i].Err():
+		case <-ctx.Done():
+			err = ctx.Err()
 		}
-		if perr != nil {
-			// A refused publish stored nothing: give the claim up. After a
-			// timeout the copy may still be stored, and give the claim up
-			// then would let the original run too: keep it. The original,
-			// when delivered, runs if it is not.
-			stored, serr := l.copyStored(cctx, c.a.tenant, c.a.seq)
-			switch {
-			case stored:
-			case !timedOut(perr) && serr == nil:
-				l.release(cctx, c.a)
-				continue
-			default:
-				w.log.Warn("fast lane: copying a job failed; unless the copy was stored, its original runs once the claim is taken over",
-					"tenant", c.a.tenant, "job", c.a.id, "err", perr)
-				continue
-			}
+		if err != nil && !l.storedAfterAll(ctx, a, err) {
+			continue
 		}
-		w.stats.add(c.a.tenant, func(s *TenantStats) { s.FastLaned++ })
-		stored = append(stored, c.a)
+		w.stats.add(a.tenant, func(s *TenantStats) { s.FastLaned++ })
+		stored = append(stored, a)
 	}
 	inParallel(len(stored), func(i int) {
-		if err := l.Stream.DeleteMsg(cctx, stored[i].seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := l.Stream.DeleteMsg(ctx, stored[i].seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			// The original, when delivered, finds its copy and is acked.
 			w.log.Debug("fast lane: deleting a copied original failed", "job", stored[i].id, "err", err)
 		}
 	})
+}
+
+// storedAfterAll settles the claim of a job whose copy's publish failed
+// with err, and reports whether the copy is stored all the same (a lost
+// ack). A refused publish stored nothing: the claim is given up. After a
+// timeout the copy may still be stored, and giving the claim up then would
+// let the original run too: it is kept, and the original runs once it is
+// taken over, if the copy is not stored by then.
+func (l *lane) storedAfterAll(ctx context.Context, a arrival, err error) bool {
+	stored, serr := l.copyStored(ctx, a.tenant, a.seq)
+	switch {
+	case stored:
+		return true
+	case !timedOut(err) && serr == nil:
+		l.release(ctx, a)
+	default:
+		l.w.log.Warn("fast lane: copying a job failed; unless the copy was stored, its original runs once the claim is taken over",
+			"tenant", a.tenant, "job", a.id, "err", err)
+	}
+	return false
 }
 
 // laneRequests caps the NATS requests one take has under way at once.
