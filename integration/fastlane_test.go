@@ -354,3 +354,27 @@ func TestSetArrivals(t *testing.T) {
 		}
 	}
 }
+
+// TestFastLaneKeepsArrivalsOffForANewConsumer: a consumer of the job
+// subjects added after the worker started would miss the jobs the lane
+// takes, so a backlog no longer turns the stream's arrivals on.
+func TestFastLaneKeepsArrivalsOffForANewConsumer(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
+	w := e.startWorker(cfg, func(context.Context, consumer.Job) error { return nil })
+	waitFor(t, 10*time.Second, "the worker's fast consumer", func() bool {
+		_, err := e.js.Consumer(context.Background(), cfg.Stream, cfg.Consumer+"_fast")
+		return err == nil
+	})
+	_, err := e.js.CreateOrUpdateConsumer(context.Background(), cfg.Stream, jetstream.ConsumerConfig{Durable: "audit",
+		FilterSubject: "jobs.>", AckPolicy: jetstream.AckExplicitPolicy})
+	must(t, err, "audit consumer")
+	publishBurst(t, e.js, "jobs.a", 5000)
+	waitFor(t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 1000 })
+	time.Sleep(500 * time.Millisecond) // the lane's switch, had it been allowed
+	s, err := e.js.Stream(context.Background(), cfg.Stream)
+	must(t, err, "stream")
+	if rp := s.CachedInfo().Config.RePublish; rp != nil {
+		t.Errorf("arrivals republished (%+v) with another consumer of the job subjects", rp)
+	}
+}

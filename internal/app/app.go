@@ -400,8 +400,11 @@ func laneAvailable(ctx context.Context, js jetstream.JetStream, stream *jetstrea
 func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *config.Config) (string, error) {
 	ours := []string{cfg.Consumer, cfg.Consumer + "_bundles", cfg.Consumer + "_fast"}
 	list := stream.ListConsumers(ctx)
+	other := ""
+	// Read to the end: the lister's goroutine blocks until every consumer
+	// is taken.
 	for info := range list.Info() {
-		if slices.Contains(ours, info.Name) {
+		if other != "" || slices.Contains(ours, info.Name) {
 			continue
 		}
 		filters := info.Config.FilterSubjects
@@ -409,12 +412,12 @@ func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *config
 			filters = append(filters, info.Config.FilterSubject)
 		}
 		if len(filters) == 0 {
-			return info.Name, nil // it delivers every subject
+			other = info.Name // it delivers every subject
 		}
 		for _, f := range filters {
 			for _, j := range cfg.Subjects {
 				if consumer.SubjectsOverlap(f, j) {
-					return info.Name, nil
+					other = info.Name
 				}
 			}
 		}
@@ -422,7 +425,7 @@ func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *config
 	if err := list.Err(); err != nil {
 		return "", fmt.Errorf("listing the consumers of stream %s: %w", cfg.Stream, err)
 	}
-	return "", nil
+	return other, nil
 }
 
 // fastLane is the fast lane of the path, or nil when it has none.
@@ -433,6 +436,16 @@ func (p deferPath) fastLane(js jetstream.JetStream, cfg *config.Config, owners c
 	dest := arrivalsSubject(cfg)
 	return &consumer.FastLane{
 		Republish: func(ctx context.Context, on bool) error {
+			if on {
+				// A consumer added since start would miss the jobs taken.
+				other, err := otherJobsConsumer(ctx, p.stream, cfg)
+				if err != nil {
+					return err
+				}
+				if other != "" {
+					return fmt.Errorf("the jobs stream has a consumer of the job subjects besides this worker's (%s), and the lane deletes the jobs it copies: not republishing arrivals", other)
+				}
+			}
 			return consumer.SetArrivals(ctx, js, cfg.Stream, dest, on)
 		},
 		ArrivalsOn:  consumer.RepublishesArrivals(p.stream, dest),
