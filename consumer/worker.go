@@ -486,11 +486,12 @@ func (w *Worker) releaseCredits(n int) {
 // way to end, so keep it short: a quarter of the shutdown timeout at most.
 const maxPullExpiry = time.Second
 
-// fetch pulls up to n messages from cons into msgs (or direct) and returns how many it sent. The
-// pull is not cancelled by shutdown: cancelling it would drop the messages
-// the server has already sent to it, which would then wait out AckWait.
-// Instead it runs to its short expiry and every message it brings reaches
-// Run, which hands it back.
+// fetch pulls up to n messages from cons into msgs (or to direct, which
+// may take them) and returns how many it pulled. The pull is not cancelled
+// by shutdown: cancelling it would drop the messages the server has
+// already sent to it, which would then wait out AckWait. Instead it runs
+// to its short expiry and every message it brings reaches Run, which
+// hands it back.
 func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) (int, error) {
 	expiry := min(maxPullExpiry, max(50*time.Millisecond, w.cfg.ShutdownTimeout/4))
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), expiry)
