@@ -378,3 +378,40 @@ func TestFastLaneKeepsArrivalsOffForANewConsumer(t *testing.T) {
 		t.Errorf("arrivals republished (%+v) with another consumer of the job subjects", rp)
 	}
 }
+
+// TestFastCopyRetriedAfterAFailure: a fast copy whose handler fails is
+// retried like any job, once, and the job is not lost or run again after
+// it succeeds.
+func TestFastCopyRetriedAfterAFailure(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
+	e.ensureStream(cfg)
+	publishBurst(t, e.js, "jobs.a", 10000)
+	var r ran
+	handler := func(_ context.Context, job consumer.Job) error {
+		r.add(job)
+		if job.Tenant == "b" && len(r.get(job.ID)) == 1 {
+			return errors.New("first run fails")
+		}
+		return nil
+	}
+	w := e.startWorker(cfg, handler)
+	waitFor(t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 0 })
+	waitFor(t, 10*time.Second, "the stream republishing arrivals", func() bool {
+		s, err := e.js.Stream(context.Background(), cfg.Stream)
+		return err == nil && s.CachedInfo().Config.RePublish != nil
+	})
+	id := jobID(cfg.Stream, e.publish("jobs.b", nil, []byte("b")))
+	waitFor(t, 15*time.Second, "B's job to run again after its failure", func() bool { return len(r.get(id)) >= 2 })
+	time.Sleep(2 * time.Second) // a third run would show by now
+	runs := r.get(id)
+	if len(runs) != 2 {
+		t.Fatalf("job ran %d times, want 2 (a failure, then its retry)", len(runs))
+	}
+	if runs[0].Header.Get(consumer.HeaderFast) == "" {
+		t.Errorf("the first run was not the fast copy")
+	}
+	if st := w.stats()["b"]; st.FastLaned != 1 || st.Failed != 1 || st.Completed != 1 {
+		t.Errorf("b: %+v, want 1 fast-laned, 1 failed, 1 completed", st)
+	}
+}
