@@ -139,6 +139,8 @@ type arrival struct {
 // laneBatch caps the jobs the lane takes in one round of calls.
 const laneBatch = 64
 
+// newLane returns w's fast lane as cfg describes it, or an error naming
+// what cfg is missing.
 func newLane(cfg FastLane, w *Worker) (*lane, error) {
 	var missing []error
 	if cfg.Arrivals == "" || cfg.Queue == "" {
@@ -223,8 +225,8 @@ func (l *lane) switchArrivals(ctx context.Context) {
 	}
 }
 
-// arrive looks at one republished message and hands the job to run if the
-// lane takes it. It runs on the subscription's goroutine, so it only reads
+// arrive looks at one republished message and hands the job to the run
+// loop if the lane takes it. It runs on the subscription's goroutine, so it only reads
 // headers.
 func (l *lane) arrive(m *nats.Msg) {
 	h := m.Header
