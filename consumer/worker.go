@@ -563,7 +563,7 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 	var lastSeq uint64
 	for _, m := range group {
 		job, err := readJob(m, w.cfg.Tenant, w.cfg.CostHeader)
-		if job.Sequence > lastSeq && m.Headers().Get(HeaderFast) == "" {
+		if w.lane != nil && job.Sequence > lastSeq && m.Headers().Get(HeaderFast) == "" {
 			last, lastSeq = m, job.Sequence
 		}
 		w.stats.add(job.Tenant, func(s *TenantStats) { s.Delivered++ })

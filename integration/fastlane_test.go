@@ -21,6 +21,17 @@ import (
 // for: 2^52 + seq (consumer.fastIncarnation).
 func fastClaim(seq uint64) int64 { return 1<<52 + int64(seq) }
 
+// waitLaneOn waits until worker w has read jobs of tenant a's backlog, so
+// its lane knows the backlog, and has had the stream republish arrivals.
+func (e *env) waitLaneOn(w *worker, cfg *config.Config) {
+	e.t.Helper()
+	waitFor(e.t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 0 })
+	waitFor(e.t, 10*time.Second, "the stream republishing arrivals", func() bool {
+		s, err := e.js.Stream(context.Background(), cfg.Stream)
+		return err == nil && s.CachedInfo().Config.RePublish != nil
+	})
+}
+
 // ran records the jobs a handler ran.
 type ran struct {
 	mu    sync.Mutex
@@ -113,13 +124,7 @@ func testFastLanePassesABacklog(t *testing.T, vars map[string]string, job func(t
 		return nil
 	}
 	w := e.startWorker(cfg, handler)
-	// Once the worker has read jobs of A, its lane knows the backlog and
-	// has the stream republish arrivals.
-	waitFor(t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 0 })
-	waitFor(t, 10*time.Second, "the stream republishing arrivals", func() bool {
-		s, err := e.js.Stream(context.Background(), cfg.Stream)
-		return err == nil && s.CachedInfo().Config.RePublish != nil
-	})
+	e.waitLaneOn(w, cfg)
 
 	const n = 5
 	seqs := make([]uint64, n)
@@ -396,11 +401,7 @@ func TestFastCopyRetriedAfterAFailure(t *testing.T) {
 		return nil
 	}
 	w := e.startWorker(cfg, handler)
-	waitFor(t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 0 })
-	waitFor(t, 10*time.Second, "the stream republishing arrivals", func() bool {
-		s, err := e.js.Stream(context.Background(), cfg.Stream)
-		return err == nil && s.CachedInfo().Config.RePublish != nil
-	})
+	e.waitLaneOn(w, cfg)
 	id := jobID(cfg.Stream, e.publish("jobs.b", nil, []byte("b")))
 	waitFor(t, 15*time.Second, "B's job to run again after its failure", func() bool { return len(r.get(id)) >= 2 })
 	time.Sleep(2 * time.Second) // a third run would show by now
