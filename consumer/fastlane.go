@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,7 +107,19 @@ type FastLane struct {
 	// IdleOff is how long the jobs consumer must have had no backlog for
 	// the lane to turn arrivals off. Defaults to 1 minute.
 	IdleOff time.Duration
+	// MoveRate caps the jobs per second the worker defers out of the jobs
+	// consumer while arrivals come in (see lane.pace): a flood that is
+	// being put off then takes at most that share of the machine, and the
+	// jobs taking the lane are not queued behind it for the CPU.
+	// Defaults to DefaultMoveRate; negative means no cap.
+	MoveRate int
 }
+
+// DefaultMoveRate is FastLane.MoveRate's default: 8,000 deferrals a second
+// for each worker. A 20,000-job flood is then put off in about 1.25 s by
+// two workers instead of about 0.5 s flat out (BENCHMARKS.md, "Noisy
+// neighbour"), using about a quarter of two cores rather than all of them.
+const DefaultMoveRate = 8000
 
 // lane is a worker's running fast lane.
 type lane struct {
@@ -125,6 +138,9 @@ type lane struct {
 	on       bool      // the stream republishes arrivals
 	lowSince time.Time // since when the backlog has been under Backlog; zero while over it
 	failedAt time.Time // when turning arrivals on or off last failed
+
+	arrived  atomic.Int64 // when the last arrival of a job came, Unix ns
+	paceNext time.Time    // when the deciding loop may go on; its own
 }
 
 // arrival is a job the lane takes.
@@ -158,6 +174,7 @@ func newLane(cfg FastLane, w *Worker) (*lane, error) {
 	setDefault(&cfg.Backlog, 4*w.cfg.FetchBatch)
 	setDefault(&cfg.TenantShare, 16)
 	setDefault(&cfg.IdleOff, time.Minute)
+	setDefault(&cfg.MoveRate, DefaultMoveRate)
 	return &lane{FastLane: cfg, w: w, work: make(chan arrival, 1024), wake: make(chan struct{}, 1),
 		slow: map[string]uint64{}, taken: map[string][]uint64{}, on: cfg.ArrivalsOn, lowSince: time.Now()}, nil
 }
@@ -238,6 +255,7 @@ func (l *lane) arrive(m *nats.Msg) {
 	if !l.isJob(subject) {
 		return
 	}
+	l.arrived.Store(time.Now().UnixNano())
 	tenant, err := l.w.cfg.Tenant.tenant(subject, h)
 	if err != nil {
 		return // the jobs consumer dead-letters it
@@ -256,6 +274,36 @@ func (l *lane) arrive(m *nats.Msg) {
 		l.leave(tenant, seq)
 	}
 }
+
+// paceWindow is how recent an arrival must be for the lane to count as in
+// use, and pace to cap the deferrals.
+const paceWindow = time.Second
+
+// pause is how long the deciding loop waits, at now, after a group of the
+// jobs consumer in which deferred jobs were put off, so that they are put
+// off at no more than MoveRate a second while arrivals come in: while the
+// consumer has a backlog, the jobs taking the lane need the CPU that
+// moving a flood would take (on two cores, a lane job waited up to 24 ms
+// at each of its steps behind one moved flat out). A group mostly
+// admitted is never paused, nor is one while arrivals are off. Only the
+// deciding loop calls it.
+func (l *lane) pause(now time.Time, deferred, decided int) time.Duration {
+	if l.MoveRate < 0 || deferred*2 <= decided || now.Sub(time.Unix(0, l.arrived.Load())) > paceWindow {
+		l.paceNext = time.Time{}
+		return 0
+	}
+	// The time spent deciding counts towards the pace, up to paceSlack:
+	// a loop that was idle longer starts afresh.
+	if now.Sub(l.paceNext) > paceSlack {
+		l.paceNext = now
+	}
+	l.paceNext = l.paceNext.Add(time.Duration(deferred) * time.Second / time.Duration(l.MoveRate))
+	return max(0, l.paceNext.Sub(now))
+}
+
+// paceSlack is how far behind its pace the deciding loop may be and still
+// have the time it spent count towards it.
+const paceSlack = 10 * time.Millisecond
 
 // isJob reports whether subject is one the jobs consumer delivers.
 func (l *lane) isJob(subject string) bool {

@@ -221,3 +221,41 @@ func TestLaneSwitchesArrivals(t *testing.T) {
 		t.Fatalf("calls %v, on %v after a failed switch; want one try, still off", calls, l.on)
 	}
 }
+
+// TestLanePacesDeferrals: while arrivals come in, the deciding loop puts
+// jobs off at no more than MoveRate a second, counting the time it spent
+// deciding; it never waits after a group mostly admitted, nor once
+// arrivals have stopped.
+func TestLanePacesDeferrals(t *testing.T) {
+	l := testLane(5000)
+	l.MoveRate = 8000 // 125 µs a job: 8 ms for 64
+	now := time.Unix(1000, 0)
+	l.arrived.Store(now.UnixNano())
+
+	if d := l.pause(now, 64, 64); d != 8*time.Millisecond {
+		t.Fatalf("64 deferred: paused %v, want 8ms", d)
+	}
+	// The next group, decided 2 ms after the pause ended: the 2 ms count.
+	now = now.Add(10 * time.Millisecond)
+	if d := l.pause(now, 64, 64); d != 6*time.Millisecond {
+		t.Fatalf("64 more, 2 ms spent deciding: paused %v, want 6ms", d)
+	}
+	if d := l.pause(now, 10, 64); d != 0 {
+		t.Fatalf("a group mostly admitted: paused %v, want none", d)
+	}
+	// Idle for a while: no credit is banked.
+	now = now.Add(500 * time.Millisecond)
+	if d := l.pause(now, 32, 40); d != 4*time.Millisecond {
+		t.Fatalf("after idling: paused %v, want 4ms", d)
+	}
+	// No arrival for over paceWindow: the lane is not in use.
+	now = now.Add(paceWindow)
+	if d := l.pause(now, 64, 64); d != 0 {
+		t.Fatalf("arrivals stopped: paused %v, want none", d)
+	}
+	l.arrived.Store(now.UnixNano())
+	l.MoveRate = -1
+	if d := l.pause(now, 64, 64); d != 0 {
+		t.Fatalf("MoveRate < 0: paused %v, want none", d)
+	}
+}

@@ -328,6 +328,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		g := w.decide(ctx, group)
 		decided <- g
+		if w.lane != nil {
+			deferred, decided := g.deferred()
+			if d := w.lane.pause(time.Now(), deferred, decided); d > 0 {
+				sleep(ctx, d)
+			}
+		}
 		if g.redisWait > 0 {
 			// Give Redis time to come back instead of pulling more jobs only
 			// to defer them again.
@@ -640,6 +646,20 @@ type decidedGroup struct {
 	// redisWait, when Redis failed under DeferOnRedisError, is how long
 	// the jobs it failed for are put off, and the pulling with them.
 	redisWait time.Duration
+}
+
+// deferred counts the group's jobs that were decided and must wait, and
+// those decided.
+func (g decidedGroup) deferred() (deferred, decided int) {
+	for _, res := range g.results {
+		if res.Err == nil {
+			decided++
+			if !res.Allowed && !res.Duplicate {
+				deferred++
+			}
+		}
+	}
+	return deferred, decided
 }
 
 // decide reads a group's jobs and decides them in one round trip.
