@@ -153,6 +153,12 @@ type Config struct {
 	// Defaults to 5s.
 	ScheduleAfter time.Duration `env:"THROTTLER_SCHEDULE_AFTER" envDefault:"5s"`
 
+	// LaneMoveRate caps the jobs a second each worker defers out of the
+	// jobs consumer while the fast lane is in use (a backlog is being
+	// passed), so that putting a flood off leaves the machine to the jobs
+	// taking the lane; 0 to 1,000,000, 0 for no cap. Defaults to 8000.
+	LaneMoveRate int `env:"THROTTLER_LANE_MOVE_RATE" envDefault:"8000"`
+
 	// ScheduleSubject is the subject prefix of moved (scheduled) jobs: a job
 	// is published to PREFIX.TENANT.SEQ (see RenderScheduleSubject). It must
 	// not be captured by SubjectsSpec. Defaults to sched.
@@ -417,6 +423,7 @@ var intBounds = map[string]struct{ min, max int64 }{
 	"THROTTLER_MAX_FAILURES":    {1, 1_000},
 	"THROTTLER_FETCH_BATCH":     {1, 1_000},
 	"THROTTLER_METRICS_TENANTS": {1, 1_000_000},
+	"THROTTLER_LANE_MOVE_RATE":  {0, 1_000_000},
 }
 
 // durBounds holds the accepted range of each duration variable; a max of 0
@@ -515,6 +522,7 @@ func (c *Config) check(failed map[string]bool) (derived, []error) {
 	ck.intIn("THROTTLER_MAX_FAILURES", int64(c.MaxFailures))
 	ck.intIn("THROTTLER_FETCH_BATCH", int64(c.FetchBatch))
 	ck.intIn("THROTTLER_METRICS_TENANTS", int64(c.MetricsTenants))
+	ck.intIn("THROTTLER_LANE_MOVE_RATE", int64(c.LaneMoveRate))
 
 	ck.durIn("THROTTLER_MAX_DEFER", c.MaxDefer)
 	ck.durIn("THROTTLER_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)

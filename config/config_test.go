@@ -73,6 +73,7 @@ func TestDefaults(t *testing.T) {
 		KeyPrefix:       "thr",
 		FetchBatch:      64,
 		ScheduleAfter:   5 * time.Second,
+		LaneMoveRate:    8000,
 		ScheduleSubject: "sched",
 		MetricsAddr:     "",
 		MetricsTenants:  10_000,
@@ -278,6 +279,7 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_SCHEDULE_SUBJECT", "sched.{tenant}", "placeholders"},
 		{"THROTTLER_SCHEDULE_SUBJECT", "jobs", "captured"},
 		{"THROTTLER_METRICS_TENANTS", "0", "between 1 and 1000000"},
+		{"THROTTLER_LANE_MOVE_RATE", "-1", "between 0 and 1000000"},
 		{"THROTTLER_METRICS_ADDR", "9090", "HOST:PORT"},
 		{"THROTTLER_METRICS_ADDR", ":99999", "HOST:PORT"},
 	}

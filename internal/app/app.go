@@ -457,7 +457,17 @@ func (p deferPath) fastLane(js jetstream.JetStream, cfg *config.Config, owners c
 		Owners:      owners,
 		JobSubjects: cfg.Subjects,
 		TenantShare: max(1, cfg.MaxAckPending/40),
+		MoveRate:    laneMoveRate(cfg.LaneMoveRate),
 	}
+}
+
+// laneMoveRate is FastLane.MoveRate for THROTTLER_LANE_MOVE_RATE, where 0
+// means no cap.
+func laneMoveRate(perSecond int) int {
+	if perSecond == 0 {
+		return -1
+	}
+	return perSecond
 }
 
 // deferrer builds the Deferrer of the path.
