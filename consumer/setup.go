@@ -21,6 +21,10 @@ type StreamSpec struct {
 	// the stream must bind for moved jobs, and the stream must allow message
 	// schedules.
 	ScheduleSubjects []string
+	// AllowDirect, when set, creates a missing stream with direct gets on
+	// (the fast lane reads with them; see PrepareArrivals), so that a new
+	// stream needs no update at start. An existing stream is left as it is.
+	AllowDirect bool
 }
 
 // EnsureStream returns the jobs stream, creating it if missing. A stream
@@ -36,6 +40,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 		Storage:           jetstream.FileStorage,
 		Retention:         jetstream.LimitsPolicy,
 		AllowMsgSchedules: len(spec.ScheduleSubjects) > 0,
+		AllowDirect:       spec.AllowDirect,
 	}
 	s, err := js.Stream(ctx, spec.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {

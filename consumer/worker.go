@@ -178,6 +178,7 @@ type Worker struct {
 	held     heldMsgs // messages pulled and not yet acted on
 
 	redisBackoff *backoff.ExponentialBackOff // used by Run's deciding loop only
+	recreating   sync.Mutex                  // one recreate at a time (see recreateIfGone)
 	redisDown    time.Time                   // when Redis began failing, zero while it answers; deciding loop only
 }
 
@@ -415,11 +416,17 @@ func (w *Worker) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch i
 }
 
 // recreateIfGone sets up the stream and consumers again when err, from a
-// pull, says the consumer is gone: deleted, or no one answers for it.
+// pull, says the consumer is gone: deleted, or no one answers for it. The
+// worker's pulling loops all see it at once; they set things up one after
+// the other, since a stream update at the same time as a consumer's
+// creation races inside nats-server 2.15.2 (fileStore.UpdateConfig
+// against fileStore.ConsumerStore, caught by the race detector).
 func (w *Worker) recreateIfGone(ctx context.Context, err error) {
 	if w.recreate == nil || !(errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders)) {
 		return
 	}
+	w.recreating.Lock()
+	defer w.recreating.Unlock()
 	if rerr := w.recreate(ctx); rerr != nil {
 		w.log.Warn("setting up the consumer again failed; retrying", "err", rerr)
 		return

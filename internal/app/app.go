@@ -228,6 +228,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 			path.mode = config.DeferNak
 		} else {
 			spec.ScheduleSubjects = []string{cfg.ScheduleSubject + ".>"}
+			spec.AllowDirect = true // for the fast lane, which may run
 		}
 	}
 	if len(spec.ScheduleSubjects) > 0 {
