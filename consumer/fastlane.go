@@ -108,7 +108,7 @@ type FastLane struct {
 	// the lane to turn arrivals off. Defaults to 1 minute.
 	IdleOff time.Duration
 	// MoveRate caps the jobs per second the worker defers out of the jobs
-	// consumer while arrivals come in (see lane.pace): a flood that is
+	// consumer while arrivals come in (see lane.pause): a flood that is
 	// being put off then takes at most that share of the machine, and the
 	// jobs taking the lane are not queued behind it for the CPU.
 	// Defaults to DefaultMoveRate; negative means no cap.
@@ -283,10 +283,11 @@ const paceWindow = time.Second
 // jobs consumer in which deferred jobs were put off, so that they are put
 // off at no more than MoveRate a second while arrivals come in: while the
 // consumer has a backlog, the jobs taking the lane need the CPU that
-// moving a flood would take (on two cores, a lane job waited up to 24 ms
-// at each of its steps behind one moved flat out). A group mostly
-// admitted is never paused, nor is one while arrivals are off. Only the
-// deciding loop calls it.
+// moving a flood would take (on two cores, behind a flood moved flat out,
+// a lane job waited up to 10 ms at one of its steps). A group mostly
+// admitted is never paused, nor is one once no arrival has come for
+// paceWindow: no job is taking the lane then. Only the deciding loop
+// calls it.
 func (l *lane) pause(now time.Time, deferred, decided int) time.Duration {
 	if l.MoveRate < 0 || deferred*2 <= decided || now.Sub(time.Unix(0, l.arrived.Load())) > paceWindow {
 		l.paceNext = time.Time{}
