@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -414,5 +416,59 @@ func TestFastCopyRetriedAfterAFailure(t *testing.T) {
 	}
 	if st := w.stats()["b"]; st.FastLaned != 1 || st.Failed != 1 || st.Completed != 1 {
 		t.Errorf("b: %+v, want 1 fast-laned, 1 failed, 1 completed", st)
+	}
+}
+
+// TestLanePacesAFlood: while jobs arrive for the lane, a worker puts a
+// flood off at no more than THROTTLER_LANE_MOVE_RATE jobs a second, so
+// that the flood leaves the machine to the jobs taking the lane. (Flat
+// out, the same worker puts the 10,000 jobs off within a second or two.)
+func TestLanePacesAFlood(t *testing.T) {
+	const rate = 1000
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10", "THROTTLER_LANE_MOVE_RATE": strconv.Itoa(rate)})
+	e.ensureStream(cfg)
+	publishBurst(t, e.js, "jobs.a", 10000)
+	w := e.startWorker(cfg, func(context.Context, consumer.Job) error { return nil })
+	e.waitLaneOn(w, cfg)
+
+	// B's jobs keep arriving, every 50 ms: the lane is in use.
+	stop, done := make(chan struct{}), make(chan struct{})
+	var published atomic.Int64
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if _, err := e.js.Publish(ctx, "jobs.b", []byte("b")); err == nil {
+					published.Add(1)
+				}
+				cancel()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	waitFor(t, 10*time.Second, "B's first job to take the lane", func() bool { return w.stats()["b"].FastLaned > 0 })
+
+	const window = 2 * time.Second
+	from := w.stats()["a"].Deferred
+	time.Sleep(window) // measuring a rate over a window
+	got := w.stats()["a"].Deferred - from
+	// The pace's own allowance over the window, plus the groups decided
+	// before it and counted in it, and one group past its pause.
+	limit := int64(rate*window/time.Second) + 4*64
+	if got > limit {
+		t.Errorf("a: %d jobs deferred in %v while B took the lane, want at most %d (%d/s)", got, window, limit, rate)
+	}
+	if got == 0 {
+		t.Errorf("a: no job deferred in %v: the pace stalled the worker", window)
+	}
+	if published.Load() == 0 {
+		t.Error("B published nothing")
 	}
 }
