@@ -118,7 +118,7 @@ type FastLane struct {
 // DefaultMoveRate is FastLane.MoveRate's default: 8,000 deferrals a second
 // for each worker. A 20,000-job flood is then put off in about 1.25 s by
 // two workers instead of about 0.5 s flat out (BENCHMARKS.md, "Noisy
-// neighbour"), using about a quarter of two cores rather than all of them.
+// neighbour"), leaving the lane's jobs cores that flat out it keeps busy.
 const DefaultMoveRate = 8000
 
 // lane is a worker's running fast lane.
@@ -140,7 +140,7 @@ type lane struct {
 	failedAt time.Time // when turning arrivals on or off last failed
 
 	arrived  atomic.Int64 // when the last arrival of a job came, Unix ns
-	paceNext time.Time    // when the deciding loop may go on; its own
+	paceNext time.Time    // when the deciding loop may go on; only that loop uses it
 }
 
 // arrival is a job the lane takes.
