@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/throttler/throttler/throttle"
 )
 
 // problems splits an error returned by LoadFrom or Validate into its lines.
@@ -77,12 +75,10 @@ func TestDefaults(t *testing.T) {
 		ScheduleSubject: "sched",
 		MetricsAddr:     "",
 		MetricsTenants:  10_000,
-		Rules: throttle.Rules{
-			Default: throttle.Limits{throttle.PerSecond(100, 100)},
-			Tenants: map[string]throttle.Limits{},
-		},
-		TenantFrom: TenantSource{Kind: TenantFromSubject, Token: 2},
-		Subjects:   []string{"jobs.>"},
+		FastLane:         FastLaneAuto,
+		Subjects:         []string{"jobs.>"},
+		TenantFromToken:  2,
+		TenantLimitSpecs: map[string]string{},
 	}
 	if !reflect.DeepEqual(*c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", *c, want)
@@ -128,21 +124,14 @@ func TestValidValues(t *testing.T) {
 			name: "header tenant",
 			vars: map[string]string{"THROTTLER_TENANT_FROM": "header:X-Tenant"},
 			check: func(t *testing.T, c *Config) {
-				if want := (TenantSource{Kind: TenantFromHeader, Header: "X-Tenant"}); c.TenantFrom != want {
-					t.Fatalf("TenantFrom = %+v, want %+v", c.TenantFrom, want)
-				}
-				if c.TenantFrom.String() != "header:X-Tenant" {
-					t.Fatalf("String = %q", c.TenantFrom.String())
+				if c.TenantFromHeader != "X-Tenant" || c.TenantFromToken != 0 {
+					t.Fatalf("TenantFromHeader %q, TenantFromToken %d: want X-Tenant and 0", c.TenantFromHeader, c.TenantFromToken)
 				}
 			},
 		},
 		{
-			name: "subject token beyond > is fine",
-			vars: map[string]string{"THROTTLER_SUBJECTS": "jobs.>", "THROTTLER_TENANT_FROM": "subject:7"},
-		},
-		{
 			name: "several subjects",
-			vars: map[string]string{"THROTTLER_SUBJECTS": "jobs.*.email, jobs.*.sms", "THROTTLER_TENANT_FROM": "subject:2"},
+			vars: map[string]string{"THROTTLER_SUBJECTS": "jobs.*.email, jobs.*.sms"},
 			check: func(t *testing.T, c *Config) {
 				if want := []string{"jobs.*.email", "jobs.*.sms"}; !slices.Equal(c.Subjects, want) {
 					t.Fatalf("Subjects = %q, want %q", c.Subjects, want)
@@ -150,38 +139,14 @@ func TestValidValues(t *testing.T) {
 			},
 		},
 		{
-			name: "default burst applies",
-			vars: map[string]string{"THROTTLER_DEFAULT_LIMIT": "10/s+1000/d:5000", "THROTTLER_DEFAULT_BURST": "20"},
-			check: func(t *testing.T, c *Config) {
-				want := throttle.Limits{throttle.PerSecond(10, 20), throttle.PerDay(1000, 5000)}
-				if !reflect.DeepEqual(c.Rules.Default, want) {
-					t.Fatalf("Default = %v, want %v", c.Rules.Default, want)
-				}
-			},
-		},
-		{
-			name: "tenant limits",
+			name: "tenant limits split, not yet parsed",
 			vars: map[string]string{"THROTTLER_TENANT_LIMITS": "acme=50/s:100+10000/d, globex=5/m,big_co-2=1/h"},
 			check: func(t *testing.T, c *Config) {
-				want := map[string]throttle.Limits{
-					"acme":     {throttle.PerSecond(50, 100), throttle.PerDay(10000, 10000)},
-					"globex":   {throttle.PerMinute(5, 5)},
-					"big_co-2": {throttle.PerHour(1, 1)},
-				}
-				if !reflect.DeepEqual(c.Rules.Tenants, want) {
-					t.Fatalf("Tenants = %v, want %v", c.Rules.Tenants, want)
-				}
-				if got := c.Rules.For("globex"); !reflect.DeepEqual(got, want["globex"]) {
-					t.Fatalf("For(globex) = %v", got)
-				}
-				if got := c.Rules.For("other"); !reflect.DeepEqual(got, c.Rules.Default) {
-					t.Fatalf("For(other) = %v, want default", got)
+				want := map[string]string{"acme": "50/s:100+10000/d", "globex": "5/m", "big_co-2": "1/h"}
+				if !reflect.DeepEqual(c.TenantLimitSpecs, want) {
+					t.Fatalf("TenantLimitSpecs = %v, want %v", c.TenantLimitSpecs, want)
 				}
 			},
-		},
-		{
-			name: "outputs beside a narrow input",
-			vars: map[string]string{"THROTTLER_SUBJECTS": "jobs.acme.*", "THROTTLER_FORWARD_SUBJECT": "jobs.x-{tenant}.done"},
 		},
 		{
 			name: "zero max defer and metrics on",
@@ -190,6 +155,15 @@ func TestValidValues(t *testing.T) {
 		{
 			name: "max ack pending equal to concurrency",
 			vars: map[string]string{"THROTTLER_CONCURRENCY": "10000", "THROTTLER_MAX_ACK_PENDING": "10000"},
+		},
+		{
+			name: "fast lane off",
+			vars: map[string]string{"THROTTLER_FAST_LANE": "off"},
+			check: func(t *testing.T, c *Config) {
+				if c.FastLane != FastLaneOff {
+					t.Fatalf("FastLane = %q, want off", c.FastLane)
+				}
+			},
 		},
 	}
 	for _, tt := range tests {
@@ -219,29 +193,19 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_STREAM", "my.stream", `got "my.stream"`},
 		{"THROTTLER_STREAM", "a b", "without spaces"},
 		{"THROTTLER_STREAM", "a/b", `"/"`},
-		{"THROTTLER_SUBJECTS", "jobs..x", "empty token"},
-		{"THROTTLER_SUBJECTS", "jobs.>.x", "last token"},
-		{"THROTTLER_SUBJECTS", "jobs.a*", "whole tokens"},
 		{"THROTTLER_SUBJECTS", "jobs.*,jobs.*", "twice"},
 		{"THROTTLER_SUBJECTS", " ", "one or more subjects"},
 		{"THROTTLER_CONSUMER", "c*", `"*"`},
 		{"THROTTLER_TENANT_FROM", "subject:0", "from 1"},
 		{"THROTTLER_TENANT_FROM", "subject:x", "from 1"},
-		{"THROTTLER_TENANT_FROM", "subject:3", `"jobs.*" in THROTTLER_SUBJECTS has only 2 tokens`},
 		{"THROTTLER_TENANT_FROM", "header:", "header name"},
 		{"THROTTLER_TENANT_FROM", "header:a b", "header name"},
 		{"THROTTLER_TENANT_FROM", "queue:1", "subject:N"},
-		{"THROTTLER_DEFAULT_LIMIT", "100", "RATE/UNIT"},
-		{"THROTTLER_DEFAULT_LIMIT", " ", "such as 100/s"},
-		{"THROTTLER_DEFAULT_LIMIT", "0/s", "rate"},
 		{"THROTTLER_DEFAULT_BURST", "-1", "between 0 and 1000000000"},
 		{"THROTTLER_DEFAULT_BURST", "many", "whole number"},
 		{"THROTTLER_TENANT_LIMITS", "acme", "TENANT=LIMITS"},
 		{"THROTTLER_TENANT_LIMITS", "acme=5/s,", "empty entry"},
-		{"THROTTLER_TENANT_LIMITS", "ac.me=5/s", "letters, digits, _ or -"},
-		{"THROTTLER_TENANT_LIMITS", strings.Repeat("a", 129) + "=5/s", "1 to 128 letters"},
 		{"THROTTLER_TENANT_LIMITS", "acme=5/s,acme=6/s", "twice"},
-		{"THROTTLER_TENANT_LIMITS", "acme=5/x", "unit"},
 		{"THROTTLER_COST_HEADER", "Job Cost", "header name"},
 		{"THROTTLER_CONCURRENCY", "0", `must be between 1 and 10000, got "0"`},
 		{"THROTTLER_CONCURRENCY", "10001", "between 1 and 10000"},
@@ -253,15 +217,6 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_MAX_DEFER", "721h", "between 0s and 720h"},
 		{"THROTTLER_MAX_DEFER", "10", "duration"},
 		{"THROTTLER_HANDLER", "exec", `"forward"`},
-		{"THROTTLER_FORWARD_SUBJECT", "done.{tenant}.{id}", "unknown placeholder {id}"},
-		{"THROTTLER_FORWARD_SUBJECT", "done.{tenant", "without }"},
-		{"THROTTLER_FORWARD_SUBJECT", "done.tenant}", "without {"},
-		{"THROTTLER_FORWARD_SUBJECT", "done.*", "wildcard"},
-		{"THROTTLER_FORWARD_SUBJECT", "done..{tenant}", "empty token"},
-		{"THROTTLER_FORWARD_SUBJECT", "done {tenant}", "white space"},
-		{"THROTTLER_FORWARD_SUBJECT", "jobs.{tenant}", "THROTTLER_SUBJECTS"},
-		{"THROTTLER_DLQ_SUBJECT", "dlq.>", "wildcard"},
-		{"THROTTLER_DLQ_SUBJECT", "jobs.dlq.{tenant}", "captured"},
 		{"THROTTLER_MAX_FAILURES", "0", "between 1 and 1000"},
 		{"THROTTLER_ON_REDIS_ERROR", "ignore", `"defer", "allow"`},
 		{"THROTTLER_SHUTDOWN_TIMEOUT", "0s", "greater than 0"},
@@ -269,15 +224,13 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_LOG_LEVEL", "verbose", `"debug", "info", "warn", "error"`},
 		{"THROTTLER_LOG_FORMAT", "xml", `"text", "json"`},
 		{"THROTTLER_DEFER", "later", `"auto", "nak", "schedule"`},
+		{"THROTTLER_FAST_LANE", "on", `"auto", "off"`},
 		{"THROTTLER_ACK_WAIT", "500ms", "at least 1s"},
 		{"THROTTLER_REDIS_TIMEOUT", "-2s", "greater than 0"},
 		{"THROTTLER_KEY_PREFIX", "thr:", "letters, digits"},
 		{"THROTTLER_KEY_PREFIX", strings.Repeat("k", 33), "1 to 32"},
 		{"THROTTLER_FETCH_BATCH", "1001", "between 1 and 1000"},
 		{"THROTTLER_SCHEDULE_AFTER", "999ms", "at least 1s"},
-		{"THROTTLER_SCHEDULE_SUBJECT", "sched.*", "wildcard"},
-		{"THROTTLER_SCHEDULE_SUBJECT", "sched.{tenant}", "placeholders"},
-		{"THROTTLER_SCHEDULE_SUBJECT", "jobs", "captured"},
 		{"THROTTLER_METRICS_TENANTS", "0", "between 1 and 1000000"},
 		{"THROTTLER_LANE_MOVE_RATE", "-1", "between 0 and 1000000"},
 		{"THROTTLER_METRICS_ADDR", "9090", "HOST:PORT"},
@@ -287,9 +240,6 @@ func TestInvalidValues(t *testing.T) {
 		t.Run(tt.name+"="+tt.val, func(t *testing.T) {
 			t.Parallel()
 			vars := map[string]string{tt.name: tt.val}
-			if tt.name == "THROTTLER_TENANT_FROM" || tt.name == "THROTTLER_SUBJECTS" {
-				vars["THROTTLER_SUBJECTS"] = cmpOr(vars["THROTTLER_SUBJECTS"], "jobs.*")
-			}
 			c, err := LoadFrom(vars)
 			if err == nil {
 				t.Fatalf("LoadFrom(%v) = %+v, want an error", vars, c)
@@ -311,21 +261,12 @@ func TestInvalidValues(t *testing.T) {
 	}
 }
 
-// cmpOr returns a unless it is empty, else b.
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 func TestManyProblemsAtOnce(t *testing.T) {
 	t.Parallel()
 	_, err := LoadFrom(map[string]string{
 		"THROTTLER_CONCURRENCY":      "abc",
 		"THROTTLER_SHUTDOWN_TIMEOUT": "5 parsecs",
-		"THROTTLER_DEFAULT_LIMIT":    "100/fortnight",
-		"THROTTLER_TENANT_LIMITS":    "acme=5,globex=0/s",
+		"THROTTLER_TENANT_LIMITS":    "acme=5,,globex",
 		"THROTTLER_LOG_LEVEL":        "loud",
 		"THROTTLER_MAX_ACK_PENDING":  "0",
 	})
@@ -333,8 +274,7 @@ func TestManyProblemsAtOnce(t *testing.T) {
 	wantPrefixes := []string{
 		"THROTTLER_CONCURRENCY: ",
 		"THROTTLER_SHUTDOWN_TIMEOUT: ",
-		"THROTTLER_DEFAULT_LIMIT: ",
-		"THROTTLER_TENANT_LIMITS: ", // acme
+		"THROTTLER_TENANT_LIMITS: ", // the empty entry
 		"THROTTLER_TENANT_LIMITS: ", // globex
 		"THROTTLER_LOG_LEVEL: ",
 		"THROTTLER_MAX_ACK_PENDING: ",
@@ -349,7 +289,7 @@ func TestManyProblemsAtOnce(t *testing.T) {
 	if !slices.Equal(prefixes, wantPrefixes) {
 		t.Fatalf("problems:\n%s\nwant one each for %q", strings.Join(got, "\n"), wantPrefixes)
 	}
-	for _, want := range []string{`"abc"`, `"5 parsecs"`, "fortnight", `"acme"`, `"globex"`} {
+	for _, want := range []string{`"abc"`, `"5 parsecs"`, "empty entry", `"globex"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s:\n%v", want, err)
 		}
@@ -377,132 +317,6 @@ func TestValidateDoesNotChangeConfig(t *testing.T) {
 	}
 	if !reflect.DeepEqual(*c, before) {
 		t.Fatal("Validate changed the Config")
-	}
-}
-
-func TestOverlap(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		subjects string
-		forward  string
-		overlaps bool
-	}{
-		{"jobs.>", "done.{tenant}", false},
-		{"jobs.>", "jobs.{tenant}", true},
-		{"jobs.>", "jobs", false},
-		{"jobs.*", "jobs.{tenant}.done", false},
-		{"jobs.*.*", "jobs.{tenant}.done", true},
-		{"*.*", "done.{tenant}", true},
-		{">", "done.{tenant}", true},
-		{"jobs.acme", "jobs.{tenant}", true},
-		{"jobs.acme", "jobs.x-{tenant}", false},
-		{"jobs.x-acme", "jobs.x-{tenant}", true},
-		{"jobs.x-", "jobs.x-{tenant}", false},
-		{"jobs.ab", "jobs.{tenant}b", true},
-		{"jobs.b", "jobs.{tenant}b", false},
-		{"jobs.a-b-c", "jobs.{tenant}-{tenant}", true},
-		{"jobs.a-", "jobs.{tenant}-{tenant}", false},
-		{"done.acme", "done.{tenant}", true},
-		{"a.>,done.*", "done.{tenant}", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.subjects+" vs "+tt.forward, func(t *testing.T) {
-			t.Parallel()
-			_, err := LoadFrom(map[string]string{
-				"THROTTLER_SUBJECTS":        tt.subjects,
-				"THROTTLER_FORWARD_SUBJECT": tt.forward,
-				"THROTTLER_TENANT_FROM":     "header:Tenant",
-			})
-			var got []string // the other outputs may overlap too; look at the forward subject only
-			for _, p := range problems(t, err) {
-				if strings.HasPrefix(p, "THROTTLER_FORWARD_SUBJECT: ") {
-					got = append(got, p)
-				}
-			}
-			if tt.overlaps != (len(got) > 0) {
-				t.Fatalf("overlap=%v, problems:\n%v", tt.overlaps, err)
-			}
-			for _, p := range got {
-				if !strings.Contains(p, "THROTTLER_SUBJECTS") || !strings.Contains(p, "captured") {
-					t.Errorf("problem should name both variables: %s", p)
-				}
-			}
-		})
-	}
-}
-
-func TestScheduleOverlap(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		subjects string
-		prefix   string
-		overlaps bool
-	}{
-		{"jobs.>", "sched", false},
-		{"jobs.>", "jobs.sched", true},
-		{"*.*.*", "sched", true},
-		{"*.*", "sched", false},
-		{"sched.acme.*", "sched", true},
-		{"sched.acme", "sched", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.subjects+" vs "+tt.prefix, func(t *testing.T) {
-			t.Parallel()
-			_, err := LoadFrom(map[string]string{
-				"THROTTLER_SUBJECTS":         tt.subjects,
-				"THROTTLER_SCHEDULE_SUBJECT": tt.prefix,
-				"THROTTLER_TENANT_FROM":      "header:Tenant",
-				"THROTTLER_FORWARD_SUBJECT":  "out.done.{tenant}.x.y",
-				"THROTTLER_DLQ_SUBJECT":      "out.dlq.{tenant}.x.y",
-			})
-			got := problems(t, err)
-			if tt.overlaps != (len(got) > 0) {
-				t.Fatalf("overlap=%v, problems:\n%s", tt.overlaps, strings.Join(got, "\n"))
-			}
-			for _, p := range got {
-				if !strings.HasPrefix(p, "THROTTLER_SCHEDULE_SUBJECT: ") || !strings.Contains(p, "THROTTLER_SUBJECTS") {
-					t.Errorf("problem should name both variables: %s", p)
-				}
-			}
-		})
-	}
-}
-
-// TestOutputsOutsideSchedules checks that forwarded and dead-lettered jobs
-// may not be published under the schedule prefix, where the jobs stream
-// would keep them and the worker would read them as bundles; with NAK-only
-// deferral the prefix is unused and nothing is refused.
-func TestOutputsOutsideSchedules(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		defer_, forward, dlq string
-		want                 []string // variables named, in order
-	}{
-		{"auto", "done.{tenant}", "dlq.{tenant}", nil},
-		{"auto", "sched.u.{tenant}.x", "dlq.{tenant}", []string{"THROTTLER_FORWARD_SUBJECT"}},
-		{"schedule", "done.{tenant}", "sched.{tenant}", []string{"THROTTLER_DLQ_SUBJECT"}},
-		{"auto", "{tenant}.done", "dlq.{tenant}", []string{"THROTTLER_FORWARD_SUBJECT"}},
-		{"nak", "sched.u.{tenant}.x", "sched.{tenant}", nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.defer_+" "+tt.forward+" "+tt.dlq, func(t *testing.T) {
-			t.Parallel()
-			_, err := LoadFrom(map[string]string{
-				"THROTTLER_DEFER":            tt.defer_,
-				"THROTTLER_SCHEDULE_SUBJECT": "sched",
-				"THROTTLER_FORWARD_SUBJECT":  tt.forward,
-				"THROTTLER_DLQ_SUBJECT":      tt.dlq,
-			})
-			var named []string
-			for _, p := range problems(t, err) {
-				if strings.Contains(p, "where moved jobs are kept") {
-					named = append(named, strings.SplitN(p, ":", 2)[0])
-				}
-			}
-			if !slices.Equal(named, tt.want) {
-				t.Fatalf("problems name %v, want %v (all: %v)", named, tt.want, problems(t, err))
-			}
-		})
 	}
 }
 
@@ -608,50 +422,3 @@ func TestMask(t *testing.T) {
 	}
 }
 
-func TestRenderSubject(t *testing.T) {
-	t.Parallel()
-	c := mustLoad(t, nil)
-	tests := []struct{ template, tenant, want string }{
-		{"done.{tenant}", "acme", "done.acme"},
-		{"done.{tenant}.x-{tenant}", "acme", "done.acme.x-acme"},
-		{"done.fixed", "acme", "done.fixed"},
-		{"done.{tenant}", "a.b c", "done.a_b_c"},
-		{"done.{tenant}", "*", "done._"},
-		{"done.{tenant}", ">", "done._"},
-		{"done.{tenant}", "", "done._"},
-	}
-	for _, tt := range tests {
-		if got := c.RenderSubject(tt.template, tt.tenant); got != tt.want {
-			t.Errorf("RenderSubject(%q, %q) = %q, want %q", tt.template, tt.tenant, got, tt.want)
-		}
-	}
-	if got, want := c.RenderScheduleSubject("a.b", 42), "sched.a_b.42"; got != want {
-		t.Errorf("RenderScheduleSubject = %q, want %q", got, want)
-	}
-}
-
-func TestRedisOptions(t *testing.T) {
-	c := mustLoad(t, map[string]string{
-		"REDIS_URL":               "redis://app:s3cret@redis.example:6380/2",
-		"THROTTLER_REDIS_TIMEOUT": "750ms",
-		"THROTTLER_CONCURRENCY":   "64",
-	})
-	o, err := c.RedisOptions(3)
-	if err != nil {
-		t.Fatalf("RedisOptions: %v", err)
-	}
-	if o.Addr != "redis.example:6380" || o.Username != "app" || o.Password != "s3cret" || o.DB != 2 {
-		t.Errorf("address %q user %q password %q db %d: not those of REDIS_URL", o.Addr, o.Username, o.Password, o.DB)
-	}
-	for name, d := range map[string]time.Duration{"dial": o.DialTimeout, "read": o.ReadTimeout, "write": o.WriteTimeout} {
-		if d != 750*time.Millisecond {
-			t.Errorf("%s timeout %s, want THROTTLER_REDIS_TIMEOUT 750ms", name, d)
-		}
-	}
-	// The worker retries with its own backoff and policy: go-redis dials
-	// once per attempt and retries a command once.
-	// Three workers of 64 handlers: 16 connections each.
-	if o.DialerRetries != 1 || o.MaxRetries != 1 || o.PoolSize != 48 {
-		t.Errorf("dialer retries %d, max retries %d, pool %d: want 1, 1, 48", o.DialerRetries, o.MaxRetries, o.PoolSize)
-	}
-}

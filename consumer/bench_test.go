@@ -17,6 +17,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -447,7 +448,7 @@ func (e *throughputEnv) runWorker(b *testing.B, cons jetstream.Consumer, decider
 		},
 		Deferrer: consumer.NakDeferrer{},
 		Config: consumer.Config{
-			Tenant:      consumer.TenantSource{Token: 2},
+			Tenant:      tenant.FromSubject(2),
 			Concurrency: 64,
 			FetchBatch:  fetchBatch,
 			Logger:      slog.New(slog.DiscardHandler),

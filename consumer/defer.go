@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/subject"
 )
 
 // Deferral is one limited job to put off.
@@ -81,24 +83,20 @@ func nakDelay(wait time.Duration) time.Duration {
 type ScheduleDeferrer struct {
 	// JetStream publishes the copies. Required.
 	JetStream jetstream.JetStream
-	// Subject returns the schedule subject of a job. It must be unique per
-	// job (all moves of one job share it, so a new schedule replaces the
-	// old one), captured by the jobs stream and not by the consumer.
-	Subject func(job Job) string
+	// Subjects names the subjects copies and bundles are stored on
+	// (Schedules.Copy, Bundle and Unpack): the jobs stream binds them all
+	// and the jobs consumer reads none. Required.
+	Subjects subject.Schedules
 	// Timeout bounds the wait for the publish acks. Defaults to 5s.
 	Timeout time.Duration
 	// Bundle, when 2 or more, moves up to that many jobs of one tenant that
 	// are deferred together as one scheduled message, which the server
 	// stores far faster than a message each: a tenant dumping a backlog is
 	// taken in sooner, so the jobs stored behind it wait less. A bundle is
-	// stored on BundlePrefix.b.<tenant>.<id> and fires, at the earliest of
-	// its jobs' slots, onto BundlePrefix.u.<tenant>.<id>, where RunUnbundler
-	// publishes the jobs' own scheduled copies. Defaults to 0 (a message per
-	// job).
+	// stored on Subjects.Bundle and fires, at the earliest of its jobs'
+	// slots, onto Subjects.Unpack, where Unbundle publishes the jobs' own
+	// scheduled copies. Defaults to 0 (a message per job).
 	Bundle int
-	// BundlePrefix starts the subjects of bundles (e.g. "sched"); the jobs
-	// stream must bind BundlePrefix.>. Required when Bundle is 2 or more.
-	BundlePrefix string
 	// MaxWait, when positive, caps how long a copy waits in the stream: a
 	// job that must wait longer comes back after MaxWait, is decided again
 	// and deferred again, its reservation keeping its slot. Set it well
@@ -183,7 +181,7 @@ const maxBundleBytes = 256 << 10
 // bundleRun is how many of ds, from the first, go into one bundle: the
 // following jobs of the same tenant, up to Bundle jobs and maxBundleBytes.
 func (d ScheduleDeferrer) bundleRun(ds []Deferral) int {
-	if d.Bundle < 2 || d.BundlePrefix == "" {
+	if d.Bundle < 2 {
 		return 1
 	}
 	n, size := 1, len(ds[0].Msg.Data())
@@ -223,13 +221,13 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
 	// dedup would lose the new jobs' copies) or replacing its schedule
 	// (which would lose the first bundle's other jobs, already acked).
 	id := strings.ReplaceAll(job.ID, ":", "-") + "-" + bundleDigest(ds)
-	out := &nats.Msg{Subject: d.BundlePrefix + ".b." + job.Tenant + "." + id, Data: data, Header: nats.Header{}}
+	out := &nats.Msg{Subject: d.Subjects.Bundle(job.Tenant, id), Data: data, Header: nats.Header{}}
 	out.Header.Set(HeaderBundle, strconv.Itoa(len(ds)))
 	out.Header.Set(HeaderJobID, job.ID)
 	out.Header.Set(HeaderSubject, job.Subject)
 	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+id)
 	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, soonest).Format(time.RFC3339Nano))
-	out.Header.Set(jetstream.ScheduleTargetHeader, d.BundlePrefix+".u."+job.Tenant+"."+id)
+	out.Header.Set(jetstream.ScheduleTargetHeader, d.Subjects.Unpack(job.Tenant, id))
 	return out
 }
 
@@ -318,7 +316,7 @@ func (d ScheduleDeferrer) copyFields(df Deferral, now time.Time) (string, [copyF
 	job := df.Job
 	move := strconv.Itoa(job.Deferrals + 1)
 	slot := now.Add(df.Wait)
-	return d.Subject(job), [copyFieldCount][2]string{
+	return d.Subjects.Copy(job.Tenant, job.OriginalSequence()), [copyFieldCount][2]string{
 		{HeaderJobID, job.ID},
 		{HeaderSubject, job.Subject},
 		{HeaderDeferrals, move},

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/subject"
 )
 
 func TestFairDeferrerMovesLongWaits(t *testing.T) {
@@ -249,27 +250,6 @@ func TestFairDeferrerDeferKeepsErrors(t *testing.T) {
 	}
 }
 
-func TestRenderSubject(t *testing.T) {
-	tests := []struct {
-		template, tenant, want, pattern string
-	}{
-		{template: "dlq.{tenant}", tenant: "acme", want: "dlq.acme", pattern: "dlq.*"},
-		{template: "{tenant}.out", tenant: "acme", want: "acme.out", pattern: "*.out"},
-		{template: "a.{tenant}.b.{tenant}", tenant: "x", want: "a.x.b.x", pattern: "a.*.b.*"},
-		{template: "done.all", tenant: "acme", want: "done.all", pattern: "done.all"},
-		{template: "dlq.{tenant}", tenant: InvalidTenant, want: "dlq._invalid", pattern: "dlq.*"},
-		{template: "dlq.{Tenant}", tenant: "acme", want: "dlq.{Tenant}", pattern: "dlq.{Tenant}"},
-	}
-	for _, tt := range tests {
-		if got := RenderSubject(tt.template, tt.tenant); got != tt.want {
-			t.Fatalf("RenderSubject(%q, %q) = %q, want %q", tt.template, tt.tenant, got, tt.want)
-		}
-		if got := SubjectPattern(tt.template); got != tt.pattern {
-			t.Fatalf("SubjectPattern(%q) = %q, want %q", tt.template, got, tt.pattern)
-		}
-	}
-}
-
 func TestCopyHeaders(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -435,19 +415,12 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 	last.want.Set(jetstream.ScheduleHeader, "@at 2025-06-01T12:00:02.251Z") // now + MaxWait + 1 ms
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var subjectOf []Job
-			d := ScheduleDeferrer{MaxWait: tt.maxWait, Subject: func(job Job) string {
-				subjectOf = append(subjectOf, job)
-				return "sched." + strings.ReplaceAll(job.ID, ":", "_")
-			}}
+			d := ScheduleDeferrer{MaxWait: tt.maxWait, Subjects: "sched"}
 			src := &deferTestMsg{subject: tt.subject, data: []byte("payload"), header: cloneHeader(tt.header)}
 			out := d.copyOf(Deferral{Msg: src, Job: tt.job, Wait: tt.wait}, tt.now)
 
-			if want := "sched." + strings.ReplaceAll(tt.job.ID, ":", "_"); out.Subject != want {
+			if want := subject.Schedules("sched").Copy(tt.job.Tenant, tt.job.OriginalSequence()); out.Subject != want {
 				t.Fatalf("Subject = %q, want %q", out.Subject, want)
-			}
-			if len(subjectOf) != 1 || !reflect.DeepEqual(subjectOf[0], tt.job) {
-				t.Fatalf("Subject func called with %+v, want once with the job", subjectOf)
 			}
 			if string(out.Data) != "payload" {
 				t.Fatalf("Data = %q, want %q", out.Data, "payload")
@@ -546,7 +519,7 @@ func pollUntilDeadline(t *testing.T, timeout time.Duration, what string, cond fu
 // prefix.u.<tenant>.<id>, and carries exactly the copies copyOf builds.
 func TestBundleOf(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 600_000_000, time.UTC)
-	d := ScheduleDeferrer{Subject: func(job Job) string { return "sched.acme." + job.ID[len("JOBS:"):] }, Bundle: 64, BundlePrefix: "sched"}
+	d := ScheduleDeferrer{Subjects: "sched", Bundle: 64}
 	var ds []Deferral
 	for i, wait := range []time.Duration{3 * time.Second, time.Second, 2 * time.Second} {
 		id := fmt.Sprintf("JOBS:%d", 10+i)

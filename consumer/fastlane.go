@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/subject"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -82,10 +83,10 @@ type FastLane struct {
 	Stream jetstream.Stream
 	// Consumer delivers the fast copies. Required.
 	Consumer jetstream.Consumer
-	// Subject returns the subject of the fast copy of the tenant's job
-	// stored at stream sequence seq: unique per job, bound by the jobs
-	// stream, filtered by Consumer and by no other consumer. Required.
-	Subject func(tenant string, seq uint64) string
+	// Subjects names the fast copies' subjects (Schedules.Fast), bound by
+	// the jobs stream, filtered by Consumer and by no other consumer.
+	// Required.
+	Subjects subject.Schedules
 	// Owners claims jobs for their fast copies. Required.
 	Owners OwnerClaimer
 	// JobSubjects are the subjects of the jobs consumer. Required.
@@ -165,7 +166,7 @@ func newLane(cfg FastLane, w *Worker) (*lane, error) {
 	if cfg.Stream == nil || cfg.Consumer == nil {
 		missing = append(missing, errors.New("Stream and Consumer"))
 	}
-	if cfg.Subject == nil || cfg.Owners == nil || len(cfg.JobSubjects) == 0 {
+	if cfg.Subjects == "" || cfg.Owners == nil || len(cfg.JobSubjects) == 0 {
 		missing = append(missing, errors.New("Subject, Owners and JobSubjects"))
 	}
 	if len(missing) > 0 {
@@ -256,7 +257,7 @@ func (l *lane) arrive(m *nats.Msg) {
 		return
 	}
 	l.arrived.Store(time.Now().UnixNano())
-	tenant, err := l.w.cfg.Tenant.tenant(subject, h)
+	tenant, err := l.w.cfg.Tenant.Of(subject, h)
 	if err != nil {
 		return // the jobs consumer dead-letters it
 	}
@@ -307,9 +308,9 @@ func (l *lane) pause(now time.Time, deferred, decided int) time.Duration {
 const paceSlack = 10 * time.Millisecond
 
 // isJob reports whether subject is one the jobs consumer delivers.
-func (l *lane) isJob(subject string) bool {
+func (l *lane) isJob(subj string) bool {
 	for _, p := range l.JobSubjects {
-		if subjectCovers(p, subject) {
+		if subject.Covers(p, subj) {
 			return true
 		}
 	}
@@ -512,7 +513,7 @@ func (l *lane) copyOut(ctx context.Context, jobs []arrival, originals []*jetstre
 		if a.admitted {
 			decided = fastAdmitted
 		}
-		msg := &nats.Msg{Subject: l.Subject(a.tenant, a.seq), Data: raw.Data, Header: nats.Header{}}
+		msg := &nats.Msg{Subject: l.Subjects.Fast(a.tenant, a.seq), Data: raw.Data, Header: nats.Header{}}
 		copyHeaders(msg.Header, raw.Header)
 		msg.Header.Set(HeaderJobID, a.id)
 		msg.Header.Set(HeaderSubject, raw.Subject)
@@ -604,7 +605,7 @@ func (l *lane) release(ctx context.Context, a arrival) {
 // copyStored reports whether the fast copy of the tenant's job stored at
 // seq is in the stream.
 func (l *lane) copyStored(ctx context.Context, tenant string, seq uint64) (bool, error) {
-	_, err := l.Stream.GetLastMsgForSubject(ctx, l.Subject(tenant, seq))
+	_, err := l.Stream.GetLastMsgForSubject(ctx, l.Subjects.Fast(tenant, seq))
 	switch {
 	case err == nil:
 		return true, nil

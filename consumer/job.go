@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -41,13 +41,6 @@ const (
 	// HeaderFailures carries the handler failures of a dead-lettered job.
 	HeaderFailures = "Throttler-Failures"
 )
-
-// InvalidTenant stands in for the tenant in the dead-letter subject when a
-// job's tenant is missing or cannot serve as a subject token.
-const InvalidTenant = "_invalid"
-
-// MaxTenantLen is the longest tenant the worker accepts, in bytes.
-const MaxTenantLen = 128
 
 // Job is one message handed to a Handler.
 type Job struct {
@@ -95,68 +88,6 @@ func (j Job) OriginalSequence() uint64 {
 // cancelled when the worker stops and the shutdown timeout has passed.
 type Handler func(ctx context.Context, job Job) error
 
-// TenantSource says where a job's tenant comes from: the Token-th subject
-// token (from 1), or the header named Header.
-type TenantSource struct {
-	// Token is the subject token holding the tenant, from 1; used when
-	// Header is empty.
-	Token int
-	// Header is the header holding the tenant.
-	Header string
-}
-
-// String formats s as THROTTLER_TENANT_FROM reads it.
-func (s TenantSource) String() string {
-	if s.Header != "" {
-		return "header:" + s.Header
-	}
-	return "subject:" + strconv.Itoa(s.Token)
-}
-
-// tenant extracts the tenant of a message.
-func (s TenantSource) tenant(subject string, h nats.Header) (string, error) {
-	var t string
-	if s.Header != "" {
-		vals := h.Values(s.Header)
-		if len(vals) == 0 {
-			return "", fmt.Errorf("missing tenant: no %s header", s.Header)
-		}
-		if len(vals) > 1 {
-			return "", fmt.Errorf("malformed tenant: %d %s headers", len(vals), s.Header)
-		}
-		t = vals[0]
-	} else {
-		tokens := strings.Split(subject, ".")
-		if s.Token < 1 || s.Token > len(tokens) {
-			return "", fmt.Errorf("missing tenant: subject %q has no token %d", subject, s.Token)
-		}
-		t = tokens[s.Token-1]
-	}
-	if err := ValidTenant(t); err != nil {
-		return "", err
-	}
-	return t, nil
-}
-
-// ValidTenant reports whether t can be a tenant: 1 to MaxTenantLen bytes of
-// ASCII letters, digits, '_' and '-'. Such a tenant is also a valid subject
-// token, so it can name forward and dead-letter subjects.
-func ValidTenant(t string) error {
-	if t == "" {
-		return errors.New("missing tenant: empty")
-	}
-	if len(t) > MaxTenantLen {
-		return fmt.Errorf("oversized tenant: %d bytes, at most %d", len(t), MaxTenantLen)
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("malformed tenant %q: only letters, digits, '_' and '-' are allowed", t)
-		}
-	}
-	return nil
-}
-
 // parseCost reads a job's cost header: absent means 1; otherwise a decimal
 // whole number in [1, throttle.MaxBurst].
 func parseCost(h nats.Header, name string) (int64, error) {
@@ -188,7 +119,7 @@ type badJobError struct {
 func (e *badJobError) Error() string { return e.reason }
 
 // readJob builds the Job of a delivered message.
-func readJob(msg jetstream.Msg, src TenantSource, costHeader string) (Job, error) {
+func readJob(msg jetstream.Msg, src tenant.Source, costHeader string) (Job, error) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return Job{}, fmt.Errorf("message metadata: %w", err)
@@ -214,14 +145,14 @@ func readJob(msg jetstream.Msg, src TenantSource, costHeader string) (Job, error
 			job.Published = ts
 		}
 	}
-	tenant, err := src.tenant(job.Subject, h)
+	t, err := src.Of(job.Subject, h)
 	if err != nil {
 		return job, &badJobError{reason: err.Error()}
 	}
-	job.Tenant = tenant
+	job.Tenant = t
 	cost, err := parseCost(h, costHeader)
 	if err != nil {
-		return job, &badJobError{tenant: tenant, reason: err.Error()}
+		return job, &badJobError{tenant: t, reason: err.Error()}
 	}
 	job.Cost = cost
 	return job, nil

@@ -8,31 +8,19 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/subject"
+	tenantpkg "github.com/throttler/throttler/tenant"
 )
-
-// TenantPlaceholder is the placeholder a subject template replaces with
-// the job's tenant.
-const TenantPlaceholder = "{tenant}"
-
-// RenderSubject replaces every {tenant} in template with tenant.
-func RenderSubject(template, tenant string) string {
-	return strings.ReplaceAll(template, TenantPlaceholder, tenant)
-}
-
-// SubjectPattern turns a template into the subject pattern that captures
-// every subject it renders, replacing {tenant} with '*'.
-func SubjectPattern(template string) string {
-	return RenderSubject(template, "*")
-}
 
 // Forwarder returns the Handler behind THROTTLER_HANDLER=forward: it
 // publishes the job's data and headers through JetStream to the subject
 // template renders for the job's tenant, and waits for the publish ack. The
 // publish carries Nats-Msg-Id = the job's id, so a job forwarded twice
 // (after a lost ack) is stored once within the stream's duplicate window.
-func Forwarder(js jetstream.JetStream, template string) Handler {
+func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
 	return func(ctx context.Context, job Job) error {
-		msg := &nats.Msg{Subject: RenderSubject(template, job.Tenant), Data: job.Data, Header: nats.Header{}}
+		msg := &nats.Msg{Subject: template.Render(job.Tenant), Data: job.Data, Header: nats.Header{}}
 		copyHeaders(msg.Header, job.Header)
 		msg.Header.Set(HeaderJobID, job.ID)
 		msg.Header.Set(HeaderTenant, job.Tenant)
@@ -49,18 +37,18 @@ func Forwarder(js jetstream.JetStream, template string) Handler {
 // subject, with the reason in a header, and waits for the publish ack.
 type deadLetter struct {
 	js       jetstream.JetStream
-	template string
+	template subject.Template
 }
 
 // publish sends msg's data and headers to the dead-letter subject of tenant
-// (InvalidTenant when tenant is empty), with reason and the original
+// (tenant.Invalid when it is empty), with reason and the original
 // location in headers.
 func (d deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) error {
 	subjTenant := tenant
 	if subjTenant == "" {
-		subjTenant = InvalidTenant
+		subjTenant = tenantpkg.Invalid
 	}
-	out := &nats.Msg{Subject: RenderSubject(d.template, subjTenant), Data: msg.Data(), Header: nats.Header{}}
+	out := &nats.Msg{Subject: d.template.Render(subjTenant), Data: msg.Data(), Header: nats.Header{}}
 	copyHeaders(out.Header, msg.Headers())
 	if out.Header.Get(HeaderSubject) == "" {
 		out.Header.Set(HeaderSubject, msg.Subject())

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/subject"
 )
 
 // StreamSpec describes the jobs stream the worker reads.
@@ -55,7 +57,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 	cfg := s.CachedInfo().Config
 	var changes []string // what the update does, for its error
 	for _, subj := range spec.Subjects {
-		if !slices.ContainsFunc(cfg.Subjects, func(bound string) bool { return subjectCovers(bound, subj) }) {
+		if !slices.ContainsFunc(cfg.Subjects, func(bound string) bool { return subject.Covers(bound, subj) }) {
 			cfg.Subjects = append(cfg.Subjects, subj)
 			changes = append(changes, "binding "+subj)
 		}
@@ -215,42 +217,4 @@ func EnsureCaptured(ctx context.Context, js jetstream.JetStream, subject, fallba
 		return "", fmt.Errorf("creating stream %s for %s: %w", fallback, subject, err)
 	}
 	return fallback, nil
-}
-
-// SubjectsOverlap reports whether some subject matches both NATS subject
-// patterns a and b ("*" is one token, a final ">" one or more).
-func SubjectsOverlap(a, b string) bool {
-	p, q := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(p) && i < len(q); i++ {
-		if p[i] == ">" || q[i] == ">" {
-			return true
-		}
-		if p[i] != "*" && q[i] != "*" && p[i] != q[i] {
-			return false
-		}
-	}
-	return len(p) == len(q)
-}
-
-// subjectCovers reports whether every subject matching subj also matches
-// pattern (NATS subjects: "*" is one token, a final ">" one or more).
-func subjectCovers(pattern, subj string) bool {
-	p, q := strings.Split(pattern, "."), strings.Split(subj, ".")
-	for i, tok := range p {
-		if tok == ">" {
-			return i == len(p)-1 && len(q) > i
-		}
-		if i >= len(q) {
-			return false
-		}
-		switch {
-		case tok == "*":
-			if q[i] == ">" {
-				return false
-			}
-		case tok != q[i]:
-			return false
-		}
-	}
-	return len(p) == len(q)
 }

@@ -3,6 +3,8 @@ package consumer
 import (
 	"sort"
 	"sync"
+
+	tenantpkg "github.com/throttler/throttler/tenant"
 )
 
 // TenantStats counts what the worker did with one tenant's jobs.
@@ -54,7 +56,7 @@ func newStats(limit int) *stats { return &stats{limit: limit, tenants: map[strin
 // add applies f to tenant's counters.
 func (s *stats) add(tenant string, f func(*TenantStats)) {
 	if tenant == "" {
-		tenant = InvalidTenant
+		tenant = tenantpkg.Invalid
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

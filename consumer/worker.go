@@ -22,6 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/subject"
+	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -54,7 +56,7 @@ const (
 // Config tunes a Worker. The zero value of each field takes its default.
 type Config struct {
 	// Tenant says where a job's tenant comes from. Defaults to subject token 2.
-	Tenant TenantSource
+	Tenant tenant.Source
 	// CostHeader names the header carrying a job's cost. Defaults to "Job-Cost".
 	CostHeader string
 	// Concurrency caps the jobs whose handler runs at once. Defaults to 16.
@@ -81,7 +83,7 @@ type Config struct {
 	// (InProgress), so a long handler outlives AckWait. Defaults to 10s.
 	InProgressEvery time.Duration
 	// DLQSubject is the dead-letter subject template. Defaults to "dlq.{tenant}".
-	DLQSubject string
+	DLQSubject subject.Template
 	// TrackOwner asks the throttle to guard moved jobs against running
 	// twice (see throttle.Request.TrackOwner). Set it whenever the Deferrer
 	// may move jobs. Defaults to false.
@@ -100,8 +102,8 @@ type Config struct {
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
-	if c.Tenant.Token == 0 && c.Tenant.Header == "" {
-		c.Tenant.Token = 2
+	if c.Tenant == (tenant.Source{}) {
+		c.Tenant = tenant.FromSubject(2)
 	}
 	setDefault(&c.CostHeader, "Job-Cost")
 	setDefault(&c.Concurrency, 16)
@@ -1080,11 +1082,11 @@ func (w *Worker) deadLetterAsync(ctx context.Context, msg jetstream.Msg, id, ten
 // counts as moved jobs still waiting.
 func (w *Worker) deadLetterBundle(ctx context.Context, msg jetstream.Msg, cause error) {
 	// The subject is <prefix>.u.<tenant>.<id>; the prefix may hold dots.
-	tenant := ""
-	if tokens := strings.Split(msg.Subject(), "."); len(tokens) >= 4 && ValidTenant(tokens[len(tokens)-2]) == nil {
-		tenant = tokens[len(tokens)-2]
+	t := ""
+	if tokens := strings.Split(msg.Subject(), "."); len(tokens) >= 4 && tenant.Validate(tokens[len(tokens)-2]) == nil {
+		t = tokens[len(tokens)-2]
 	}
-	if !w.deadLetterSync(ctx, msg, "", tenant, "unreadable bundle of moved jobs: "+cause.Error(), 0) {
+	if !w.deadLetterSync(ctx, msg, "", t, "unreadable bundle of moved jobs: "+cause.Error(), 0) {
 		return
 	}
 	if err := deleteFromStream(ctx, w.js, msg); err != nil {

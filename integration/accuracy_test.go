@@ -76,7 +76,7 @@ func TestThreeTenantsHeldToTheirLimits(t *testing.T) {
 	})
 	e.ensureStream(cfg)
 	rec := newRecorder(nil)
-	fwd := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	fwd := consumer.Forwarder(e.js, cfg.Forward)
 	w1 := e.startWorker(cfg, chain(fwd, rec.handle))
 	w2 := e.startWorker(cfg, chain(fwd, rec.handle))
 	out := e.collect("done.*")

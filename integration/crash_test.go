@@ -88,9 +88,7 @@ func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.
 		mu.Unlock()
 		return nil
 	}
-	deferrer := &crashOnce{inner: consumer.ScheduleDeferrer{JetStream: e.js, Subject: func(job consumer.Job) string {
-		return sched + "." + job.Tenant + "." + job.ID[len(stream)+1:]
-	}}}
+	deferrer := &crashOnce{inner: consumer.ScheduleDeferrer{JetStream: e.js, Subjects: sched}}
 	w, err := consumer.New(consumer.Params{JetStream: e.js, Consumer: cons, Decider: lim, Failures: failures, Handler: handler,
 		Deferrer: deferrer, Config: consumer.Config{TrackOwner: true, Concurrency: 4}})
 	must(t, err, "worker")
@@ -159,8 +157,7 @@ func TestRegroupedBundleIsStored(t *testing.T) {
 		return consumer.Deferral{Msg: m, Wait: time.Minute,
 			Job: consumer.Job{ID: jobID(stream, meta.Sequence.Stream), Tenant: "acme", Subject: m.Subject(), Published: meta.Timestamp}}
 	}
-	d := consumer.ScheduleDeferrer{JetStream: e.js, Bundle: 64, BundlePrefix: sched,
-		Subject: func(job consumer.Job) string { return sched + ".acme." + job.ID[len(stream)+1:] }}
+	d := consumer.ScheduleDeferrer{JetStream: e.js, Bundle: 64, Subjects: sched}
 
 	// The first worker bundles jobs 1-3 and dies before its acks arrive.
 	first := []consumer.Deferral{deferral(lostAck{msgs[0]}), deferral(lostAck{msgs[1]}), deferral(lostAck{msgs[2]})}

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -25,7 +25,7 @@ func fastClaim(seq uint64) int64 { return 1<<52 + int64(seq) }
 
 // waitLaneOn waits until worker w has read jobs of tenant a's backlog, so
 // its lane knows the backlog, and has had the stream republish arrivals.
-func (e *env) waitLaneOn(w *worker, cfg *config.Config) {
+func (e *env) waitLaneOn(w *worker, cfg *app.Settings) {
 	e.t.Helper()
 	waitFor(e.t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 0 })
 	waitFor(e.t, 10*time.Second, "the stream republishing arrivals", func() bool {
@@ -197,7 +197,7 @@ func testFastLanePassesABacklog(t *testing.T, vars map[string]string, job func(t
 func TestFastLaneInterrupted(t *testing.T) {
 	// claim sets up the jobs stream as a worker does, publishes one job of
 	// b and claims it for its fast copy.
-	claim := func(t *testing.T, e *env, cfg *config.Config) (id string, seq uint64) {
+	claim := func(t *testing.T, e *env, cfg *app.Settings) (id string, seq uint64) {
 		t.Helper()
 		ctx := context.Background()
 		_, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects,
@@ -244,7 +244,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 		h.Set(consumer.HeaderJobID, id)
 		h.Set(consumer.HeaderSubject, "jobs.b")
 		h.Set(consumer.HeaderFast, "reserved")
-		e.publish(cfg.RenderFastSubject("b", seq), h, []byte("b"))
+		e.publish(cfg.Schedules.Fast("b", seq), h, []byte("b"))
 		var r ran
 		w := e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
 		waitFor(t, 10*time.Second, "the job to run and its original to be acked", func() bool {

@@ -18,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
@@ -90,7 +89,7 @@ func (e *env) connect() *nats.Conn {
 
 // config builds a validated configuration from the defaults, the test
 // servers and vars.
-func (e *env) config(vars map[string]string) *config.Config {
+func (e *env) config(vars map[string]string) *app.Settings {
 	e.t.Helper()
 	all := map[string]string{
 		"NATS_URL":                   e.natsURL,
@@ -101,7 +100,7 @@ func (e *env) config(vars map[string]string) *config.Config {
 	for k, v := range vars {
 		all[k] = v
 	}
-	cfg, err := config.LoadFrom(all)
+	cfg, err := app.LoadSettingsFrom(all)
 	if err != nil {
 		e.t.Fatalf("config: %v", err)
 	}
@@ -154,9 +153,9 @@ func (w *worker) held() int {
 
 // redisClient returns a client of e's Redis with the options the binary
 // uses for cfg; it is closed when the test ends.
-func (e *env) redisClient(cfg *config.Config) *redis.Client {
+func (e *env) redisClient(cfg *app.Settings) *redis.Client {
 	e.t.Helper()
-	opts, err := cfg.RedisOptions(1)
+	opts, err := app.RedisOptions(cfg.Config, 1)
 	if err != nil {
 		e.t.Fatalf("redis options: %v", err)
 	}
@@ -167,7 +166,7 @@ func (e *env) redisClient(cfg *config.Config) *redis.Client {
 
 // startWorker runs a worker with cfg and its own NATS and Redis connections
 // until the test ends or stop is called. handler may be nil (forward).
-func (e *env) startWorker(cfg *config.Config, handler consumer.Handler) *worker {
+func (e *env) startWorker(cfg *app.Settings, handler consumer.Handler) *worker {
 	e.t.Helper()
 	nc := e.connect()
 	rdb := e.redisClient(cfg)
@@ -248,7 +247,7 @@ func (e *env) createJobsStream(sc jetstream.StreamConfig) {
 }
 
 // ensureStream creates the jobs stream before publishing.
-func (e *env) ensureStream(cfg *config.Config) {
+func (e *env) ensureStream(cfg *app.Settings) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/demo"
@@ -105,7 +104,7 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 	if err != nil {
 		tb.Fatalf("jetstream: %v", err)
 	}
-	cfg, err := config.LoadFrom(map[string]string{
+	cfg, err := app.LoadSettingsFrom(map[string]string{
 		"NATS_URL":                   ns.URL(),
 		"REDIS_URL":                  rs.URL(),
 		"THROTTLER_TENANT_LIMITS":    "a=" + sc.aLimit + ",b=" + sc.bLimit,
@@ -473,7 +472,7 @@ func publishBurst(tb testing.TB, js jetstream.JetStream, subject string, n int) 
 // workers are stopped, but schedules keep firing, moving jobs from the
 // schedule subjects to the consumer between the two reads: the count is
 // taken until two in a row agree.
-func pendingJobs(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int {
+func pendingJobs(tb testing.TB, js jetstream.JetStream, cfg *app.Settings) int {
 	tb.Helper()
 	last := -1
 	for range 10 {
@@ -488,7 +487,7 @@ func pendingJobs(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int 
 }
 
 // countPending is one count of pendingJobs.
-func countPending(tb testing.TB, js jetstream.JetStream, cfg *config.Config) int {
+func countPending(tb testing.TB, js jetstream.JetStream, cfg *app.Settings) int {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

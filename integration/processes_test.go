@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/demo"
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -132,7 +132,7 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 		"THROTTLER_DEFER":           deferMode,
 		"THROTTLER_LOG_LEVEL":       "warn",
 	}
-	cfg, err := config.LoadFrom(vars)
+	cfg, err := app.LoadSettingsFrom(vars)
 	must(tb, err, "config")
 	var metricsAddrs []string
 	var workers []*exec.Cmd

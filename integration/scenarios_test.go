@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
 )
@@ -66,7 +65,7 @@ func (l *callLog) times() []time.Time {
 
 // waitConsumerIdle waits until the worker's durable consumer has nothing
 // pending and nothing awaiting an ack.
-func (e *env) waitConsumerIdle(t *testing.T, cfg *config.Config, timeout time.Duration) {
+func (e *env) waitConsumerIdle(t *testing.T, cfg *app.Settings, timeout time.Duration) {
 	t.Helper()
 	var last string
 	deadline := time.Now().Add(timeout)
@@ -134,7 +133,7 @@ func TestJobDeferredFiftyTimesIsStillProcessed(t *testing.T) {
 	})
 	e.ensureStream(cfg)
 	log := newCallLog()
-	w := e.startWorker(cfg, log.wrap(consumer.Forwarder(e.js, cfg.ForwardSubject)))
+	w := e.startWorker(cfg, log.wrap(consumer.Forwarder(e.js, cfg.Forward)))
 	out := e.collect("done.*")
 	dlq := e.collect("dlq.*")
 
@@ -312,7 +311,7 @@ func TestHandlerFailuresAreRetriedThenDeadLettered(t *testing.T) {
 
 	// Sequences start at 1 in the fresh stream.
 	failing, panicking := jobID(cfg.Stream, 4), jobID(cfg.Stream, 7)
-	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	forward := consumer.Forwarder(e.js, cfg.Forward)
 	log := newCallLog()
 	w := e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
 		switch job.ID {
@@ -405,7 +404,7 @@ func TestRedisRestartedMidRun(t *testing.T) {
 		"THROTTLER_REDIS_TIMEOUT": "300ms"})
 	e.ensureStream(cfg)
 	log := newCallLog()
-	w := e.startWorker(cfg, log.wrap(consumer.Forwarder(e.js, cfg.ForwardSubject)))
+	w := e.startWorker(cfg, log.wrap(consumer.Forwarder(e.js, cfg.Forward)))
 	out := e.collect("done.*")
 
 	want := map[string]bool{}
@@ -526,7 +525,7 @@ func checkSlowJobsRunOnce(t *testing.T, vars map[string]string, work time.Durati
 	cfg := e.config(vars)
 	e.ensureStream(cfg)
 	log := newCallLog()
-	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	forward := consumer.Forwarder(e.js, cfg.Forward)
 	w := e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
 		select {
 		case <-time.After(work): // the work itself
@@ -597,7 +596,7 @@ func TestStopHandsBackEveryPulledJob(t *testing.T) {
 
 // runWorker runs a forwarding worker with cfg until the returned stop is
 // called (which waits for its shutdown) or the test ends.
-func (e *env) runWorker(cfg *config.Config) (stop func() error) {
+func (e *env) runWorker(cfg *app.Settings) (stop func() error) {
 	e.t.Helper()
 	nc := e.connect()
 	rdb := e.redis.Client(e.t)
@@ -644,7 +643,7 @@ func TestFailingTenantDoesNotStarveOthers(t *testing.T) {
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s", "THROTTLER_MAX_ACK_PENDING": "100",
 		"THROTTLER_MAX_FAILURES": "3", "THROTTLER_DEFER": "auto"})
 	e.ensureStream(cfg)
-	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	forward := consumer.Forwarder(e.js, cfg.Forward)
 	var mu sync.Mutex
 	var goodDelays []time.Duration
 	e.startWorker(cfg, func(ctx context.Context, job consumer.Job) error {
@@ -693,7 +692,7 @@ func TestMovedRetryOfAnOwnerRuns(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_DEFER": "schedule"})
 	e.ensureStream(cfg)
-	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	forward := consumer.Forwarder(e.js, cfg.Forward)
 	log := newCallLog()
 	var failed sync.Map
 	w := e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {

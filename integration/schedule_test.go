@@ -39,7 +39,7 @@ func TestScheduleMovesJobsOffTheConsumer(t *testing.T) {
 			t.Errorf("job %s ran twice", job.ID)
 		}
 		admitted[job.ID] = time.Now()
-		return consumer.Forwarder(e.js, cfg.ForwardSubject)(ctx, job)
+		return consumer.Forwarder(e.js, cfg.Forward)(ctx, job)
 	}
 	w := e.startWorker(cfg, handler)
 	out := e.collect("done.*")
@@ -187,7 +187,7 @@ func TestMovedJobWhoseHandlerFailedStillRuns(t *testing.T) {
 		"THROTTLER_MAX_FAILURES":  "3",
 	})
 	log := newCallLog()
-	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	forward := consumer.Forwarder(e.js, cfg.Forward)
 	w := e.startWorker(cfg, log.wrap(func(ctx context.Context, job consumer.Job) error {
 		if len(log.calls(job.ID)) == 1 { // its first call, recorded by wrap
 			return errors.New("downstream busy")
@@ -226,7 +226,7 @@ func TestTwoCopiesOfOneMoveRunOnce(t *testing.T) {
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"})
 	var mu sync.Mutex
 	runs := map[string]int{}
-	forward := consumer.Forwarder(e.js, cfg.ForwardSubject)
+	forward := consumer.Forwarder(e.js, cfg.Forward)
 	w := e.startWorker(cfg, func(ctx context.Context, job consumer.Job) error {
 		mu.Lock()
 		runs[job.ID]++
@@ -273,7 +273,7 @@ func TestNakWorkerUnpacksBundlesLeftByAnEarlierRun(t *testing.T) {
 	for i := range ids {
 		ids[i] = jobID(first.Stream, e.publish("jobs.slow", nil, []byte("x")))
 	}
-	w := e.startWorker(first, consumer.Forwarder(e.js, first.ForwardSubject))
+	w := e.startWorker(first, consumer.Forwarder(e.js, first.Forward))
 	out := e.collect("done.*")
 	deadline := time.Now().Add(5 * time.Second)
 	for w.stats()["slow"].Moved < n-1 {
@@ -290,7 +290,7 @@ func TestNakWorkerUnpacksBundlesLeftByAnEarlierRun(t *testing.T) {
 
 	vars["THROTTLER_DEFER"] = "nak"
 	second := e.config(vars)
-	e.startWorker(second, consumer.Forwarder(e.js, second.ForwardSubject))
+	e.startWorker(second, consumer.Forwarder(e.js, second.Forward))
 	got := out.waitCount(t, n, 15*time.Second)
 	seen := map[string]int{}
 	for _, m := range got {
@@ -327,7 +327,7 @@ func (e *env) subjectCount(stream, filter string) int {
 func TestUnreadableBundleIsDeadLettered(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFER": "schedule"})
-	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
 	e.waitStream(cfg.Stream)
 	dlq := e.collect("dlq.*")
 	// The worker binds the schedule subjects once it has created the
@@ -380,7 +380,7 @@ func TestStreamRetentionAndMoves(t *testing.T) {
 			vars := map[string]string{"THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_DEFER": "auto", "THROTTLER_MAX_ACK_PENDING": "40"}
 			cfg := e.config(vars)
 			e.createJobsStream(jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: tc.retention})
-			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
 			out := e.collect("done.*")
 			// An interest stream drops what no consumer wants yet: publish
 			// once the worker's consumer exists.
@@ -399,7 +399,7 @@ func TestStreamRetentionAndMoves(t *testing.T) {
 			}
 			w.stop(t)
 			vars["THROTTLER_DEFER"] = "schedule"
-			refused := e.startWorker(e.config(vars), consumer.Forwarder(e.js, cfg.ForwardSubject))
+			refused := e.startWorker(e.config(vars), consumer.Forwarder(e.js, cfg.Forward))
 			select {
 			case <-refused.done:
 				if !errors.Is(refused.err, app.ErrUnsupported) || !strings.Contains(refused.err.Error(), "THROTTLER_DEFER") {
@@ -424,7 +424,7 @@ func TestBundlesInAStreamThatDeniesDeletes(t *testing.T) {
 	// moves the deferred ones as one bundle.
 	const n = 6
 	want := e.publishJobs(cfg.Stream, "jobs.slow", nil, n)
-	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
 	out := e.collect("done.*")
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, n, 15*time.Second), want)
 	if moved := w.stats()["slow"].Moved; moved != n-1 {
@@ -451,7 +451,7 @@ func TestMovesWithTenantFromHeader(t *testing.T) {
 	e.ensureStream(cfg)
 	const n = 6
 	want := e.publishJobs(cfg.Stream, "jobs.any", nats.Header{"Tenant-Id": {"slow"}}, n)
-	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
 	out := e.collect("done.*")
 	got := out.waitCount(t, n, 15*time.Second)
 	checkExactlyOnce(t, "forwarded", got, want)
@@ -480,7 +480,7 @@ func TestSubjectsOverlappingAnotherStream(t *testing.T) {
 	e.expectStop(map[string]string{"THROTTLER_DEFER": "auto", "THROTTLER_SUBJECTS": "orders.>", "THROTTLER_STREAM": "ORD"}, "THROTTLER_SUBJECTS")
 
 	cfg := e.config(map[string]string{"THROTTLER_DEFER": "auto", "THROTTLER_TENANT_LIMITS": "slow=5/s:1", "THROTTLER_MAX_ACK_PENDING": "40"})
-	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
 	out := e.collect("done.*")
 	e.waitStream(cfg.Stream)
 	want := e.publishJobs(cfg.Stream, "jobs.slow", nil, 4)
@@ -509,7 +509,7 @@ func TestStreamMaxAgeDoesNotExpireDeferredJobs(t *testing.T) {
 			cfg := e.config(map[string]string{"THROTTLER_TENANT_LIMITS": "slow=1/s:1", "THROTTLER_DEFER": "auto",
 				"THROTTLER_SCHEDULE_AFTER": tc.scheduleAfter})
 			e.createJobsStream(jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: 4 * time.Second})
-			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+			w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
 			out := e.collect("done.*")
 			const n = 10
 			want := e.publishJobs(cfg.Stream, "jobs.slow", nil, n)
@@ -538,7 +538,7 @@ func TestConsumerWithSettingsThatCannotChange(t *testing.T) {
 	e.expectStop(nil, "THROTTLER_CONSUMER")
 
 	cfg = e.config(map[string]string{"THROTTLER_CONSUMER": "other"})
-	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
 	out := e.collect("done.*")
 	want := e.publishJobs(cfg.Stream, "jobs.acme", nil, 3)
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 15*time.Second), want)
@@ -553,7 +553,7 @@ func TestExistingStreamBindsTheJobSubjects(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFER": "nak"})
 	e.createJobsStream(jetstream.StreamConfig{Name: cfg.Stream, Subjects: []string{"orders.>"}})
-	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.ForwardSubject))
+	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
 	out := e.collect("done.*")
 	subjects := func(name string) []string {
 		t.Helper()
@@ -574,7 +574,7 @@ func TestExistingStreamBindsTheJobSubjects(t *testing.T) {
 	narrow := e.config(map[string]string{"THROTTLER_DEFER": "nak", "THROTTLER_STREAM": "WIDE", "THROTTLER_SUBJECTS": "wide.*.email",
 		"THROTTLER_CONSUMER": "wide"})
 	e.createJobsStream(jetstream.StreamConfig{Name: "WIDE", Subjects: []string{"wide.>"}})
-	e.startWorker(narrow, consumer.Forwarder(e.js, narrow.ForwardSubject))
+	e.startWorker(narrow, consumer.Forwarder(e.js, narrow.Forward))
 	time.Sleep(time.Second) // the worker's set-up
 	if got := subjects("WIDE"); !slices.Equal(got, []string{"wide.>"}) {
 		t.Errorf("stream WIDE's subjects became %v, want [wide.>]", got)

@@ -24,7 +24,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/demo"
 )
@@ -69,8 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // loadConfig reads the environment, reporting every problem on stderr.
-func loadConfig(stderr io.Writer) (*config.Config, bool) {
-	cfg, err := config.Load()
+func loadConfig(stderr io.Writer) (*app.Settings, bool) {
+	cfg, err := app.LoadSettings()
 	if err != nil {
 		fmt.Fprintf(stderr, "throttler: invalid configuration:\n%v\n", err)
 		return nil, false
@@ -129,7 +128,7 @@ func serve(stderr io.Writer) int {
 	}
 	defer nc.Close()
 
-	ropts, err := cfg.RedisOptions(1)
+	ropts, err := app.RedisOptions(cfg.Config, 1)
 	if err != nil { // validated already; kept for safety
 		log.Error("redis options", "err", err)
 		return exitConfig
@@ -176,7 +175,7 @@ func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 }
 
 // newLogger builds the logger THROTTLER_LOG_LEVEL and THROTTLER_LOG_FORMAT ask for.
-func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+func newLogger(cfg *app.Settings, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
 	opts := &slog.HandlerOptions{Level: level}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/subject"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -45,7 +46,7 @@ type Options struct {
 // Run sets up the streams and the consumer, retrying with backoff while
 // NATS is unreachable, then runs the worker until ctx is cancelled and the
 // worker has shut down.
-func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -92,7 +93,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	handler := opts.Handler
 	if handler == nil {
-		handler = consumer.Forwarder(js, cfg.ForwardSubject)
+		handler = consumer.Forwarder(js, cfg.Forward)
 	}
 	w, err := consumer.New(consumer.Params{
 		JetStream: js,
@@ -151,7 +152,7 @@ const jsErrSubjectsOverlap = 10065
 // setting to change (ErrUnsupported, naming the variables) when the
 // stream's subjects overlap another stream's: retrying cannot help. With
 // withSchedules the schedule subjects were asked for too.
-func overlapIsConfig(err error, cfg *config.Config, withSchedules bool) error {
+func overlapIsConfig(err error, cfg *Settings, withSchedules bool) error {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrSubjectsOverlap {
 		return err
@@ -202,16 +203,16 @@ func hasInterestRetention(ctx context.Context, js jetstream.JetStream, name stri
 // holdsMovedJobs reports whether the jobs stream is set up for moved jobs
 // (message schedules on, the schedule subjects bound), so that some may
 // still be waiting there.
-func holdsMovedJobs(stream jetstream.Stream, cfg *config.Config) bool {
+func holdsMovedJobs(stream jetstream.Stream, cfg *Settings) bool {
 	c := stream.CachedInfo().Config
-	return c.AllowMsgSchedules && slices.Contains(c.Subjects, cfg.ScheduleSubject+".>")
+	return c.AllowMsgSchedules && slices.Contains(c.Subjects, cfg.Schedules.All())
 }
 
 // ensure creates or checks the jobs stream, the output streams and the
 // consumer, and chooses the deferral path. It also returns recreate, which
 // sets up the jobs stream and the consumers again as chosen, for a worker
 // that finds them deleted.
-func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (cons, bundles jetstream.Consumer, path deferPath, recreate func(context.Context) error, err error) {
+func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, log *slog.Logger) (cons, bundles jetstream.Consumer, path deferPath, recreate func(context.Context) error, err error) {
 	if !nc.IsConnected() {
 		return nil, nil, deferPath{}, nil, errors.New("not connected to NATS")
 	}
@@ -227,7 +228,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 				"server", version, "needs", "2.12")
 			path.mode = config.DeferNak
 		} else {
-			spec.ScheduleSubjects = []string{cfg.ScheduleSubject + ".>"}
+			spec.ScheduleSubjects = []string{cfg.Schedules.All()}
 			spec.AllowDirect = true // for the fast lane, which may run
 		}
 	}
@@ -275,14 +276,17 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 	}
 	if path.mode == config.DeferNak && path.movesBack {
 		log.Info("the jobs stream keeps moved jobs; unpacking their bundles as they fire",
-			"subjects", cfg.ScheduleSubject+".>")
+			"subjects", cfg.Schedules.All())
 	}
-	outputs := []struct{ template, stream string }{
-		{cfg.ForwardSubject, cfg.Stream + "_FORWARD"},
-		{cfg.DLQSubject, cfg.Stream + "_DLQ"},
+	outputs := []struct {
+		template subject.Template
+		stream   string
+	}{
+		{cfg.Forward, cfg.Stream + "_FORWARD"},
+		{cfg.DLQ, cfg.Stream + "_DLQ"},
 	}
 	for _, o := range outputs {
-		pattern := consumer.SubjectPattern(o.template)
+		pattern := o.template.Pattern()
 		name, err := consumer.EnsureCaptured(ctx, js, pattern, o.stream)
 		if err != nil {
 			return nil, nil, deferPath{}, nil, err
@@ -303,7 +307,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 		consumers = append(consumers, consumer.ConsumerSpec{
 			Stream:         cfg.Stream,
 			Name:           cfg.Consumer + "_bundles",
-			FilterSubjects: []string{cfg.ScheduleSubject + ".u.*.*"},
+			FilterSubjects: []string{cfg.Schedules.Unpacks()},
 			MaxAckPending:  1000,
 			AckWait:        cfg.AckWait,
 		})
@@ -313,7 +317,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 		consumers = append(consumers, consumer.ConsumerSpec{
 			Stream:         cfg.Stream,
 			Name:           cfg.Consumer + "_fast",
-			FilterSubjects: []string{cfg.ScheduleSubject + ".f.*.*"},
+			FilterSubjects: []string{cfg.Schedules.Fasts()},
 			MaxAckPending:  cfg.MaxAckPending,
 			AckWait:        cfg.AckWait,
 		})
@@ -365,7 +369,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *con
 
 // arrivalsSubject is where the jobs stream republishes the headers of the
 // messages it stores, for the fast lane.
-func arrivalsSubject(cfg *config.Config) string {
+func arrivalsSubject(cfg *Settings) string {
 	return "_throttler.arrived." + cfg.Stream + ".>"
 }
 
@@ -375,7 +379,7 @@ func arrivalsSubject(cfg *config.Config) string {
 // originals it copies, so a stream that denies deletes has none, nor does
 // a stream another consumer reads jobs from; nor does a stream that
 // republishes elsewhere already.
-func laneAvailable(ctx context.Context, js jetstream.JetStream, stream *jetstream.Stream, cfg *config.Config, log *slog.Logger) bool {
+func laneAvailable(ctx context.Context, js jetstream.JetStream, stream *jetstream.Stream, cfg *Settings, log *slog.Logger) bool {
 	if (*stream).CachedInfo().Config.DenyDelete {
 		log.Warn("fast lane off: the jobs stream denies deletes; a tenant's jobs stored behind another tenant's backlog wait for it", "stream", cfg.Stream)
 		return false
@@ -398,7 +402,7 @@ func laneAvailable(ctx context.Context, js jetstream.JetStream, stream *jetstrea
 // not one of this worker's, that may deliver job subjects, or "" when
 // there is none. Such a consumer would never see the jobs the fast lane
 // takes, whose originals it deletes.
-func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *config.Config) (string, error) {
+func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *Settings) (string, error) {
 	ours := []string{cfg.Consumer, cfg.Consumer + "_bundles", cfg.Consumer + "_fast"}
 	list := stream.ListConsumers(ctx)
 	other := ""
@@ -417,7 +421,7 @@ func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *config
 		}
 		for _, f := range filters {
 			for _, j := range cfg.Subjects {
-				if consumer.SubjectsOverlap(f, j) {
+				if subject.Overlap(f, j) {
 					other = info.Name
 				}
 			}
@@ -430,7 +434,7 @@ func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *config
 }
 
 // fastLane is the fast lane of the path, or nil when it has none.
-func (p deferPath) fastLane(js jetstream.JetStream, cfg *config.Config, owners consumer.OwnerClaimer) *consumer.FastLane {
+func (p deferPath) fastLane(js jetstream.JetStream, cfg *Settings, owners consumer.OwnerClaimer) *consumer.FastLane {
 	if p.fast == nil {
 		return nil
 	}
@@ -454,7 +458,7 @@ func (p deferPath) fastLane(js jetstream.JetStream, cfg *config.Config, owners c
 		Queue:       cfg.Consumer + "_fast",
 		Stream:      p.stream,
 		Consumer:    p.fast,
-		Subject:     cfg.RenderFastSubject,
+		Subjects:    cfg.Schedules,
 		Owners:      owners,
 		JobSubjects: cfg.Subjects,
 		TenantShare: max(1, cfg.MaxAckPending/40),
@@ -472,16 +476,13 @@ func laneMoveRate(perSecond int) int {
 }
 
 // deferrer builds the Deferrer of the path.
-func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer.Deferrer {
+func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings) consumer.Deferrer {
 	move := consumer.ScheduleDeferrer{
 		JetStream: js,
-		Subject: func(job consumer.Job) string {
-			return cfg.RenderScheduleSubject(job.Tenant, job.OriginalSequence())
-		},
-		Timeout:      cfg.RedisTimeout + 3*time.Second,
-		Bundle:       64,
-		BundlePrefix: cfg.ScheduleSubject,
-		MaxWait:      p.maxAge / 2, // a copy comes back long before the stream would drop it
+		Subjects:  cfg.Schedules,
+		Timeout:   cfg.RedisTimeout + 3*time.Second,
+		Bundle:    64,
+		MaxWait:   p.maxAge / 2, // a copy comes back long before the stream would drop it
 	}
 	switch p.mode {
 	case config.DeferSchedule:
@@ -498,7 +499,7 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer
 }
 
 // workerConfig is the worker's configuration on this path.
-func (p deferPath) workerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
+func (p deferPath) workerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 	c := WorkerConfig(cfg, log)
 	c.TrackOwner = p.movesBack
 	c.TermWithReason = p.termWithReason
@@ -522,11 +523,7 @@ func serverAtLeast(version string, major, minor int) bool {
 
 // WorkerConfig maps the configuration onto the worker's, for NAK-only
 // deferral on a current server.
-func WorkerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
-	src := consumer.TenantSource{Token: cfg.TenantFrom.Token}
-	if cfg.TenantFrom.Kind == config.TenantFromHeader {
-		src = consumer.TenantSource{Header: cfg.TenantFrom.Header}
-	}
+func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 	policy := consumer.DeferOnRedisError
 	if cfg.OnRedisError == config.OnRedisErrorAllow {
 		policy = consumer.AllowOnRedisError
@@ -539,7 +536,7 @@ func WorkerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
 	// them (at most 2×FetchBatch per worker) to a quarter of it.
 	fetch := min(cfg.FetchBatch, max(1, cfg.MaxAckPending/8))
 	return consumer.Config{
-		Tenant:          src,
+		Tenant:          cfg.TenantFrom,
 		CostHeader:      cfg.CostHeader,
 		Concurrency:     cfg.Concurrency,
 		FetchBatch:      fetch,
@@ -548,7 +545,7 @@ func WorkerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
 		RedisTimeout:    cfg.RedisTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		InProgressEvery: inProgress,
-		DLQSubject:      cfg.DLQSubject,
+		DLQSubject:      cfg.DLQ,
 		StatsTenants:    cfg.MetricsTenants,
 		Logger:          log,
 	}

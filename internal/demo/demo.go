@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/internal/app"
 )
 
 const (
@@ -127,7 +127,7 @@ func demoVars(natsURL, redisURL string, now time.Time) map[string]string {
 
 // newLogger returns a text logger on w at cfg's level. Its clones share one
 // lock, so the workers' lines do not interleave.
-func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+func newLogger(cfg *app.Settings, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
@@ -135,7 +135,7 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 
 // session is one run of the demo once the servers are up.
 type session struct {
-	cfg     *config.Config
+	cfg     *app.Settings
 	fl      settings
 	out     io.Writer
 	log     *slog.Logger
@@ -149,7 +149,7 @@ type session struct {
 // to Redis and runs the demo.
 func runWith(ctx context.Context, natsURL string, fl settings, out, logw io.Writer) error {
 	redisURL := cmp.Or(os.Getenv("REDIS_URL"), defaultRedisURL)
-	cfg, err := config.LoadFrom(demoVars(natsURL, redisURL, time.Now()))
+	cfg, err := app.LoadSettingsFrom(demoVars(natsURL, redisURL, time.Now()))
 	if err != nil {
 		return fmt.Errorf("demo configuration: %w", err)
 	}

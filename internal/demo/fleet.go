@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
 )
@@ -38,7 +37,7 @@ type fleet struct {
 // fleetParams is what startFleet needs.
 type fleetParams struct {
 	n       int
-	cfg     *config.Config
+	cfg     *app.Settings
 	rdb     *redis.Client
 	handler consumer.Handler
 	log     *slog.Logger

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/internal/app"
 )
 
 const (
@@ -72,8 +72,8 @@ func (n *natsServer) stop() error {
 
 // connectRedis returns a client for cfg.RedisURL sized for workers workers,
 // after checking that Redis answers PING within redisPingTimeout.
-func connectRedis(ctx context.Context, cfg *config.Config, workers int) (*redis.Client, error) {
-	opts, err := cfg.RedisOptions(workers)
+func connectRedis(ctx context.Context, cfg *app.Settings, workers int) (*redis.Client, error) {
+	opts, err := app.RedisOptions(cfg.Config, workers)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,339 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Validate checks every variable field of c and returns every problem at
+// once, joined with errors.Join, or nil. Each problem starts with the
+// variable's name and says what it accepts. Validate does not change c.
+func (c *Config) Validate() error {
+	cp := *c
+	return cp.check(nil).Err()
+}
+
+// maxBurst is the largest THROTTLER_DEFAULT_BURST, throttle.MaxBurst.
+const maxBurst = 1_000_000_000
+
+// intBounds holds the accepted range of each whole-number variable.
+var intBounds = map[string]struct{ min, max int64 }{
+	"THROTTLER_DEFAULT_BURST":   {0, maxBurst},
+	"THROTTLER_CONCURRENCY":     {1, 10_000},
+	"THROTTLER_MAX_ACK_PENDING": {1, 1_000_000},
+	"THROTTLER_MAX_FAILURES":    {1, 1_000},
+	"THROTTLER_FETCH_BATCH":     {1, 1_000},
+	"THROTTLER_METRICS_TENANTS": {1, 1_000_000},
+	"THROTTLER_LANE_MOVE_RATE":  {0, 1_000_000},
+}
+
+// durBounds holds the accepted range of each duration variable; a max of 0
+// means no upper bound.
+var durBounds = map[string]struct{ min, max time.Duration }{
+	"THROTTLER_MAX_DEFER":        {0, 30 * 24 * time.Hour},
+	"THROTTLER_SHUTDOWN_TIMEOUT": {1, 0},
+	"THROTTLER_ACK_WAIT":         {time.Second, 0},
+	"THROTTLER_REDIS_TIMEOUT":    {1, 0},
+	"THROTTLER_SCHEDULE_AFTER":   {time.Second, 0},
+}
+
+// intWant says what whole-number variable name accepts.
+func intWant(name string) string {
+	b := intBounds[name]
+	return fmt.Sprintf("between %d and %d", b.min, b.max)
+}
+
+// durWant says what duration variable name accepts.
+func durWant(name string) string {
+	b := durBounds[name]
+	switch {
+	case b.min == 1 && b.max == 0:
+		return "a duration greater than 0, such as 30s or 1m30s"
+	case b.max == 0:
+		return fmt.Sprintf("a duration of at least %s, such as 30s or 1m30s", formatDuration(b.min))
+	}
+	return fmt.Sprintf("a duration between %s and %s, such as 30s or 10m", formatDuration(b.min), formatDuration(b.max))
+}
+
+// check validates every variable field, skipping those in failed, fills
+// the derived fields and returns every problem.
+func (c *Config) check(failed map[string]bool) Problems {
+	ck := &checker{failed: failed}
+
+	ck.natsURLs(c.NATSURL)
+	ck.redisURL(c.RedisURL)
+	ck.name("THROTTLER_STREAM", c.Stream)
+	ck.name("THROTTLER_CONSUMER", c.Consumer)
+	c.Subjects = ck.subjects(c.SubjectsSpec)
+	c.TenantFromToken, c.TenantFromHeader = ck.tenantFrom(c.TenantFromSpec)
+	ck.intIn("THROTTLER_DEFAULT_BURST", c.DefaultBurst)
+	c.TenantLimitSpecs = ck.tenantLimits(c.TenantLimits)
+	ck.header("THROTTLER_COST_HEADER", c.CostHeader)
+
+	concOK := ck.intIn("THROTTLER_CONCURRENCY", int64(c.Concurrency))
+	mapOK := ck.intIn("THROTTLER_MAX_ACK_PENDING", int64(c.MaxAckPending))
+	if concOK && mapOK && c.MaxAckPending < c.Concurrency {
+		ck.addf("THROTTLER_MAX_ACK_PENDING", "must be at least THROTTLER_CONCURRENCY (%d), got %q",
+			c.Concurrency, strconv.Itoa(c.MaxAckPending))
+	}
+	ck.intIn("THROTTLER_MAX_FAILURES", int64(c.MaxFailures))
+	ck.intIn("THROTTLER_FETCH_BATCH", int64(c.FetchBatch))
+	ck.intIn("THROTTLER_METRICS_TENANTS", int64(c.MetricsTenants))
+	ck.intIn("THROTTLER_LANE_MOVE_RATE", int64(c.LaneMoveRate))
+
+	ck.durIn("THROTTLER_MAX_DEFER", c.MaxDefer)
+	ck.durIn("THROTTLER_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
+	ck.durIn("THROTTLER_ACK_WAIT", c.AckWait)
+	ck.durIn("THROTTLER_REDIS_TIMEOUT", c.RedisTimeout)
+	ck.durIn("THROTTLER_SCHEDULE_AFTER", c.ScheduleAfter)
+
+	ck.oneOf("THROTTLER_HANDLER", c.Handler, HandlerForward)
+	ck.oneOf("THROTTLER_ON_REDIS_ERROR", string(c.OnRedisError), string(OnRedisErrorDefer), string(OnRedisErrorAllow))
+	ck.oneOf("THROTTLER_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error")
+	ck.oneOf("THROTTLER_LOG_FORMAT", c.LogFormat, "text", "json")
+	ck.oneOf("THROTTLER_DEFER", string(c.Defer), string(DeferAuto), string(DeferNak), string(DeferSchedule))
+	ck.oneOf("THROTTLER_FAST_LANE", string(c.FastLane), string(FastLaneAuto), string(FastLaneOff))
+
+	if !keyPrefixOK(c.KeyPrefix) {
+		ck.addf("THROTTLER_KEY_PREFIX", "must be 1 to 32 letters, digits, _ or -, got %q", c.KeyPrefix)
+	}
+	ck.metricsAddr(c.MetricsAddr)
+	return ck.problems
+}
+
+// checker collects problems, skipping variables that already failed to parse.
+type checker struct {
+	failed   map[string]bool
+	problems Problems
+}
+
+// addf records a problem with variable name, unless name failed to parse.
+func (ck *checker) addf(name, format string, args ...any) {
+	if ck.failed[name] {
+		return
+	}
+	ck.problems = append(ck.problems, Problem{Var: name, Text: fmt.Sprintf(format, args...)})
+}
+
+// intIn checks that variable name's value v is within its bounds.
+func (ck *checker) intIn(name string, v int64) bool {
+	b := intBounds[name]
+	if ck.failed[name] {
+		return false
+	}
+	if v < b.min || v > b.max {
+		ck.addf(name, "must be %s, got %q", intWant(name), strconv.FormatInt(v, 10))
+		return false
+	}
+	return true
+}
+
+// durIn checks that variable name's value d is within its bounds.
+func (ck *checker) durIn(name string, d time.Duration) {
+	b := durBounds[name]
+	if d < b.min || (b.max > 0 && d > b.max) {
+		ck.addf(name, "must be %s, got %q", durWant(name), formatDuration(d))
+	}
+}
+
+// oneOf checks that variable name's value v is one of allowed.
+func (ck *checker) oneOf(name, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		quoted := make([]string, len(allowed))
+		for i, a := range allowed {
+			quoted[i] = strconv.Quote(a)
+		}
+		ck.addf(name, "must be one of %s, got %q", strings.Join(quoted, ", "), v)
+	}
+}
+
+// natsURLs checks NATS_URL: one or more comma-separated server URLs.
+func (ck *checker) natsURLs(s string) {
+	const name = "NATS_URL"
+	const want = "must be one or more nats://, tls://, ws:// or wss:// URLs separated by commas"
+	if strings.TrimSpace(s) == "" {
+		ck.addf(name, "%s, got %q", want, s)
+		return
+	}
+	for _, raw := range strings.Split(s, ",") {
+		raw = strings.TrimSpace(raw)
+		full := raw
+		if !strings.Contains(full, "://") {
+			full = "nats://" + full // as nats.Connect does
+		}
+		u, err := url.Parse(full)
+		bad := err != nil || u.Host == "" || u.Hostname() == "" ||
+			!slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme)
+		if !bad && u.Port() != "" {
+			bad = !portOK(u.Port())
+		}
+		if bad {
+			// Never echo err: url.Parse errors quote the URL, password included.
+			if raw == strings.TrimSpace(s) {
+				ck.addf(name, "%s, got %q", want, maskNATSURLs(raw))
+			} else {
+				ck.addf(name, "%s, got %q in %q", want, maskNATSURLs(raw), maskNATSURLs(s))
+			}
+		}
+	}
+}
+
+// redisURL checks REDIS_URL.
+func (ck *checker) redisURL(s string) {
+	const name = "REDIS_URL"
+	const want = "must be a redis:// or rediss:// URL such as redis://user:password@host:6379/0"
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Hostname() == "" {
+		// Never echo err: url.Parse errors quote the URL, password included.
+		ck.addf(name, "%s, got %q", want, maskRedisURL(s))
+		return
+	}
+	if _, err := redis.ParseURL(s); err != nil {
+		ck.addf(name, "%s (%v), got %q", want, err, maskRedisURL(s))
+	}
+}
+
+// name checks a stream or consumer name.
+func (ck *checker) name(name, s string) {
+	ok := len(s) >= 1 && len(s) <= 255 && !strings.ContainsFunc(s, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune(`.*>/\`, r)
+	})
+	if !ok {
+		ck.addf(name, `must be 1 to 255 characters without spaces, ".", "*", ">", "/" or "\", got %q`, s)
+	}
+}
+
+// header checks a message header name.
+func (ck *checker) header(name, s string) {
+	if !headerNameOK(s) {
+		ck.addf(name, "must be a header name of letters, digits and !#$%%&'*+-.^_`|~, got %q", s)
+	}
+}
+
+// subjects splits THROTTLER_SUBJECTS at commas. What a subject may be is
+// checked by internal/app, with package subject's grammar.
+func (ck *checker) subjects(s string) []string {
+	const name = "THROTTLER_SUBJECTS"
+	if strings.TrimSpace(s) == "" {
+		ck.addf(name, "must be one or more subjects separated by commas, such as jobs.>, got %q", s)
+		return nil
+	}
+	var out []string
+	for _, subj := range strings.Split(s, ",") {
+		subj = strings.TrimSpace(subj)
+		if slices.Contains(out, subj) {
+			ck.addf(name, "subject %q given twice", subj)
+			continue
+		}
+		out = append(out, subj)
+	}
+	return out
+}
+
+// tenantFrom reads THROTTLER_TENANT_FROM: subject:N or header:NAME.
+func (ck *checker) tenantFrom(s string) (token int, header string) {
+	const name = "THROTTLER_TENANT_FROM"
+	kind, arg, _ := strings.Cut(s, ":")
+	switch kind {
+	case "subject":
+		n, err := strconv.Atoi(arg)
+		if err != nil || n < 1 {
+			ck.addf(name, "subject:N needs N a whole number from 1, got %q", s)
+			return 0, ""
+		}
+		return n, ""
+	case "header":
+		if !headerNameOK(arg) {
+			ck.addf(name, "header:NAME needs NAME a header name of letters, digits and !#$%%&'*+-.^_`|~, got %q", s)
+			return 0, ""
+		}
+		return 0, arg
+	}
+	ck.addf(name, "must be subject:N (N-th subject token, from 1) or header:NAME, got %q", s)
+	return 0, ""
+}
+
+// tenantLimits splits THROTTLER_TENANT_LIMITS into its TENANT=LIMITS
+// entries. What a tenant and a limit may be is checked by internal/app,
+// with the rules of packages tenant and throttle.
+func (ck *checker) tenantLimits(s string) map[string]string {
+	const name = "THROTTLER_TENANT_LIMITS"
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out
+	}
+	for _, entry := range strings.Split(s, ",") {
+		if strings.TrimSpace(entry) == "" {
+			ck.addf(name, "must be TENANT=LIMITS entries separated by commas, such as acme=50/s:100+10000/d,globex=5/m, got an empty entry in %q", s)
+			continue
+		}
+		tenant, spec, ok := strings.Cut(entry, "=")
+		tenant = strings.TrimSpace(tenant)
+		if !ok || tenant == "" {
+			ck.addf(name, "must be TENANT=LIMITS entries separated by commas, such as acme=50/s:100+10000/d: entry %q has no TENANT=", entry)
+			continue
+		}
+		if _, dup := out[tenant]; dup {
+			ck.addf(name, "tenant %q given twice", tenant)
+			continue
+		}
+		out[tenant] = strings.TrimSpace(spec)
+	}
+	return out
+}
+
+// metricsAddr checks THROTTLER_METRICS_ADDR.
+func (ck *checker) metricsAddr(s string) {
+	if s == "" {
+		return
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err != nil || !portOK(port) {
+		ck.addf("THROTTLER_METRICS_ADDR", "must be empty (off) or HOST:PORT such as :9090 or 127.0.0.1:9090, got %q", s)
+	}
+}
+
+// headerNameOK reports whether s is a header field name (RFC 9110 token).
+func headerNameOK(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !isAlnum(r) && !strings.ContainsRune("!#$%&'*+-.^_`|~", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// keyPrefixOK reports whether s matches [A-Za-z0-9_-]{1,32}.
+func keyPrefixOK(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, r := range s {
+		if !isAlnum(r) && r != '_' && r != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// isAlnum reports whether r is an ASCII letter or digit.
+func isAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+}
+
+// portOK reports whether s is a decimal port number.
+func portOK(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= 65535 && strings.TrimLeft(s, "0123456789") == ""
+}

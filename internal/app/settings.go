@@ -1,0 +1,176 @@
+package app
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/caarlos0/env/v10"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/subject"
+	"github.com/throttler/throttler/tenant"
+	"github.com/throttler/throttler/throttle"
+)
+
+// Settings is the configuration read with the rules of the packages it
+// configures: limits as throttle parses them, the tenant as package tenant
+// finds it, subjects as package subject reads them. A Settings is
+// read-only once loaded.
+type Settings struct {
+	*config.Config
+	// Rules holds DefaultLimit, DefaultBurst and TenantLimits parsed.
+	Rules throttle.Rules
+	// TenantFrom is where a job's tenant comes from.
+	TenantFrom tenant.Source
+	// Forward and DLQ are the forward and dead-letter subject templates.
+	Forward, DLQ subject.Template
+	// Schedules names the subjects moved jobs are kept on.
+	Schedules subject.Schedules
+}
+
+// LoadSettings reads the settings from the process environment. On
+// failure it returns nil and an error listing every problem, one line
+// each, starting with the variable's name.
+func LoadSettings() (*Settings, error) {
+	return LoadSettingsFrom(env.ToMap(os.Environ()))
+}
+
+// LoadSettingsFrom is LoadSettings reading the variables from vars; a
+// variable missing from vars, or empty, takes its default.
+func LoadSettingsFrom(vars map[string]string) (*Settings, error) {
+	cfg, problems := config.Parse(vars)
+	s, more := settle(cfg, problems)
+	if problems = append(problems, more...); len(problems) > 0 {
+		return nil, problems.Err()
+	}
+	return s, nil
+}
+
+// settle reads cfg with the packages' rules, skipping the variables that
+// already have a problem, and returns the Settings and what else is wrong.
+func settle(cfg *config.Config, failed config.Problems) (*Settings, config.Problems) {
+	var ps config.Problems
+	add := func(name, text string) {
+		if !failed.Has(name) {
+			ps = append(ps, config.Problem{Var: name, Text: text})
+		}
+	}
+	s := &Settings{Config: cfg, Schedules: subject.Schedules(cfg.ScheduleSubject)}
+
+	// Subjects first: the tenant source and the outputs are read against them.
+	var subjects []string
+	for _, subj := range cfg.Subjects {
+		if err := subject.Validate(subj, true); err != nil {
+			add("THROTTLER_SUBJECTS", "must be subjects separated by commas, such as jobs.>: "+err.Error())
+			continue
+		}
+		subjects = append(subjects, subj)
+	}
+
+	switch {
+	case cfg.TenantFromHeader != "":
+		s.TenantFrom = tenant.FromHeader(cfg.TenantFromHeader)
+	case cfg.TenantFromToken > 0:
+		s.TenantFrom = tenant.FromSubject(cfg.TenantFromToken)
+		for _, subj := range subjects {
+			if !subject.HasToken(subj, cfg.TenantFromToken) {
+				add("THROTTLER_TENANT_FROM", fmt.Sprintf("%q names token %d, but subject %q in THROTTLER_SUBJECTS has only %d tokens",
+					cfg.TenantFromSpec, cfg.TenantFromToken, subj, strings.Count(subj, ".")+1))
+			}
+		}
+	}
+
+	s.Rules = rules(cfg, add, failed.Has("THROTTLER_DEFAULT_BURST"))
+	s.Forward, s.DLQ = outputs(cfg, subjects, add)
+	return s, ps
+}
+
+// rules parses the default and per-tenant limits.
+func rules(cfg *config.Config, add func(name, text string), badBurst bool) throttle.Rules {
+	burst := cfg.DefaultBurst
+	if badBurst {
+		burst = 0 // still check the limits' syntax, without blaming them for the burst
+	}
+	var r throttle.Rules
+	var err error
+	if r.Default, err = throttle.ParseLimits(cfg.DefaultLimit, burst); err != nil {
+		add("THROTTLER_DEFAULT_LIMIT", "must be limits such as 100/s, 6000/m+50000/d or 100/s:200: "+err.Error())
+	}
+	r.Tenants = map[string]throttle.Limits{}
+	for name, spec := range cfg.TenantLimitSpecs {
+		if err := tenant.Validate(name); err != nil {
+			// The worker dead-letters jobs of such a tenant: a limit for
+			// it could never apply.
+			add("THROTTLER_TENANT_LIMITS", fmt.Sprintf("tenant %q must be 1 to %d letters, digits, _ or -, as the worker accepts them", name, tenant.MaxLen))
+			continue
+		}
+		ls, err := throttle.ParseLimits(spec, burst)
+		if err != nil {
+			add("THROTTLER_TENANT_LIMITS", fmt.Sprintf("must be TENANT=LIMITS entries separated by commas, such as acme=50/s:100+10000/d: tenant %q: %v", name, err))
+			continue
+		}
+		r.Tenants[name] = ls
+	}
+	return r
+}
+
+// outputs checks the subjects the worker publishes to and keeps jobs on:
+// each must be valid and none may be captured by the subjects it
+// consumes; unless it only NAKs, the forward and dead-letter subjects must
+// lie outside the schedule prefix too, where moved jobs are kept.
+func outputs(cfg *config.Config, subjects []string, add func(name, text string)) (forward, dlq subject.Template) {
+	type output struct {
+		name, subject string // the variable, and the subject as shown
+		template      string // with {tenant} placeholders
+	}
+	var outs []output
+	templates := map[string]*subject.Template{"THROTTLER_FORWARD_SUBJECT": &forward, "THROTTLER_DLQ_SUBJECT": &dlq}
+	for _, o := range []struct{ name, value string }{
+		{"THROTTLER_FORWARD_SUBJECT", cfg.ForwardSubject},
+		{"THROTTLER_DLQ_SUBJECT", cfg.DLQSubject},
+	} {
+		t, err := subject.ParseTemplate(o.value)
+		if err != nil {
+			add(o.name, "must be a subject template whose only placeholder is {tenant}, such as done.{tenant}: "+err.Error())
+			continue
+		}
+		*templates[o.name] = t
+		outs = append(outs, output{o.name, o.value, o.value})
+	}
+
+	const sched = "THROTTLER_SCHEDULE_SUBJECT"
+	schedOK := false
+	if err := subject.Validate(cfg.ScheduleSubject, false); err != nil {
+		add(sched, "must be a subject prefix without wildcards, such as sched: "+err.Error())
+	} else if strings.ContainsAny(cfg.ScheduleSubject, "{}") {
+		add(sched, "must be a subject prefix without wildcards, such as sched: placeholders are not allowed")
+	} else {
+		schedOK = true
+		// PREFIX.TENANT.SEQ: both tail tokens may be anything.
+		p := subject.Placeholder
+		outs = append(outs, output{sched, cfg.ScheduleSubject + ".TENANT.SEQ", cfg.ScheduleSubject + "." + p + "." + p})
+	}
+
+	for _, o := range outs {
+		for _, pattern := range subjects {
+			if subject.Overlap(pattern, o.template) {
+				add(o.name, fmt.Sprintf("%q is captured by %q in THROTTLER_SUBJECTS, so the worker would consume its own output; choose subjects that do not overlap",
+					o.subject, pattern))
+			}
+		}
+	}
+	// Moved jobs live under SCHEDULE_SUBJECT.>, which the jobs stream binds
+	// and the worker reads bundles from: no other output may land there.
+	if cfg.Defer == config.DeferNak || !schedOK {
+		return forward, dlq
+	}
+	under := subject.Schedules(cfg.ScheduleSubject).All()
+	for _, o := range outs {
+		if o.name != sched && subject.Overlap(under, o.template) {
+			add(o.name, fmt.Sprintf("%q lies under %s %q, where moved jobs are kept; choose subjects outside %s.>",
+				o.subject, sched, cfg.ScheduleSubject, cfg.ScheduleSubject))
+		}
+	}
+	return forward, dlq
+}
