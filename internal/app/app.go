@@ -267,7 +267,7 @@ func ensure(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Set
 	// was set to nak), whose copies must still run once and whose bundles
 	// must still be unpacked when they fire.
 	path.movesBack = path.mode != config.DeferNak || holdsMovedJobs(stream, cfg)
-	lane := path.mode != config.DeferNak && laneAvailable(ctx, js, &stream, cfg, log)
+	lane := path.mode != config.DeferNak && cfg.FastLane != config.FastLaneOff && laneAvailable(ctx, js, &stream, cfg, log)
 	path.stream = stream
 	path.maxAge = stream.CachedInfo().Config.MaxAge
 	if path.maxAge > 0 && path.mode == config.DeferNak {
