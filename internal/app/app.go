@@ -86,7 +86,14 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	failures, err := throttle.NewFailureCounter(opts.Redis, cfg.KeyPrefix, failureTTL)
+	// A Redis that is down now is no reason not to start: a decision that
+	// finds the functions missing loads them itself.
+	lctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
+	if err := limiter.Load(lctx); err != nil {
+		log.Warn("loading the throttle's Redis functions failed; they are loaded on first use", "err", err)
+	}
+	cancel()
+	copies, err := throttle.NewCopies(limiter, failureTTL)
 	if err != nil {
 		return err
 	}
@@ -97,12 +104,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	w, err := consumer.New(consumer.Params{
 		JetStream: js,
 		Consumer:  cons,
-		Decider:   limiter,
-		Failures:  failures,
+		Decider:   copies,
+		Failures:  copies,
 		Handler:   handler,
 		Deferrer:  path.deferrer(js, cfg),
 		Bundles:   bundles,
-		FastLane:  path.fastLane(js, cfg, limiter),
+		FastLane:  path.fastLane(js, cfg, copies),
 		Recreate:  recreate,
 		Config:    path.workerConfig(cfg, log),
 	})
@@ -500,7 +507,6 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *config.Config) consumer
 // workerConfig is the worker's configuration on this path.
 func (p deferPath) workerConfig(cfg *config.Config, log *slog.Logger) consumer.Config {
 	c := WorkerConfig(cfg, log)
-	c.TrackOwner = p.movesBack
 	c.TermWithReason = p.termWithReason
 	return c
 }

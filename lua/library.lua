@@ -1,0 +1,811 @@
+#!lua name=throttle___VERSION__
+--[[
+library.lua: the throttle engine's Redis Functions library (Redis 7.0 or
+later). Four functions, each atomic:
+
+  decide___VERSION__   decide M jobs against their token buckets
+  claim___VERSION__    make an incarnation the owner of a job that has none
+  release___VERSION__  give up a job's owner record that names an incarnation
+  failed___VERSION__   count a handler failure, and give the owner record up
+
+__VERSION__ stands for a short hash of this source, put in by package
+throttle before FUNCTION LOAD, so that two versions of the worker running
+side by side (a rolling upgrade) each keep their own library.
+
+Every rule is written once, as a local function of the library: Redis
+creates them once, at FUNCTION LOAD, not on every call. The stored formats
+are shared with the EVAL scripts of earlier versions, so both read and write
+the same live state.
+
+Model (the same as golang.org/x/time/rate): a limit adds `rate` tokens every
+`period` microseconds up to `burst`; a job of cost c takes c tokens. Each
+bucket is stored as its "empty time" E: the instant at which it held zero
+tokens, so that tokens(t) = min(burst, (t - E) * rate / period). E is kept
+exactly as a whole part Ei (µs) and a remainder Ef in units of 1/rate µs, so
+no rounding error builds up however long a tenant stays in debt. Charging a
+job moves E forward by cost*period/rate; a charge that leaves E in the future
+is a debt that the job waits out: its slot is at E.
+
+Stored values (keys built by throttle/keys.go; a tenant's keys share its
+{tenant} hash tag):
+  state        12 bytes, struct.pack('<i8i4', Ei, Ef); lives until the
+               bucket is full again
+  reservation  the job's slot, decimal µs (at most 16 digits)
+  owner        the incarnation admitted, decimal (at most 16 digits)
+  failures     the handler failures counted, decimal (at most 15 digits)
+Reservations and owners live for the horizon plus the longest time to
+refill fully of the job's limits, so an idle tenant costs no memory.
+
+Arguments: every ARGV is a decimal whole number, digits only, in the range
+given ('1.5', '1e3', '-1', '', ' 1' and overflow are refused). Each is
+checked before the first write.
+
+Replies: every job gets a tuple of 4 integers, one shape whatever its status:
+  {1, 0,     remaining, fromSlot}  ADMITTED: run the job now. fromSlot=1
+                                   when it came back for the slot it held (it
+                                   was charged then, not now; the buckets are
+                                   not read and remaining is 0).
+  {2, wait,  remaining, reserved}  LIMITED: come back in `wait` µs (rounded
+                                   up). reserved=1: a slot is held for the
+                                   job and it was charged (remaining is 0);
+                                   reserved=0: nothing was charged (no job
+                                   id, or the slot would lie past the
+                                   horizon: then wait = horizon).
+  {3, code,  position, 0}          INVALID: an argument or a stored value is
+                                   bad; nothing was written for this job.
+                                   code is an E_* value below; position the
+                                   ARGV position (argument codes) or KEYS
+                                   position (stored-value codes) at fault.
+  {4, owner, 0, 0}                 DUPLICATE: another incarnation of this job
+                                   was admitted (owner names it); this one
+                                   must not run. Nothing was written.
+  {5, position, 0, 0}              WRONGTYPE: KEYS[position] holds another
+                                   Redis type; nothing was written for this
+                                   job.
+A call whose KEYS and ARGV do not fit together (never sent by package
+throttle) gets the error reply "BADCALL <reason>" and writes nothing.
+
+E_* codes (the same numbers as throttle.Code):
+   2 E_NOW          now not in [0, 2^53)
+   3 E_COST         cost not in [1, 1e9]
+   4 E_HORIZON      horizon not in [0, 30 days]
+   6 E_RATE         rate not in [1, 1e9]
+   7 E_PERIOD       period not in [1000, 366 days] µs
+   8 E_BURST        burst not in [1, 1e9], or burst*period >= 2^53
+   9 E_OVER_BURST   the cost exceeds a burst: never admissible
+  10 E_STATE        stored state malformed (length, sign, remainder >= rate,
+                    empty time past now + 30 days + fill time)
+  11 E_STATE_TTL    stored state has no TTL
+  12 E_RESV         stored reservation malformed
+  13 E_RESV_TTL     stored reservation has no TTL
+  14 E_INCARNATION  incarnation not in [0, 2^53)
+  15 E_OWNER        stored owner malformed
+  16 E_OWNER_TTL    stored owner has no TTL
+  17 E_FRESH        fresh flag not 0 or 1
+  18 E_TTL          TTL argument out of range
+  19 E_GIVE_UP      give-up count not in [1, 1e6]
+  20 E_FAILURES     stored failure counter malformed
+
+Clock: ARGV now = 0 reads Redis TIME, once per call, after the arguments
+are checked: every worker then shares one clock. Functions replicate their
+effects, never themselves, so TIME is safe before writes. Tests pass an
+explicit time.
+
+Work is bounded: at most 256 jobs of at most 8 limits each, one reservation
+and one owner key each; no loop over stored data.
+]]
+
+local ADMITTED, LIMITED, INVALID, DUPLICATE, WRONGTYPE = 1, 2, 3, 4, 5
+local E_NOW, E_COST, E_HORIZON = 2, 3, 4
+local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
+local E_STATE, E_STATE_TTL, E_RESV, E_RESV_TTL = 10, 11, 12, 13
+local E_INCARNATION, E_OWNER, E_OWNER_TTL, E_FRESH = 14, 15, 16, 17
+local E_TTL, E_GIVE_UP, E_FAILURES = 18, 19, 20
+
+local EXACT = 9007199254740992 -- 2^53: Lua numbers hold every integer below
+local DAY = 86400000000
+local MAX_HORIZON = 30 * DAY
+local MAX_PERIOD = 366 * DAY
+local MAX_JOBS = 256
+local MAX_LIMITS = 8
+local MAX_N = 1000000000 -- the largest cost, rate and burst
+
+-- While a library loads, Redis gives it no global but `redis`: the standard
+-- functions are bound on the first call (bind) and kept as upvalues, which
+-- are cheaper to reach than globals.
+local call, pcallr, find, tonum, format, floor, ceil, spack, sunpack, unpk
+
+local function bind()
+  call, pcallr = redis.call, redis.pcall
+  find, format, tonum = string.find, string.format, tonumber
+  floor, ceil = math.floor, math.ceil
+  spack, sunpack, unpk = struct.pack, struct.unpack, unpack
+end
+
+-- badcall refuses a call whose KEYS and ARGV do not fit together.
+local function badcall(why)
+  return redis.error_reply('BADCALL ' .. why)
+end
+
+-- whole reads s as a whole number in [lo, hi]: digits only. It returns nil
+-- for anything else (a sign, a point, an exponent, spaces, '', overflow).
+local function whole(s, lo, hi)
+  if s == nil or not find(s, '^%d+$') then
+    return nil
+  end
+  local n = tonum(s)
+  if n < lo or n > hi then
+    return nil
+  end
+  return n
+end
+
+-- limit checks the limit whose rate is args[x], then its period and burst:
+-- it returns rate, period, burst, the quotient and remainder of
+-- burst*period/rate, and the fill time (µs, rounded up); or nil, an E_*
+-- code and the position at fault.
+local function limit(args, x)
+  local r = whole(args[x], 1, MAX_N)
+  if r == nil then return nil, E_RATE, x end
+  local p = whole(args[x + 1], 1000, MAX_PERIOD)
+  if p == nil then return nil, E_PERIOD, x + 1 end
+  local b = whole(args[x + 2], 1, MAX_N)
+  if b == nil or b * p >= EXACT then return nil, E_BURST, x + 2 end
+  local bp = b * p
+  local q, m = floor(bp / r), bp % r
+  local fill = q
+  if m > 0 then fill = fill + 1 end
+  return r, p, b, q, m, fill
+end
+
+-- charge moves a bucket's empty time (a, f) forward by c tokens at now, for
+-- a limit of rate r and period p whose burst*period/rate is q + m/r: first
+-- to the earliest empty time a full bucket has (now - q - m/r), then by
+-- c*p/r. It returns the new empty time and the wait until it (µs, rounded
+-- up; <= 0 when the job fits now).
+local function charge(a, f, r, p, q, m, c, now)
+  local la, lf = now - q, 0
+  if m > 0 then la, lf = la - 1, r - m end
+  if a < la or (a == la and f < lf) then a, f = la, lf end
+  local cp = c * p
+  a, f = a + floor(cp / r), f + cp % r
+  if f >= r then a, f = a + 1, f - r end
+  local wait = a - now
+  if f > 0 then wait = wait + 1 end
+  return a, f, wait
+end
+
+-- tokens is the whole tokens left at now in a bucket of empty time (a, f),
+-- rate r, period p and burst b, within [0, b].
+local function tokens(a, f, r, p, b, now)
+  local n = floor(((now - a) * r - f) / p)
+  if n < 0 then return 0 elseif n > b then return b end
+  return n
+end
+
+-- fullIn is the TTL of a bucket's state (ms): it is full again at its
+-- empty time plus its fill time, exactly (a + f/r) - now + q + m/r µs from
+-- now, rounded up.
+local function fullIn(a, f, r, q, m, now)
+  local whole_, frac = (a - now) + q, f + m
+  if frac >= r then whole_, frac = whole_ + 1, frac - r end
+  if frac > 0 then whole_ = whole_ + 1 end
+  return ceil(whole_ / 1000)
+end
+
+-- state reads a stored bucket state v (or false) of a limit of rate r and
+-- fill time fill: its empty time (a, f), (0, 0) when absent; or nil and an
+-- E_* code when it is malformed or has no TTL.
+local function state(v, name, r, fill, now)
+  if not v then return 0, 0 end
+  if #v ~= 12 then return nil, E_STATE end
+  local a, f = sunpack('<i8i4', v)
+  if a < 0 or f < 0 or f >= r or a > now + MAX_HORIZON + fill then
+    return nil, E_STATE
+  end
+  if call('PTTL', name) < 0 then return nil, E_STATE_TTL end
+  return a, f
+end
+
+-- stored reads a stored reservation or owner v (or false) of key name: its
+-- number, false when absent; or nil and the E_* code eShape or eTTL when it
+-- is not at most 16 digits or has no TTL.
+local function stored(v, name, eShape, eTTL)
+  if not v then return false end
+  if #v > 16 or not find(v, '^%d+$') then return nil, eShape end
+  if call('PTTL', name) < 0 then return nil, eTTL end
+  return tonum(v)
+end
+
+-- isWrongType reports whether err, an error redis.pcall returned, is
+-- WRONGTYPE; any other error is raised again.
+local function isWrongType(err)
+  if find(err.err, 'WRONGTYPE', 1, true) then return true end
+  error(err)
+end
+
+-- get reads one string key: its value (false when absent), or nil when it
+-- holds another type.
+local function get(name)
+  local v = pcallr('GET', name)
+  if type(v) == 'table' and isWrongType(v) then return nil end
+  return v
+end
+
+-- getAll reads the n keys named in RK with one MGET, which answers false
+-- for a key of another type as for an absent one; only when some came back
+-- false does it ask EXISTS, and only when one of those exists does it ask
+-- TYPE of each, so a key of another type is found without raising. It
+-- returns the values and the set of RK positions of another type.
+local function getAll(RK, n)
+  local wrong = false
+  if n == 1 then
+    local v = get(RK[1])
+    if v == nil then return {false}, {true} end
+    return {v}, false
+  end
+  local V = call('MGET', unpk(RK, 1, n))
+  local NK, nn = nil, 0
+  for x = 1, n do
+    if not V[x] then
+      NK = NK or {}
+      nn = nn + 1
+      NK[nn] = x
+    end
+  end
+  if nn == 0 then return V, false end
+  local names = {}
+  for i = 1, nn do names[i] = RK[NK[i]] end
+  if call('EXISTS', unpk(names, 1, nn)) == 0 then return V, false end
+  wrong = {}
+  for i = 1, nn do
+    if call('TYPE', names[i]).ok ~= 'none' then wrong[NK[i]] = true end
+  end
+  return V, wrong
+end
+
+-- clock is now, or Redis TIME when now is 0.
+local function clock(now)
+  if now ~= 0 then return now end
+  local t = call('TIME')
+  return t[1] * 1000000 + t[2]
+end
+
+--[[
+decide___VERSION__: one atomic decision for each of M jobs, in order, as if
+by M calls: jobs that name the same bucket share it, and a later job sees
+what the earlier ones did. A job that must wait gets a reserved slot (it is
+charged once, and admitted without a second charge when it comes back), and
+a job that may exist as several messages (OWNER below) runs only once.
+
+KEYS, for each job in order: its L_k state keys (one per limit), then its K
+job keys, the same K for every job of the call:
+  K = 0  none: the job has no id; nothing is reserved
+  K = 1  its reservation key
+  K = 2  its reservation key and its owner key
+K is (#KEYS - sum of L_k) / M. On Redis Cluster a call holds one tenant.
+
+ARGV:
+  [1]  now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
+  [2]  horizon: the furthest slot that may be reserved, µs, [0, 30 days]
+  then for each job, in order (M <= 256):
+    cost         [1, 1e9]; must not exceed any burst
+    incarnation  [0, 2^53): unique to the message that carries the job
+                 (read with K = 2)
+    fresh        0 or 1: 1 says the job was never decided before, so it
+                 holds no reservation and its reservation key is not read
+                 (read with K >= 1)
+    L_k          the number of its limits, [0, 8]; 0 = the limits of the
+                 job before (not repeated: each argument costs Redis about
+                 a thousand instructions), not allowed for the first job
+    then, unless L_k = 0, for each limit: rate [1, 1e9] tokens per period,
+    period [1000, 366 days] µs, burst [1, 1e9] with burst*period < 2^53
+  Short form, for one job under one limit without a job id (KEYS[1] only,
+  the form Allow sends): ARGV = now, cost, rate, period, burst.
+
+Reply: the M tuples of 4 integers above, one after the other. A bad now or
+horizon makes every job INVALID.
+
+OWNER: a job may be moved off its queue (re-published to fire at its slot)
+and the original acked. If the worker dies between the two, both the
+original and the copy exist (and a move redone after a long outage can even
+leave two copies). With K = 2 an incarnation that is admitted records itself
+as the owner (all but a fresh original admitted at once: never decided
+before, it has no copy); any other incarnation that comes later is a
+DUPLICATE. An owner that comes back and is deferred again (its handler
+failed, its worker stopped, or Redis answered too late for the worker to
+hear it was admitted) did not run: it gives ownership up (the owner key is
+deleted), since the worker may move it, and its copy must then be free to
+run.
+]]
+
+-- Jobs, JW slots each from offset o: cost, incarnation, fresh flag, LI
+-- offset of its first limit, its number of limits, KEYS position of its
+-- first state key, its INVALID code (0 when valid) and position, the
+-- longest fill time of its limits (µs), and its entry (EN offset, or false).
+local JW = 10
+-- Limits, LW slots each: rate, period, burst, q and m (burst*period/rate =
+-- q + m/rate), fill time (µs).
+local LW = 6
+-- Buckets, BW slots each: KEYS position, RK position (of the read), empty
+-- time (a, f), status (0 not read, 1 read, 2 changed, or the E_* code of a
+-- bad state), LI offset of the limit that last charged it.
+local BW = 6
+-- Entries, one per job id, EW slots each: KEYS positions of the
+-- reservation and of the owner (or false), RK positions of both (false
+-- when not read), status (0 not checked, 1 checked, an E_* code, or
+-- WRONGTYPE) and the KEYS position at fault, slot (µs, or false), owner
+-- (incarnation, or false), whether each changed, and the TTL of both (ms,
+-- as text).
+local EW = 11
+
+-- jobs reads the layout of a decide call and checks every job's
+-- arguments: it returns M, the jobs (J), K and the limits (LI); or nil and
+-- why KEYS and ARGV do not fit together.
+local function jobs(keys, args)
+  local nargv = #args
+  local short = nargv == 5
+  local J, LI = {}, {}
+  local M, o, nl, key = 0, 0, 0, 1
+  -- The current set of limits: its LI offset, its count, the ARGV position
+  -- of its first rate, its longest fill time, its first bad argument, and
+  -- (when it has one limit) its rate, period and burst as text.
+  local lo, L, lx, fill, lerr, lpos = 0, 0, 0, 0, 0, 0
+  local lr, lp, lb
+  -- The cost and incarnation of the job before, as text and as read: an
+  -- argument equal to one already checked is not checked again (Lua
+  -- interns strings, so comparing them is cheap).
+  local lcs, lc, lis, li
+  local x = 3
+  if short then x = 2 end
+  while x <= nargv do
+    M = M + 1
+    if M > MAX_JOBS then return nil, 'more than 256 jobs' end
+    local at, cs, is, fs, Lk, y = x, nil, '0', '0', 1, 3
+    if short then
+      cs, x = args[2], 6
+    else
+      if x + 3 > nargv then return nil, 'the job at ARGV ' .. x .. ' has no limit count' end
+      cs, is, fs = args[x], args[x + 1], args[x + 2]
+      local ls = args[x + 3]
+      if ls == '0' then
+        Lk = 0
+      elseif ls ~= '1' then
+        Lk = whole(ls, 0, MAX_LIMITS)
+        if Lk == nil then return nil, 'the limit count at ARGV ' .. (x + 3) .. ' is not in [0, 8]' end
+      end
+      if Lk == 0 and M == 1 then return nil, 'the first job has no limits' end
+      y = x + 4
+      x = y + 3 * Lk
+      if x > nargv + 1 then return nil, 'limits past the end of ARGV' end
+    end
+    if Lk > 0 and (Lk > 1 or L ~= 1 or args[y] ~= lr or args[y + 1] ~= lp or args[y + 2] ~= lb) then
+      lo, L, lx, fill, lerr, lpos = nl, Lk, y, 0, 0, 0
+      for z = y, y + 3 * (Lk - 1), 3 do
+        local r, p, b, q, m, f = limit(args, z)
+        if r == nil then
+          if lerr == 0 then lerr, lpos = p, b end
+          r, p, b, q, m, f = 1, 1000, 0, 0, 0, 0
+        end
+        LI[nl + 1], LI[nl + 2], LI[nl + 3], LI[nl + 4], LI[nl + 5], LI[nl + 6] = r, p, b, q, m, f
+        nl = nl + LW
+        if f > fill then fill = f end
+      end
+      lr, lp, lb = args[y], args[y + 1], args[y + 2]
+    end
+    if cs ~= lcs then lcs, lc = cs, whole(cs, 1, MAX_N) end
+    if is ~= lis then lis, li = is, whole(is, 0, EXACT - 1) end
+    local fresh = 0
+    if fs == '1' then fresh = 1 elseif fs ~= '0' then fresh = nil end
+    -- The job's first bad argument, in ARGV order.
+    local err, pos = 0, 0
+    if lc == nil then
+      err, pos = E_COST, at
+    elseif li == nil then
+      err, pos = E_INCARNATION, at + 1
+    elseif fresh == nil then
+      err, pos = E_FRESH, at + 2
+    elseif lerr ~= 0 then
+      err, pos = lerr, lpos
+    else
+      for z = 0, L - 1 do
+        if lc > LI[lo + LW * z + 3] then
+          err, pos = E_OVER_BURST, lx + 3 * z + 2
+          break
+        end
+      end
+    end
+    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5] = lc, li, fresh, lo, L
+    J[o + 6], J[o + 7], J[o + 8], J[o + 9], J[o + 10] = key, err, pos, fill, false
+    o = o + JW
+    key = key + L
+  end
+  if M == 0 then return nil, 'no job' end
+  local K = (#keys - (key - 1)) / M
+  if (K ~= 0 and K ~= 1 and K ~= 2) or (short and K ~= 0) then
+    return nil, 'KEYS do not fit ARGV'
+  end
+  return M, J, K, LI
+end
+
+-- openEntry checks, once, the reservation and owner of a job id (entry e),
+-- as read into V: it sets the entry's status, and its slot and owner.
+local function openEntry(EN, e, keys, V, wrong)
+  local rk, ok, rx, ox = EN[e + 1], EN[e + 2], EN[e + 3], EN[e + 4]
+  if wrong and rx and wrong[rx] then EN[e + 5], EN[e + 6] = WRONGTYPE, rk return end
+  if wrong and ox and wrong[ox] then EN[e + 5], EN[e + 6] = WRONGTYPE, ok return end
+  local slot, own, code = false, false, nil
+  if rx then
+    slot, code = stored(V[rx], keys[rk], E_RESV, E_RESV_TTL)
+    if slot == nil then EN[e + 5], EN[e + 6] = code, rk return end
+  end
+  if ox then
+    own, code = stored(V[ox], keys[ok], E_OWNER, E_OWNER_TTL)
+    if own == nil then EN[e + 5], EN[e + 6] = code, ok return end
+  end
+  EN[e + 5], EN[e + 7], EN[e + 8] = 1, slot, own
+end
+
+-- openBuckets reads, once each, the state of the buckets of a job's limits
+-- (KEYS positions first..last, LI offset lo on): it returns 0 when all are
+-- well formed, else WRONGTYPE or an E_* code and the KEYS position at fault.
+local function openBuckets(B, kb, first, last, lo, keys, V, wrong, LI, now)
+  for y = first, last do
+    local bo = kb[y]
+    if wrong and wrong[B[bo + 2]] then return WRONGTYPE, y end
+    local s = B[bo + 5]
+    if s == 0 then
+      local l = lo + LW * (y - first)
+      local a, f = state(V[B[bo + 2]], keys[y], LI[l + 1], LI[l + 6], now)
+      if a == nil then
+        B[bo + 5] = f
+        return f, y
+      end
+      B[bo + 3], B[bo + 4], B[bo + 5] = a, f, 1
+    elseif s > 2 then
+      return s, y
+    end
+  end
+  return 0
+end
+
+-- remaining is the whole tokens left in the tightest bucket of a job's
+-- limits.
+local function remaining(B, kb, first, last, lo, LI, now)
+  local n = nil
+  for y = first, last do
+    local bo, l = kb[y], lo + LW * (y - first)
+    local t = tokens(B[bo + 3], B[bo + 4], LI[l + 1], LI[l + 2], LI[l + 3], now)
+    if n == nil or t < n then n = t end
+  end
+  return n
+end
+
+local function decide(keys, args)
+  if not call then bind() end
+  local M, J, K, LI = jobs(keys, args)
+  if not M then return badcall(J) end
+  local now = whole(args[1], 0, EXACT - 1)
+  local horizon = 0
+  local reply = {}
+  local bad, badAt = 0, 0
+  if now == nil then
+    bad, badAt = E_NOW, 1
+  elseif #args ~= 5 then
+    horizon = whole(args[2], 0, MAX_HORIZON)
+    if horizon == nil then bad, badAt = E_HORIZON, 2 end
+  end
+  if bad ~= 0 then
+    for n = 0, 4 * (M - 1), 4 do
+      reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = INVALID, bad, badAt, 0
+    end
+    return reply
+  end
+
+  -- What to read: the buckets of every valid job (once per key), and the
+  -- reservation (unless every job naming it is fresh) and owner of each
+  -- job id (once per id).
+  local B, kb, byName, RK = {}, {}, {}, {}
+  local EN, byResv = nil, nil
+  local nb, ne, nr = 0, 0, 0
+  if K > 0 then EN, byResv = {}, {} end
+  for o = 0, JW * (M - 1), JW do
+    if J[o + 7] == 0 then
+      local first = J[o + 6]
+      local last = first + J[o + 5] - 1
+      for y = first, last do
+        local name = keys[y]
+        local bo = byName[name]
+        if bo == nil then
+          bo = nb
+          nb = nb + BW
+          byName[name] = bo
+          nr = nr + 1
+          RK[nr] = name
+          B[bo + 1], B[bo + 2], B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = y, nr, 0, 0, 0, 0
+        end
+        kb[y] = bo
+      end
+      if K > 0 then
+        local rk = last + 1
+        local resv = keys[rk]
+        local e = byResv[resv]
+        if e == nil then
+          e = ne
+          ne = ne + EW
+          byResv[resv] = e
+          EN[e + 1], EN[e + 2], EN[e + 3], EN[e + 4], EN[e + 5], EN[e + 6] = rk, false, false, false, 0, 0
+          EN[e + 7], EN[e + 8], EN[e + 9], EN[e + 10], EN[e + 11] = false, false, false, false, false
+          if K == 2 then
+            nr = nr + 1
+            RK[nr] = keys[rk + 1]
+            EN[e + 2], EN[e + 4] = rk + 1, nr
+          end
+        end
+        if J[o + 3] == 0 and not EN[e + 3] then
+          nr = nr + 1
+          RK[nr] = resv
+          EN[e + 3] = nr
+        end
+        J[o + 10] = e
+      end
+    end
+  end
+  local V, wrong = nil, false
+  if nr > 0 then
+    now = clock(now)
+    V, wrong = getAll(RK, nr)
+  end
+
+  -- Decide each job in order, in memory; every write is made at the end.
+  local CH = {}
+  local n = 0
+  local lt, lts = nil, nil -- the last job-key TTL, as number and text
+  for o = 0, JW * (M - 1), JW do
+    local st, a1, a2, a3 = INVALID, J[o + 7], J[o + 8], 0
+    local e = J[o + 10]
+    if e and EN[e + 5] == 0 then openEntry(EN, e, keys, V, wrong) end
+    if a1 ~= 0 then
+      -- Refused while its arguments were read.
+    elseif e and EN[e + 5] ~= 1 then
+      -- Its reservation or owner is bad.
+      a1, a2 = EN[e + 5], EN[e + 6]
+      if a1 == WRONGTYPE then st, a1, a2 = WRONGTYPE, a2, 0 end
+    else
+      local c, inc, fresh, lo = J[o + 1], J[o + 2], J[o + 3], J[o + 4]
+      local first = J[o + 6]
+      local last = first + J[o + 5] - 1
+      -- What the job does to its entry: a new slot, a new owner.
+      local slot, own = false, false
+      if e then slot, own = EN[e + 7], EN[e + 8] end
+      local so, oo = slot, own
+      if own and own ~= inc then
+        -- Another incarnation of this job already ran: this one must not.
+        st, a1, a2 = DUPLICATE, own, 0
+      elseif slot then
+        -- A job holding a slot was charged when it got it, never again:
+        -- admitted at or after its slot (the buckets are not read);
+        -- earlier, told the rest of its wait.
+        if now >= slot then
+          slot = false
+          if K == 2 then own = inc end
+          st, a1, a2, a3 = ADMITTED, 0, 0, 1
+        else
+          own = false -- deferred again: it gives ownership up (OWNER)
+          st, a1, a2, a3 = LIMITED, slot - now, 0, 1
+        end
+      else
+        local s, at = openBuckets(B, kb, first, last, lo, keys, V, wrong, LI, now)
+        if s ~= 0 then
+          st, a1, a2 = INVALID, s, at
+          if s == WRONGTYPE then st, a1, a2 = WRONGTYPE, at, 0 end
+        else
+          -- Charge the job in every bucket, on paper (CH), and find the
+          -- longest wait.
+          local wait, i = 0, 0
+          for y = first, last do
+            local bo, l = kb[y], lo + LW * (y - first)
+            local a, f, w = charge(B[bo + 3], B[bo + 4], LI[l + 1], LI[l + 2], LI[l + 4], LI[l + 5], c, now)
+            CH[i + 1], CH[i + 2] = a, f
+            i = i + 2
+            if w > wait then wait = w end
+          end
+          if wait > 0 and (not e or wait > horizon) then
+            -- Nothing is charged. Without a job id there is no slot to
+            -- hold; past the horizon the job is told to come back then.
+            if e and horizon > 0 then wait = horizon end
+            own = false
+            st, a1, a2 = LIMITED, wait, remaining(B, kb, first, last, lo, LI, now)
+          else
+            i = 0
+            for y = first, last do
+              local bo = kb[y]
+              B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = CH[i + 1], CH[i + 2], 2, lo + LW * (y - first)
+              i = i + 2
+            end
+            if wait == 0 then
+              -- All but a fresh original record themselves (OWNER).
+              if K == 2 and fresh == 0 then own = inc end
+              st, a1, a2 = ADMITTED, 0, remaining(B, kb, first, last, lo, LI, now)
+            else
+              slot = now + wait
+              own = false -- deferred: it gives ownership up (OWNER)
+              st, a1, a2, a3 = LIMITED, wait, 0, 1
+            end
+          end
+        end
+      end
+      if e and (slot ~= so or own ~= oo) then
+        local ttl = ceil((horizon + J[o + 9]) / 1000)
+        if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+        EN[e + 11] = lts
+        if slot ~= so then EN[e + 7], EN[e + 9] = slot, true end
+        if own ~= oo then EN[e + 8], EN[e + 10] = own, true end
+      end
+    end
+    reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
+    n = n + 4
+  end
+
+  -- Write what changed. Redis turns a number argument into text with
+  -- printf('%.17g'): TTLs repeat (a bucket under its limit is full again
+  -- within a millisecond), so the last one is kept as text.
+  lt = nil
+  for bo = 0, nb - BW, BW do
+    if B[bo + 5] == 2 then
+      local l, a, f = B[bo + 6], B[bo + 3], B[bo + 4]
+      local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
+      if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+      call('SET', keys[B[bo + 1]], spack('<i8i4', a, f), 'PX', lts)
+    end
+  end
+  for e = 0, ne - EW, EW do
+    if EN[e + 9] then
+      if EN[e + 7] then
+        call('SET', keys[EN[e + 1]], format('%d', EN[e + 7]), 'PX', EN[e + 11])
+      else
+        call('DEL', keys[EN[e + 1]])
+      end
+    end
+    if EN[e + 10] then
+      if EN[e + 8] then
+        call('SET', keys[EN[e + 2]], format('%d', EN[e + 8]), 'PX', EN[e + 11])
+      else
+        call('DEL', keys[EN[e + 2]])
+      end
+    end
+  end
+  return reply
+end
+
+-- owner reads the owner record of a job, KEYS[at], outside a decision:
+-- the incarnation it names (false for none), or nil and the reply that
+-- refuses the call.
+local function owner(keys, at)
+  local name = keys[at]
+  local v = get(name)
+  if v == nil then return nil, {WRONGTYPE, at, 0, 0} end
+  local own, code = stored(v, name, E_OWNER, E_OWNER_TTL)
+  if own == nil then return nil, {INVALID, code, at, 0} end
+  return own
+end
+
+--[[
+claim___VERSION__: make an incarnation the owner of a job (see decide,
+OWNER) if no incarnation owns it. The worker's fast lane claims a job this
+way before it copies the job out of a backlog.
+
+KEYS[1]  the job's owner key
+ARGV[1]  the incarnation, [0, 2^53)
+ARGV[2]  the record's TTL in ms, [1, 31 days]
+
+Reply:
+  {1, claimed, owner, 0}  claimed is 1 when the record was written, else 0;
+                          owner is the incarnation it names after the call
+  {3, code, position, 0}  INVALID (E_INCARNATION, E_TTL, E_OWNER,
+                          E_OWNER_TTL); nothing written
+  {5, 1, 0, 0}            WRONGTYPE: KEYS[1] holds another type
+]]
+local function claim(keys, args)
+  if not call then bind() end
+  if #keys ~= 1 or #args ~= 2 then return badcall('claim takes 1 key and 2 arguments') end
+  local inc = whole(args[1], 0, EXACT - 1)
+  if inc == nil then return {INVALID, E_INCARNATION, 1, 0} end
+  local ttl = whole(args[2], 1, 31 * 86400000)
+  if ttl == nil then return {INVALID, E_TTL, 2, 0} end
+  local own, refused = owner(keys, 1)
+  if own == nil then return refused end
+  if own then return {1, 0, own, 0} end
+  call('SET', keys[1], format('%d', inc), 'PX', args[2])
+  return {1, 1, inc, 0}
+end
+
+--[[
+release___VERSION__: give up a job's owner record if it names an
+incarnation (compare and delete).
+
+KEYS[1]  the job's owner key
+ARGV[1]  the incarnation, [0, 2^53)
+
+Reply:
+  {1, released, owner, 0}  released is 1 when the record was deleted, else
+                           0; owner is the incarnation the record names
+                           after the call, -1 for none
+  {3, code, position, 0}   INVALID (E_INCARNATION, E_OWNER, E_OWNER_TTL);
+                           nothing written
+  {5, 1, 0, 0}             WRONGTYPE: KEYS[1] holds another type
+]]
+local function release(keys, args)
+  if not call then bind() end
+  if #keys ~= 1 or #args ~= 1 then return badcall('release takes 1 key and 1 argument') end
+  local inc = whole(args[1], 0, EXACT - 1)
+  if inc == nil then return {INVALID, E_INCARNATION, 1, 0} end
+  local own, refused = owner(keys, 1)
+  if own == nil then return refused end
+  if own ~= inc then return {1, 0, own or -1, 0} end
+  call('DEL', keys[1])
+  return {1, 1, -1, 0}
+end
+
+--[[
+failed___VERSION__: count one more handler failure of a job, atomically with
+the counter's TTL (INCR then PEXPIRE as two client commands could leave a
+counter that never expires), and, with an owner key, give up the job's owner
+record.
+
+KEYS[1]  the job's failure counter
+KEYS[2]  optional: the job's owner key
+ARGV[1]  the counter's TTL in ms, [1, 30 days]
+ARGV[2]  with KEYS[2]: the incarnation that failed, [0, 2^53)
+ARGV[3]  with KEYS[2]: the count at which the job is given up, [1, 1e6]
+
+With KEYS[2], while the count stays below ARGV[3] the owner record is
+deleted if it names the incarnation that failed: it did not run to success,
+so the next incarnation (a moved copy, say) must be free to run. At ARGV[3]
+the record is kept: the job is given up, and no other incarnation may run it.
+
+Reply:
+  {1, count, released, 0}  the failures counted so far, this one included;
+                           released is 1 when the owner record was deleted
+  {3, code, position, 0}   INVALID (E_TTL, E_INCARNATION, E_GIVE_UP,
+                           E_FAILURES, E_OWNER, E_OWNER_TTL); nothing
+                           written
+  {5, position, 0, 0}      WRONGTYPE: KEYS[position] holds another type
+]]
+local function failed(keys, args)
+  if not call then bind() end
+  local nk = #keys
+  if nk < 1 or nk > 2 or #args ~= 2 * nk - 1 then return badcall('failed takes 1 key and 1 argument, or 2 and 3') end
+  local ttl = whole(args[1], 1, MAX_HORIZON)
+  if ttl == nil then return {INVALID, E_TTL, 1, 0} end
+  local inc, giveUpAt
+  if nk == 2 then
+    inc = whole(args[2], 0, EXACT - 1)
+    if inc == nil then return {INVALID, E_INCARNATION, 2, 0} end
+    giveUpAt = whole(args[3], 1, 1000000)
+    if giveUpAt == nil then return {INVALID, E_GIVE_UP, 3, 0} end
+  end
+  -- Every read before the first write.
+  local v = get(keys[1])
+  if v == nil then return {WRONGTYPE, 1, 0, 0} end
+  if v and (#v > 15 or not find(v, '^%d+$')) then return {INVALID, E_FAILURES, 1, 0} end
+  local own = false
+  if nk == 2 then
+    local refused
+    own, refused = owner(keys, 2)
+    if own == nil then return refused end
+  end
+  local n = call('INCR', keys[1])
+  call('PEXPIRE', keys[1], args[1])
+  local released = 0
+  if own and own == inc and n < giveUpAt then
+    call('DEL', keys[2])
+    released = 1
+  end
+  return {1, n, released, 0}
+end
+
+redis.register_function('decide___VERSION__', decide)
+redis.register_function('claim___VERSION__', claim)
+redis.register_function('release___VERSION__', release)
+redis.register_function('failed___VERSION__', failed)
