@@ -113,11 +113,11 @@ local MAX_N = 1000000000 -- the largest cost, rate and burst
 -- While a library loads, Redis gives it no global but `redis`: the standard
 -- functions are bound on the first call (bind) and kept as upvalues, which
 -- are cheaper to reach than globals.
-local call, pcallr, find, tonum, format, floor, ceil, spack, sunpack, unpk
+local call, pcallr, find, tonum, format, concat, floor, ceil, spack, sunpack, unpk
 
 local function bind()
   call, pcallr = redis.call, redis.pcall
-  find, format, tonum = string.find, string.format, tonumber
+  find, format, tonum, concat = string.find, string.format, tonumber, table.concat
   floor, ceil = math.floor, math.ceil
   spack, sunpack, unpk = struct.pack, struct.unpack, unpack
 end
@@ -127,29 +127,36 @@ local function badcall(why)
   return redis.error_reply('BADCALL ' .. why)
 end
 
--- whole reads s as a whole number in [lo, hi]: digits only. It returns nil
--- for anything else (a sign, a point, an exponent, spaces, '', overflow).
-local function whole(s, lo, hi)
-  if s == nil or not find(s, '^%d+$') then
-    return nil
-  end
-  local n = tonum(s)
+-- num reads s, known to be digits only, as a whole number in [lo, hi], or
+-- nil. (s + 0 converts once; tonumber converts twice.)
+local function num(s, lo, hi)
+  local n = s + 0
   if n < lo or n > hi then
     return nil
   end
   return n
 end
 
--- limit checks the limit whose rate is args[x], then its period and burst:
--- it returns rate, period, burst, the quotient and remainder of
+-- whole reads s as a whole number in [lo, hi]: digits only. It returns nil
+-- for anything else (a sign, a point, an exponent, spaces, '', overflow).
+local function whole(s, lo, hi)
+  if s == nil or not find(s, '^%d+$') then
+    return nil
+  end
+  return num(s, lo, hi)
+end
+
+-- limit checks the limit whose rate is args[x], then its period and burst,
+-- each read by read (whole, or num when they are known to be digits): it
+-- returns rate, period, burst, the quotient and remainder of
 -- burst*period/rate, and the fill time (µs, rounded up); or nil, an E_*
 -- code and the position at fault.
-local function limit(args, x)
-  local r = whole(args[x], 1, MAX_N)
+local function limit(args, x, read)
+  local r = read(args[x], 1, MAX_N)
   if r == nil then return nil, E_RATE, x end
-  local p = whole(args[x + 1], 1000, MAX_PERIOD)
+  local p = read(args[x + 1], 1000, MAX_PERIOD)
   if p == nil then return nil, E_PERIOD, x + 1 end
-  local b = whole(args[x + 2], 1, MAX_N)
+  local b = read(args[x + 2], 1, MAX_N)
   if b == nil or b * p >= EXACT then return nil, E_BURST, x + 2 end
   local bp = b * p
   local q, m = floor(bp / r), bp % r
@@ -271,6 +278,45 @@ local function clock(now)
   return t[1] * 1000000 + t[2]
 end
 
+-- held decides a job from its job keys alone (K of them), before any
+-- bucket is read: a DUPLICATE when its owner (own, or false) is another
+-- incarnation than inc; and a job holding a slot (slot, or false), which
+-- was charged when it got it and never again: admitted at or after its
+-- slot, told the rest of its wait before. It returns the status (nil when
+-- the buckets must decide), its first and last values, and the job's slot
+-- and owner after the decision.
+local function held(own, inc, slot, K, now)
+  if own and own ~= inc then
+    -- Another incarnation of this job already ran: this one must not.
+    return DUPLICATE, own, 0, slot, own
+  end
+  if not slot then return nil, 0, 0, slot, own end
+  if now >= slot then
+    if K == 2 then own = inc end
+    return ADMITTED, 0, 1, false, own
+  end
+  return LIMITED, slot - now, 1, slot, false -- deferred again: see OWNER
+end
+
+-- verdict decides a job from the longest wait its charge would leave in
+-- its buckets: admitted (wait <= 0), given a slot (charged) within the
+-- horizon, or else limited uncharged: without a job id (K = 0) there is no
+-- slot to hold, and past the horizon the job is told to come back then. It
+-- returns the status, its first and last values, the job's slot and owner
+-- after the decision, and whether the charge stands.
+local function verdict(wait, K, fresh, inc, own, horizon, now)
+  if wait <= 0 then
+    -- All but a fresh original record themselves as the owner (OWNER).
+    if K == 2 and fresh == 0 then own = inc end
+    return ADMITTED, 0, 0, false, own, true
+  end
+  if K > 0 and wait <= horizon then
+    return LIMITED, wait, 1, now + wait, false, true -- deferred: see OWNER
+  end
+  if K > 0 and horizon > 0 then wait = horizon end
+  return LIMITED, wait, 0, false, false, false
+end
+
 --[[
 decide___VERSION__: one atomic decision for each of M jobs, in order, as if
 by M calls: jobs that name the same bucket share it, and a later job sees
@@ -382,7 +428,7 @@ local function jobs(keys, args)
     if Lk > 0 and (Lk > 1 or L ~= 1 or args[y] ~= lr or args[y + 1] ~= lp or args[y + 2] ~= lb) then
       lo, L, lx, fill, lerr, lpos = nl, Lk, y, 0, 0, 0
       for z = y, y + 3 * (Lk - 1), 3 do
-        local r, p, b, q, m, f = limit(args, z)
+        local r, p, b, q, m, f = limit(args, z, whole)
         if r == nil then
           if lerr == 0 then lerr, lpos = p, b end
           r, p, b, q, m, f = 1, 1000, 0, 0, 0, 0
@@ -392,6 +438,8 @@ local function jobs(keys, args)
         if f > fill then fill = f end
       end
       lr, lp, lb = args[y], args[y + 1], args[y + 2]
+    elseif Lk > 0 then
+      lx = y -- the same limit again, at positions of its own
     end
     if cs ~= lcs then lcs, lc = cs, whole(cs, 1, MAX_N) end
     if is ~= lis then lis, li = is, whole(is, 0, EXACT - 1) end
@@ -418,12 +466,19 @@ local function jobs(keys, args)
     J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5] = lc, li, fresh, lo, L
     J[o + 6], J[o + 7], J[o + 8], J[o + 9], J[o + 10] = key, err, pos, fill, false
     o = o + JW
-    key = key + L
+    key = key + L -- job keys are added once K is known
   end
   if M == 0 then return nil, 'no job' end
   local K = (#keys - (key - 1)) / M
   if (K ~= 0 and K ~= 1 and K ~= 2) or (short and K ~= 0) then
     return nil, 'KEYS do not fit ARGV'
+  end
+  if K > 0 then
+    -- The state keys of each job follow the job keys of those before.
+    for k = 1, M - 1 do
+      local o = JW * k
+      J[o + 6] = J[o + 6] + K * k
+    end
   end
   return M, J, K, LI
 end
@@ -481,8 +536,95 @@ local function remaining(B, kb, first, last, lo, LI, now)
   return n
 end
 
+-- The shape of a call of one job under one limit, its arguments joined by
+-- spaces: the short form, and the general form with K = 0, 1 or 2.
+local ONE5 = '^%d+ %d+ %d+ %d+ %d+$'
+local ONE9 = '^%d+ %d+ %d+ %d+ %d+ 1 %d+ %d+ %d+$'
+
+-- one decides a call of one job under one limit, the most common call,
+-- with the same rules (the same functions) as the general path below, but
+-- keeping everything in locals: a table costs Redis about as much as a
+-- thousand instructions to create and fill. Its checks are the general
+-- path's, made cheaply: one pattern match over all arguments joined (a
+-- match per argument costs more than the decision's arithmetic), and
+-- conversion by arithmetic. A call that fails any of them is not answered
+-- here (nil): the general path checks each argument on its own and names
+-- the one at fault.
+local function one(keys, args, nargv, K)
+  local x, sn, sh, sc, si, sf = 3, args[1], '0', args[2], '0', '0'
+  if nargv == 9 then
+    x, sh, sc, si, sf = 7, args[2], args[3], args[4], args[5]
+    if not find(concat(args, ' '), ONE9) then return nil end
+  elseif not find(concat(args, ' '), ONE5) then
+    return nil
+  end
+  local now, horizon, c, inc, fresh = 0, 0, 1, 0, 0
+  if sn ~= '0' then now = num(sn, 0, EXACT - 1) end
+  if sh ~= '0' then horizon = num(sh, 0, MAX_HORIZON) end
+  if sc ~= '1' then c = num(sc, 1, MAX_N) end
+  if si ~= '0' then inc = num(si, 0, EXACT - 1) end
+  if sf == '1' then fresh = 1 elseif sf ~= '0' then fresh = nil end
+  if not (now and horizon and c and inc and fresh) then return nil end
+  local r, p, b, q, m, fill = limit(args, x, num)
+  if not r or c > b then return nil end
+  now = clock(now)
+
+  -- The job's reservation (unless it is fresh) and owner.
+  local name, resv, okey = keys[1], keys[2], keys[3]
+  local slot, own, code = false, false, nil
+  if K > 0 and fresh == 0 then
+    slot = get(resv)
+    if slot == nil then return {WRONGTYPE, 2, 0, 0} end
+    slot, code = stored(slot, resv, E_RESV, E_RESV_TTL)
+    if slot == nil then return {INVALID, code, 2, 0} end
+  end
+  if K == 2 then
+    own = get(okey)
+    if own == nil then return {WRONGTYPE, 3, 0, 0} end
+    own, code = stored(own, okey, E_OWNER, E_OWNER_TTL)
+    if own == nil then return {INVALID, code, 3, 0} end
+  end
+  local so, oo = slot, own
+  local st, a1, a3
+  local a2 = 0
+  st, a1, a3, slot, own = held(own, inc, slot, K, now)
+  if not st then
+    -- The bucket.
+    local a, f = get(name), nil
+    if a == nil then return {WRONGTYPE, 1, 0, 0} end
+    a, f = state(a, name, r, fill, now)
+    if a == nil then return {INVALID, f, 1, 0} end
+    local na, nf, wait = charge(a, f, r, p, q, m, c, now)
+    local charged
+    st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
+    if charged then
+      call('SET', name, spack('<i8i4', na, nf), 'PX', format('%d', fullIn(na, nf, r, q, m, now)))
+      a, f = na, nf
+    end
+    if a3 == 0 then a2 = tokens(a, f, r, p, b, now) end
+  end
+  if slot ~= so or own ~= oo then
+    local ttl = format('%d', ceil((horizon + fill) / 1000))
+    if slot ~= so then
+      if slot then call('SET', resv, format('%d', slot), 'PX', ttl) else call('DEL', resv) end
+    end
+    if own ~= oo then
+      if own then call('SET', okey, format('%d', own), 'PX', ttl) else call('DEL', okey) end
+    end
+  end
+  return {st, a1, a2, a3}
+end
+
 local function decide(keys, args)
   if not call then bind() end
+  local nargv, nkeys = #args, #keys
+  if nargv == 5 and nkeys == 1 then
+    local reply = one(keys, args, 5, 0)
+    if reply then return reply end
+  elseif nargv == 9 and nkeys >= 1 and nkeys <= 3 and args[6] == '1' then
+    local reply = one(keys, args, 9, nkeys - 1)
+    if reply then return reply end
+  end
   local M, J, K, LI = jobs(keys, args)
   if not M then return badcall(J) end
   local now = whole(args[1], 0, EXACT - 1)
@@ -575,30 +717,17 @@ local function decide(keys, args)
       local c, inc, fresh, lo = J[o + 1], J[o + 2], J[o + 3], J[o + 4]
       local first = J[o + 6]
       local last = first + J[o + 5] - 1
-      -- What the job does to its entry: a new slot, a new owner.
       local slot, own = false, false
       if e then slot, own = EN[e + 7], EN[e + 8] end
       local so, oo = slot, own
-      if own and own ~= inc then
-        -- Another incarnation of this job already ran: this one must not.
-        st, a1, a2 = DUPLICATE, own, 0
-      elseif slot then
-        -- A job holding a slot was charged when it got it, never again:
-        -- admitted at or after its slot (the buckets are not read);
-        -- earlier, told the rest of its wait.
-        if now >= slot then
-          slot = false
-          if K == 2 then own = inc end
-          st, a1, a2, a3 = ADMITTED, 0, 0, 1
-        else
-          own = false -- deferred again: it gives ownership up (OWNER)
-          st, a1, a2, a3 = LIMITED, slot - now, 0, 1
-        end
-      else
+      st, a1, a3, slot, own = held(own, inc, slot, K, now)
+      a2 = 0
+      if not st then
         local s, at = openBuckets(B, kb, first, last, lo, keys, V, wrong, LI, now)
-        if s ~= 0 then
-          st, a1, a2 = INVALID, s, at
-          if s == WRONGTYPE then st, a1, a2 = WRONGTYPE, at, 0 end
+        if s == WRONGTYPE then
+          st, a1, a2, slot, own = WRONGTYPE, at, 0, so, oo
+        elseif s ~= 0 then
+          st, a1, a2, slot, own = INVALID, s, at, so, oo
         else
           -- Charge the job in every bucket, on paper (CH), and find the
           -- longest wait.
@@ -610,29 +739,17 @@ local function decide(keys, args)
             i = i + 2
             if w > wait then wait = w end
           end
-          if wait > 0 and (not e or wait > horizon) then
-            -- Nothing is charged. Without a job id there is no slot to
-            -- hold; past the horizon the job is told to come back then.
-            if e and horizon > 0 then wait = horizon end
-            own = false
-            st, a1, a2 = LIMITED, wait, remaining(B, kb, first, last, lo, LI, now)
-          else
+          local charged
+          st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
+          if charged then
             i = 0
             for y = first, last do
               local bo = kb[y]
               B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = CH[i + 1], CH[i + 2], 2, lo + LW * (y - first)
               i = i + 2
             end
-            if wait == 0 then
-              -- All but a fresh original record themselves (OWNER).
-              if K == 2 and fresh == 0 then own = inc end
-              st, a1, a2 = ADMITTED, 0, remaining(B, kb, first, last, lo, LI, now)
-            else
-              slot = now + wait
-              own = false -- deferred: it gives ownership up (OWNER)
-              st, a1, a2, a3 = LIMITED, wait, 0, 1
-            end
           end
+          if st == ADMITTED or a3 == 0 then a2 = remaining(B, kb, first, last, lo, LI, now) end
         end
       end
       if e and (slot ~= so or own ~= oo) then

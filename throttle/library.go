@@ -97,10 +97,16 @@ type fcall struct {
 	cmd  *redis.Cmd
 }
 
+// reloads is how many times run loads the library again on a Cluster or
+// Ring and re-sends the calls that found it missing, should it vanish again
+// in between (a FUNCTION FLUSH racing the retry).
+const reloads = 3
+
 // run sends calls in one pipeline. Calls that failed because Redis does not
 // have the function (after a restart without persistence, FUNCTION FLUSH,
 // or a new master) did not run: the library is loaded again and they are
-// sent again, in a second pipeline. Errors are left in each call's cmd.
+// sent again, in one more round trip (on a single server, in the same
+// transaction as the load). Errors are left in each call's cmd.
 func (lib *library) run(ctx context.Context, calls []fcall) {
 	if len(calls) == 0 {
 		return
@@ -110,20 +116,42 @@ func (lib *library) run(ctx context.Context, calls []fcall) {
 		calls[k].cmd = pipe.FCall(ctx, calls[k].fn, calls[k].keys, calls[k].args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	var retry redis.Pipeliner
-	for k := range calls {
-		if !isMissingFunction(calls[k].cmd.Err()) {
-			continue
+	if single, ok := lib.rdb.(*redis.Client); ok {
+		// One server: load the library and send the calls again in one
+		// transaction, so that nothing can delete it in between.
+		var tx redis.Pipeliner
+		for k := range calls {
+			if !isMissingFunction(calls[k].cmd.Err()) {
+				continue
+			}
+			if tx == nil {
+				tx = single.TxPipeline()
+				tx.FunctionLoadReplace(ctx, lib.code)
+			}
+			calls[k].cmd = tx.FCall(ctx, calls[k].fn, calls[k].keys, calls[k].args...)
+		}
+		if tx != nil {
+			_, _ = tx.Exec(ctx)
+		}
+		return
+	}
+	for range reloads {
+		var retry redis.Pipeliner
+		for k := range calls {
+			if !isMissingFunction(calls[k].cmd.Err()) {
+				continue
+			}
+			if retry == nil {
+				if err := lib.load(ctx); err != nil {
+					return // the calls keep their error
+				}
+				retry = lib.rdb.Pipeline()
+			}
+			calls[k].cmd = retry.FCall(ctx, calls[k].fn, calls[k].keys, calls[k].args...)
 		}
 		if retry == nil {
-			if err := lib.load(ctx); err != nil {
-				return // the calls keep their error
-			}
-			retry = lib.rdb.Pipeline()
+			return
 		}
-		calls[k].cmd = retry.FCall(ctx, calls[k].fn, calls[k].keys, calls[k].args...)
-	}
-	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
 }
