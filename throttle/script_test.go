@@ -135,7 +135,7 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		v         string
 		code, idx int64
 	}{
-		{1, "9007199254740992", eNow, 1}, // 2^53
+		{1, "9007199254740992", eNow, 1},  // 2^53
 		{2, "2592000000001", eHorizon, 2}, // 30 days + 1µs
 		{3, "0", eCost, 3},
 		{3, "1000000001", eCost, 3},
