@@ -241,11 +241,11 @@ end
 
 -- getAll reads the n keys named in RK with one MGET, which answers false
 -- for a key of another type as for an absent one; only when some came back
--- false does it ask EXISTS, and only when one of those exists does it ask
--- TYPE of each, so a key of another type is found without raising. It
--- returns the values and the set of RK positions of another type.
+-- false does it ask EXISTS of those, and only when one of them exists does
+-- it ask TYPE of each, so a key of another type is found without raising.
+-- It returns the values and the set of RK positions of another type (or
+-- false).
 local function getAll(RK, n)
-  local wrong = false
   if n == 1 then
     local v = get(RK[1])
     if v == nil then return {false}, {true} end
@@ -257,16 +257,13 @@ local function getAll(RK, n)
     if not V[x] then
       NK = NK or {}
       nn = nn + 1
-      NK[nn] = x
+      NK[nn] = RK[x]
     end
   end
-  if nn == 0 then return V, false end
-  local names = {}
-  for i = 1, nn do names[i] = RK[NK[i]] end
-  if call('EXISTS', unpk(names, 1, nn)) == 0 then return V, false end
-  wrong = {}
-  for i = 1, nn do
-    if call('TYPE', names[i]).ok ~= 'none' then wrong[NK[i]] = true end
+  if nn == 0 or call('EXISTS', unpk(NK, 1, nn)) == 0 then return V, false end
+  local wrong = {}
+  for x = 1, n do
+    if not V[x] and call('TYPE', RK[x]).ok ~= 'none' then wrong[x] = true end
   end
   return V, wrong
 end
@@ -366,42 +363,45 @@ run.
 ]]
 
 -- Jobs, JW slots each from offset o: cost, incarnation, fresh flag, LI
--- offset of its first limit, its number of limits, KEYS position of its
--- first state key, its INVALID code (0 when valid) and position, the
--- longest fill time of its limits (µs), and its entry (EN offset, or false).
-local JW = 10
+-- offset of its first limit, its number of limits, and its entry (EN
+-- offset, or false). A job refused while its arguments are read has its
+-- code and position in BAD, at o and o + 1. (Every slot written costs Redis
+-- a few hundred instructions: the tables hold only what is read again.)
+local JW = 6
 -- Limits, LW slots each: rate, period, burst, q and m (burst*period/rate =
--- q + m/rate), fill time (µs).
-local LW = 6
--- Buckets, BW slots each: KEYS position, RK position (of the read), empty
--- time (a, f), status (0 not read, 1 read, 2 changed, or the E_* code of a
+-- q + m/rate), fill time (µs); and, at the first limit of a set (the
+-- limits of a job), the longest fill time of the set.
+local LW = 7
+-- Buckets, BW slots each: RK position (its name, read), empty time (a, f),
+-- status (0 not read, 1 read, 2 changed, WRONGTYPE, or the E_* code of a
 -- bad state), LI offset of the limit that last charged it.
-local BW = 6
--- Entries, one per job id, EW slots each: KEYS positions of the
--- reservation and of the owner (or false), RK positions of both (false
--- when not read), status (0 not checked, 1 checked, an E_* code, or
--- WRONGTYPE) and the KEYS position at fault, slot (µs, or false), owner
--- (incarnation, or false), whether each changed, and the TTL of both (ms,
--- as text).
-local EW = 11
+local BW = 5
+-- Entries (one per job id), EW slots each: KEYS position of the
+-- reservation (the owner's is the next), RK positions of both (false when
+-- not read), status (0 not checked, 1 checked, WRONGTYPE or an E_* code),
+-- slot (µs, or false; the KEYS position at fault when bad), and owner
+-- (incarnation, or false). What changed is kept apart, in CHG.
+local EW = 6
 
 -- jobs reads the layout of a decide call and checks every job's
--- arguments: it returns M, the jobs (J), K and the limits (LI); or nil and
--- why KEYS and ARGV do not fit together.
+-- arguments: it returns M, the jobs (J), K, the limits (LI) and the jobs
+-- refused (BAD, or nil); or nil and why KEYS and ARGV do not fit together.
 local function jobs(keys, args)
   local nargv = #args
   local short = nargv == 5
-  local J, LI = {}, {}
-  local M, o, nl, key = 0, 0, 0, 1
+  local J, LI, BAD = {}, {}, nil
+  local M, o, nl, nkeys = 0, 0, 0, 0
   -- The current set of limits: its LI offset, its count, the ARGV position
-  -- of its first rate, its longest fill time, its first bad argument, and
-  -- (when it has one limit) its rate, period and burst as text.
-  local lo, L, lx, fill, lerr, lpos = 0, 0, 0, 0, 0, 0
+  -- of its first rate, its first bad argument, and (when it has one limit)
+  -- its rate, period and burst as text.
+  local lo, L, lx, lerr, lpos = 0, 0, 0, 0, 0
   local lr, lp, lb
   -- The cost and incarnation of the job before, as text and as read: an
   -- argument equal to one already checked is not checked again (Lua
-  -- interns strings, so comparing them is cheap).
+  -- interns strings, so comparing them is cheap); and the cost and limits
+  -- last checked against the bursts, with the outcome.
   local lcs, lc, lis, li
+  local oc, olx, oerr, opos
   local x = 3
   if short then x = 2 end
   while x <= nargv do
@@ -426,7 +426,8 @@ local function jobs(keys, args)
       if x > nargv + 1 then return nil, 'limits past the end of ARGV' end
     end
     if Lk > 0 and (Lk > 1 or L ~= 1 or args[y] ~= lr or args[y + 1] ~= lp or args[y + 2] ~= lb) then
-      lo, L, lx, fill, lerr, lpos = nl, Lk, y, 0, 0, 0
+      lo, L, lx, lerr, lpos, olx = nl, Lk, y, 0, 0, nil
+      local fill = 0
       for z = y, y + 3 * (Lk - 1), 3 do
         local r, p, b, q, m, f = limit(args, z, whole)
         if r == nil then
@@ -437,6 +438,7 @@ local function jobs(keys, args)
         nl = nl + LW
         if f > fill then fill = f end
       end
+      LI[lo + 7] = fill
       lr, lp, lb = args[y], args[y + 1], args[y + 2]
     elseif Lk > 0 then
       lx = y -- the same limit again, at positions of its own
@@ -456,84 +458,31 @@ local function jobs(keys, args)
     elseif lerr ~= 0 then
       err, pos = lerr, lpos
     else
-      for z = 0, L - 1 do
-        if lc > LI[lo + LW * z + 3] then
-          err, pos = E_OVER_BURST, lx + 3 * z + 2
-          break
+      if lc ~= oc or lx ~= olx then
+        oc, olx, oerr, opos = lc, lx, 0, 0
+        for z = 0, L - 1 do
+          if lc > LI[lo + LW * z + 3] then
+            oerr, opos = E_OVER_BURST, lx + 3 * z + 2
+            break
+          end
         end
       end
+      err, pos = oerr, opos
     end
-    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5] = lc, li, fresh, lo, L
-    J[o + 6], J[o + 7], J[o + 8], J[o + 9], J[o + 10] = key, err, pos, fill, false
+    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5], J[o + 6] = lc, li, fresh, lo, L, false
+    if err ~= 0 then
+      BAD = BAD or {}
+      BAD[o], BAD[o + 1] = err, pos
+    end
     o = o + JW
-    key = key + L -- job keys are added once K is known
+    nkeys = nkeys + L
   end
   if M == 0 then return nil, 'no job' end
-  local K = (#keys - (key - 1)) / M
+  local K = (#keys - nkeys) / M
   if (K ~= 0 and K ~= 1 and K ~= 2) or (short and K ~= 0) then
     return nil, 'KEYS do not fit ARGV'
   end
-  if K > 0 then
-    -- The state keys of each job follow the job keys of those before.
-    for k = 1, M - 1 do
-      local o = JW * k
-      J[o + 6] = J[o + 6] + K * k
-    end
-  end
-  return M, J, K, LI
-end
-
--- openEntry checks, once, the reservation and owner of a job id (entry e),
--- as read into V: it sets the entry's status, and its slot and owner.
-local function openEntry(EN, e, keys, V, wrong)
-  local rk, ok, rx, ox = EN[e + 1], EN[e + 2], EN[e + 3], EN[e + 4]
-  if wrong and rx and wrong[rx] then EN[e + 5], EN[e + 6] = WRONGTYPE, rk return end
-  if wrong and ox and wrong[ox] then EN[e + 5], EN[e + 6] = WRONGTYPE, ok return end
-  local slot, own, code = false, false, nil
-  if rx then
-    slot, code = stored(V[rx], keys[rk], E_RESV, E_RESV_TTL)
-    if slot == nil then EN[e + 5], EN[e + 6] = code, rk return end
-  end
-  if ox then
-    own, code = stored(V[ox], keys[ok], E_OWNER, E_OWNER_TTL)
-    if own == nil then EN[e + 5], EN[e + 6] = code, ok return end
-  end
-  EN[e + 5], EN[e + 7], EN[e + 8] = 1, slot, own
-end
-
--- openBuckets reads, once each, the state of the buckets of a job's limits
--- (KEYS positions first..last, LI offset lo on): it returns 0 when all are
--- well formed, else WRONGTYPE or an E_* code and the KEYS position at fault.
-local function openBuckets(B, kb, first, last, lo, keys, V, wrong, LI, now)
-  for y = first, last do
-    local bo = kb[y]
-    if wrong and wrong[B[bo + 2]] then return WRONGTYPE, y end
-    local s = B[bo + 5]
-    if s == 0 then
-      local l = lo + LW * (y - first)
-      local a, f = state(V[B[bo + 2]], keys[y], LI[l + 1], LI[l + 6], now)
-      if a == nil then
-        B[bo + 5] = f
-        return f, y
-      end
-      B[bo + 3], B[bo + 4], B[bo + 5] = a, f, 1
-    elseif s > 2 then
-      return s, y
-    end
-  end
-  return 0
-end
-
--- remaining is the whole tokens left in the tightest bucket of a job's
--- limits.
-local function remaining(B, kb, first, last, lo, LI, now)
-  local n = nil
-  for y = first, last do
-    local bo, l = kb[y], lo + LW * (y - first)
-    local t = tokens(B[bo + 3], B[bo + 4], LI[l + 1], LI[l + 2], LI[l + 3], now)
-    if n == nil or t < n then n = t end
-  end
-  return n
+  return M, J, K, LI, BAD
 end
 
 -- The shape of a call of one job under one limit, its arguments joined by
@@ -615,6 +564,209 @@ local function one(keys, args, nargv, K)
   return {st, a1, a2, a3}
 end
 
+-- many decides the worker's call, several jobs under one limit each, each
+-- job id named once, with the same rules (the same functions) as the
+-- general path below, but with fewer tables and fewer slots in them: the
+-- general path spends Redis about twice as many instructions a job on its
+-- bookkeeping. Its checks are the general path's; an argument equal to one
+-- already checked (the same limit, a cost of '1', an incarnation of '0':
+-- Lua interns strings, so comparing them is cheap) is not checked again. A
+-- call that fails any check, names a job id twice or holds a job of
+-- several limits is not answered here (nil): the general path answers it.
+local function many(keys, args, nargv, nkeys)
+  -- The shape: after the header, 7 arguments for the first job, then 4
+  -- for each job with L_k = 0 and 7 for each with L_k = 1.
+  if nargv < 13 or args[6] ~= '1' then return nil end
+  local M, j = 1, 10
+  while j + 3 <= nargv do
+    local lk = args[j + 3]
+    if lk == '0' then
+      j = j + 4
+    elseif lk == '1' then
+      j = j + 7
+    else
+      return nil
+    end
+    M = M + 1
+  end
+  local K = nkeys / M - 1
+  if j ~= nargv + 1 or M > MAX_JOBS or (K ~= 0 and K ~= 1 and K ~= 2) then return nil end
+  local now, horizon = whole(args[1], 0, EXACT - 1), whole(args[2], 0, MAX_HORIZON)
+  if not (now and horizon) then return nil end
+
+  -- Limits, 7 slots each from offset 0, 7, ...: rate, period, burst, q, m,
+  -- fill time, and the TTL of a job key (ms, as text). Jobs, 5 slots each:
+  -- cost, incarnation, fresh flag, offset of its limit, offset of its
+  -- bucket. Buckets, 6 slots each: KEYS position, RK position, empty time
+  -- (a, f), status (0 not read, 1 read, 2 changed, or an E_* code or
+  -- WRONGTYPE), offset of the limit that last charged it. RK names the
+  -- buckets to read, JK the job keys (in job order: the reservation unless
+  -- the job is fresh, and with K = 2 the owner).
+  local LI, J, B, byName, RK, JK = {}, {}, {}, {}, {}, {}
+  local seen = K > 0 and {}
+  local nl, nb, nr, nj, o = -7, 0, 0, 0, 0
+  local lrs, lps, lbs, lcs, lis = nil, nil, nil, '1', '0'
+  local lc, li = 1, 0
+  local rs, ps, bs = args[7], args[8], args[9]
+  local cs, is, fs = args[3], args[4], args[5]
+  local kx = 1
+  j = 10
+  for k = 1, M do
+    if k > 1 then
+      cs, is, fs = args[j], args[j + 1], args[j + 2]
+      if args[j + 3] == '1' then
+        rs, ps, bs = args[j + 4], args[j + 5], args[j + 6]
+        j = j + 7
+      else
+        j = j + 4
+      end
+    end
+    if rs ~= lrs or ps ~= lps or bs ~= lbs then
+      local r, p, b, q, m, fill = limit(args, j - 3, whole) -- j is past them
+      if not r then return nil end
+      nl = nl + 7
+      LI[nl + 1], LI[nl + 2], LI[nl + 3], LI[nl + 4], LI[nl + 5], LI[nl + 6] = r, p, b, q, m, fill
+      LI[nl + 7] = format('%d', ceil((horizon + fill) / 1000))
+      lrs, lps, lbs = rs, ps, bs
+    end
+    if cs ~= lcs then lcs, lc = cs, whole(cs, 1, MAX_N) end
+    if is ~= lis then lis, li = is, whole(is, 0, EXACT - 1) end
+    local fresh = 0
+    if fs == '1' then fresh = 1 elseif fs ~= '0' then return nil end
+    if not (lc and li) or lc > LI[nl + 3] then return nil end
+    local name = keys[kx]
+    local bo = byName[name]
+    if bo == nil then
+      bo = nb
+      nb = nb + 6
+      byName[name] = bo
+      nr = nr + 1
+      RK[nr] = name
+      B[bo + 1], B[bo + 2], B[bo + 5] = kx, nr, 0
+    end
+    if K > 0 then
+      local resv = keys[kx + 1]
+      if seen[resv] then return nil end
+      seen[resv] = true
+      if fresh == 0 then
+        nj = nj + 1
+        JK[nj] = resv
+      end
+      if K == 2 then
+        nj = nj + 1
+        JK[nj] = keys[kx + 2]
+      end
+    end
+    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5] = lc, li, fresh, nl, bo
+    o = o + 5
+    kx = kx + 1 + K
+  end
+  now = clock(now)
+  local V, wrong = getAll(RK, nr)
+  local JV, jwrong = nil, false
+  if nj > 0 then JV, jwrong = getAll(JK, nj) end
+
+  -- Decide each job in order, in memory. Writes to job keys are listed in
+  -- W (KEYS position, value or false to delete, TTL) and made at the end,
+  -- with the buckets.
+  local reply, W = {}, {}
+  local n, nw, jx = 0, 0, 0
+  o, kx = 0, 1
+  for k = 1, M do
+    local c, inc, fresh, lo, bo = J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5]
+    o = o + 5
+    local st, a1, a2, a3 = nil, 0, 0, 0
+    local slot, own, code = false, false, nil
+    if K > 0 and fresh == 0 then
+      jx = jx + 1
+      if jwrong and jwrong[jx] then
+        st, a1 = WRONGTYPE, kx + 1
+      elseif JV[jx] then
+        slot, code = stored(JV[jx], keys[kx + 1], E_RESV, E_RESV_TTL)
+        if slot == nil then st, a1, a2, slot = INVALID, code, kx + 1, false end
+      end
+    end
+    if K == 2 then
+      jx = jx + 1
+      if st then
+        -- refused already
+      elseif jwrong and jwrong[jx] then
+        st, a1 = WRONGTYPE, kx + 2
+      elseif JV[jx] then
+        own, code = stored(JV[jx], keys[kx + 2], E_OWNER, E_OWNER_TTL)
+        if own == nil then st, a1, a2, own = INVALID, code, kx + 2, false end
+      end
+    end
+    local so, oo = slot, own
+    if not st and (slot or own) then st, a1, a3, slot, own = held(own, inc, slot, K, now) end
+    if not st then
+      local s = B[bo + 5]
+      if s == 0 then
+        local x = B[bo + 2]
+        if wrong and wrong[x] then
+          s = WRONGTYPE
+        else
+          local a, f = 0, 0
+          if V[x] then a, f = state(V[x], RK[x], LI[lo + 1], LI[lo + 6], now) end
+          if a then
+            B[bo + 3], B[bo + 4], s = a, f, 1
+          else
+            s = f
+          end
+        end
+        B[bo + 5] = s
+      end
+      if s == WRONGTYPE then
+        st, a1 = WRONGTYPE, B[bo + 1]
+      elseif s ~= 1 and s ~= 2 then
+        st, a1, a2 = INVALID, s, B[bo + 1]
+      else
+        local r = LI[lo + 1]
+        local a, f, wait = charge(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
+        local charged
+        st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
+        if charged then B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = a, f, 2, lo end
+        if a3 == 0 then a2 = tokens(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 3], now) end
+      end
+    end
+    if st == WRONGTYPE or st == INVALID then
+      slot, own = so, oo
+    end
+    if slot ~= so then
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, slot, LI[lo + 7]
+      nw = nw + 3
+    end
+    if own ~= oo then
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 2, own, LI[lo + 7]
+      nw = nw + 3
+    end
+    reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
+    n = n + 4
+    kx = kx + 1 + K
+  end
+  -- Write what changed. Redis turns a number argument into text with
+  -- printf('%.17g'): TTLs repeat (a bucket under its limit is full again
+  -- within a millisecond), so the last one is kept as text.
+  local lt, lts = nil, nil
+  for bo = 0, nb - 6, 6 do
+    if B[bo + 5] == 2 then
+      local l, a, f = B[bo + 6], B[bo + 3], B[bo + 4]
+      local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
+      if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+      call('SET', keys[B[bo + 1]], spack('<i8i4', a, f), 'PX', lts)
+    end
+  end
+  for w = 0, nw - 3, 3 do
+    local v = W[w + 2]
+    if v then
+      call('SET', keys[W[w + 1]], format('%d', v), 'PX', W[w + 3])
+    else
+      call('DEL', keys[W[w + 1]])
+    end
+  end
+  return reply
+end
+
 local function decide(keys, args)
   if not call then bind() end
   local nargv, nkeys = #args, #keys
@@ -624,8 +776,11 @@ local function decide(keys, args)
   elseif nargv == 9 and nkeys >= 1 and nkeys <= 3 and args[6] == '1' then
     local reply = one(keys, args, 9, nkeys - 1)
     if reply then return reply end
+  elseif nargv > 9 then
+    local reply = many(keys, args, nargv, nkeys)
+    if reply then return reply end
   end
-  local M, J, K, LI = jobs(keys, args)
+  local M, J, K, LI, BAD = jobs(keys, args)
   if not M then return badcall(J) end
   local now = whole(args[1], 0, EXACT - 1)
   local horizon = 0
@@ -633,7 +788,7 @@ local function decide(keys, args)
   local bad, badAt = 0, 0
   if now == nil then
     bad, badAt = E_NOW, 1
-  elseif #args ~= 5 then
+  elseif nargv ~= 5 then
     horizon = whole(args[2], 0, MAX_HORIZON)
     if horizon == nil then bad, badAt = E_HORIZON, 2 end
   end
@@ -644,17 +799,19 @@ local function decide(keys, args)
     return reply
   end
 
-  -- What to read: the buckets of every valid job (once per key), and the
-  -- reservation (unless every job naming it is fresh) and owner of each
-  -- job id (once per id).
+  -- What to read (RK): the buckets of every valid job (once per key), and
+  -- the reservation (unless every job naming it is fresh) and owner of
+  -- each job id (once per id). kb maps a KEYS position to its bucket.
   local B, kb, byName, RK = {}, {}, {}, {}
   local EN, byResv = nil, nil
   local nb, ne, nr = 0, 0, 0
   if K > 0 then EN, byResv = {}, {} end
+  local key = 1 -- KEYS position of the job's first state key
   for o = 0, JW * (M - 1), JW do
-    if J[o + 7] == 0 then
-      local first = J[o + 6]
-      local last = first + J[o + 5] - 1
+    local first = key
+    local last = first + J[o + 5] - 1
+    key = last + 1 + K
+    if not (BAD and BAD[o]) then
       for y = first, last do
         local name = keys[y]
         local bo = byName[name]
@@ -664,7 +821,7 @@ local function decide(keys, args)
           byName[name] = bo
           nr = nr + 1
           RK[nr] = name
-          B[bo + 1], B[bo + 2], B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = y, nr, 0, 0, 0, 0
+          B[bo + 1], B[bo + 4] = nr, 0
         end
         kb[y] = bo
       end
@@ -676,20 +833,20 @@ local function decide(keys, args)
           e = ne
           ne = ne + EW
           byResv[resv] = e
-          EN[e + 1], EN[e + 2], EN[e + 3], EN[e + 4], EN[e + 5], EN[e + 6] = rk, false, false, false, 0, 0
-          EN[e + 7], EN[e + 8], EN[e + 9], EN[e + 10], EN[e + 11] = false, false, false, false, false
+          local ox = false
           if K == 2 then
             nr = nr + 1
             RK[nr] = keys[rk + 1]
-            EN[e + 2], EN[e + 4] = rk + 1, nr
+            ox = nr
           end
+          EN[e + 1], EN[e + 2], EN[e + 3], EN[e + 4] = rk, false, ox, 0
         end
-        if J[o + 3] == 0 and not EN[e + 3] then
+        if J[o + 3] == 0 and not EN[e + 2] then
           nr = nr + 1
           RK[nr] = resv
-          EN[e + 3] = nr
+          EN[e + 2] = nr
         end
-        J[o + 10] = e
+        J[o + 6] = e
       end
     end
   end
@@ -700,64 +857,114 @@ local function decide(keys, args)
   end
 
   -- Decide each job in order, in memory; every write is made at the end.
-  local CH = {}
+  -- CHG holds, per changed entry, the TTL of its keys (ms, as text) and
+  -- whether its slot and its owner changed.
+  local CH, CHG = {}, nil
   local n = 0
-  local lt, lts = nil, nil -- the last job-key TTL, as number and text
+  local lt, lts = nil, nil -- the last TTL, as number and text
+  key = 1
   for o = 0, JW * (M - 1), JW do
-    local st, a1, a2, a3 = INVALID, J[o + 7], J[o + 8], 0
-    local e = J[o + 10]
-    if e and EN[e + 5] == 0 then openEntry(EN, e, keys, V, wrong) end
-    if a1 ~= 0 then
-      -- Refused while its arguments were read.
-    elseif e and EN[e + 5] ~= 1 then
-      -- Its reservation or owner is bad.
-      a1, a2 = EN[e + 5], EN[e + 6]
-      if a1 == WRONGTYPE then st, a1, a2 = WRONGTYPE, a2, 0 end
+    local st, a1, a2, a3 = INVALID, 0, 0, 0
+    local L = J[o + 5]
+    local first = key
+    local last = first + L - 1
+    key = last + 1 + K
+    local e = J[o + 6]
+    local es = e and EN[e + 4]
+    if es == 0 then
+      -- The job id's reservation and owner, checked once.
+      local rk, rx, ox = EN[e + 1], EN[e + 2], EN[e + 3]
+      local slot, own, code = false, false, nil
+      es = 1
+      if wrong and rx and wrong[rx] then
+        es, slot = WRONGTYPE, rk
+      elseif wrong and ox and wrong[ox] then
+        es, slot = WRONGTYPE, rk + 1
+      else
+        if rx and V[rx] then
+          slot, code = stored(V[rx], keys[rk], E_RESV, E_RESV_TTL)
+          if slot == nil then es, slot = code, rk end
+        end
+        if es == 1 and ox and V[ox] then
+          own, code = stored(V[ox], keys[rk + 1], E_OWNER, E_OWNER_TTL)
+          if own == nil then es, slot, own = code, rk + 1, false end
+        end
+      end
+      EN[e + 4], EN[e + 5], EN[e + 6] = es, slot, own
+    end
+    if BAD and BAD[o] then
+      a1, a2 = BAD[o], BAD[o + 1]
+    elseif es and es ~= 1 then
+      if es == WRONGTYPE then st, a1 = WRONGTYPE, EN[e + 5] else a1, a2 = es, EN[e + 5] end
     else
       local c, inc, fresh, lo = J[o + 1], J[o + 2], J[o + 3], J[o + 4]
-      local first = J[o + 6]
-      local last = first + J[o + 5] - 1
       local slot, own = false, false
-      if e then slot, own = EN[e + 7], EN[e + 8] end
+      if e then slot, own = EN[e + 5], EN[e + 6] end
       local so, oo = slot, own
       st, a1, a3, slot, own = held(own, inc, slot, K, now)
-      a2 = 0
       if not st then
-        local s, at = openBuckets(B, kb, first, last, lo, keys, V, wrong, LI, now)
-        if s == WRONGTYPE then
-          st, a1, a2, slot, own = WRONGTYPE, at, 0, so, oo
-        elseif s ~= 0 then
-          st, a1, a2, slot, own = INVALID, s, at, so, oo
-        else
-          -- Charge the job in every bucket, on paper (CH), and find the
-          -- longest wait.
-          local wait, i = 0, 0
-          for y = first, last do
-            local bo, l = kb[y], lo + LW * (y - first)
-            local a, f, w = charge(B[bo + 3], B[bo + 4], LI[l + 1], LI[l + 2], LI[l + 4], LI[l + 5], c, now)
-            CH[i + 1], CH[i + 2] = a, f
-            i = i + 2
-            if w > wait then wait = w end
+        -- Read each bucket once, and charge the job in every one, on paper
+        -- (CH), finding the longest wait.
+        local wait, i, l = 0, 0, lo
+        for y = first, last do
+          local bo = kb[y]
+          local s = B[bo + 4]
+          if s == 0 then
+            local x = B[bo + 1]
+            if wrong and wrong[x] then
+              s = WRONGTYPE
+            else
+              local a, f = 0, 0
+              if V[x] then a, f = state(V[x], keys[y], LI[l + 1], LI[l + 6], now) end
+              if a then
+                B[bo + 2], B[bo + 3], s = a, f, 1
+              else
+                s = f
+              end
+            end
+            B[bo + 4] = s
           end
+          if s ~= 1 and s ~= 2 then
+            st, a1, a2, a3, slot, own = INVALID, s, y, 0, so, oo
+            if s == WRONGTYPE then st, a1, a2 = WRONGTYPE, y, 0 end
+            break
+          end
+          local a, f, w = charge(B[bo + 2], B[bo + 3], LI[l + 1], LI[l + 2], LI[l + 4], LI[l + 5], c, now)
+          CH[i + 1], CH[i + 2] = a, f
+          i = i + 2
+          if w > wait then wait = w end
+          l = l + LW
+        end
+        if not st then
           local charged
           st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
           if charged then
-            i = 0
+            i, l = 0, lo
             for y = first, last do
               local bo = kb[y]
-              B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = CH[i + 1], CH[i + 2], 2, lo + LW * (y - first)
-              i = i + 2
+              B[bo + 2], B[bo + 3], B[bo + 4], B[bo + 5] = CH[i + 1], CH[i + 2], 2, l
+              i, l = i + 2, l + LW
             end
           end
-          if st == ADMITTED or a3 == 0 then a2 = remaining(B, kb, first, last, lo, LI, now) end
+          if a3 == 0 then
+            -- Remaining: the whole tokens left in the tightest bucket.
+            l = lo
+            for y = first, last do
+              local bo = kb[y]
+              local t = tokens(B[bo + 2], B[bo + 3], LI[l + 1], LI[l + 2], LI[l + 3], now)
+              if y == first or t < a2 then a2 = t end
+              l = l + LW
+            end
+          end
         end
       end
       if e and (slot ~= so or own ~= oo) then
-        local ttl = ceil((horizon + J[o + 9]) / 1000)
+        CHG = CHG or {}
+        local ttl = ceil((horizon + LI[lo + 7]) / 1000)
         if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-        EN[e + 11] = lts
-        if slot ~= so then EN[e + 7], EN[e + 9] = slot, true end
-        if own ~= oo then EN[e + 8], EN[e + 10] = own, true end
+        CHG[e + 1] = lts
+        if slot ~= so then EN[e + 5], CHG[e + 2] = slot, true end
+        if own ~= oo then EN[e + 6], CHG[e + 3] = own, true end
       end
     end
     reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
@@ -767,28 +974,33 @@ local function decide(keys, args)
   -- Write what changed. Redis turns a number argument into text with
   -- printf('%.17g'): TTLs repeat (a bucket under its limit is full again
   -- within a millisecond), so the last one is kept as text.
-  lt = nil
   for bo = 0, nb - BW, BW do
-    if B[bo + 5] == 2 then
-      local l, a, f = B[bo + 6], B[bo + 3], B[bo + 4]
+    if B[bo + 4] == 2 then
+      local l, a, f = B[bo + 5], B[bo + 2], B[bo + 3]
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
       if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-      call('SET', keys[B[bo + 1]], spack('<i8i4', a, f), 'PX', lts)
+      call('SET', RK[B[bo + 1]], spack('<i8i4', a, f), 'PX', lts)
     end
   end
-  for e = 0, ne - EW, EW do
-    if EN[e + 9] then
-      if EN[e + 7] then
-        call('SET', keys[EN[e + 1]], format('%d', EN[e + 7]), 'PX', EN[e + 11])
-      else
-        call('DEL', keys[EN[e + 1]])
-      end
-    end
-    if EN[e + 10] then
-      if EN[e + 8] then
-        call('SET', keys[EN[e + 2]], format('%d', EN[e + 8]), 'PX', EN[e + 11])
-      else
-        call('DEL', keys[EN[e + 2]])
+  if CHG then
+    for e = 0, ne - EW, EW do
+      local ttl = CHG[e + 1]
+      if ttl then
+        local rk = EN[e + 1]
+        if CHG[e + 2] then
+          if EN[e + 5] then
+            call('SET', keys[rk], format('%d', EN[e + 5]), 'PX', ttl)
+          else
+            call('DEL', keys[rk])
+          end
+        end
+        if CHG[e + 3] then
+          if EN[e + 6] then
+            call('SET', keys[rk + 1], format('%d', EN[e + 6]), 'PX', ttl)
+          else
+            call('DEL', keys[rk + 1])
+          end
+        end
       end
     end
   end
