@@ -12,10 +12,23 @@ __VERSION__ stands for a short hash of this source, put in by package
 throttle before FUNCTION LOAD, so that two versions of the worker running
 side by side (a rolling upgrade) each keep their own library.
 
-Every rule is written once, as a local function of the library: Redis
-creates them once, at FUNCTION LOAD, not on every call. The stored formats
-are shared with the EVAL scripts of earlier versions, so both read and write
-the same live state.
+Every rule is written once, as a local function of the library, which
+Redis creates once, at FUNCTION LOAD, not on every call: the argument
+checks (num, whole, limit), the charge (charge), the state's TTL (fullIn),
+the tokens left (tokens), the stored-state checks (state), the reservation
+and owner reads (stored), and the decisions a job's keys and its charge
+lead to (held, verdict). decide orchestrates them three ways, for cost
+only: one job under one limit (one), the worker's call of several jobs
+under one limit each (many), and any other call (the general path). What
+costs Redis in a call is its arguments (about a thousand instructions
+each), its Redis commands, and every table slot it writes (a few hundred
+instructions each): the paths differ in the tables they keep, never in a
+rule. TestBatchMatchesSequential and the differential tests hold the paths
+to each other and to x/time/rate; scripts/lua-instructions.sh counts what
+a call costs.
+
+The stored formats and key names are those of the EVAL scripts of earlier
+versions, so both share live state during an upgrade.
 
 Model (the same as golang.org/x/time/rate): a limit adds `rate` tokens every
 `period` microseconds up to `burst`; a job of cost c takes c tokens. Each

@@ -61,7 +61,7 @@ type Limiter struct {
 	horizon     time.Duration
 	horizonArg  any // horizon in µs, as the function reads it (boxed once)
 	rules       Rules
-	// rendered holds the key suffix and script arguments of every limit
+	// rendered holds the key suffix and function arguments of every limit
 	// in rules, built once: they are the same for every job.
 	rendered map[Limit]*renderedLimit
 }
