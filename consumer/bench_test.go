@@ -135,17 +135,32 @@ func BenchmarkWorkerThroughputRatio(b *testing.B) {
 // BenchmarkWorkerThroughputRatio runs.
 const throughputPairs = 7
 
-// limiter returns a Limiter on e's Redis with limits no benchmark reaches.
-func (e *throughputEnv) limiter(b *testing.B) *throttle.Limiter {
+// limiter returns the Copies of a Limiter on e's Redis with limits no
+// benchmark reaches.
+func (e *throughputEnv) limiter(b *testing.B) *throttle.Copies {
 	b.Helper()
-	l, err := throttle.New(e.rdb, throttle.Options{
+	return benchCopies(b, e.rdb)
+}
+
+// benchCopies returns the Copies of a Limiter on rdb with limits no
+// benchmark reaches, its functions loaded.
+func benchCopies(b *testing.B, rdb *redis.Client) *throttle.Copies {
+	b.Helper()
+	l, err := throttle.New(rdb, throttle.Options{
 		Rules:   throttle.Rules{Default: throttle.Limits{throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst)}},
 		Horizon: time.Minute,
 	})
 	if err != nil {
 		b.Fatalf("throttle.New: %v", err)
 	}
-	return l
+	if err := l.Load(context.Background()); err != nil {
+		b.Fatalf("Load: %v", err)
+	}
+	c, err := throttle.NewCopies(l, time.Hour)
+	if err != nil {
+		b.Fatalf("throttle.NewCopies: %v", err)
+	}
+	return c
 }
 
 // runStats is what one iteration measured.
@@ -221,10 +236,10 @@ const (
 type admitAll struct{}
 
 // DecideBatch implements consumer.Decider.
-func (admitAll) DecideBatch(_ context.Context, reqs []throttle.Request) []throttle.Result {
+func (admitAll) DecideBatch(_ context.Context, reqs []throttle.Copy) []throttle.Result {
 	res := make([]throttle.Result, len(reqs))
 	for i := range res {
-		res[i].Allowed = true
+		res[i].Outcome = throttle.Admitted
 	}
 	return res
 }
@@ -248,7 +263,7 @@ func newNoopDecider(b *testing.B, rdb *redis.Client) *noopDecider {
 }
 
 // DecideBatch implements consumer.Decider.
-func (d *noopDecider) DecideBatch(ctx context.Context, reqs []throttle.Request) []throttle.Result {
+func (d *noopDecider) DecideBatch(ctx context.Context, reqs []throttle.Copy) []throttle.Result {
 	pipe := d.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(reqs))
 	for i, r := range reqs {
@@ -261,7 +276,7 @@ func (d *noopDecider) DecideBatch(ctx context.Context, reqs []throttle.Request) 
 			res[i].Err = &throttle.RedisError{Op: "noop script", Err: err}
 			continue
 		}
-		res[i].Allowed = true
+		res[i].Outcome = throttle.Admitted
 	}
 	return res
 }
@@ -276,7 +291,7 @@ type timedDecider struct {
 }
 
 // DecideBatch implements consumer.Decider.
-func (t *timedDecider) DecideBatch(ctx context.Context, reqs []throttle.Request) []throttle.Result {
+func (t *timedDecider) DecideBatch(ctx context.Context, reqs []throttle.Copy) []throttle.Result {
 	start := time.Now()
 	res := t.Decider.DecideBatch(ctx, reqs)
 	t.busy += time.Since(start)
@@ -303,7 +318,7 @@ type throughputEnv struct {
 	js       jetstream.JetStream // consumes, acks and dead-letters
 	pub      jetstream.JetStream // fills streams, on its own connection
 	rdb      *redis.Client
-	failures *throttle.FailureCounter
+	failures *throttle.Copies
 	streams  int // streams made so far, to name the next one
 }
 
@@ -320,11 +335,7 @@ func newThroughputEnv(b *testing.B) *throughputEnv {
 	if err != nil {
 		b.Fatalf("jetstream: %v", err)
 	}
-	failures, err := throttle.NewFailureCounter(rdb, "", time.Hour)
-	if err != nil {
-		b.Fatalf("throttle.NewFailureCounter: %v", err)
-	}
-	return &throughputEnv{js: js, pub: pub, rdb: rdb, failures: failures}
+	return &throughputEnv{js: js, pub: pub, rdb: rdb, failures: benchCopies(b, rdb)}
 }
 
 // fill creates a fresh stream bound to jobs.*, publishes throughputJobs

@@ -51,11 +51,14 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	failures, err := throttle.NewFailureCounter(rdb, "", 24*time.Hour)
+	if err := limiter.Load(ctx); err != nil {
+		log.Print(err) // loaded on first use
+	}
+	copies, err := throttle.NewCopies(limiter, 24*time.Hour)
 	if err != nil {
 		log.Fatal(err)
 	}
-	w, err := consumer.New(consumer.Params{JetStream: js, Consumer: cons, Decider: limiter, Failures: failures,
+	w, err := consumer.New(consumer.Params{JetStream: js, Consumer: cons, Decider: copies, Failures: copies,
 		Handler: func(ctx context.Context, job consumer.Job) error { return sendMail(ctx, job.Tenant, job.Data) }})
 	if err != nil {
 		log.Fatal(err)

@@ -42,10 +42,10 @@ func fastIncarnation(seq uint64) int64 { return int64(fastBase + seq%fastBase) }
 func isFastClaim(owner int64) bool { return owner >= fastBase }
 
 // OwnerClaimer claims and gives up jobs' owner records;
-// *throttle.Limiter satisfies it.
+// *throttle.Copies satisfies it.
 type OwnerClaimer interface {
-	ClaimOwner(ctx context.Context, tenant, jobID string, incarnation int64) (claimed bool, owner int64, err error)
-	ReleaseOwner(ctx context.Context, tenant, jobID string, incarnation int64) (bool, error)
+	Claim(ctx context.Context, tenant, jobID string, incarnation int64) (claimed bool, owner int64, err error)
+	Release(ctx context.Context, tenant, jobID string, incarnation int64) (bool, error)
 }
 
 // FastLane lets the jobs of a tenant with nothing else queued pass a
@@ -69,7 +69,7 @@ type OwnerClaimer interface {
 // The owner record keeps a job from running twice however the lane is
 // interrupted: an original delivered after the claim is a Duplicate, acked
 // once its copy is stored and handed back until then; a claim whose copy
-// was never made expires (see throttle.Limiter.ClaimOwner) and the
+// was never made expires (see throttle.Copies.Claim) and the
 // original then runs.
 type FastLane struct {
 	// Arrivals is the subject the jobs stream republishes stored messages'
@@ -471,9 +471,9 @@ func (l *lane) take(ctx context.Context, batch []arrival) {
 // reserves its slot) and makes the copy its owner, and returns the indexes
 // of the jobs claimed; the others are left to the jobs consumer.
 func (l *lane) claim(ctx context.Context, batch []arrival) []int {
-	reqs := make([]throttle.Request, len(batch))
+	reqs := make([]throttle.Copy, len(batch))
 	for i, a := range batch {
-		reqs[i] = throttle.Request{Tenant: a.tenant, JobID: a.id, Cost: a.cost, TrackOwner: true, Incarnation: fastIncarnation(a.seq)}
+		reqs[i] = throttle.Copy{Request: throttle.Request{Tenant: a.tenant, JobID: a.id, Cost: a.cost}, Incarnation: fastIncarnation(a.seq)}
 	}
 	results := l.w.decider.DecideBatch(ctx, reqs)
 	var claimed []int
@@ -481,14 +481,14 @@ func (l *lane) claim(ctx context.Context, batch []arrival) []int {
 		res := results[i]
 		l.w.stats.add(a.tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
-		case res.Err != nil || res.Duplicate:
+		case res.Err != nil || res.Outcome == throttle.Duplicate:
 			l.leave(a.tenant, a.seq)
-		case res.Allowed:
+		case res.Outcome == throttle.Admitted:
 			batch[i].admitted = true
 			claimed = append(claimed, i) // the decision recorded the copy as owner
-		case res.Reserved:
-			// Limited, with a slot held for the job: the copy waits for it.
-			ok, _, err := l.Owners.ClaimOwner(ctx, a.tenant, a.id, fastIncarnation(a.seq))
+		case res.Outcome == throttle.Reserved:
+			// A slot is held for the job: the copy waits for it.
+			ok, _, err := l.Owners.Claim(ctx, a.tenant, a.id, fastIncarnation(a.seq))
 			if err != nil || !ok {
 				l.leave(a.tenant, a.seq)
 				continue
@@ -596,7 +596,7 @@ func inParallel(n int, f func(i int)) {
 // release gives up the claim of a job the lane could not copy and leaves
 // the job to the jobs consumer.
 func (l *lane) release(ctx context.Context, a arrival) {
-	if _, err := l.Owners.ReleaseOwner(ctx, a.tenant, a.id, fastIncarnation(a.seq)); err != nil {
+	if _, err := l.Owners.Release(ctx, a.tenant, a.id, fastIncarnation(a.seq)); err != nil {
 		l.w.log.Warn("fast lane: giving up a claim failed; the job runs once the claim expires", "tenant", a.tenant, "job", a.id, "err", err)
 	}
 	l.leave(a.tenant, a.seq)
@@ -677,7 +677,7 @@ func (w *Worker) settleFastClaimed(ctx context.Context, msg jetstream.Msg, job J
 		w.settle(msg, func(m jetstream.Msg) error { return m.Ack() })
 		return
 	case time.Since(job.Published) > w.laneTakeover():
-		released, rerr := w.lane.Owners.ReleaseOwner(cctx, job.Tenant, job.ID, fastIncarnation(seq))
+		released, rerr := w.lane.Owners.Release(cctx, job.Tenant, job.ID, fastIncarnation(seq))
 		if rerr == nil {
 			w.log.Warn("fast lane: a job claimed for a copy never made; running it", "tenant", job.Tenant, "job", job.ID, "released", released)
 			w.settle(msg, func(m jetstream.Msg) error { return m.Nak() })

@@ -27,19 +27,19 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// Decider decides a batch of jobs; *throttle.Limiter satisfies it.
+// Decider decides a batch of jobs, each an incarnation of its job (see
+// throttle.Copies); *throttle.Copies satisfies it.
 type Decider interface {
-	DecideBatch(ctx context.Context, reqs []throttle.Request) []throttle.Result
+	DecideBatch(ctx context.Context, copies []throttle.Copy) []throttle.Result
 }
 
 // FailureCounter counts handler failures per job across the fleet;
-// *throttle.FailureCounter satisfies it.
+// *throttle.Copies satisfies it.
 type FailureCounter interface {
-	// IncrReleasing records one more failure of a job and returns the
-	// count; below giveUpAt it also gives up the job's owner record if that
-	// names incarnation (see throttle.FailureCounter.IncrReleasing), so the
-	// retry may be moved.
-	IncrReleasing(ctx context.Context, tenant, jobID string, incarnation, giveUpAt int64) (n int64, released bool, err error)
+	// Failed records one more failure of a job and returns the count;
+	// below giveUpAt it also gives up the job's owner record if that names
+	// incarnation (see throttle.Copies.Failed), so the retry may be moved.
+	Failed(ctx context.Context, tenant, jobID string, incarnation, giveUpAt int64) (n int64, released bool, err error)
 }
 
 // RedisErrorPolicy says what to do with a job whose decision failed because
@@ -84,10 +84,6 @@ type Config struct {
 	InProgressEvery time.Duration
 	// DLQSubject is the dead-letter subject template. Defaults to "dlq.{tenant}".
 	DLQSubject subject.Template
-	// TrackOwner asks the throttle to guard moved jobs against running
-	// twice (see throttle.Request.TrackOwner). Set it whenever the Deferrer
-	// may move jobs. Defaults to false.
-	TrackOwner bool
 	// TermWithReason sends the dead-letter reason with Term; servers before
 	// 2.10 do not know it. Defaults to false (plain Term).
 	TermWithReason bool
@@ -663,7 +659,7 @@ func (g decidedGroup) deferred() (deferred, decided int) {
 	for _, res := range g.results {
 		if res.Err == nil {
 			decided++
-			if !res.Allowed && !res.Duplicate {
+			if res.Outcome == throttle.Reserved || res.Outcome == throttle.Limited {
 				deferred++
 			}
 		}
@@ -674,7 +670,7 @@ func (g decidedGroup) deferred() (deferred, decided int) {
 // decide reads a group's jobs and decides them in one round trip.
 func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup {
 	g := decidedGroup{items: w.readGroup(group), credits: len(group)}
-	reqs := make([]throttle.Request, 0, len(g.items))
+	reqs := make([]throttle.Copy, 0, len(g.items))
 	g.idx = make([]int, 0, len(g.items))
 	for i, it := range g.items {
 		if it.bad != nil {
@@ -690,8 +686,8 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 		if !fresh {
 			inc = incarnation(it.job)
 		}
-		reqs = append(reqs, throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost,
-			TrackOwner: w.cfg.TrackOwner, Incarnation: inc, Fresh: fresh})
+		reqs = append(reqs, throttle.Copy{Request: throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost},
+			Incarnation: inc, Fresh: fresh})
 		g.idx = append(g.idx, i)
 	}
 	if len(reqs) == 0 {
@@ -724,7 +720,7 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 }
 
 // incarnation tells the messages carrying one job apart for the throttle's
-// owner record (throttle.Request.Incarnation): the stream sequence of the
+// owner record (throttle.Copy.Incarnation): the stream sequence of the
 // message as delivered, unique to the original and to every copy, even two
 // copies of one move. A stream never reaches 2^53 messages; the modulo only
 // keeps the value in the throttle's range.
@@ -759,7 +755,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		res := g.results[k]
 		w.stats.add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
-		case res.Err == nil && res.Duplicate && isFastClaim(res.Owner):
+		case res.Err == nil && res.Outcome == throttle.Duplicate && isFastClaim(res.Owner):
 			// The fast lane claimed this job for its copy: acked once the
 			// copy is stored, handed back until then.
 			w.handlers.Add(1)
@@ -767,13 +763,13 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 				defer w.handlers.Done()
 				w.settleFastClaimed(workCtx, msg, job)
 			}(it.msg, it.job)
-		case res.Err == nil && res.Duplicate:
+		case res.Err == nil && res.Outcome == throttle.Duplicate:
 			// Another incarnation of this moved job already ran.
 			w.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
 				"incarnation", incarnation(it.job), "moves", it.job.Deferrals, "owner", res.Owner)
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
-		case res.Err == nil && res.Allowed:
+		case res.Err == nil && res.Outcome == throttle.Admitted:
 			admitted = append(admitted, it)
 		case res.Err == nil:
 			w.stats.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
@@ -926,7 +922,7 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	}
 	w.stats.add(job.Tenant, func(s *TenantStats) { s.Failed++ })
 	fctx, cancel := context.WithTimeout(workCtx, w.cfg.RedisTimeout)
-	n, _, cerr := w.failures.IncrReleasing(fctx, job.Tenant, job.ID, incarnation(job), int64(w.cfg.MaxFailures))
+	n, _, cerr := w.failures.Failed(fctx, job.Tenant, job.ID, incarnation(job), int64(w.cfg.MaxFailures))
 	cancel()
 	if cerr != nil {
 		// The count is unknown; retry later rather than dead-letter early.

@@ -77,8 +77,8 @@ func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.
 	rdb := e.redis.Client(t)
 	lim, err := throttle.New(rdb, throttle.Options{Rules: throttle.Rules{Default: throttle.Limits{limit}}, Horizon: time.Minute})
 	must(t, err, "limiter")
-	failures, err := throttle.NewFailureCounter(rdb, "", time.Hour)
-	must(t, err, "failures")
+	copies, err := throttle.NewCopies(lim, time.Hour)
+	must(t, err, "copies")
 
 	var mu sync.Mutex
 	runs := map[string]int{}
@@ -89,8 +89,8 @@ func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.
 		return nil
 	}
 	deferrer := &crashOnce{inner: consumer.ScheduleDeferrer{JetStream: e.js, Subjects: sched}}
-	w, err := consumer.New(consumer.Params{JetStream: e.js, Consumer: cons, Decider: lim, Failures: failures, Handler: handler,
-		Deferrer: deferrer, Config: consumer.Config{TrackOwner: true, Concurrency: 4}})
+	w, err := consumer.New(consumer.Params{JetStream: e.js, Consumer: cons, Decider: copies, Failures: copies, Handler: handler,
+		Deferrer: deferrer, Config: consumer.Config{Concurrency: 4}})
 	must(t, err, "worker")
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)

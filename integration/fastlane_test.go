@@ -207,7 +207,9 @@ func TestFastLaneInterrupted(t *testing.T) {
 		id = jobID(cfg.Stream, seq)
 		lim, err := throttle.New(e.redisClient(cfg), throttle.Options{Rules: cfg.Rules, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
 		must(t, err, "limiter")
-		ok, _, err := lim.ClaimOwner(ctx, "b", id, fastClaim(seq))
+		copies, err := throttle.NewCopies(lim, time.Hour)
+		must(t, err, "copies")
+		ok, _, err := copies.Claim(ctx, "b", id, fastClaim(seq))
 		if err != nil || !ok {
 			t.Fatalf("claim: %v, %v", ok, err)
 		}

@@ -1,25 +1,20 @@
-// Package lua holds the Lua sources the throttle engine runs inside Redis,
-// embedded into the binary. Each script documents its KEYS, ARGV and reply
-// above its code; package throttle is the only caller.
+// Package lua holds the Lua source the throttle engine runs inside Redis,
+// embedded into the binary: one Redis Functions library (Redis 7.0 or
+// later), whose comment documents each function's KEYS, ARGV and reply.
+// Package throttle is the only caller; it names the library's version and
+// loads it.
 package lua
 
 import _ "embed"
 
-// Throttle is the source of throttle.lua: one atomic token-bucket decision
-// for one job over up to eight limits, with a reserved slot for a job that
-// must wait. See the comment at the top of the file for its contract.
+// Library is the source of library.lua: the token-bucket decision, the
+// owner claim and release, and the failure count, as Redis functions. The
+// placeholder Version stands, in the library's name and in every function's
+// name, for a version the loader puts in.
 //
-//go:embed throttle.lua
-var Throttle string
+//go:embed library.lua
+var Library string
 
-// Failures is the source of failures.lua: count one more handler failure of
-// a job, atomically with its TTL.
-//
-//go:embed failures.lua
-var Failures string
-
-// Owner is the source of owner.lua: claim a job's owner record if it has
-// none, or give it up if it names a given incarnation.
-//
-//go:embed owner.lua
-var Owner string
+// Version is the placeholder in Library that the loader replaces with the
+// library's version.
+const Version = "__VERSION__"

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# lua-instructions.sh: instructions redis-server executes per call of a Lua
-# script, counted by valgrind's callgrind, minus those of an empty script
-# called with the same keys and arguments. Unlike timings, the count is the
-# same from run to run whatever else the machine is doing.
+# lua-instructions.sh: instructions redis-server executes per call of the
+# engine's decide function (FCALL), counted by valgrind's callgrind, minus
+# those of an empty function called with the same keys and arguments.
+# Unlike timings, the count is the same from run to run whatever else the
+# machine is doing.
 #
-#   scripts/lua-instructions.sh [script.lua ...]   (default: lua/throttle.lua)
+#   scripts/lua-instructions.sh [library.lua ...]   (default: lua/library.lua)
 #   scripts/lua-instructions.sh --redis-rate
-#   scripts/lua-instructions.sh --batch [script.lua ...]
-#   scripts/lua-instructions.sh --reserve [script.lua ...]
+#   scripts/lua-instructions.sh --batch [library.lua ...]
+#   scripts/lua-instructions.sh --reserve [library.lua ...]
 #
-# Each script is called 3,000 times, as Limiter.Allow calls it: one job, one
-# limit of 10,000/s with a burst of 10,000 (as the Go benchmarks use), Redis
-# TIME, keys spread over 1,000 tenants. --redis-rate measures instead the
-# allowN script of github.com/go-redis/redis_rate/v10 (read from the module
-# cache, not kept here) as its Allow calls it, with PerSecond(10,000). (At
+# A library is loaded with FUNCTION LOAD, its version placeholder
+# __VERSION__ replaced by "x", and its decide_x called 3,000 times, as
+# Limiter.Allow calls it: one job, one limit of 10,000/s with a burst of
+# 10,000 (as the Go benchmarks use), Redis TIME, keys spread over 1,000
+# tenants. --redis-rate measures instead the allowN script (EVALSHA) of
+# github.com/go-redis/redis_rate/v10 (read from the module cache, not kept
+# here) as its Allow calls it, with PerSecond(10,000); its empty script is
+# an EVAL script too. (At
 # 10^9/s redis_rate's increment is lost to float rounding and it writes
 # nothing, so it would be measured doing a GET only.) --batch counts instead 300 calls of 62 jobs each, as the
 # worker makes them for a pulled group: 62 tenants, one limit each, every
@@ -21,7 +25,7 @@
 # job. --reserve counts 300 calls of 64 fresh jobs of one tenant far over
 # its limit (100/s, burst 10), each given a slot: a flood being moved off
 # the consumer. Needs valgrind, redis-server and redis-benchmark (Debian:
-# valgrind, redis-server, redis-tools).
+# valgrind, redis-server, redis-tools), and Redis 7.0 or later.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +35,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 args=(1 'thr:{t__rand_int__}:l:10000:1000000' 0 1 10000 1000000 10000)
 
-# instructions FILE N: total instructions of a redis-server that ran FILE N times.
+# instructions FILE N: total instructions of a redis-server that ran FILE N
+# times: a library with FCALL, or with $eval set a script with EVALSHA.
+eval=
 instructions() {
 	local out="$work/callgrind.out"
 	valgrind --tool=callgrind --callgrind-out-file="$out" \
@@ -41,10 +47,15 @@ instructions() {
 		redis-cli -p "$port" ping >/dev/null 2>&1 && break
 		sleep 0.2
 	done
-	local sha
-	sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$1")")
+	local call
+	if [ -n "$eval" ]; then
+		call=(EVALSHA "$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$1")")")
+	else
+		redis-cli -p "$port" FUNCTION LOAD "$(sed 's/__VERSION__/x/g' "$1")" >/dev/null
+		call=(FCALL decide_x)
+	fi
 	if [ "$2" -gt 0 ]; then
-		redis-benchmark -p "$port" -n "$2" -c 1 -r 1000 -q EVALSHA "$sha" "${args[@]}" >/dev/null
+		redis-benchmark -p "$port" -n "$2" -c 1 -r 1000 -q "${call[@]}" "${args[@]}" >/dev/null
 	fi
 	redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
 	wait "$pid" || true
@@ -55,6 +66,7 @@ if [ "${1:-}" = --redis-rate ]; then
 	dir=$(go list -m -f '{{.Dir}}' github.com/go-redis/redis_rate/v10)
 	awk '/^var allowN = redis.NewScript\(`/ {on=1; next} on && /^`\)/ {exit} on' "$dir/lua.go" >"$work/redis_rate_allowN.lua"
 	args=(1 'rate:{t__rand_int__}' 10000 10000 1 1)
+	eval=1
 	set -- "$work/redis_rate_allowN.lua"
 fi
 
@@ -73,9 +85,9 @@ worker_call() {
 		# shellcheck disable=SC2059 # the pattern is the caller's
 		t=$(printf "$pattern" "$i")
 		keys+=("thr:{$t}:l:$rate:1000000" "thr:{$t}:j:$((1000 + i))" "thr:{$t}:o:$((1000 + i))")
-		[ "$i" -eq 0 ] || rest+=(1 0 1 0) # L_k = 0: the limit of the job before
+		[ "$i" -eq 0 ] || rest+=(1 0 1 0) # cost, incarnation, fresh, L_k = 0: the limit of the job before
 	done
-	args=($((3 * n)) "${keys[@]}" 0 1 3600000000 1 "$rate" 1000000 "$burst" 0 1 "${rest[@]}")
+	args=($((3 * n)) "${keys[@]}" 0 3600000000 1 0 1 1 "$rate" 1000000 "$burst" "${rest[@]}")
 }
 case "${1:-}" in
 --batch)
@@ -88,10 +100,14 @@ case "${1:-}" in
 	;;
 esac
 
-echo 'return {1, 0, 0, 0}' >"$work/empty.lua"
+if [ -n "$eval" ]; then
+	echo 'return {1, 0, 0, 0}' >"$work/empty.lua"
+else
+	printf '%s\n' '#!lua name=empty' "redis.register_function('decide_x', function() return {1, 0, 0, 0} end)" >"$work/empty.lua"
+fi
 base0=$(instructions "$work/empty.lua" 0)
 empty=$(instructions "$work/empty.lua" "$calls")
-[ $# -gt 0 ] || set -- lua/throttle.lua
+[ $# -gt 0 ] || set -- lua/library.lua
 for f in "$@"; do
 	total=$(instructions "$f" "$calls")
 	echo "$f: $(((total - base0) / calls / per)) instructions per $unit, $(((total - empty) / calls / per)) more than an empty script"

@@ -55,9 +55,10 @@ func benchRedis(b *testing.B) *redis.Client {
 func benchTenant(i int) string { return fmt.Sprintf("tenant-%06d", i%benchTenants) }
 
 // measure runs one benchmark body: it resets Redis' command statistics,
-// times body, and reports decisions/s and Redis' CPU time per EVALSHA.
-// body returns the number of decisions it made.
-func measure(b *testing.B, rdb *redis.Client, body func() int) {
+// times body, and reports decisions/s and Redis' CPU time per call of cmd
+// (FCALL for the engine, EVALSHA for redis_rate). body returns the number
+// of decisions it made.
+func measure(b *testing.B, rdb *redis.Client, cmd string, body func() int) {
 	b.Helper()
 	ctx := context.Background()
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
@@ -70,7 +71,7 @@ func measure(b *testing.B, rdb *redis.Client, body func() int) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "decisions/s")
-	b.ReportMetric(usecPerCall(b, rdb, "evalsha"), "redis-µs/call")
+	b.ReportMetric(usecPerCall(b, rdb, cmd), "redis-µs/call")
 }
 
 // usecPerCall reads usec_per_call of cmd from INFO commandstats.
@@ -146,9 +147,12 @@ type allowFunc func(tenant string) (bool, error)
 // engineAllow is the engine's Allow under benchLimit.
 func engineAllow(b *testing.B, rdb *redis.Client) allowFunc {
 	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{benchLimit})
+	if err := l.Load(context.Background()); err != nil {
+		b.Fatalf("Load: %v", err)
+	}
 	return func(tenant string) (bool, error) {
 		d, err := l.Allow(context.Background(), tenant)
-		return d.Allowed, err
+		return d.Outcome == throttle.Admitted, err
 	}
 }
 
@@ -172,11 +176,12 @@ func redisRateAllow(b *testing.B, rdb *redis.Client) allowFunc {
 	}
 }
 
-// runSingles runs the single-1 and single-64 sub-benchmarks of allow.
-func runSingles(b *testing.B, rdb *redis.Client, allow allowFunc) {
+// runSingles runs the single-1 and single-64 sub-benchmarks of allow, whose
+// Redis command is cmd.
+func runSingles(b *testing.B, rdb *redis.Client, cmd string, allow allowFunc) {
 	var t tally
 	b.Run("single-1", func(b *testing.B) {
-		measure(b, rdb, func() int {
+		measure(b, rdb, cmd, func() int {
 			for i := range b.N {
 				t.record(allow(benchTenant(i)))
 			}
@@ -186,7 +191,7 @@ func runSingles(b *testing.B, rdb *redis.Client, allow allowFunc) {
 	})
 	b.Run("single-64", func(b *testing.B) {
 		var next atomic.Int64
-		measure(b, rdb, func() int {
+		measure(b, rdb, cmd, func() int {
 			parallel64(b, func(pb *testing.PB) {
 				for pb.Next() {
 					t.record(allow(benchTenant(int(next.Add(1)))))
@@ -202,13 +207,13 @@ func BenchmarkDecide(b *testing.B) {
 	rdb := benchRedis(b)
 	l := newLimiter(b, rdb, "bench", 0, throttle.Limits{benchLimit})
 	ctx := context.Background()
-	runSingles(b, rdb, engineAllow(b, rdb))
+	runSingles(b, rdb, "fcall", engineAllow(b, rdb))
 	var t tally
 	// batch runs one op as one DecideBatch of benchBatch requests made by
 	// req from the index of a request among all requests.
 	batch := func(b *testing.B, req func(n int) throttle.Request) {
 		var next atomic.Int64
-		measure(b, rdb, func() int {
+		measure(b, rdb, "fcall", func() int {
 			parallel64(b, func(pb *testing.PB) {
 				reqs := make([]throttle.Request, benchBatch)
 				for pb.Next() {
@@ -217,7 +222,7 @@ func BenchmarkDecide(b *testing.B) {
 						reqs[k] = req(first + k)
 					}
 					for _, r := range l.DecideBatch(ctx, reqs) {
-						t.record(r.Allowed, r.Err)
+						t.record(r.Outcome == throttle.Admitted, r.Err)
 					}
 				}
 			})
@@ -240,7 +245,7 @@ func BenchmarkDecide(b *testing.B) {
 
 func BenchmarkRedisRate(b *testing.B) {
 	rdb := benchRedis(b)
-	runSingles(b, rdb, redisRateAllow(b, rdb))
+	runSingles(b, rdb, "evalsha", redisRateAllow(b, rdb))
 }
 
 // BenchmarkSingleRatio measures the single-call target itself: the engine's
@@ -256,8 +261,8 @@ func BenchmarkSingleRatio(b *testing.B) {
 	ctx := context.Background()
 	var t tally
 	// run makes singleRatioCalls calls of allow from benchWorkers
-	// goroutines and returns decisions/s and Redis µs per script call.
-	run := func(allow allowFunc) (float64, float64) {
+	// goroutines and returns decisions/s and Redis µs per call of cmd.
+	run := func(cmd string, allow allowFunc) (float64, float64) {
 		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 			b.Fatalf("CONFIG RESETSTAT: %v", err)
 		}
@@ -279,17 +284,17 @@ func BenchmarkSingleRatio(b *testing.B) {
 		}
 		wg.Wait()
 		rate := singleRatioCalls / time.Since(start).Seconds()
-		return rate, usecPerCall(b, rdb, "evalsha")
+		return rate, usecPerCall(b, rdb, cmd)
 	}
 	engine, baseline := engineAllow(b, rdb), redisRateAllow(b, rdb)
-	run(engine) // load the scripts and warm both paths up
-	run(baseline)
+	run("fcall", engine) // warm both paths up
+	run("evalsha", baseline)
 	var ratios, ours, theirs []float64
 	b.ResetTimer()
 	for range b.N {
 		for range singleRatioPairs {
-			base, baseUsec := run(baseline)
-			eng, engUsec := run(engine)
+			base, baseUsec := run("evalsha", baseline)
+			eng, engUsec := run("fcall", engine)
 			ratios = append(ratios, eng/base)
 			ours, theirs = append(ours, engUsec), append(theirs, baseUsec)
 		}
@@ -324,7 +329,7 @@ func stateBytes(tb testing.TB, rdb *redis.Client, n int) []int64 {
 		reqs[i] = throttle.Request{Tenant: fmt.Sprintf("tenant-%06d", i), Cost: memoryCost}
 	}
 	for i, r := range l.DecideBatch(ctx, reqs) {
-		if r.Err != nil || !r.Allowed {
+		if r.Err != nil || r.Outcome != throttle.Admitted {
 			tb.Fatalf("tenant %d: %+v", i, r)
 		}
 	}

@@ -20,10 +20,11 @@ func TestClaimOwner(t *testing.T) {
 	ctx := context.Background()
 	// Fill time of 5/s with a burst of 10: 2s; horizon 10s.
 	l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.PerSecond(5, 10)})
+	c := newCopies(t, l)
 	key := e.prefix + ":{a}:o:j"
 	const claim = int64(1<<52 + 17)
 
-	ok, owner, err := l.ClaimOwner(ctx, "a", "j", claim)
+	ok, owner, err := c.Claim(ctx, "a", "j", claim)
 	if err != nil || !ok || owner != claim {
 		t.Fatalf("first claim = %v, %d, %v; want true, %d", ok, owner, err, claim)
 	}
@@ -31,30 +32,30 @@ func TestClaimOwner(t *testing.T) {
 	if err != nil || ttl < 11*time.Second || ttl > 12*time.Second {
 		t.Fatalf("record TTL %s (%v), want about 12s (horizon 10s + fill 2s)", ttl, err)
 	}
-	if ok, owner, err := l.ClaimOwner(ctx, "a", "j", 5); err != nil || ok || owner != claim {
+	if ok, owner, err := c.Claim(ctx, "a", "j", 5); err != nil || ok || owner != claim {
 		t.Fatalf("second claim = %v, %d, %v; want false, %d", ok, owner, err, claim)
 	}
 
 	// The original, fresh, is a duplicate of the claim; the claimed
 	// incarnation is admitted.
-	dup := decide(t, l, throttle.Request{Tenant: "a", JobID: "j", TrackOwner: true, Fresh: true})
-	if !dup.Duplicate || dup.Owner != claim {
+	dup := decideCopy(t, c, throttle.Copy{Request: throttle.Request{Tenant: "a", JobID: "j"}, Fresh: true})
+	if dup.Outcome != throttle.Duplicate || dup.Owner != claim {
 		t.Fatalf("original after the claim: %+v, want a duplicate of %d", dup, claim)
 	}
-	if d := decide(t, l, throttle.Request{Tenant: "a", JobID: "j", TrackOwner: true, Incarnation: claim}); !d.Allowed {
+	if d := decideCopy(t, c, throttle.Copy{Request: throttle.Request{Tenant: "a", JobID: "j"}, Incarnation: claim}); d.Outcome != throttle.Admitted {
 		t.Fatalf("claimed incarnation: %+v, want allowed", d)
 	}
 
-	if ok, err := l.ReleaseOwner(ctx, "a", "j", 5); err != nil || ok {
+	if ok, err := c.Release(ctx, "a", "j", 5); err != nil || ok {
 		t.Fatalf("release by another incarnation = %v, %v; want false", ok, err)
 	}
-	if ok, err := l.ReleaseOwner(ctx, "a", "j", claim); err != nil || !ok {
+	if ok, err := c.Release(ctx, "a", "j", claim); err != nil || !ok {
 		t.Fatalf("release by the owner = %v, %v; want true", ok, err)
 	}
 	if n, _ := e.rdb.Exists(ctx, key).Result(); n != 0 {
 		t.Fatal("record left after its owner gave it up")
 	}
-	if d := decide(t, l, throttle.Request{Tenant: "a", JobID: "j", TrackOwner: true, Fresh: true}); !d.Allowed {
+	if d := decideCopy(t, c, throttle.Copy{Request: throttle.Request{Tenant: "a", JobID: "j"}, Fresh: true}); d.Outcome != throttle.Admitted {
 		t.Fatalf("original after the release: %+v, want allowed", d)
 	}
 
@@ -69,7 +70,7 @@ func TestClaimOwner(t *testing.T) {
 		{"empty job id", "a", "", 1},
 		{"empty tenant", "", "k", 1},
 	} {
-		if _, _, err := l.ClaimOwner(ctx, bad.tenant, bad.job, bad.inc); !errors.Is(err, throttle.ErrInvalid) {
+		if _, _, err := c.Claim(ctx, bad.tenant, bad.job, bad.inc); !errors.Is(err, throttle.ErrInvalid) {
 			t.Errorf("claim with %s: %v, want ErrInvalid", bad.name, err)
 		}
 	}
@@ -79,10 +80,10 @@ func TestClaimOwner(t *testing.T) {
 	if err := e.rdb.Set(ctx, key, "x1", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.ClaimOwner(ctx, "a", "j", 3); !errors.Is(err, throttle.ErrInvalid) {
+	if _, _, err := c.Claim(ctx, "a", "j", 3); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("claim over a damaged record: %v, want ErrInvalid", err)
 	}
-	if _, err := l.ReleaseOwner(ctx, "a", "j", 3); !errors.Is(err, throttle.ErrInvalid) {
+	if _, err := c.Release(ctx, "a", "j", 3); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("release of a damaged record: %v, want ErrInvalid", err)
 	}
 	if v, _ := e.rdb.Get(ctx, key).Result(); v != "x1" {

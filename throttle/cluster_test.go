@@ -25,13 +25,46 @@ func TestCluster(t *testing.T) {
 	// once are admitted, the sixth waits 100ms for the first limit.
 	limits := throttle.Limits{throttle.PerSecond(10, 5), throttle.PerMinute(50, 20)}
 	l := newLimiter(t, rdb, prefix, time.Second, limits)
+	if err := l.Load(ctx); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	// The functions are on every master.
+	loaded := func(node *redis.Client) bool {
+		libs, err := node.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+		if err != nil {
+			t.Fatalf("FUNCTION LIST on %s: %v", node.Options().Addr, err)
+		}
+		for _, lib := range libs {
+			for _, fn := range lib.Functions {
+				if fn.Name == decideFn() {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	var masters []*redis.Client
+	var mu sync.Mutex
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		masters = append(masters, node)
+		return nil
+	}); err != nil {
+		t.Fatalf("ForEachMaster: %v", err)
+	}
+	for _, node := range masters {
+		if !loaded(node) {
+			t.Fatalf("master %s has no %s after Load", node.Options().Addr, decideFn())
+		}
+	}
 	const tenants = 50
 	tenant := func(i int) string { return fmt.Sprintf("tenant-%03d", i) }
 	want := func(k int) throttle.Decision {
 		if k < 5 {
-			return throttle.Decision{Allowed: true, Remaining: int64(4 - k)}
+			return admitted(int64(4 - k))
 		}
-		return throttle.Decision{Wait: time.Duration(k-4) * 100 * ms, Reserved: true}
+		return reserved(time.Duration(k-4) * 100 * ms)
 	}
 
 	// One by one: three jobs per tenant.
@@ -60,7 +93,6 @@ func TestCluster(t *testing.T) {
 	batch(3)
 
 	// The keys are spread over the masters, and each names one hash tag.
-	var mu sync.Mutex
 	perNode := map[string]int{}
 	var all []string
 	err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
@@ -92,19 +124,29 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("keys per master %v: want %d keys on more than one master", perNode, wantKeys)
 	}
 
-	// Every master forgets the script; batches and single calls still work.
-	err = rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		return node.ScriptFlush(ctx).Err()
-	})
-	if err != nil {
-		t.Fatalf("SCRIPT FLUSH on every master: %v", err)
+	// Every master forgets the functions; batches and single calls still
+	// work, and load them again on every master.
+	for _, node := range masters {
+		if err := node.FunctionFlush(ctx).Err(); err != nil {
+			t.Fatalf("FUNCTION FLUSH on %s: %v", node.Options().Addr, err)
+		}
 	}
 	batch(6)
-	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		return node.ScriptFlush(ctx).Err()
-	}); err != nil {
-		t.Fatalf("SCRIPT FLUSH on every master: %v", err)
+	for _, node := range masters {
+		if !loaded(node) {
+			t.Fatalf("master %s has no %s after a batch met FUNCTION FLUSH", node.Options().Addr, decideFn())
+		}
 	}
-	d := decide(t, l, throttle.Request{Tenant: tenant(0), JobID: "j9", At: t0})
-	sameDecision(t, "single call after SCRIPT FLUSH", d, want(9))
+	// One master alone forgets them (a new master, say): a call of a
+	// tenant on it recovers.
+	if err := masters[0].FunctionFlush(ctx).Err(); err != nil {
+		t.Fatalf("FUNCTION FLUSH: %v", err)
+	}
+	for i := range tenants {
+		d := decide(t, l, throttle.Request{Tenant: tenant(i), JobID: "j9", At: t0})
+		sameDecision(t, "single call after FUNCTION FLUSH", d, want(9))
+	}
+	if !loaded(masters[0]) {
+		t.Fatalf("the master that lost its functions has none after the calls")
+	}
 }

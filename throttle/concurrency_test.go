@@ -56,7 +56,7 @@ func TestConcurrentAllow(t *testing.T) {
 	start, end, err := hammer(func(int, int) error {
 		calls.Add(1)
 		d, err := l.Allow(ctx, "acme")
-		if d.Allowed {
+		if d.Outcome == throttle.Admitted {
 			admitted.Add(1)
 		}
 		return err
@@ -102,7 +102,7 @@ func TestConcurrentReserve(t *testing.T) {
 		callStart := time.Now()
 		d, err := l.Reserve(ctx, "acme", fmt.Sprintf("g%d-%d", g, i), 1)
 		latency := time.Since(callStart)
-		if err == nil && (d.Allowed || d.Reserved) {
+		if err == nil && (d.Outcome == throttle.Admitted || d.Outcome == throttle.Reserved) {
 			mu.Lock()
 			slots = append(slots, slot{lo: callStart.Add(d.Wait), latency: latency})
 			mu.Unlock()

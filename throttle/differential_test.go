@@ -161,7 +161,7 @@ func (tr *trace) check(s step, d throttle.Decision) {
 	if !charged {
 		cancel(rs, s.at)
 	}
-	engineCharged := d.Allowed || d.Reserved
+	engineCharged := d.Outcome == throttle.Admitted || d.Outcome == throttle.Reserved
 	nearBoundary := delay <= ms || (tr.horizon > 0 && abs(delay-tr.horizon) <= ms)
 	defer func() { tr.lastReal[s.tenant], tr.lastAt[s.tenant] = time.Now(), s.at }()
 
@@ -180,10 +180,10 @@ func (tr *trace) check(s step, d throttle.Decision) {
 	}
 
 	switch {
-	case d.Allowed:
+	case d.Outcome == throttle.Admitted:
 		tr.admitted++
-		if d.Reserved || d.Wait != 0 {
-			tr.fatalf(s, "fresh job admitted as %+v, want Wait 0 and Reserved false", d)
+		if d.Wait != 0 {
+			tr.fatalf(s, "fresh job admitted as %+v, want Wait 0", d)
 		}
 		if delay > ms {
 			tr.fatalf(s, "engine admitted, oracle delay %s", delay)
@@ -195,7 +195,7 @@ func (tr *trace) check(s step, d throttle.Decision) {
 				tr.fatalf(s, "engine admitted with Remaining %d, oracle has %.0f tokens", d.Remaining, want)
 			}
 		}
-	case d.Reserved:
+	case d.Outcome == throttle.Reserved:
 		tr.reserved++
 		if abs(d.Wait-delay) > ms {
 			tr.fatalf(s, "reserved with Wait %s, oracle delay %s", d.Wait, delay)
@@ -205,6 +205,9 @@ func (tr *trace) check(s step, d throttle.Decision) {
 		}
 	default:
 		tr.refused++
+		if d.Outcome != throttle.Limited {
+			tr.fatalf(s, "decision %+v, want admitted, reserved or limited", d)
+		}
 		if s.jobID != "" && tr.horizon > 0 {
 			if d.Wait != tr.horizon {
 				tr.fatalf(s, "limited past the horizon with Wait %s, want the horizon %s (oracle delay %s)", d.Wait, tr.horizon, delay)
@@ -260,7 +263,7 @@ func (tr *trace) runSequential(rng *rand.Rand) {
 		}
 		d := decide(tr.t, tr.l, s.request(ten))
 		tr.check(s, d)
-		if d.Reserved {
+		if d.Outcome == throttle.Reserved {
 			slot := now.Add(d.Wait)
 			pending = append(pending, event{at: slot, slot: slot, s: s})
 			if d.Wait > time.Microsecond && rng.IntN(3) == 0 {
@@ -279,15 +282,15 @@ func (tr *trace) comeBack(e event) {
 	d := decide(tr.t, tr.l, req)
 	if e.early {
 		tr.early++
-		want := throttle.Decision{Wait: e.slot.Sub(e.at), Reserved: true}
+		want := reserved(e.slot.Sub(e.at))
 		if d != want {
 			tr.fatalf(e.s, "came back %s before its slot: got %+v, want %+v", e.slot.Sub(e.at), d, want)
 		}
 		return
 	}
 	tr.returns++
-	if !d.Allowed || !d.Reserved || d.Wait != 0 {
-		tr.fatalf(e.s, "came back at its slot t0+%s: got %+v, want Allowed and Reserved", e.at.Sub(t0), d)
+	if d != admitted(0) {
+		tr.fatalf(e.s, "came back at its slot t0+%s: got %+v, want admitted through its slot (Remaining 0)", e.at.Sub(t0), d)
 	}
 }
 

@@ -11,13 +11,15 @@ import (
 var ErrInvalid = errors.New("throttle: invalid input")
 
 // ErrRedis is matched (errors.Is) by every error that came from Redis or the
-// connection to it: timeouts, refused connections, WRONGTYPE and the like.
+// connection to it: timeouts, refused connections, a key of another type
+// (WRONGTYPE), a Redis without the engine's functions, and the like.
 // Such a call may succeed when retried; nothing is known about its outcome.
 var ErrRedis = errors.New("throttle: redis error")
 
-// Code says what was invalid about a call. Codes 1 to 17 are the script's own
-// E_* codes (see lua/throttle.lua); higher codes are found in Go before any
-// round trip.
+// Code says what was invalid about a call. Codes 2 to 20 are the E_* codes
+// of the engine's Redis functions (see lua/library.lua); code 1 is a call
+// the functions refused whole (a BADCALL error reply); codes from 100 are
+// found in Go before any round trip.
 type Code int
 
 // The invalid-input codes.
@@ -26,7 +28,6 @@ const (
 	CodeNow            Code = 2   // the explicit time is not a whole number of µs in range
 	CodeCost           Code = 3   // cost not in [1, 1e9]
 	CodeHorizon        Code = 4   // horizon not in [0, 30 days]
-	CodeLimitCount     Code = 5   // not 1 to 8 limits
 	CodeRate           Code = 6   // a rate out of range
 	CodePeriod         Code = 7   // a period out of range
 	CodeBurst          Code = 8   // a burst out of range
@@ -39,10 +40,12 @@ const (
 	CodeOwner          Code = 15  // stored owner is malformed
 	CodeOwnerTTL       Code = 16  // stored owner has no TTL
 	CodeFresh          Code = 17  // the fresh flag is not 0 or 1
+	CodeTTL            Code = 18  // a TTL argument out of range
+	CodeGiveUp         Code = 19  // the failure count that gives a job up is not in [1, 10^6]
+	CodeFailures       Code = 20  // stored failure counter is malformed
 	CodeTenant         Code = 100 // tenant empty or too long
 	CodeJobID          Code = 101 // job id too long or not printable ASCII
 	CodeLimits         Code = 102 // the limits themselves do not validate
-	CodeGiveUp         Code = 103 // the failure count that gives a job up is not in [1, 10^6]
 )
 
 var codeText = map[Code]string{
@@ -50,7 +53,6 @@ var codeText = map[Code]string{
 	CodeNow:            "time out of range",
 	CodeCost:           "cost out of range",
 	CodeHorizon:        "horizon out of range",
-	CodeLimitCount:     "number of limits out of range",
 	CodeRate:           "rate out of range",
 	CodePeriod:         "period out of range",
 	CodeBurst:          "burst out of range",
@@ -63,6 +65,8 @@ var codeText = map[Code]string{
 	CodeOwner:          "stored owner is malformed",
 	CodeOwnerTTL:       "stored owner has no TTL",
 	CodeFresh:          "fresh flag out of range",
+	CodeTTL:            "TTL out of range",
+	CodeFailures:       "stored failure counter is malformed",
 	CodeTenant:         "invalid tenant",
 	CodeJobID:          "invalid job id",
 	CodeLimits:         "invalid limits",
@@ -81,7 +85,7 @@ func (c Code) String() string {
 type InvalidError struct {
 	// Code says what was wrong.
 	Code Code
-	// Index is the script's ARGV or KEYS position at fault, when known.
+	// Index is the function's ARGV or KEYS position at fault, when known.
 	Index int
 	// Detail adds context in words, when known.
 	Detail string

@@ -22,6 +22,7 @@ func TestFailureCounterReleasesTheOwner(t *testing.T) {
 		t.Fatalf("NewFailureCounter: %v", err)
 	}
 	l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.PerSecond(1000, 1000)})
+	c := newCopies(t, l)
 	ownerKey := e.prefix + ":{a}:o:j"
 	owner := func() string {
 		t.Helper()
@@ -35,15 +36,15 @@ func TestFailureCounterReleasesTheOwner(t *testing.T) {
 		t.Helper()
 		// Remaining depends on the time between calls (the bucket refills
 		// a token per ms): only the outcome is compared.
-		if d := decide(t, l, throttle.Request{Tenant: "a", JobID: "j", Incarnation: inc, TrackOwner: true}); !d.Allowed || d.Duplicate {
+		if d := decideCopy(t, c, throttle.Copy{Request: throttle.Request{Tenant: "a", JobID: "j"}, Incarnation: inc}); d.Outcome != throttle.Admitted {
 			t.Fatalf("incarnation %d: %+v, want allowed", inc, d)
 		}
 	}
 	fail := func(inc int64, wantN int64, wantReleased bool) {
 		t.Helper()
-		n, released, err := fc.IncrReleasing(ctx, "a", "j", inc, 3)
+		n, released, err := c.Failed(ctx, "a", "j", inc, 3)
 		if err != nil || n != wantN || released != wantReleased {
-			t.Fatalf("IncrReleasing(%d) = %d, %v, %v; want %d, %v", inc, n, released, err, wantN, wantReleased)
+			t.Fatalf("Failed(%d) = %d, %v, %v; want %d, %v", inc, n, released, err, wantN, wantReleased)
 		}
 	}
 
@@ -83,10 +84,10 @@ func TestFailureCounterReleasesTheOwner(t *testing.T) {
 		{1, 0, throttle.CodeGiveUp},
 		{1, 1_000_001, throttle.CodeGiveUp},
 	} {
-		_, _, err := fc.IncrReleasing(ctx, "a", "k", tc.inc, tc.giveUpAt)
+		_, _, err := c.Failed(ctx, "a", "k", tc.inc, tc.giveUpAt)
 		var inv *throttle.InvalidError
 		if !errors.As(err, &inv) || inv.Code != tc.code {
-			t.Errorf("IncrReleasing(%d, %d): %v, want code %v", tc.inc, tc.giveUpAt, err, tc.code)
+			t.Errorf("Failed(%d, %d): %v, want code %v", tc.inc, tc.giveUpAt, err, tc.code)
 		}
 	}
 	if n, err := e.rdb.Exists(ctx, e.prefix+":{a}:f:k").Result(); err != nil || n != 0 {
@@ -97,7 +98,7 @@ func TestFailureCounterReleasesTheOwner(t *testing.T) {
 	if err := e.rdb.Set(ctx, e.prefix+":{a}:f:bad", "x", time.Minute).Err(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}
-	if _, _, err := fc.IncrReleasing(ctx, "a", "bad", 1, 3); !errors.As(err, new(*throttle.InvalidError)) {
+	if _, _, err := c.Failed(ctx, "a", "bad", 1, 3); !errors.As(err, new(*throttle.InvalidError)) {
 		t.Errorf("malformed counter: %v, want InvalidError", err)
 	}
 }

@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -104,4 +105,86 @@ func sameDecision(t testing.TB, what string, got, want throttle.Decision) {
 	if got != want {
 		t.Fatalf("%s: got %+v, want %+v", what, got, want)
 	}
+}
+
+// newCopies returns the Copies of l, with failure counts that live an hour.
+func newCopies(t testing.TB, l *throttle.Limiter) *throttle.Copies {
+	t.Helper()
+	c, err := throttle.NewCopies(l, time.Hour)
+	if err != nil {
+		t.Fatalf("throttle.NewCopies: %v", err)
+	}
+	return c
+}
+
+// decideCopy calls c.Decide and fails t on any error.
+func decideCopy(t testing.TB, c *throttle.Copies, cp throttle.Copy) throttle.Decision {
+	t.Helper()
+	d, err := c.Decide(context.Background(), cp)
+	if err != nil {
+		t.Fatalf("Copies.Decide(%+v): %v", cp, err)
+	}
+	return d
+}
+
+// admitted is the Decision of a job admitted with remaining tokens left.
+func admitted(remaining int64) throttle.Decision {
+	return throttle.Decision{Outcome: throttle.Admitted, Remaining: remaining}
+}
+
+// reserved is the Decision of a job that holds a slot wait from now.
+func reserved(wait time.Duration) throttle.Decision {
+	return throttle.Decision{Outcome: throttle.Reserved, Wait: wait}
+}
+
+// limited is the Decision of a job told to try again after wait, uncharged.
+func limited(wait time.Duration, remaining int64) throttle.Decision {
+	return throttle.Decision{Outcome: throttle.Limited, Wait: wait, Remaining: remaining}
+}
+
+// fcallRaw loads the engine's library and calls its function fn with FCALL,
+// as any client could, and returns its reply as integers.
+func fcallRaw(t *testing.T, rdb *redis.Client, fn string, keys []string, args []string) []int64 {
+	t.Helper()
+	v, err := fcallErr(rdb, fn, keys, args)
+	if err != nil {
+		t.Fatalf("FCALL %s keys %q args %q: %v", fn, keys, args, err)
+	}
+	return v
+}
+
+// fcallErr is fcallRaw returning the error instead of failing.
+func fcallErr(rdb *redis.Client, fn string, keys []string, args []string) ([]int64, error) {
+	ctx := context.Background()
+	code, _, _, _, _ := throttle.Library()
+	if err := rdb.FunctionLoadReplace(ctx, code).Err(); err != nil {
+		return nil, err
+	}
+	argv := make([]any, len(args))
+	for i, a := range args {
+		argv[i] = a
+	}
+	v, err := rdb.FCall(ctx, fn, keys, argv...).Result()
+	if err != nil {
+		return nil, err
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("reply %#v, want an array", v)
+	}
+	out := make([]int64, len(arr))
+	for i, e := range arr {
+		n, ok := e.(int64)
+		if !ok {
+			return nil, fmt.Errorf("reply element %d is %#v, want an integer", i, e)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// decideFn is the name of the library's decide function.
+func decideFn() string {
+	_, decide, _, _, _ := throttle.Library()
+	return decide
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttler/throttler/lua"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -52,17 +51,17 @@ func TestTenantEncoding(t *testing.T) {
 	// whether any other tenant's charge reached its bucket.
 	for i, ten := range tenants {
 		d := decide(t, l, throttle.Request{Tenant: ten, Cost: int64(i + 1), At: t0})
-		sameDecision(t, "tenant "+strconv.Quote(ten)+" first job", d, throttle.Decision{Allowed: true, Remaining: int64(burst - i - 1)})
+		sameDecision(t, "tenant "+strconv.Quote(ten)+" first job", d, admitted(int64(burst-i-1)))
 	}
 	for i, ten := range tenants {
 		d := decide(t, l, throttle.Request{Tenant: ten, At: t0})
-		sameDecision(t, "tenant "+strconv.Quote(ten)+" second job", d, throttle.Decision{Allowed: true, Remaining: int64(burst - i - 2)})
+		sameDecision(t, "tenant "+strconv.Quote(ten)+" second job", d, admitted(int64(burst-i-2)))
 	}
 	// A job of the full burst then waits for exactly the tokens taken, and
 	// holds a reservation under the tenant's tag.
 	for i, ten := range tenants {
 		d := decide(t, l, throttle.Request{Tenant: ten, JobID: "job-1", Cost: burst, At: t0})
-		sameDecision(t, "tenant "+strconv.Quote(ten)+" full-burst job", d, throttle.Decision{Wait: time.Duration(i+2) * time.Second, Reserved: true})
+		sameDecision(t, "tenant "+strconv.Quote(ten)+" full-burst job", d, reserved(time.Duration(i+2)*time.Second))
 	}
 
 	ks := keys(t, e.rdb, e.prefix)
@@ -92,7 +91,7 @@ func TestReservationKeyStaysInTenantSlot(t *testing.T) {
 	l := newLimiter(t, e.rdb, e.prefix, time.Minute, throttle.Limits{throttle.PerSecond(1, 1)})
 	decide(t, l, throttle.Request{Tenant: "acme", At: t0})
 	d := decide(t, l, throttle.Request{Tenant: "acme", JobID: "}{x}{", At: t0})
-	if !d.Reserved {
+	if d.Outcome != throttle.Reserved {
 		t.Fatalf("job with braces: %+v, want Reserved", d)
 	}
 	for _, k := range keys(t, e.rdb, e.prefix) {
@@ -117,6 +116,7 @@ func TestNoLeaks(t *testing.T) {
 	ctx := context.Background()
 
 	var reqs []throttle.Request
+	var copies []throttle.Copy
 	for ten := range 20 {
 		tenant := "tenant-" + string(rune('a'+ten))
 		var limits throttle.Limits
@@ -126,19 +126,23 @@ func TestNoLeaks(t *testing.T) {
 		for k := range 40 {
 			// Some jobs are moved copies whose owner is tracked: admitted,
 			// they leave an owner key behind.
-			reqs = append(reqs, throttle.Request{Tenant: tenant, JobID: "job-" + string(rune('A'+k)), Limits: limits,
-				TrackOwner: k%2 == 0, Incarnation: 1})
+			req := throttle.Request{Tenant: tenant, JobID: "job-" + string(rune('A'+k)), Limits: limits}
+			if k%2 == 0 {
+				copies = append(copies, throttle.Copy{Request: req, Incarnation: 1})
+				continue
+			}
+			reqs = append(reqs, req)
 		}
 		for range 10 {
 			reqs = append(reqs, throttle.Request{Tenant: tenant, Limits: limits})
 		}
 	}
 	var reserved int
-	for _, r := range l.DecideBatch(ctx, reqs) {
+	for _, r := range append(newCopies(t, l).DecideBatch(ctx, copies), l.DecideBatch(ctx, reqs)...) {
 		if r.Err != nil {
 			t.Fatalf("DecideBatch: %v", r.Err)
 		}
-		if r.Reserved {
+		if r.Outcome == throttle.Reserved {
 			reserved++
 		}
 	}
@@ -174,13 +178,17 @@ func TestNoLeaks(t *testing.T) {
 // TestTTLWithinFillAndHorizon checks the exact TTL of the keys the script
 // writes, read in the same pipeline so that no millisecond passes between:
 // a state key lives until its bucket is full again, a reservation for at
-// most horizon + fill time (lua/throttle.lua, "TTLs").
+// most horizon + fill time (lua/library.lua).
 func TestTTLWithinFillAndHorizon(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	// 1000/s with a burst of 5 (fills in 5ms), horizon 200ms.
 	args := func(now int64, cost string) []any {
-		return []any{now, cost, "200000", "1", "1000", "1000000", "5"}
+		return []any{now, "200000", cost, "0", "0", "1", "1000", "1000000", "5"}
+	}
+	code, _, _, _, _ := throttle.Library()
+	if err := e.rdb.FunctionLoadReplace(ctx, code).Err(); err != nil {
+		t.Fatalf("FUNCTION LOAD: %v", err)
 	}
 	var worst [3]time.Duration
 	for i := range 10 {
@@ -188,10 +196,10 @@ func TestTTLWithinFillAndHorizon(t *testing.T) {
 		now := t0.UnixMicro() + int64(i)
 		pipe := e.rdb.Pipeline()
 		// A full bucket gives all 5 tokens: full again in 5ms.
-		first := pipe.Eval(ctx, lua.Throttle, state, args(now, "5")...)
+		first := pipe.FCall(ctx, decideFn(), state, args(now, "5")...)
 		pttl1 := pipe.PTTL(ctx, state[0])
 		// 5 more tokens reserved: empty in 5ms, full again in 10ms.
-		second := pipe.Eval(ctx, lua.Throttle, append(state, resv), args(now, "5")...)
+		second := pipe.FCall(ctx, decideFn(), append(state, resv), args(now, "5")...)
 		pttl2 := pipe.PTTL(ctx, state[0])
 		pttl3 := pipe.PTTL(ctx, resv)
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -210,6 +218,6 @@ func TestTTLWithinFillAndHorizon(t *testing.T) {
 	t.Logf("largest PTTL: state after one charge %s, after the reservation %s, reservation %s", worst[0], worst[1], worst[2])
 	if worst[0] > 5*ms || worst[1] > 10*ms || worst[2] > 205*ms {
 		t.Fatalf("TTLs longer than needed: state %s (bucket full in 5ms), state %s (full in 10ms), reservation %s (horizon + fill = 205ms); "+
-			"lua/throttle.lua adds 1µs to an exact fill time before rounding up to ms", worst[0], worst[1], worst[2])
+			"lua/library.lua adds 1µs to an exact fill time before rounding up to ms", worst[0], worst[1], worst[2])
 	}
 }

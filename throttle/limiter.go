@@ -9,6 +9,14 @@
 //
 // Being limited is a Decision, not an error. Errors are either invalid input
 // (errors.Is(err, ErrInvalid)) or a Redis failure (errors.Is(err, ErrRedis)).
+//
+// Jobs that may exist as several messages (an original and the copies made
+// by moving it) are decided through Copies, which lets only one of them run.
+//
+// The engine runs as a Redis Functions library (lua/library.lua), so it
+// needs Redis 7.0 or later. Load it at start (Limiter.Load); a call that
+// finds it missing (after a restart without persistence, FUNCTION FLUSH, a
+// new master) loads it again and is sent again.
 package throttle
 
 import (
@@ -22,27 +30,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/throttler/throttler/lua"
 )
-
-// Client is the part of a go-redis client the Limiter needs. *redis.Client,
-// *redis.ClusterClient and *redis.Ring all satisfy it.
-type Client interface {
-	redis.Scripter
-	Pipeline() redis.Pipeliner
-}
 
 // MaxHorizon is the longest reservation horizon a Limiter accepts.
 const MaxHorizon = 30 * 24 * time.Hour
-
-// Script reply statuses; see lua/throttle.lua.
-const (
-	statusAllowed   = 1
-	statusLimited   = 2
-	statusInvalid   = 3
-	statusDuplicate = 4
-)
 
 // Options configures a Limiter.
 type Options struct {
@@ -64,26 +55,24 @@ type Options struct {
 // Time comes from Redis TIME unless a Request sets At: every worker then
 // reads one clock, so skewed worker clocks can neither over-admit nor delay.
 type Limiter struct {
-	rdb         Client
-	crossTenant bool // one script call may hold several tenants' jobs
-	script      *redis.Script
-	ownerScript *redis.Script // lua/owner.lua, for ClaimOwner and ReleaseOwner
+	lib         *library
+	crossTenant bool // one function call may hold several tenants' jobs
 	keys        keyspace
 	horizon     time.Duration
-	horizonArg  any // horizon in µs, as the script reads it (boxed once)
+	horizonArg  any // horizon in µs, as the function reads it (boxed once)
 	rules       Rules
-	// rendered holds the key suffix and script arguments of every limit
+	// rendered holds the key suffix and function arguments of every limit
 	// in rules, built once: they are the same for every job.
 	rendered map[Limit]*renderedLimit
 }
 
-// renderedLimit is a limit as its state key and the script spell it.
+// renderedLimit is a limit as its state key and the function spell it.
 type renderedLimit struct {
 	keySuffix string // ":l:RATE:PERIOD", after the tenant's tag
 	args      [3]any // rate, period µs, burst
 }
 
-// render spells lim for keys and the script.
+// render spells lim for keys and the function.
 func render(lim Limit) *renderedLimit {
 	return &renderedLimit{
 		keySuffix: limitKeySuffix(lim),
@@ -95,7 +84,8 @@ func render(lim Limit) *renderedLimit {
 	}
 }
 
-// New returns a Limiter over rdb.
+// New returns a Limiter over rdb. It does not talk to Redis: call Load at
+// start.
 func New(rdb Client, opts Options) (*Limiter, error) {
 	if rdb == nil {
 		return nil, errors.New("throttle: nil redis client")
@@ -123,10 +113,8 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 		}
 	}
 	return &Limiter{
-		rdb:         rdb,
+		lib:         newLibrary(rdb),
 		crossTenant: single,
-		script:      redis.NewScript(lua.Throttle),
-		ownerScript: redis.NewScript(lua.Owner),
 		keys:        keyspace{prefix: prefix},
 		horizon:     opts.Horizon,
 		horizonArg:  strconv.FormatInt(opts.Horizon.Microseconds(), 10),
@@ -134,6 +122,12 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 		rendered:    rendered,
 	}, nil
 }
+
+// Load loads the engine's functions into Redis (FUNCTION LOAD REPLACE), on
+// every master of a Redis Cluster and every shard of a Ring. Call it at
+// start. A Redis that is down then is no reason to stop: a call that finds
+// the functions missing loads them itself.
+func (l *Limiter) Load(ctx context.Context) error { return l.lib.load(ctx) }
 
 // Request is one job to decide.
 type Request struct {
@@ -150,49 +144,56 @@ type Request struct {
 	At time.Time
 	// Limits overrides the Rules for this one request when non-empty.
 	Limits Limits
-	// TrackOwner guards a job that may be moved off its queue (re-published
-	// as a copy, the original acked) against running twice when the move is
-	// interrupted: the incarnation admitted becomes the owner (all but a
-	// Fresh original, which has no copy), and any other incarnation is then
-	// a Duplicate.
-	// An owner that is decided again and deferred (it did not run: its
-	// handler failed, say) gives ownership up, so that the copy its move
-	// makes may run. Needs JobID.
-	TrackOwner bool
-	// Incarnation tells the incarnations of a moved job apart: a number
-	// unique to the message carrying it, in [0, 2^53), such as its stream
-	// sequence. The original and every copy differ, and so do two copies
-	// of one move (stored twice when the move was redone after its dedup
-	// window): only one of them runs.
-	Incarnation int64
-	// Fresh says the job was never decided before (a queue's first
-	// delivery of a message), so it holds no reservation: the script then
-	// does not read one, which saves a Redis read per job. Set it only
-	// when that is certain: a fresh job that does hold a slot is charged
-	// again. Needs JobID; the owner record is read whether or not.
-	Fresh bool
+}
+
+// Outcome is what a decision tells the job to do.
+type Outcome int
+
+// The outcomes of a decision.
+const (
+	// Admitted: run the job now. It was charged, or it came back for the
+	// slot it held (charged then).
+	Admitted Outcome = iota + 1
+	// Reserved: wait. A slot is held for the job at Wait from now, and it
+	// was charged for it: coming back after Wait, it is admitted without a
+	// second charge.
+	Reserved
+	// Limited: wait. Nothing was charged (the job has no id, or its slot
+	// would lie past the horizon): try again after Wait.
+	Limited
+	// Duplicate: another incarnation of the job ran (Decision.Owner names
+	// it); this one must not. Only Copies decides this.
+	Duplicate
+)
+
+// String names o.
+func (o Outcome) String() string {
+	switch o {
+	case Admitted:
+		return "admitted"
+	case Reserved:
+		return "reserved"
+	case Limited:
+		return "limited"
+	case Duplicate:
+		return "duplicate"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
 // Decision is the outcome of one request.
 type Decision struct {
-	// Allowed is true when the job may run now.
-	Allowed bool
-	// Wait is how long the job must wait before coming back; 0 when
-	// Allowed. It is rounded up to the microsecond, never down.
+	// Outcome says what the job must do.
+	Outcome Outcome
+	// Wait is how long the job must wait before coming back: 0 when
+	// Admitted or Duplicate. It is rounded up to the microsecond, never down.
 	Wait time.Duration
 	// Remaining is the number of whole tokens left in the tightest limit
-	// after the decision. It is 0 for a job admitted through the slot it
-	// held, whose decision does not read the buckets.
+	// after the decision. It is 0 for a Reserved job, for a Duplicate, and
+	// for a job admitted through the slot it held, whose decision does not
+	// read the buckets.
 	Remaining int64
-	// Reserved is true when a slot is held for the job: a limited job was
-	// charged and holds the slot at now+Wait, or an allowed job has just
-	// used the slot it held.
-	Reserved bool
-	// Duplicate is true when another incarnation of a tracked job (see
-	// Request.TrackOwner) was admitted already: this one must not run.
-	// Allowed is false and nothing was charged.
-	Duplicate bool
-	// Owner is the incarnation that was admitted, when Duplicate.
+	// Owner is the incarnation that ran, when Duplicate.
 	Owner int64
 }
 
@@ -202,30 +203,38 @@ func (l *Limiter) Allow(ctx context.Context, tenant string) (Decision, error) {
 }
 
 // AllowN reports whether a job of the given cost may run now, charging it
-// only if so. It never reserves a slot.
+// only if so: Admitted, or Limited with the Wait until it may fit. It never
+// reserves a slot.
 func (l *Limiter) AllowN(ctx context.Context, tenant string, cost int64) (Decision, error) {
 	return l.Decide(ctx, Request{Tenant: tenant, Cost: cost})
 }
 
-// Reserve decides one job: Allowed, or limited with the Wait until the slot
-// it now holds (or, past the horizon, until it may try again).
+// Reserve decides one job: Admitted, Reserved with the Wait until the slot
+// it now holds, or (past the horizon) Limited with the Wait until it may
+// try again.
 func (l *Limiter) Reserve(ctx context.Context, tenant, jobID string, cost int64) (Decision, error) {
 	return l.Decide(ctx, Request{Tenant: tenant, JobID: jobID, Cost: cost})
 }
 
-// Decide decides one request in one script call (EVALSHA, falling back to
-// EVAL when Redis has lost the script).
+// Decide decides one request in one function call.
 func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 	p, err := l.prepare(req)
 	if err != nil {
 		return Decision{}, err
 	}
-	c := singleCall(p)
-	v, err := l.script.Run(ctx, l.rdb, c.keys, c.args...).Result()
-	if err != nil {
-		return Decision{}, &RedisError{Op: "throttle script", Err: err}
-	}
-	return parseReply(v)
+	return l.decideOne(ctx, p)
+}
+
+// decideOne decides one prepared job in one function call.
+func (l *Limiter) decideOne(ctx context.Context, p prepared) (Decision, error) {
+	c := call{parts: []prepared{p}, reqs: []int{0}}
+	l.build(&c)
+	calls := []fcall{c.fcall}
+	l.lib.run(ctx, calls)
+	c.fcall = calls[0]
+	var d [1]Result
+	c.results(d[:])
+	return d[0].Decision, d[0].Err
 }
 
 // Result is the outcome of one request of a batch.
@@ -235,20 +244,27 @@ type Result struct {
 	Err error
 }
 
-// maxJobsPerCall caps the jobs one script call decides (the script's own
-// limit is 256).
+// maxJobsPerCall caps the jobs one function call decides (the function's
+// own limit is 256).
 const maxJobsPerCall = 64
 
 // DecideBatch decides many requests in one pipelined round trip (two after
-// Redis lost the script), with the same outcome as deciding them one by one
-// in the order given. Requests that share their clock, owner tracking and
-// whether they carry a job id are decided together, up to 64 per script
-// call, which costs Redis far less than one call each: on a single Redis
-// server any tenants may share a call; on a Redis Cluster (or Ring) a call
-// holds one tenant's requests, so it touches only that tenant's slot, and
-// the pipeline sends each call to its node. The results match reqs by index.
+// Redis lost the functions), with the same outcome as deciding them one by
+// one in the order given. Requests that share their clock and whether they
+// carry a job id are decided together, up to 64 per function call, which
+// costs Redis far less than one call each: on a single Redis server any
+// tenants may share a call; on a Redis Cluster (or Ring) a call holds one
+// tenant's requests, so it touches only that tenant's slot, and the
+// pipeline sends each call to its node. A request that is invalid (or whose
+// key holds another Redis type) fails alone: the others of its call are
+// decided as if it were not there. The results match reqs by index.
 func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
-	results := make([]Result, len(reqs))
+	return l.decideBatch(ctx, len(reqs), func(i int) (prepared, error) { return l.prepare(reqs[i]) })
+}
+
+// decideBatch decides n jobs prepared by prep, as DecideBatch.
+func (l *Limiter) decideBatch(ctx context.Context, n int, prep func(i int) (prepared, error)) []Result {
+	results := make([]Result, n)
 	var calls []call
 	// open maps a group key to the call its next jobs may join; last maps a
 	// tenant to the call of its latest request. A request joins an open call
@@ -256,13 +272,13 @@ func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
 	// so every request still sees what all requests before it did.
 	open := map[groupKey]int{}
 	last := map[string]int{}
-	for i, req := range reqs {
-		p, err := l.prepare(req)
+	for i := range n {
+		p, err := prep(i)
 		if err != nil {
 			results[i].Err = err
 			continue
 		}
-		key := groupKey{now: p.now, owner: p.ownerKey != "", job: p.jobKey != ""}
+		key := groupKey{now: p.now, owner: p.ownerKey != "", job: p.resvKey != ""}
 		if !l.crossTenant {
 			key.tag = p.tag
 		}
@@ -278,90 +294,53 @@ func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
 		last[p.tag] = len(calls)
 		calls = append(calls, call{parts: []prepared{p}, reqs: []int{i}})
 	}
+	if len(calls) == 0 {
+		return results
+	}
+	fcalls := make([]fcall, len(calls))
 	for k := range calls {
-		calls[k].build()
+		l.build(&calls[k])
+		fcalls[k] = calls[k].fcall
 	}
-	l.run(ctx, calls)
-
-	var fallback []call
-	for _, c := range calls {
-		decs, err := c.results()
-		if err != nil && len(c.reqs) > 1 && (errors.Is(err, ErrInvalid) || isReplyError(err)) {
-			// One job's stored state is bad (malformed, or a key of the
-			// wrong type): decide each job alone, so the others do not fail
-			// with it.
-			for k, p := range c.parts {
-				one := singleCall(p)
-				one.reqs = []int{c.reqs[k]}
-				fallback = append(fallback, one)
-			}
-			continue
-		}
-		for k, i := range c.reqs {
-			if err != nil {
-				results[i].Err = err
-			} else {
-				results[i].Decision = decs[k]
-			}
-		}
-	}
-	if len(fallback) > 0 {
-		l.run(ctx, fallback)
-		for _, c := range fallback {
-			decs, err := c.results()
-			if err != nil {
-				results[c.reqs[0]].Err = err
-			} else {
-				results[c.reqs[0]].Decision = decs[0]
-			}
-		}
+	l.lib.run(ctx, fcalls)
+	for k := range calls {
+		calls[k].fcall = fcalls[k]
+		calls[k].results(results)
 	}
 	return results
 }
 
-// run sends calls in one pipeline, then re-sends with the full source those
-// that failed with NOSCRIPT (after a restart, failover or SCRIPT FLUSH):
-// they did not run, so sending them again is safe, and it loads the script
-// for the next batch.
-func (l *Limiter) run(ctx context.Context, calls []call) {
-	if len(calls) == 0 {
-		return
-	}
-	pipe := l.rdb.Pipeline()
-	for k := range calls {
-		calls[k].cmd = pipe.EvalSha(ctx, l.script.Hash(), calls[k].keys, calls[k].args...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	var retry redis.Pipeliner
-	for k := range calls {
-		if isNoScript(calls[k].cmd.Err()) {
-			if retry == nil {
-				retry = l.rdb.Pipeline()
-			}
-			calls[k].cmd = retry.Eval(ctx, lua.Throttle, calls[k].keys, calls[k].args...)
-		}
-	}
-	if retry != nil {
-		_, _ = retry.Exec(ctx)
-	}
+// groupKey is what the jobs of one function call share: the clock, whether
+// they have job keys and owner keys, and on a cluster the tenant.
+type groupKey struct {
+	tag        string
+	now        string
+	owner, job bool
 }
 
-// isReplyError reports whether err is an error reply of the Redis server
-// (WRONGTYPE and the like), as opposed to a connection failure.
-func isReplyError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+// prepared is one validated request, in the pieces a function call is
+// built of.
+type prepared struct {
+	tag         string // the tenant's hash tag
+	limitKeys   []string
+	limitArgs   []any // rate, period, burst of each limit; with one limit, the Limiter's own (read only)
+	now, cost   string
+	resvKey     string // reservation key, or ""
+	ownerKey    string // owner key, or "" (Copies only)
+	incarnation string // with ownerKey
+	fresh       bool
 }
 
-// isNoScript reports whether err is Redis' NOSCRIPT reply.
-func isNoScript(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+// call is one function call deciding one or more requests.
+type call struct {
+	parts []prepared // the requests it decides
+	reqs  []int      // their indices in the batch
+	fcall
 }
 
-// prepared is one validated request, in the pieces a script call is built of.
-// arg is s as a script argument. Putting a string in an interface allocates
-// a copy of its header, except for a constant: the values most jobs have
-// come from constants.
+// arg is s as a function argument. Putting a string in an interface
+// allocates a copy of its header, except for a constant: the values most
+// jobs have come from constants.
 func arg(s string) any {
 	switch s {
 	case "0":
@@ -372,105 +351,43 @@ func arg(s string) any {
 	return s
 }
 
-// incarnationArg is the job's incarnation as the script reads it.
-func (p prepared) incarnationArg() string {
-	if p.incarnation == "" {
-		return "0"
-	}
-	return p.incarnation
-}
-
-// groupKey is what the jobs of one script call share: the clock, whether
-// they track owners and have job keys, and on a cluster the tenant.
-type groupKey struct {
-	tag        string
-	now        string
-	owner, job bool
-}
-
-type prepared struct {
-	tag         string // the tenant's hash tag
-	limitKeys   []string
-	limitArgs   []any // rate, period, burst of each limit; with one limit, the Limiter's own (read only)
-	now, cost   string
-	horizon     any    // Limiter.horizonArg
-	jobKey      string // reservation key, or ""
-	ownerKey    string // owner key, or ""
-	incarnation string
-	fresh       bool
-}
-
-// call is one script invocation deciding one or more requests.
-type call struct {
-	parts []prepared // the requests, for a call built from a group
-	reqs  []int      // indices in the batch of the requests it decides
-	keys  []string
-	args  []any
-	cmd   *redis.Cmd
-}
-
-// singleCall builds the call deciding one request.
-func singleCall(p prepared) call {
-	if len(p.limitKeys) == 1 && p.jobKey == "" && p.ownerKey == "" && !p.fresh {
-		// The script's short form: no job id, so no horizon, and one limit.
-		args := append(make([]any, 0, 5), arg(p.now), arg(p.cost))
-		return call{parts: []prepared{p}, keys: p.limitKeys, args: append(args, p.limitArgs...)}
-	}
-	keys := append(make([]string, 0, len(p.limitKeys)+2), p.limitKeys...)
-	args := make([]any, 0, 6+len(p.limitArgs))
-	args = append(args, arg(p.now), arg(p.cost), p.horizon, arg(strconv.Itoa(len(p.limitKeys))))
-	args = append(args, p.limitArgs...)
-	if p.jobKey != "" {
-		keys = append(keys, p.jobKey)
-	}
-	if p.ownerKey != "" {
-		keys = append(keys, p.ownerKey)
-	}
-	if p.ownerKey != "" || p.fresh {
-		args = append(args, arg(p.incarnationArg()))
-	}
-	if p.fresh {
-		args = append(args, "1")
-	}
-	return call{parts: []prepared{p}, keys: keys, args: args}
-}
-
-// build fills keys and args of a call from its parts: one part gives the
-// single-job form of the script, several the multi-job form, in which every
-// job brings its own limits and keys.
-func (c *call) build() {
-	if len(c.parts) == 1 {
-		one := singleCall(c.parts[0])
-		c.keys, c.args = one.keys, one.args
+// build fills the function, keys and arguments of c from its parts (see
+// lua/library.lua, decide): the short form for one job under one limit
+// without a job id, else the general form, in which a job with the limits of
+// the job before sends 0 for them.
+func (l *Limiter) build(c *call) {
+	c.fn = l.lib.decide
+	first := c.parts[0]
+	if len(c.parts) == 1 && first.resvKey == "" && len(first.limitKeys) == 1 {
+		c.keys = first.limitKeys
+		c.args = append(append(make([]any, 0, 5), arg(first.now), arg(first.cost)), first.limitArgs...)
 		return
 	}
-	first := c.parts[0]
-	c.keys = make([]string, 0, len(c.parts)*(len(first.limitKeys)+2))
-	c.args = make([]any, 0, len(c.parts)*(3+len(first.limitArgs))+2)
+	perJob := len(first.limitKeys) + 2
+	c.keys = make([]string, 0, len(c.parts)*perJob)
+	c.args = make([]any, 0, 2+len(c.parts)*4+len(first.limitArgs))
+	c.args = append(c.args, arg(first.now), l.horizonArg)
 	for k, p := range c.parts {
 		c.keys = append(c.keys, p.limitKeys...)
-		if p.jobKey != "" {
-			c.keys = append(c.keys, p.jobKey)
+		if p.resvKey != "" {
+			c.keys = append(c.keys, p.resvKey)
 		}
 		if p.ownerKey != "" {
 			c.keys = append(c.keys, p.ownerKey)
 		}
-		var fresh any = "0"
+		inc, fresh := any("0"), any("0")
+		if p.incarnation != "" {
+			inc = arg(p.incarnation)
+		}
 		if p.fresh {
 			fresh = "1"
 		}
-		if k == 0 {
-			c.args = append(c.args, arg(p.now), arg(p.cost), p.horizon, arg(strconv.Itoa(len(p.limitKeys))))
-			c.args = append(c.args, p.limitArgs...)
-			c.args = append(c.args, arg(p.incarnationArg()), fresh)
+		c.args = append(c.args, arg(p.cost), inc, fresh)
+		if k > 0 && sameLimits(p.limitArgs, c.parts[k-1].limitArgs) {
+			c.args = append(c.args, "0")
 			continue
 		}
-		if sameLimits(p.limitArgs, c.parts[k-1].limitArgs) {
-			// The script reads 0 limits as those of the job before.
-			c.args = append(c.args, arg(p.cost), arg(p.incarnationArg()), fresh, "0")
-			continue
-		}
-		c.args = append(c.args, arg(p.cost), arg(p.incarnationArg()), fresh, arg(strconv.Itoa(len(p.limitKeys))))
+		c.args = append(c.args, arg(strconv.Itoa(len(p.limitKeys))))
 		c.args = append(c.args, p.limitArgs...)
 	}
 }
@@ -489,35 +406,61 @@ func sameLimits(a, b []any) bool {
 	return true
 }
 
-// results reads the call's reply: one Decision per request it decides.
-func (c *call) results() ([]Decision, error) {
-	v, err := c.cmd.Result()
-	if err != nil {
-		return nil, &RedisError{Op: "throttle script", Err: err}
-	}
-	if len(c.reqs) == 1 {
-		d, err := parseReply(v)
-		return []Decision{d}, err
-	}
-	arr, ok := v.([]any)
-	if ok && len(arr) == 3 {
-		_, err := parseReply(v) // a single INVALID tuple for the whole call
-		return nil, err
-	}
-	if !ok || len(arr) != 4*len(c.reqs) {
-		return nil, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply of %d elements for %d jobs", len(arr), len(c.reqs))}
-	}
-	decs := make([]Decision, len(c.reqs))
-	for k := range decs {
-		if decs[k], err = parseTuple(arr[4*k : 4*k+4]); err != nil {
-			return nil, err
+// results reads the call's reply into results, one tuple of 4 integers per
+// request it decides.
+func (c *call) results(results []Result) {
+	v, err := replyInts(c.cmd, c.fn, 4*len(c.reqs))
+	for k, i := range c.reqs {
+		if err != nil {
+			results[i].Err = err
+			continue
 		}
+		results[i].Decision, results[i].Err = c.tuple(k, v[4*k:4*k+4])
 	}
-	return decs, nil
 }
 
-// prepare validates req and builds the pieces of its script call.
-// Everything the script would refuse is refused here first, without a
+// Reply statuses of decide; see lua/library.lua.
+const (
+	statusAdmitted  = 1
+	statusLimited   = 2
+	statusInvalid   = 3
+	statusDuplicate = 4
+	statusWrongType = 5
+)
+
+// tuple reads the reply tuple of the call's k-th job.
+func (c *call) tuple(k int, t []int64) (Decision, error) {
+	switch t[0] {
+	case statusAdmitted:
+		return Decision{Outcome: Admitted, Remaining: t[2]}, nil
+	case statusLimited:
+		d := Decision{Outcome: Limited, Wait: time.Duration(t[1]) * time.Microsecond, Remaining: t[2]}
+		if t[3] == 1 {
+			d.Outcome = Reserved
+		}
+		return d, nil
+	case statusInvalid:
+		return Decision{}, &InvalidError{Code: Code(t[1]), Index: int(t[2])}
+	case statusDuplicate:
+		return Decision{Outcome: Duplicate, Owner: t[1]}, nil
+	case statusWrongType:
+		return Decision{}, wrongType(c.fcall, t[1])
+	}
+	return Decision{}, &RedisError{Op: "FCALL " + c.fn, Err: fmt.Errorf("unexpected reply %v for job %d", t, k)}
+}
+
+// wrongType is the error of a function call that found KEYS[pos] holding
+// another Redis type than a string.
+func wrongType(c fcall, pos int64) error {
+	key := "?"
+	if pos >= 1 && int(pos) <= len(c.keys) {
+		key = c.keys[pos-1]
+	}
+	return &RedisError{Op: "FCALL " + c.fn, Err: fmt.Errorf("WRONGTYPE key %s (KEYS[%d]) holds another type than a string", key, pos)}
+}
+
+// prepare validates req and builds the pieces of its function call.
+// Everything the function would refuse is refused here first, without a
 // round trip.
 func (l *Limiter) prepare(req Request) (prepared, error) {
 	tag, err := l.keys.tag(req.Tenant)
@@ -551,7 +494,6 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		tag:       tag,
 		now:       strconv.FormatInt(now, 10),
 		cost:      strconv.FormatInt(cost, 10),
-		horizon:   l.horizonArg,
 		limitKeys: make([]string, 0, len(limits)),
 	}
 	for _, lim := range limits {
@@ -570,65 +512,7 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		if err := validJobID(req.JobID); err != nil {
 			return prepared{}, err
 		}
-		p.jobKey = l.keys.reservation(tag, req.JobID)
-	}
-	if req.TrackOwner {
-		if req.JobID == "" {
-			return prepared{}, &InvalidError{Code: CodeJobID, Detail: "owner tracking needs a job id"}
-		}
-		if req.Incarnation < 0 || req.Incarnation >= maxExact {
-			return prepared{}, &InvalidError{Code: CodeIncarnation, Detail: fmt.Sprintf("incarnation %d out of range", req.Incarnation)}
-		}
-		p.ownerKey = l.keys.owner(tag, req.JobID)
-		p.incarnation = strconv.FormatInt(req.Incarnation, 10)
-	}
-	if req.Fresh {
-		if req.JobID == "" {
-			return prepared{}, &InvalidError{Code: CodeJobID, Detail: "a fresh job needs a job id"}
-		}
-		p.fresh = true
+		p.resvKey = l.keys.reservation(tag, req.JobID)
 	}
 	return p, nil
-}
-
-// parseReply reads the script's reply, checking every element's type.
-func parseReply(v any) (Decision, error) {
-	arr, ok := v.([]any)
-	if !ok {
-		return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply %#v", v)}
-	}
-	return parseTuple(arr)
-}
-
-// parseTuple reads one tuple of the script's reply.
-func parseTuple(arr []any) (Decision, error) {
-	if len(arr) < 3 || len(arr) > 4 {
-		return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply of %d elements", len(arr))}
-	}
-	var all [4]int64
-	nums := all[:len(arr)]
-	for i, e := range arr {
-		n, ok := e.(int64)
-		if !ok {
-			return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("reply element %d is %T, want integer", i, e)}
-		}
-		nums[i] = n
-	}
-	switch nums[0] {
-	case statusAllowed, statusLimited:
-		if len(nums) != 4 {
-			break
-		}
-		return Decision{
-			Allowed:   nums[0] == statusAllowed,
-			Wait:      time.Duration(nums[1]) * time.Microsecond,
-			Remaining: nums[2],
-			Reserved:  nums[3] == 1,
-		}, nil
-	case statusInvalid:
-		return Decision{}, &InvalidError{Code: Code(nums[1]), Index: int(nums[2])}
-	case statusDuplicate:
-		return Decision{Duplicate: true, Owner: nums[1]}, nil
-	}
-	return Decision{}, &RedisError{Op: "throttle script", Err: fmt.Errorf("unexpected reply %v", arr)}
 }

@@ -26,9 +26,9 @@ func burstBatch(name string, tenants, perTenant int, at time.Time) ([]throttle.R
 		for k := range perTenant {
 			reqs = append(reqs, throttle.Request{Tenant: fmt.Sprintf("%s-%d", name, ten), JobID: "j" + strconv.Itoa(k), At: at})
 			if k < 5 {
-				want = append(want, throttle.Decision{Allowed: true, Remaining: int64(4 - k)})
+				want = append(want, admitted(int64(4-k)))
 			} else {
-				want = append(want, throttle.Decision{Wait: time.Duration(k-4) * 100 * ms, Reserved: true})
+				want = append(want, reserved(time.Duration(k-4)*100*ms))
 			}
 		}
 	}
@@ -49,7 +49,7 @@ func checkBatch(t *testing.T, what string, reqs []throttle.Request, got []thrott
 	}
 }
 
-// commandCalls returns the calls counted for cmd (e.g. "eval") by INFO
+// commandCalls returns the calls counted for cmd (e.g. "fcall") by INFO
 // commandstats.
 func commandCalls(t *testing.T, rdb *redis.Client, cmd string) int {
 	t.Helper()
@@ -70,55 +70,56 @@ func commandCalls(t *testing.T, rdb *redis.Client, cmd string) int {
 	return 0
 }
 
-// TestScriptFlush flushes Redis' script cache between single calls, between
-// batches, right before a batch and while batches run: every call must
-// still succeed with the right decision (NOSCRIPT is handled by sending
-// the source again).
-func TestScriptFlush(t *testing.T) {
+// TestFunctionFlush deletes the engine's functions from Redis (FUNCTION
+// FLUSH) between single calls, between batches, right before a batch and
+// while batches run: every call must still succeed with the right decision,
+// neither lost nor doubled (a call that finds the function missing did not
+// run: the library is loaded again and the call sent again).
+func TestFunctionFlush(t *testing.T) {
 	e := setup(t)
 	l := newLimiter(t, e.rdb, e.prefix, time.Second, throttle.Limits{throttle.PerSecond(10, 5)})
 	ctx := context.Background()
+	if err := l.Load(ctx); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
 	flush := func() {
 		t.Helper()
-		if err := e.rdb.ScriptFlush(ctx).Err(); err != nil {
-			t.Fatalf("SCRIPT FLUSH: %v", err)
+		if err := e.rdb.FunctionFlush(ctx).Err(); err != nil {
+			t.Fatalf("FUNCTION FLUSH: %v", err)
 		}
 	}
+	loads := func() int { return commandCalls(t, e.rdb, "function|load") }
 
 	t.Run("single calls", func(t *testing.T) {
 		reqs, want := burstBatch("single", 1, 9, t0)
 		for i, req := range reqs {
 			flush()
-			sameDecision(t, fmt.Sprintf("call %d after SCRIPT FLUSH", i), decide(t, l, req), want[i])
+			sameDecision(t, fmt.Sprintf("call %d after FUNCTION FLUSH", i), decide(t, l, req), want[i])
 		}
 	})
 
 	t.Run("between batches", func(t *testing.T) {
 		for b := range 4 {
 			flush()
-			evalsBefore := commandCalls(t, e.rdb, "eval")
+			loadsBefore := loads()
 			reqs, want := burstBatch(fmt.Sprintf("between-%d", b), 6, 10, t0)
-			checkBatch(t, fmt.Sprintf("batch %d after SCRIPT FLUSH", b), reqs, l.DecideBatch(ctx, reqs), want)
-			// On a single server the batch's 60 jobs share one script call
-			// (at most 64 a call); it met NOSCRIPT and was sent again in
-			// full, exactly once.
-			calls := (len(reqs) + 63) / 64
-			if evals := commandCalls(t, e.rdb, "eval") - evalsBefore; evals != calls {
-				t.Fatalf("batch %d after SCRIPT FLUSH: %d EVAL calls, want %d", b, evals, calls)
+			checkBatch(t, fmt.Sprintf("batch %d after FUNCTION FLUSH", b), reqs, l.DecideBatch(ctx, reqs), want)
+			// The batch met the missing function and loaded it once.
+			if n := loads() - loadsBefore; n != 1 {
+				t.Fatalf("batch %d after FUNCTION FLUSH: %d FUNCTION LOADs, want 1", b, n)
 			}
-			// The script is loaded again: the next batch needs no EVAL.
-			evalsBefore += calls
+			// The library is loaded again: the next batch loads nothing.
 			reqs, want = burstBatch(fmt.Sprintf("between-%d-loaded", b), 6, 10, t0)
-			checkBatch(t, fmt.Sprintf("batch %d, script loaded", b), reqs, l.DecideBatch(ctx, reqs), want)
-			if evals := commandCalls(t, e.rdb, "eval") - evalsBefore; evals != 0 {
-				t.Fatalf("batch %d with the script loaded: %d EVAL calls, want 0", b, evals)
+			checkBatch(t, fmt.Sprintf("batch %d, library loaded", b), reqs, l.DecideBatch(ctx, reqs), want)
+			if n := loads() - loadsBefore; n != 1 {
+				t.Fatalf("batch %d with the library loaded: %d more FUNCTION LOADs, want 0", b, n-1)
 			}
 		}
 	})
 
 	t.Run("while batches run", func(t *testing.T) {
-		// Another client flushes the script cache over and over while
-		// batches of 60 run, so the cache may vanish between any two
+		// Another client deletes the functions every few milliseconds
+		// while batches of 60 run, so they may vanish between any two
 		// commands of a pipeline.
 		flusher := redis.NewClient(&redis.Options{Addr: e.srv.Addr})
 		defer flusher.Close()
@@ -127,36 +128,38 @@ func TestScriptFlush(t *testing.T) {
 		var flushes int
 		var flushErr error
 		wg.Go(func() {
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
 			for {
 				select {
 				case <-stop:
 					return
-				default:
+				case <-tick.C:
 				}
-				if err := flusher.ScriptFlush(ctx).Err(); err != nil {
+				if err := flusher.FunctionFlush(ctx).Err(); err != nil {
 					flushErr = err
 					return
 				}
 				flushes++
 			}
 		})
-		evalsBefore := commandCalls(t, e.rdb, "eval")
-		for b := range 40 {
+		loadsBefore := loads()
+		for b := range 60 {
 			reqs, want := burstBatch(fmt.Sprintf("during-%d", b), 6, 10, t0)
 			got := l.DecideBatch(ctx, reqs)
-			if b == 39 {
+			if b == 59 {
 				close(stop)
 				wg.Wait()
 			}
-			checkBatch(t, fmt.Sprintf("batch %d with concurrent SCRIPT FLUSH", b), reqs, got, want)
+			checkBatch(t, fmt.Sprintf("batch %d with concurrent FUNCTION FLUSH", b), reqs, got, want)
 		}
 		if flushErr != nil {
-			t.Fatalf("SCRIPT FLUSH: %v", flushErr)
+			t.Fatalf("FUNCTION FLUSH: %v", flushErr)
 		}
-		evals := commandCalls(t, e.rdb, "eval") - evalsBefore
-		t.Logf("%d flushes during 40 batches; %d requests were sent again with EVAL", flushes, evals)
-		if flushes == 0 || evals == 0 {
-			t.Fatalf("%d flushes and %d EVAL retries: the flushes did not interleave with the batches", flushes, evals)
+		n := loads() - loadsBefore
+		t.Logf("%d flushes during 60 batches; the library was loaded again %d times", flushes, n)
+		if flushes == 0 || n == 0 {
+			t.Fatalf("%d flushes and %d loads: the flushes did not interleave with the batches", flushes, n)
 		}
 	})
 }

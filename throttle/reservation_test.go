@@ -32,7 +32,7 @@ func TestReservationQueue(t *testing.T) {
 	probe := func(at time.Time) throttle.Request { return throttle.Request{Tenant: tenant, At: at} }
 	checkProbe := func(what string, at time.Time, d throttle.Decision, emptyAt time.Duration) {
 		t.Helper()
-		want := throttle.Decision{Wait: t0.Add(emptyAt + interval).Sub(at)}
+		want := limited(t0.Add(emptyAt+interval).Sub(at), 0)
 		if d != want {
 			t.Fatalf("%s: fresh job at t0+%s: got %+v, want %+v (bucket empty at t0+%s)", what, at.Sub(t0), d, want, emptyAt)
 		}
@@ -55,16 +55,16 @@ func TestReservationQueue(t *testing.T) {
 		var want throttle.Decision
 		switch {
 		case k < burst:
-			want = throttle.Decision{Allowed: true, Remaining: int64(burst - 1 - k)}
+			want = admitted(int64(burst - 1 - k))
 		case k <= lastReserved:
 			// FIFO: each slot is exactly one interval after the previous one.
-			want = throttle.Decision{Wait: time.Duration(k-burst+1) * interval, Reserved: true}
+			want = reserved(time.Duration(k-burst+1) * interval)
 		default:
 			// Past the horizon: told to come back at the horizon, not charged.
-			want = throttle.Decision{Wait: horizon}
+			want = limited(horizon, 0)
 		}
 		sameDecision(t, job(k), r.Decision, want)
-		if r.Reserved {
+		if r.Outcome == throttle.Reserved {
 			if other, dup := slots[r.Wait]; dup {
 				t.Fatalf("%s and %s hold the same slot t0+%s", other, job(k), r.Wait)
 			}
@@ -105,10 +105,10 @@ func TestReservationQueue(t *testing.T) {
 				t.Fatalf("%s, request %d of its return: %v", job(k), i, r.Err)
 			}
 		}
-		sameDecision(t, job(k)+" back 5ms early", rs[0].Decision, throttle.Decision{Wait: 5 * ms, Reserved: true})
+		sameDecision(t, job(k)+" back 5ms early", rs[0].Decision, reserved(5*ms))
 		checkProbe(job(k)+" back early", early, rs[1].Decision, emptyAt)
-		if !rs[2].Allowed || !rs[2].Reserved || rs[2].Wait != 0 {
-			t.Fatalf("%s back at t0+%s (slot t0+%s): got %+v, want Allowed and Reserved", job(k), back.Sub(t0), wait, rs[2].Decision)
+		if rs[2].Decision != admitted(0) {
+			t.Fatalf("%s back at t0+%s (slot t0+%s): got %+v, want admitted through its slot", job(k), back.Sub(t0), wait, rs[2].Decision)
 		}
 		checkProbe(job(k)+" admitted at its slot", back, rs[3].Decision, emptyAt)
 	}
@@ -117,60 +117,57 @@ func TestReservationQueue(t *testing.T) {
 	// last slot it is a fresh job, charged and queued.
 	end := t0.Add(horizon + 5*ms)
 	d := decide(t, l, throttle.Request{Tenant: tenant, JobID: job(jobs + extra - 1), At: end})
-	sameDecision(t, job(jobs+extra-1)+" back after the horizon", d, throttle.Decision{Wait: 5 * ms, Reserved: true})
+	sameDecision(t, job(jobs+extra-1)+" back after the horizon", d, reserved(5*ms))
 	emptyAt += interval
 
 	// An admitted job coming back again is a fresh job and is charged.
 	d = decide(t, l, throttle.Request{Tenant: tenant, JobID: job(jobs - 1), At: end})
-	sameDecision(t, job(jobs-1)+" back after its admission", d, throttle.Decision{Wait: 15 * ms, Reserved: true})
+	sameDecision(t, job(jobs-1)+" back after its admission", d, reserved(15*ms))
 	emptyAt += interval
 	checkProbe("after two fresh jobs", end, decide(t, l, probe(end)), emptyAt)
 	// It is admitted at its new slot exactly once.
 	again := end.Add(15 * ms)
 	d = decide(t, l, throttle.Request{Tenant: tenant, JobID: job(jobs - 1), At: again})
-	sameDecision(t, job(jobs-1)+" at its second slot", d, throttle.Decision{Allowed: true, Reserved: true})
+	sameDecision(t, job(jobs-1)+" at its second slot", d, admitted(0))
 	d = decide(t, l, throttle.Request{Tenant: tenant, JobID: job(jobs - 1), At: again})
-	sameDecision(t, job(jobs-1)+" a third time", d, throttle.Decision{Wait: interval, Reserved: true})
+	sameDecision(t, job(jobs-1)+" a third time", d, reserved(interval))
 }
 
-// TestFreshJobs checks Request.Fresh. A fresh job's reservation is not read:
+// TestFreshJobs checks Copy.Fresh. A fresh job's reservation is not read:
 // one Redis read fewer than the same job not marked fresh (counted in INFO
 // commandstats). A fresh job that must wait still gets its slot, and coming
 // back, no longer fresh, is admitted through it uncharged. And, as
 // documented, a job wrongly marked fresh while it holds a slot is charged
 // again instead of being admitted through its slot.
 func TestFreshJobs(t *testing.T) {
-	for _, owner := range []bool{false, true} {
-		t.Run(fmt.Sprintf("owner=%v", owner), func(t *testing.T) {
-			e := setup(t)
-			ctx := context.Background()
-			l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.PerSecond(10, 1)})
-			req := func(tenant, id string, at time.Duration, fresh bool) throttle.Request {
-				return throttle.Request{Tenant: tenant, JobID: id, At: t0.Add(at), Fresh: fresh, TrackOwner: owner}
-			}
-			reads := func(r throttle.Request) int {
-				t.Helper()
-				if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
-					t.Fatalf("CONFIG RESETSTAT: %v", err)
-				}
-				decide(t, l, r)
-				return commandCalls(t, e.rdb, "get")
-			}
-			fresh, known := reads(req("a", "j1", 0, true)), reads(req("b", "j1", 0, false))
-			if fresh != known-1 {
-				t.Fatalf("GETs: fresh job %d, the same job not fresh %d; want one fewer", fresh, known)
-			}
-
-			// a's bucket (burst 1) is empty after j1: j2 waits one interval.
-			sameDecision(t, "fresh j2 at t0", decide(t, l, req("a", "j2", 0, true)),
-				throttle.Decision{Wait: 100 * ms, Reserved: true})
-			sameDecision(t, "j2 back at its slot", decide(t, l, req("a", "j2", 100*ms, false)),
-				throttle.Decision{Allowed: true, Reserved: true})
-			sameDecision(t, "j3 at t0+100ms", decide(t, l, req("a", "j3", 100*ms, false)),
-				throttle.Decision{Wait: 100 * ms, Reserved: true})
-			// j3 holds the slot at t0+200ms; marked fresh, it is not seen.
-			sameDecision(t, "j3 wrongly fresh at its slot", decide(t, l, req("a", "j3", 200*ms, true)),
-				throttle.Decision{Wait: 100 * ms, Reserved: true})
-		})
+	e := setup(t)
+	ctx := context.Background()
+	l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.PerSecond(10, 1)})
+	c := newCopies(t, l)
+	req := func(tenant, id string, at time.Duration, fresh bool) throttle.Copy {
+		return throttle.Copy{Request: throttle.Request{Tenant: tenant, JobID: id, At: t0.Add(at)}, Fresh: fresh}
 	}
+	reads := func(r throttle.Copy) int {
+		t.Helper()
+		if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatalf("CONFIG RESETSTAT: %v", err)
+		}
+		decideCopy(t, c, r)
+		return commandCalls(t, e.rdb, "get")
+	}
+	fresh, known := reads(req("a", "j1", 0, true)), reads(req("b", "j1", 0, false))
+	if fresh != known-1 {
+		t.Fatalf("GETs: fresh job %d, the same job not fresh %d; want one fewer", fresh, known)
+	}
+
+	// a's bucket (burst 1) is empty after j1: j2 waits one interval.
+	sameDecision(t, "fresh j2 at t0", decideCopy(t, c, req("a", "j2", 0, true)),
+		reserved(100*ms))
+	sameDecision(t, "j2 back at its slot", decideCopy(t, c, req("a", "j2", 100*ms, false)),
+		admitted(0))
+	sameDecision(t, "j3 at t0+100ms", decideCopy(t, c, req("a", "j3", 100*ms, false)),
+		reserved(100*ms))
+	// j3 holds the slot at t0+200ms; marked fresh, it is not seen.
+	sameDecision(t, "j3 wrongly fresh at its slot", decideCopy(t, c, req("a", "j3", 200*ms, true)),
+		reserved(100*ms))
 }

@@ -15,60 +15,49 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/throttler/throttler/lua"
 	"github.com/throttler/throttler/throttle"
 )
 
-// The script's E_* codes, as in lua/throttle.lua.
+// The decide function's E_* codes, as in lua/library.lua.
 const (
-	eKeys, eNow, eCost, eHorizon, eCount = 1, 2, 3, 4, 5
-	eRate, ePeriod, eBurst, eOverBurst   = 6, 7, 8, 9
-	eState, eStateTTL, eResv, eResvTTL   = 10, 11, 12, 13
-	eIncarnation, eOwner                 = 14, 15
-	eFresh                               = 17
+	eNow, eCost, eHorizon              = 2, 3, 4
+	eRate, ePeriod, eBurst, eOverBurst = 6, 7, 8, 9
+	eState, eStateTTL, eResv, eResvTTL = 10, 11, 12, 13
+	eIncarnation, eOwner               = 14, 15
+	eFresh                             = 17
 )
 
-// nowMicros is t0 in µs, as the script reads it.
+// nowMicros is t0 in µs, as the function reads it.
 var nowMicros = strconv.FormatInt(t0.UnixMicro(), 10)
 
-// packedState is a bucket's state as the script stores it: its empty time,
-// whole µs ei and remainder ef, as a little-endian int64 and int32.
+// packedState is a bucket's state as the function stores it: its empty
+// time, whole µs ei and remainder ef, as a little-endian int64 and int32.
 func packedState(ei int64, ef int32) string {
 	b := binary.LittleEndian.AppendUint64(nil, uint64(ei))
 	return string(binary.LittleEndian.AppendUint32(b, uint32(ef)))
 }
 
-// validArgs is a valid ARGV for one limit of 10/s with a burst of 5:
-// now, cost, horizon, count, rate, period, burst.
+// validArgs is a valid ARGV of one job under one limit of 10/s with a
+// burst of 5: now, horizon, cost, incarnation, fresh, count, rate, period,
+// burst.
 func validArgs() []string {
-	return []string{nowMicros, "1", "1000000", "1", "10", "1000000", "5"}
+	return []string{nowMicros, "1000000", "1", "0", "0", "1", "10", "1000000", "5"}
 }
 
-// evalRaw runs the script with EVAL, as any client could, and returns its
-// reply as integers.
-func evalRaw(t *testing.T, rdb *redis.Client, keys []string, args []string) []int64 {
+// callRaw calls the decide function with FCALL, as any client could, and
+// returns its reply as integers.
+func callRaw(t *testing.T, rdb *redis.Client, keys []string, args []string) []int64 {
 	t.Helper()
-	argv := make([]any, len(args))
-	for i, a := range args {
-		argv[i] = a
+	return fcallRaw(t, rdb, decideFn(), keys, args)
+}
+
+// badCall fails t unless the decide function refuses keys and args whole,
+// with a BADCALL error reply.
+func badCall(t *testing.T, rdb *redis.Client, what string, keys []string, args []string) {
+	t.Helper()
+	if _, err := fcallErr(rdb, decideFn(), keys, args); err == nil || !strings.HasPrefix(err.Error(), "BADCALL") {
+		t.Fatalf("%s: error %v, want BADCALL", what, err)
 	}
-	v, err := rdb.Eval(context.Background(), lua.Throttle, keys, argv...).Result()
-	if err != nil {
-		t.Fatalf("EVAL keys %q args %q: %v", keys, args, err)
-	}
-	arr, ok := v.([]any)
-	if !ok {
-		t.Fatalf("EVAL keys %q args %q: reply %#v, want an array", keys, args, v)
-	}
-	out := make([]int64, len(arr))
-	for i, e := range arr {
-		n, ok := e.(int64)
-		if !ok {
-			t.Fatalf("EVAL keys %q args %q: reply element %d is %#v, want an integer", keys, args, i, e)
-		}
-		out[i] = n
-	}
-	return out
 }
 
 // snapshot is the value and whether a TTL is set of every key given.
@@ -110,8 +99,9 @@ func rawKeys(prefix, name string, limits int) (state []string, resv string) {
 func ownerKey(prefix, name string) string { return fmt.Sprintf("%s:{%s}:o:job", prefix, name) }
 
 // TestScriptRejectsBadArguments sends every class of invalid ARGV and KEYS
-// straight to the script: each gets {3, code, index}, and nothing is written,
-// neither on fresh keys nor over existing state.
+// straight to the decide function: a bad argument gets {3, code, index, 0},
+// a call whose KEYS and ARGV do not fit together a BADCALL error, and
+// nothing is written, neither on fresh keys nor over existing state.
 func TestScriptRejectsBadArguments(t *testing.T) {
 	e := setup(t)
 	type tc struct {
@@ -120,6 +110,8 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		args      []string
 		code, idx int64
 		owner     bool // add an owner key after the reservation key
+		short     bool // the short form: state keys only
+		bad       bool // refused whole: BADCALL
 	}
 	var cases []tc
 	with := func(pos int, v string) []string {
@@ -131,10 +123,11 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 	posCode := []struct {
 		pos  int
 		code int64
-	}{{1, eNow}, {2, eCost}, {3, eHorizon}, {4, eCount}, {5, eRate}, {6, ePeriod}, {7, eBurst}}
+	}{{1, eNow}, {2, eHorizon}, {3, eCost}, {4, eIncarnation}, {5, eFresh}, {7, eRate}, {8, ePeriod}, {9, eBurst}}
 	for _, pc := range posCode {
 		for _, v := range notInts {
-			cases = append(cases, tc{fmt.Sprintf("ARGV[%d]=%q", pc.pos, v), 1, with(pc.pos, v), pc.code, int64(pc.pos), false})
+			cases = append(cases, tc{name: fmt.Sprintf("ARGV[%d]=%q", pc.pos, v), keys: 1, args: with(pc.pos, v), code: pc.code, idx: int64(pc.pos)})
+			cases = append(cases, tc{name: fmt.Sprintf("ARGV[%d]=%q with an owner", pc.pos, v), keys: 1, args: with(pc.pos, v), code: pc.code, idx: int64(pc.pos), owner: true})
 		}
 	}
 	outOfRange := []struct {
@@ -142,53 +135,42 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		v         string
 		code, idx int64
 	}{
-		{1, "9007199254740992", eNow, 1}, // 2^53
-		{2, "0", eCost, 2},
-		{2, "1000000001", eCost, 2},
-		{2, "6", eOverBurst, 7},           // cost > burst 5
-		{3, "2592000000001", eHorizon, 3}, // 30 days + 1µs
-		{4, "0", eCount, 4},
-		{4, "9", eCount, 4},
-		{5, "0", eRate, 5},
-		{5, "1000000001", eRate, 5},
-		{6, "999", ePeriod, 6},
-		{6, "31622400000001", ePeriod, 6}, // 366 days + 1µs
-		{7, "0", eBurst, 7},
-		{7, "1000000001", eBurst, 7},
+		{1, "9007199254740992", eNow, 1},  // 2^53
+		{2, "2592000000001", eHorizon, 2}, // 30 days + 1µs
+		{3, "0", eCost, 3},
+		{3, "1000000001", eCost, 3},
+		{3, "6", eOverBurst, 9}, // cost > burst 5
+		{4, "9007199254740992", eIncarnation, 4},
+		{5, "2", eFresh, 5},
+		{7, "0", eRate, 7},
+		{7, "1000000001", eRate, 7},
+		{8, "999", ePeriod, 8},
+		{8, "31622400000001", ePeriod, 8}, // 366 days + 1µs
+		{9, "0", eBurst, 9},
+		{9, "1000000001", eBurst, 9},
 	}
 	for _, o := range outOfRange {
-		cases = append(cases, tc{fmt.Sprintf("ARGV[%d]=%s", o.pos, o.v), 1, with(o.pos, o.v), o.code, o.idx, false})
+		cases = append(cases, tc{name: fmt.Sprintf("ARGV[%d]=%s", o.pos, o.v), keys: 1, args: with(o.pos, o.v), code: o.code, idx: o.idx})
 	}
 	// burst × period >= 2^53, far above and exactly at 2^53.
 	cases = append(cases,
-		tc{"burst×period>2^53", 1, []string{nowMicros, "1", "0", "1", "1", "31622400000000", "285"}, eBurst, 7, false},
-		tc{"burst×period=2^53", 1, []string{nowMicros, "1", "0", "1", "1", "33554432", "268435456"}, eBurst, 7, false},
+		tc{name: "burst×period>2^53", keys: 1, args: []string{nowMicros, "0", "1", "0", "0", "1", "1", "31622400000000", "285"}, code: eBurst, idx: 9},
+		tc{name: "burst×period=2^53", keys: 1, args: []string{nowMicros, "0", "1", "0", "0", "1", "1", "33554432", "268435456"}, code: eBurst, idx: 9},
 	)
 	// The second limit is checked too, at its own positions.
 	two := append(validArgs(), "20", "60000000", "5")
-	two[3] = "2"
-	for pos, code := range map[int]int64{8: eRate, 9: ePeriod, 10: eBurst} {
+	two[5] = "2"
+	for pos, code := range map[int]int64{10: eRate, 11: ePeriod, 12: eBurst} {
 		a := slicesClone(two)
 		a[pos-1] = "0"
-		cases = append(cases, tc{fmt.Sprintf("second limit ARGV[%d]=0", pos), 2, a, code, int64(pos), false})
+		cases = append(cases, tc{name: fmt.Sprintf("second limit ARGV[%d]=0", pos), keys: 2, args: a, code: code, idx: int64(pos)})
 	}
 	a := slicesClone(two)
-	a[9] = "3" // burst 3 < cost 4
-	a[1] = "4"
-	cases = append(cases, tc{"cost over the second burst", 2, a, eOverBurst, 10, false})
-	// The optional incarnation after the limits.
-	for _, v := range append(notInts, "9007199254740992") { // 2^53
-		cases = append(cases, tc{fmt.Sprintf("incarnation %q", v), 1, append(validArgs(), v), eIncarnation, 8, true})
-		cases = append(cases, tc{fmt.Sprintf("incarnation %q after two limits", v), 2, append(slicesClone(two), v), eIncarnation, 11, true})
-	}
-	// The optional fresh flag after the incarnation: 0 or 1.
-	for _, v := range append(notInts, "2") {
-		cases = append(cases, tc{fmt.Sprintf("fresh %q", v), 1, append(validArgs(), "0", v), eFresh, 9, false})
-		cases = append(cases, tc{fmt.Sprintf("fresh %q after two limits", v), 2, append(slicesClone(two), "0", v), eFresh, 12, true})
-	}
-	// The short form: now, cost, rate, period, burst, under its state keys
-	// alone (short).
-	var short []tc
+	a[11] = "3" // burst 3 < cost 4
+	a[2] = "4"
+	cases = append(cases, tc{name: "cost over the second burst", keys: 2, args: a, code: eOverBurst, idx: 12})
+	// The short form: now, cost, rate, period, burst, under its state key
+	// alone.
 	shortArgs := func(pos int, v string) []string {
 		a := []string{nowMicros, "1", "10", "1000000", "5"}
 		a[pos-1] = v
@@ -196,7 +178,7 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 	}
 	for pos, code := range map[int]int64{1: eNow, 2: eCost, 3: eRate, 4: ePeriod, 5: eBurst} {
 		for _, v := range notInts {
-			short = append(short, tc{fmt.Sprintf("short form ARGV[%d]=%q", pos, v), 1, shortArgs(pos, v), code, int64(pos), false})
+			cases = append(cases, tc{name: fmt.Sprintf("short form ARGV[%d]=%q", pos, v), keys: 1, args: shortArgs(pos, v), code: code, idx: int64(pos), short: true})
 		}
 	}
 	for _, o := range []struct {
@@ -213,49 +195,51 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		{5, "0", eBurst, 5},
 		{5, "1000000001", eBurst, 5},
 	} {
-		short = append(short, tc{fmt.Sprintf("short form ARGV[%d]=%s", o.pos, o.v), 1, shortArgs(o.pos, o.v), o.code, o.idx, false})
+		cases = append(cases, tc{name: fmt.Sprintf("short form ARGV[%d]=%s", o.pos, o.v), keys: 1, args: shortArgs(o.pos, o.v), code: o.code, idx: o.idx, short: true})
 	}
-	short = append(short,
-		tc{"short form burst×period=2^53", 1, []string{nowMicros, "1", "1", "33554432", "268435456"}, eBurst, 5, false},
-		tc{"short form under two state keys", 2, shortArgs(1, nowMicros), eKeys, 0, false},
-		tc{"short form without KEYS", 0, shortArgs(1, nowMicros), eKeys, 0, false},
-	)
-	// Every long-form case has a reservation key; a short form given one is
-	// refused too.
-	cases = append(cases, tc{"short form with a reservation key", 1, shortArgs(1, nowMicros), eKeys, 0, false})
-	// ARGV and KEYS that do not fit together.
+	cases = append(cases, tc{name: "short form burst×period=2^53", keys: 1, args: []string{nowMicros, "1", "1", "33554432", "268435456"}, code: eBurst, idx: 5, short: true})
+	// KEYS and ARGV that do not fit together: refused whole.
+	for _, v := range append(notInts, "0", "9") {
+		cases = append(cases, tc{name: fmt.Sprintf("count %q", v), keys: 1, args: with(6, v), bad: true})
+	}
 	cases = append(cases,
-		tc{"ARGV one limit short", 2, append(validArgs()[:3], "2", "10", "1000000", "5"), eKeys, 0, false},
-		tc{"ARGV three values long", 1, append(validArgs(), "1", "1", "1"), eKeys, 0, false},
-		tc{"ARGV four values long", 1, append(validArgs(), "0", "0", "1", "1"), eKeys, 0, false},
-		tc{"ARGV one value short", 1, validArgs()[:6], eKeys, 0, false},
-		tc{"ARGV count only", 1, validArgs()[:4], eKeys, 0, false},
-		tc{"ARGV empty", 1, nil, eCount, 4, false},
-		tc{"no KEYS", 0, validArgs(), eKeys, 0, false},
-		tc{"KEYS two limits for one", 2, validArgs(), eKeys, 0, false},
-		tc{"owner key without incarnation", 1, validArgs(), eKeys, 0, true},
-		tc{"KEYS one too many with incarnation", 2, append(validArgs(), "0"), eKeys, 0, true},
+		tc{name: "short form under two state keys", keys: 2, args: shortArgs(1, nowMicros), short: true, bad: true},
+		tc{name: "short form without KEYS", args: shortArgs(1, nowMicros), short: true, bad: true},
+		tc{name: "short form with a reservation key", keys: 1, args: shortArgs(1, nowMicros), bad: true},
+		tc{name: "ARGV one limit short", keys: 2, args: append(validArgs()[:5], "2", "10", "1000000", "5"), bad: true},
+		tc{name: "ARGV three values long", keys: 1, args: append(validArgs(), "1", "1", "1"), bad: true},
+		tc{name: "ARGV one value short", keys: 1, args: validArgs()[:8], bad: true},
+		tc{name: "ARGV header only", keys: 1, args: validArgs()[:2], bad: true},
+		tc{name: "ARGV empty", keys: 1, bad: true},
+		tc{name: "no KEYS", args: validArgs(), bad: true},
+		tc{name: "KEYS two limits for one", keys: 2, args: validArgs(), owner: true, bad: true},
+		tc{name: "KEYS one too many", keys: 2, args: validArgs(), owner: true, bad: true},
 	)
 
-	cases = append(cases, short...)
-	for i, c := range cases {
-		// Fresh keys: nothing may be created.
-		state, resv := rawKeys(e.prefix, "fresh-"+strconv.Itoa(i), c.keys)
-		keys := append(slicesClone(state), resv)
-		if i >= len(cases)-len(short) {
-			keys = state
+	// run sends case c over the keys of tenant name (or existing state).
+	run := func(c tc, state []string, resv, owner string) {
+		t.Helper()
+		keys := slicesClone(state[:min(c.keys, len(state))])
+		if !c.short && c.keys > 0 {
+			keys = append(keys, resv)
 		}
 		if c.owner {
-			keys = append(keys, ownerKey(e.prefix, "fresh-"+strconv.Itoa(i)))
+			keys = append(keys, owner)
 		}
-		if c.keys == 0 {
-			keys = nil
+		if c.bad {
+			badCall(t, e.rdb, c.name, keys, c.args)
+			return
 		}
-		got := evalRaw(t, e.rdb, keys, c.args)
-		if want := []int64{3, c.code, c.idx}; !reflect.DeepEqual(got, want) {
+		if got, want := callRaw(t, e.rdb, keys, c.args), []int64{3, c.code, c.idx, 0}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: reply %v, want %v", c.name, got, want)
 		}
-		if ks := tenantKeys(t, e, "fresh-"+strconv.Itoa(i)); len(ks) != 0 {
+	}
+	for i, c := range cases {
+		// Fresh keys: nothing may be created.
+		name := "fresh-" + strconv.Itoa(i)
+		state, resv := rawKeys(e.prefix, name, max(c.keys, 1))
+		run(c, state, resv, ownerKey(e.prefix, name))
+		if ks := tenantKeys(t, e, name); len(ks) != 0 {
 			t.Fatalf("%s: invalid call wrote %q", c.name, ks)
 		}
 	}
@@ -264,29 +248,24 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 	// every invalid call must leave it exactly as it was.
 	state, resv := rawKeys(e.prefix, "existing", 2)
 	valid := slicesClone(two)
-	valid[1] = "3"
-	if got := evalRaw(t, e.rdb, state, valid); !reflect.DeepEqual(got, []int64{1, 0, 2, 0}) {
+	valid[2] = "3"
+	if got := callRaw(t, e.rdb, state, valid); !reflect.DeepEqual(got, []int64{1, 0, 2, 0}) {
 		t.Fatalf("valid call: reply %v, want [1 0 2 0]", got)
 	}
 	owner := ownerKey(e.prefix, "existing")
 	if err := e.rdb.Set(context.Background(), owner, "0", time.Minute).Err(); err != nil {
 		t.Fatalf("SET %s: %v", owner, err)
 	}
+	// The calls take longer than the bucket takes to refill (300ms): keep
+	// its state meanwhile.
+	for _, k := range state {
+		if err := e.rdb.PExpire(context.Background(), k, time.Minute).Err(); err != nil {
+			t.Fatalf("PEXPIRE %s: %v", k, err)
+		}
+	}
 	before := snap(t, e.rdb, append(slicesClone(state), resv, owner)...)
-	for i, c := range cases {
-		if c.keys == 0 {
-			continue
-		}
-		keys := append(slicesClone(state[:c.keys]), resv)
-		if i >= len(cases)-len(short) {
-			keys = state[:c.keys]
-		}
-		if c.owner {
-			keys = append(keys, owner)
-		}
-		if got, want := evalRaw(t, e.rdb, keys, c.args), []int64{3, c.code, c.idx}; !reflect.DeepEqual(got, want) {
-			t.Fatalf("%s over existing state: reply %v, want %v", c.name, got, want)
-		}
+	for _, c := range cases {
+		run(c, state, resv, owner)
 	}
 	if after := snap(t, e.rdb, append(slicesClone(state), resv, owner)...); !reflect.DeepEqual(after, before) {
 		t.Fatalf("invalid calls changed existing state: before %v, after %v", before, after)
@@ -384,17 +363,16 @@ func TestScriptRejectsBadState(t *testing.T) {
 		args := validArgs()
 		if len(c.state) == 2 {
 			args = append(args, "20", "60000000", "5")
-			args[3] = "2"
+			args[5] = "2"
 		}
 		all := append(slicesClone(state), resv)
 		if v, ok := ownerValue[c.name]; ok {
 			owner := ownerKey(e.prefix, name)
 			set(owner, v, true)
 			all = append(all, owner)
-			args = append(args, "0")
 		}
 		before := snap(t, e.rdb, all...)
-		if got, want := evalRaw(t, e.rdb, all, args), []int64{3, c.code, c.idx}; !reflect.DeepEqual(got, want) {
+		if got, want := callRaw(t, e.rdb, all, args), []int64{3, c.code, c.idx, 0}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: reply %v, want %v", c.name, got, want)
 		}
 		if after := snap(t, e.rdb, all...); !reflect.DeepEqual(after, before) {
@@ -403,7 +381,7 @@ func TestScriptRejectsBadState(t *testing.T) {
 		if len(c.state) == 1 && c.resv == "" && !c.resvTTL && ownerValue[c.name] == "" {
 			// The short form (no job id) reads the state the same way.
 			short := []string{nowMicros, "1", "10", "1000000", "5"}
-			if got, want := evalRaw(t, e.rdb, state, short), []int64{3, c.code, c.idx}; !reflect.DeepEqual(got, want) {
+			if got, want := callRaw(t, e.rdb, state, short), []int64{3, c.code, c.idx, 0}; !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s, short form: reply %v, want %v", c.name, got, want)
 			}
 			if after := snap(t, e.rdb, all...); !reflect.DeepEqual(after, before) {
@@ -483,9 +461,6 @@ func TestInvalidRequests(t *testing.T) {
 		{"job id with a control byte", throttle.Request{Tenant: "a", JobID: "job\n1"}, throttle.CodeJobID},
 		{"job id not ASCII", throttle.Request{Tenant: "a", JobID: "jöb"}, throttle.CodeJobID},
 		{"job id of 129 bytes", throttle.Request{Tenant: "a", JobID: strings.Repeat("j", 129)}, throttle.CodeJobID},
-		{"owner tracking without a job id", throttle.Request{Tenant: "a", TrackOwner: true}, throttle.CodeJobID},
-		{"negative incarnation", throttle.Request{Tenant: "a", JobID: "j", TrackOwner: true, Incarnation: -1}, throttle.CodeIncarnation},
-		{"incarnation of 2^53", throttle.Request{Tenant: "a", JobID: "j", TrackOwner: true, Incarnation: 1 << 53}, throttle.CodeIncarnation},
 		{"invalid limit", throttle.Request{Tenant: "a", Limits: throttle.Limits{{Rate: 0, Period: time.Second, Burst: 1}}}, throttle.CodeLimits},
 		{"duplicate limits", throttle.Request{Tenant: "a", Limits: throttle.Limits{throttle.PerSecond(1, 1), throttle.PerSecond(1, 2)}}, throttle.CodeLimits},
 		{"nine limits", throttle.Request{Tenant: "a", Limits: throttle.Limits{
@@ -505,6 +480,35 @@ func TestInvalidRequests(t *testing.T) {
 		var inv *throttle.InvalidError
 		if !errors.As(r.Err, &inv) || inv.Code != cases[i].code {
 			t.Fatalf("DecideBatch, %s: error %v, want an InvalidError with code %d", cases[i].name, r.Err, cases[i].code)
+		}
+	}
+	// Copies refuse what a Limiter refuses, and a copy without a job id or
+	// with an incarnation out of range.
+	c := newCopies(t, l)
+	copies := []struct {
+		name string
+		cp   throttle.Copy
+		code throttle.Code
+	}{
+		{"copy without a job id", throttle.Copy{Request: throttle.Request{Tenant: "a"}}, throttle.CodeJobID},
+		{"negative incarnation", throttle.Copy{Request: throttle.Request{Tenant: "a", JobID: "j"}, Incarnation: -1}, throttle.CodeIncarnation},
+		{"incarnation of 2^53", throttle.Copy{Request: throttle.Request{Tenant: "a", JobID: "j"}, Incarnation: 1 << 53}, throttle.CodeIncarnation},
+		{"copy with an empty tenant", throttle.Copy{Request: throttle.Request{JobID: "j"}}, throttle.CodeTenant},
+		{"copy over its burst", throttle.Copy{Request: throttle.Request{Tenant: "a", JobID: "j", Cost: 6}}, throttle.CodeCostOverBurst},
+	}
+	var cps []throttle.Copy
+	for _, cc := range copies {
+		_, err := c.Decide(ctx, cc.cp)
+		var inv *throttle.InvalidError
+		if !errors.As(err, &inv) || inv.Code != cc.code || errors.Is(err, throttle.ErrRedis) {
+			t.Fatalf("%s: error %v, want an InvalidError with code %d (%s)", cc.name, err, cc.code, cc.code)
+		}
+		cps = append(cps, cc.cp)
+	}
+	for i, r := range c.DecideBatch(ctx, cps) {
+		var inv *throttle.InvalidError
+		if !errors.As(r.Err, &inv) || inv.Code != copies[i].code {
+			t.Fatalf("Copies.DecideBatch, %s: error %v, want code %d", copies[i].name, r.Err, copies[i].code)
 		}
 	}
 	if n := hook.n.Load(); n != 0 {
@@ -560,7 +564,7 @@ func TestWrongTypeIsRedisError(t *testing.T) {
 	})
 	check("DecideBatch on a list state key", rs[0].Err)
 	check("DecideBatch on a list reservation key", rs[2].Err)
-	if rs[1].Err != nil || !rs[1].Allowed {
+	if rs[1].Err != nil || rs[1].Outcome != throttle.Admitted {
 		t.Fatalf("DecideBatch: the valid request between two failing ones: %+v", rs[1])
 	}
 	// Nothing was written for the failing requests: the raised error came
@@ -584,13 +588,14 @@ func TestScriptRejectsOwnerWithoutTTL(t *testing.T) {
 	all := append(slicesClone(state), resv, owner)
 	for _, inc := range []string{"0", "1"} {
 		before := snap(t, e.rdb, all...)
-		got := evalRaw(t, e.rdb, all, append(validArgs(), inc))
+		args := validArgs()
+		args[3] = inc
+		got := callRaw(t, e.rdb, all, args)
 		if after := snap(t, e.rdb, all...); !reflect.DeepEqual(after, before) {
 			t.Fatalf("incarnation %s: the call wrote: before %v, after %v", inc, before, after)
 		}
-		if len(got) != 3 || got[0] != 3 {
-			t.Fatalf("incarnation %s over an owner key without TTL: reply %v, want INVALID {3, code, 3} "+
-				"(lua/throttle.lua checks PTTL of state and reservation keys, not of the owner key)", inc, got)
+		if want := []int64{3, 16, 3, 0}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("incarnation %s over an owner key without TTL: reply %v, want %v", inc, got, want)
 		}
 	}
 }

@@ -87,7 +87,14 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if err != nil {
 		return err
 	}
-	failures, err := throttle.NewFailureCounter(opts.Redis, cfg.KeyPrefix, failureTTL)
+	// A Redis that is down now is no reason not to start: a decision that
+	// finds the functions missing loads them itself.
+	lctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
+	if err := limiter.Load(lctx); err != nil {
+		log.Warn("loading the throttle's Redis functions failed; they are loaded on first use", "err", err)
+	}
+	cancel()
+	copies, err := throttle.NewCopies(limiter, failureTTL)
 	if err != nil {
 		return err
 	}
@@ -98,12 +105,12 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	w, err := consumer.New(consumer.Params{
 		JetStream: js,
 		Consumer:  cons,
-		Decider:   limiter,
-		Failures:  failures,
+		Decider:   copies,
+		Failures:  copies,
 		Handler:   handler,
 		Deferrer:  path.deferrer(js, cfg),
 		Bundles:   bundles,
-		FastLane:  path.fastLane(js, cfg, limiter),
+		FastLane:  path.fastLane(js, cfg, copies),
 		Recreate:  recreate,
 		Config:    path.workerConfig(cfg, log),
 	})
@@ -501,7 +508,6 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings) consumer.Defe
 // workerConfig is the worker's configuration on this path.
 func (p deferPath) workerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 	c := WorkerConfig(cfg, log)
-	c.TrackOwner = p.movesBack
 	c.TermWithReason = p.termWithReason
 	return c
 }

@@ -1,0 +1,1153 @@
+#!lua name=throttle___VERSION__
+--[[
+library.lua: the throttle engine's Redis Functions library (Redis 7.0 or
+later). Four functions, each atomic:
+
+  decide___VERSION__   decide M jobs against their token buckets
+  claim___VERSION__    make an incarnation the owner of a job that has none
+  release___VERSION__  give up a job's owner record that names an incarnation
+  failed___VERSION__   count a handler failure, and give the owner record up
+
+__VERSION__ stands for a short hash of this source, put in by package
+throttle before FUNCTION LOAD, so that two versions of the worker running
+side by side (a rolling upgrade) each keep their own library.
+
+Every rule is written once, as a local function of the library, which
+Redis creates once, at FUNCTION LOAD, not on every call: the argument
+checks (num, whole, limit), the charge (charge), the state's TTL (fullIn),
+the tokens left (tokens), the stored-state checks (state), the reservation
+and owner reads (stored), and the decisions a job's keys and its charge
+lead to (held, verdict). decide orchestrates them three ways, for cost
+only: one job under one limit (one), the worker's call of several jobs
+under one limit each (many), and any other call (the general path). What
+costs Redis in a call is its arguments (about a thousand instructions
+each), its Redis commands, and every table slot it writes (a few hundred
+instructions each): the paths differ in the tables they keep, never in a
+rule. TestBatchMatchesSequential and the differential tests hold the paths
+to each other and to x/time/rate; scripts/lua-instructions.sh counts what
+a call costs.
+
+The stored formats and key names are those of the EVAL scripts of earlier
+versions, so both share live state during an upgrade.
+
+Model (the same as golang.org/x/time/rate): a limit adds `rate` tokens every
+`period` microseconds up to `burst`; a job of cost c takes c tokens. Each
+bucket is stored as its "empty time" E: the instant at which it held zero
+tokens, so that tokens(t) = min(burst, (t - E) * rate / period). E is kept
+exactly as a whole part Ei (µs) and a remainder Ef in units of 1/rate µs, so
+no rounding error builds up however long a tenant stays in debt. Charging a
+job moves E forward by cost*period/rate; a charge that leaves E in the future
+is a debt that the job waits out: its slot is at E.
+
+Stored values (keys built by throttle/keys.go; a tenant's keys share its
+{tenant} hash tag):
+  state        12 bytes, struct.pack('<i8i4', Ei, Ef); lives until the
+               bucket is full again
+  reservation  the job's slot, decimal µs (at most 16 digits)
+  owner        the incarnation admitted, decimal (at most 16 digits)
+  failures     the handler failures counted, decimal (at most 15 digits)
+Reservations and owners live for the horizon plus the longest time to
+refill fully of the job's limits, so an idle tenant costs no memory.
+
+Arguments: every ARGV is a decimal whole number, digits only, in the range
+given ('1.5', '1e3', '-1', '', ' 1' and overflow are refused). Each is
+checked before the first write.
+
+Replies: every job gets a tuple of 4 integers, one shape whatever its status:
+  {1, 0,     remaining, fromSlot}  ADMITTED: run the job now. fromSlot=1
+                                   when it came back for the slot it held (it
+                                   was charged then, not now; the buckets are
+                                   not read and remaining is 0).
+  {2, wait,  remaining, reserved}  LIMITED: come back in `wait` µs (rounded
+                                   up). reserved=1: a slot is held for the
+                                   job and it was charged (remaining is 0);
+                                   reserved=0: nothing was charged (no job
+                                   id, or the slot would lie past the
+                                   horizon: then wait = horizon).
+  {3, code,  position, 0}          INVALID: an argument or a stored value is
+                                   bad; nothing was written for this job.
+                                   code is an E_* value below; position the
+                                   ARGV position (argument codes) or KEYS
+                                   position (stored-value codes) at fault.
+  {4, owner, 0, 0}                 DUPLICATE: another incarnation of this job
+                                   was admitted (owner names it); this one
+                                   must not run. Nothing was written.
+  {5, position, 0, 0}              WRONGTYPE: KEYS[position] holds another
+                                   Redis type; nothing was written for this
+                                   job.
+A call whose KEYS and ARGV do not fit together (never sent by package
+throttle) gets the error reply "BADCALL <reason>" and writes nothing.
+
+E_* codes (the same numbers as throttle.Code):
+   2 E_NOW          now not in [0, 2^53)
+   3 E_COST         cost not in [1, 1e9]
+   4 E_HORIZON      horizon not in [0, 30 days]
+   6 E_RATE         rate not in [1, 1e9]
+   7 E_PERIOD       period not in [1000, 366 days] µs
+   8 E_BURST        burst not in [1, 1e9], or burst*period >= 2^53
+   9 E_OVER_BURST   the cost exceeds a burst: never admissible
+  10 E_STATE        stored state malformed (length, sign, remainder >= rate,
+                    empty time past now + 30 days + fill time)
+  11 E_STATE_TTL    stored state has no TTL
+  12 E_RESV         stored reservation malformed
+  13 E_RESV_TTL     stored reservation has no TTL
+  14 E_INCARNATION  incarnation not in [0, 2^53)
+  15 E_OWNER        stored owner malformed
+  16 E_OWNER_TTL    stored owner has no TTL
+  17 E_FRESH        fresh flag not 0 or 1
+  18 E_TTL          TTL argument out of range
+  19 E_GIVE_UP      give-up count not in [1, 1e6]
+  20 E_FAILURES     stored failure counter malformed
+
+Clock: ARGV now = 0 reads Redis TIME, once per call, after the arguments
+are checked: every worker then shares one clock. Functions replicate their
+effects, never themselves, so TIME is safe before writes. Tests pass an
+explicit time.
+
+Work is bounded: at most 256 jobs of at most 8 limits each, one reservation
+and one owner key each; no loop over stored data.
+]]
+
+local ADMITTED, LIMITED, INVALID, DUPLICATE, WRONGTYPE = 1, 2, 3, 4, 5
+local E_NOW, E_COST, E_HORIZON = 2, 3, 4
+local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
+local E_STATE, E_STATE_TTL, E_RESV, E_RESV_TTL = 10, 11, 12, 13
+local E_INCARNATION, E_OWNER, E_OWNER_TTL, E_FRESH = 14, 15, 16, 17
+local E_TTL, E_GIVE_UP, E_FAILURES = 18, 19, 20
+
+local EXACT = 9007199254740992 -- 2^53: Lua numbers hold every integer below
+local DAY = 86400000000
+local MAX_HORIZON = 30 * DAY
+local MAX_PERIOD = 366 * DAY
+local MAX_JOBS = 256
+local MAX_LIMITS = 8
+local MAX_N = 1000000000 -- the largest cost, rate and burst
+
+-- While a library loads, Redis gives it no global but `redis`: the standard
+-- functions are bound on the first call (bind) and kept as upvalues, which
+-- are cheaper to reach than globals.
+local call, pcallr, find, tonum, format, concat, floor, ceil, spack, sunpack, unpk
+
+local function bind()
+  call, pcallr = redis.call, redis.pcall
+  find, format, tonum, concat = string.find, string.format, tonumber, table.concat
+  floor, ceil = math.floor, math.ceil
+  spack, sunpack, unpk = struct.pack, struct.unpack, unpack
+end
+
+-- badcall refuses a call whose KEYS and ARGV do not fit together.
+local function badcall(why)
+  return redis.error_reply('BADCALL ' .. why)
+end
+
+-- num reads s, known to be digits only, as a whole number in [lo, hi], or
+-- nil. (s + 0 converts once; tonumber converts twice.)
+local function num(s, lo, hi)
+  local n = s + 0
+  if n < lo or n > hi then
+    return nil
+  end
+  return n
+end
+
+-- whole reads s as a whole number in [lo, hi]: digits only. It returns nil
+-- for anything else (a sign, a point, an exponent, spaces, '', overflow).
+local function whole(s, lo, hi)
+  if s == nil or not find(s, '^%d+$') then
+    return nil
+  end
+  return num(s, lo, hi)
+end
+
+-- limit checks the limit whose rate is args[x], then its period and burst,
+-- each read by read (whole, or num when they are known to be digits): it
+-- returns rate, period, burst, the quotient and remainder of
+-- burst*period/rate, and the fill time (µs, rounded up); or nil, an E_*
+-- code and the position at fault.
+local function limit(args, x, read)
+  local r = read(args[x], 1, MAX_N)
+  if r == nil then return nil, E_RATE, x end
+  local p = read(args[x + 1], 1000, MAX_PERIOD)
+  if p == nil then return nil, E_PERIOD, x + 1 end
+  local b = read(args[x + 2], 1, MAX_N)
+  if b == nil or b * p >= EXACT then return nil, E_BURST, x + 2 end
+  local bp = b * p
+  local q, m = floor(bp / r), bp % r
+  local fill = q
+  if m > 0 then fill = fill + 1 end
+  return r, p, b, q, m, fill
+end
+
+-- charge moves a bucket's empty time (a, f) forward by c tokens at now, for
+-- a limit of rate r and period p whose burst*period/rate is q + m/r: first
+-- to the earliest empty time a full bucket has (now - q - m/r), then by
+-- c*p/r. It returns the new empty time and the wait until it (µs, rounded
+-- up; <= 0 when the job fits now).
+local function charge(a, f, r, p, q, m, c, now)
+  local la, lf = now - q, 0
+  if m > 0 then la, lf = la - 1, r - m end
+  if a < la or (a == la and f < lf) then a, f = la, lf end
+  local cp = c * p
+  a, f = a + floor(cp / r), f + cp % r
+  if f >= r then a, f = a + 1, f - r end
+  local wait = a - now
+  if f > 0 then wait = wait + 1 end
+  return a, f, wait
+end
+
+-- tokens is the whole tokens left at now in a bucket of empty time (a, f),
+-- rate r, period p and burst b, within [0, b].
+local function tokens(a, f, r, p, b, now)
+  local n = floor(((now - a) * r - f) / p)
+  if n < 0 then return 0 elseif n > b then return b end
+  return n
+end
+
+-- fullIn is the TTL of a bucket's state (ms): it is full again at its
+-- empty time plus its fill time, exactly (a + f/r) - now + q + m/r µs from
+-- now, rounded up.
+local function fullIn(a, f, r, q, m, now)
+  local whole_, frac = (a - now) + q, f + m
+  if frac >= r then whole_, frac = whole_ + 1, frac - r end
+  if frac > 0 then whole_ = whole_ + 1 end
+  return ceil(whole_ / 1000)
+end
+
+-- state reads a stored bucket state v (or false) of a limit of rate r and
+-- fill time fill: its empty time (a, f), (0, 0) when absent; or nil and an
+-- E_* code when it is malformed or has no TTL.
+local function state(v, name, r, fill, now)
+  if not v then return 0, 0 end
+  if #v ~= 12 then return nil, E_STATE end
+  local a, f = sunpack('<i8i4', v)
+  if a < 0 or f < 0 or f >= r or a > now + MAX_HORIZON + fill then
+    return nil, E_STATE
+  end
+  if call('PTTL', name) < 0 then return nil, E_STATE_TTL end
+  return a, f
+end
+
+-- stored reads a stored reservation or owner v (or false) of key name: its
+-- number, false when absent; or nil and the E_* code eShape or eTTL when it
+-- is not at most 16 digits or has no TTL.
+local function stored(v, name, eShape, eTTL)
+  if not v then return false end
+  if #v > 16 or not find(v, '^%d+$') then return nil, eShape end
+  if call('PTTL', name) < 0 then return nil, eTTL end
+  return tonum(v)
+end
+
+-- isWrongType reports whether err, an error redis.pcall returned, is
+-- WRONGTYPE; any other error is raised again.
+local function isWrongType(err)
+  if find(err.err, 'WRONGTYPE', 1, true) then return true end
+  error(err)
+end
+
+-- get reads one string key: its value (false when absent), or nil when it
+-- holds another type.
+local function get(name)
+  local v = pcallr('GET', name)
+  if type(v) == 'table' and isWrongType(v) then return nil end
+  return v
+end
+
+-- getAll reads the n keys named in RK with one MGET, which answers false
+-- for a key of another type as for an absent one; only when some came back
+-- false does it ask EXISTS of those, and only when one of them exists does
+-- it ask TYPE of each, so a key of another type is found without raising.
+-- It returns the values and the set of RK positions of another type (or
+-- false).
+local function getAll(RK, n)
+  if n == 1 then
+    local v = get(RK[1])
+    if v == nil then return {false}, {true} end
+    return {v}, false
+  end
+  local V = call('MGET', unpk(RK, 1, n))
+  local NK, nn = nil, 0
+  for x = 1, n do
+    if not V[x] then
+      NK = NK or {}
+      nn = nn + 1
+      NK[nn] = RK[x]
+    end
+  end
+  if nn == 0 or call('EXISTS', unpk(NK, 1, nn)) == 0 then return V, false end
+  local wrong = {}
+  for x = 1, n do
+    if not V[x] and call('TYPE', RK[x]).ok ~= 'none' then wrong[x] = true end
+  end
+  return V, wrong
+end
+
+-- clock is now, or Redis TIME when now is 0.
+local function clock(now)
+  if now ~= 0 then return now end
+  local t = call('TIME')
+  return t[1] * 1000000 + t[2]
+end
+
+-- held decides a job from its job keys alone (K of them), before any
+-- bucket is read: a DUPLICATE when its owner (own, or false) is another
+-- incarnation than inc; and a job holding a slot (slot, or false), which
+-- was charged when it got it and never again: admitted at or after its
+-- slot, told the rest of its wait before. It returns the status (nil when
+-- the buckets must decide), its first and last values, and the job's slot
+-- and owner after the decision.
+local function held(own, inc, slot, K, now)
+  if own and own ~= inc then
+    -- Another incarnation of this job already ran: this one must not.
+    return DUPLICATE, own, 0, slot, own
+  end
+  if not slot then return nil, 0, 0, slot, own end
+  if now >= slot then
+    if K == 2 then own = inc end
+    return ADMITTED, 0, 1, false, own
+  end
+  return LIMITED, slot - now, 1, slot, false -- deferred again: see OWNER
+end
+
+-- verdict decides a job from the longest wait its charge would leave in
+-- its buckets: admitted (wait <= 0), given a slot (charged) within the
+-- horizon, or else limited uncharged: without a job id (K = 0) there is no
+-- slot to hold, and past the horizon the job is told to come back then. It
+-- returns the status, its first and last values, the job's slot and owner
+-- after the decision, and whether the charge stands.
+local function verdict(wait, K, fresh, inc, own, horizon, now)
+  if wait <= 0 then
+    -- All but a fresh original record themselves as the owner (OWNER).
+    if K == 2 and fresh == 0 then own = inc end
+    return ADMITTED, 0, 0, false, own, true
+  end
+  if K > 0 and wait <= horizon then
+    return LIMITED, wait, 1, now + wait, false, true -- deferred: see OWNER
+  end
+  if K > 0 and horizon > 0 then wait = horizon end
+  return LIMITED, wait, 0, false, false, false
+end
+
+--[[
+decide___VERSION__: one atomic decision for each of M jobs, in order, as if
+by M calls: jobs that name the same bucket share it, and a later job sees
+what the earlier ones did. A job that must wait gets a reserved slot (it is
+charged once, and admitted without a second charge when it comes back), and
+a job that may exist as several messages (OWNER below) runs only once.
+
+KEYS, for each job in order: its L_k state keys (one per limit), then its K
+job keys, the same K for every job of the call:
+  K = 0  none: the job has no id; nothing is reserved
+  K = 1  its reservation key
+  K = 2  its reservation key and its owner key
+K is (#KEYS - sum of L_k) / M. On Redis Cluster a call holds one tenant.
+
+ARGV:
+  [1]  now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
+  [2]  horizon: the furthest slot that may be reserved, µs, [0, 30 days]
+  then for each job, in order (M <= 256):
+    cost         [1, 1e9]; must not exceed any burst
+    incarnation  [0, 2^53): unique to the message that carries the job
+                 (read with K = 2)
+    fresh        0 or 1: 1 says the job was never decided before, so it
+                 holds no reservation and its reservation key is not read
+                 (read with K >= 1)
+    L_k          the number of its limits, [0, 8]; 0 = the limits of the
+                 job before (not repeated: each argument costs Redis about
+                 a thousand instructions), not allowed for the first job
+    then, unless L_k = 0, for each limit: rate [1, 1e9] tokens per period,
+    period [1000, 366 days] µs, burst [1, 1e9] with burst*period < 2^53
+  Short form, for one job under one limit without a job id (KEYS[1] only,
+  the form Allow sends): ARGV = now, cost, rate, period, burst.
+
+Reply: the M tuples of 4 integers above, one after the other. A bad now or
+horizon makes every job INVALID.
+
+OWNER: a job may be moved off its queue (re-published to fire at its slot)
+and the original acked. If the worker dies between the two, both the
+original and the copy exist (and a move redone after a long outage can even
+leave two copies). With K = 2 an incarnation that is admitted records itself
+as the owner (all but a fresh original admitted at once: never decided
+before, it has no copy); any other incarnation that comes later is a
+DUPLICATE. An owner that comes back and is deferred again (its handler
+failed, its worker stopped, or Redis answered too late for the worker to
+hear it was admitted) did not run: it gives ownership up (the owner key is
+deleted), since the worker may move it, and its copy must then be free to
+run.
+]]
+
+-- Jobs, JW slots each from offset o: cost, incarnation, fresh flag, LI
+-- offset of its first limit, its number of limits, and its entry (EN
+-- offset, or false). A job refused while its arguments are read has its
+-- code and position in BAD, at o and o + 1. (Every slot written costs Redis
+-- a few hundred instructions: the tables hold only what is read again.)
+local JW = 6
+-- Limits, LW slots each: rate, period, burst, q and m (burst*period/rate =
+-- q + m/rate), fill time (µs); and, at the first limit of a set (the
+-- limits of a job), the longest fill time of the set.
+local LW = 7
+-- Buckets, BW slots each: RK position (its name, read), empty time (a, f),
+-- status (0 not read, 1 read, 2 changed, WRONGTYPE, or the E_* code of a
+-- bad state), LI offset of the limit that last charged it.
+local BW = 5
+-- Entries (one per job id), EW slots each: KEYS position of the
+-- reservation (the owner's is the next), RK positions of both (false when
+-- not read), status (0 not checked, 1 checked, WRONGTYPE or an E_* code),
+-- slot (µs, or false; the KEYS position at fault when bad), and owner
+-- (incarnation, or false). What changed is kept apart, in CHG.
+local EW = 6
+
+-- jobs reads the layout of a decide call and checks every job's
+-- arguments: it returns M, the jobs (J), K, the limits (LI) and the jobs
+-- refused (BAD, or nil); or nil and why KEYS and ARGV do not fit together.
+local function jobs(keys, args)
+  local nargv = #args
+  local short = nargv == 5
+  local J, LI, BAD = {}, {}, nil
+  local M, o, nl, nkeys = 0, 0, 0, 0
+  -- The current set of limits: its LI offset, its count, the ARGV position
+  -- of its first rate, its first bad argument, and (when it has one limit)
+  -- its rate, period and burst as text.
+  local lo, L, lx, lerr, lpos = 0, 0, 0, 0, 0
+  local lr, lp, lb
+  -- The cost and incarnation of the job before, as text and as read: an
+  -- argument equal to one already checked is not checked again (Lua
+  -- interns strings, so comparing them is cheap); and the cost and limits
+  -- last checked against the bursts, with the outcome.
+  local lcs, lc, lis, li
+  local oc, olx, oerr, opos
+  local x = 3
+  if short then x = 2 end
+  while x <= nargv do
+    M = M + 1
+    if M > MAX_JOBS then return nil, 'more than 256 jobs' end
+    local at, cs, is, fs, Lk, y = x, nil, '0', '0', 1, 3
+    if short then
+      cs, x = args[2], 6
+    else
+      if x + 3 > nargv then return nil, 'the job at ARGV ' .. x .. ' has no limit count' end
+      cs, is, fs = args[x], args[x + 1], args[x + 2]
+      local ls = args[x + 3]
+      if ls == '0' then
+        Lk = 0
+      elseif ls ~= '1' then
+        Lk = whole(ls, 0, MAX_LIMITS)
+        if Lk == nil then return nil, 'the limit count at ARGV ' .. (x + 3) .. ' is not in [0, 8]' end
+      end
+      if Lk == 0 and M == 1 then return nil, 'the first job has no limits' end
+      y = x + 4
+      x = y + 3 * Lk
+      if x > nargv + 1 then return nil, 'limits past the end of ARGV' end
+    end
+    if Lk > 0 and (Lk > 1 or L ~= 1 or args[y] ~= lr or args[y + 1] ~= lp or args[y + 2] ~= lb) then
+      lo, L, lx, lerr, lpos, olx = nl, Lk, y, 0, 0, nil
+      local fill = 0
+      for z = y, y + 3 * (Lk - 1), 3 do
+        local r, p, b, q, m, f = limit(args, z, whole)
+        if r == nil then
+          if lerr == 0 then lerr, lpos = p, b end
+          r, p, b, q, m, f = 1, 1000, 0, 0, 0, 0
+        end
+        LI[nl + 1], LI[nl + 2], LI[nl + 3], LI[nl + 4], LI[nl + 5], LI[nl + 6] = r, p, b, q, m, f
+        nl = nl + LW
+        if f > fill then fill = f end
+      end
+      LI[lo + 7] = fill
+      lr, lp, lb = args[y], args[y + 1], args[y + 2]
+    elseif Lk > 0 then
+      lx = y -- the same limit again, at positions of its own
+    end
+    if cs ~= lcs then lcs, lc = cs, whole(cs, 1, MAX_N) end
+    if is ~= lis then lis, li = is, whole(is, 0, EXACT - 1) end
+    local fresh = 0
+    if fs == '1' then fresh = 1 elseif fs ~= '0' then fresh = nil end
+    -- The job's first bad argument, in ARGV order.
+    local err, pos = 0, 0
+    if lc == nil then
+      err, pos = E_COST, at
+    elseif li == nil then
+      err, pos = E_INCARNATION, at + 1
+    elseif fresh == nil then
+      err, pos = E_FRESH, at + 2
+    elseif lerr ~= 0 then
+      err, pos = lerr, lpos
+    else
+      if lc ~= oc or lx ~= olx then
+        oc, olx, oerr, opos = lc, lx, 0, 0
+        for z = 0, L - 1 do
+          if lc > LI[lo + LW * z + 3] then
+            oerr, opos = E_OVER_BURST, lx + 3 * z + 2
+            break
+          end
+        end
+      end
+      err, pos = oerr, opos
+    end
+    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5], J[o + 6] = lc, li, fresh, lo, L, false
+    if err ~= 0 then
+      BAD = BAD or {}
+      BAD[o], BAD[o + 1] = err, pos
+    end
+    o = o + JW
+    nkeys = nkeys + L
+  end
+  if M == 0 then return nil, 'no job' end
+  local K = (#keys - nkeys) / M
+  if (K ~= 0 and K ~= 1 and K ~= 2) or (short and K ~= 0) then
+    return nil, 'KEYS do not fit ARGV'
+  end
+  return M, J, K, LI, BAD
+end
+
+-- The shape of a call of one job under one limit, its arguments joined by
+-- spaces: the short form, and the general form with K = 0, 1 or 2.
+local ONE5 = '^%d+ %d+ %d+ %d+ %d+$'
+local ONE9 = '^%d+ %d+ %d+ %d+ %d+ 1 %d+ %d+ %d+$'
+
+-- one decides a call of one job under one limit, the most common call,
+-- with the same rules (the same functions) as the general path below, but
+-- keeping everything in locals: a table costs Redis about as much as a
+-- thousand instructions to create and fill. Its checks are the general
+-- path's, made cheaply: one pattern match over all arguments joined (a
+-- match per argument costs more than the decision's arithmetic), and
+-- conversion by arithmetic. A call that fails any of them is not answered
+-- here (nil): the general path checks each argument on its own and names
+-- the one at fault.
+local function one(keys, args, nargv, K)
+  local x, sn, sh, sc, si, sf = 3, args[1], '0', args[2], '0', '0'
+  if nargv == 9 then
+    x, sh, sc, si, sf = 7, args[2], args[3], args[4], args[5]
+    if not find(concat(args, ' '), ONE9) then return nil end
+  elseif not find(concat(args, ' '), ONE5) then
+    return nil
+  end
+  local now, horizon, c, inc, fresh = 0, 0, 1, 0, 0
+  if sn ~= '0' then now = num(sn, 0, EXACT - 1) end
+  if sh ~= '0' then horizon = num(sh, 0, MAX_HORIZON) end
+  if sc ~= '1' then c = num(sc, 1, MAX_N) end
+  if si ~= '0' then inc = num(si, 0, EXACT - 1) end
+  if sf == '1' then fresh = 1 elseif sf ~= '0' then fresh = nil end
+  if not (now and horizon and c and inc and fresh) then return nil end
+  local r, p, b, q, m, fill = limit(args, x, num)
+  if not r or c > b then return nil end
+  now = clock(now)
+
+  -- The job's reservation (unless it is fresh) and owner.
+  local name, resv, okey = keys[1], keys[2], keys[3]
+  local slot, own, code = false, false, nil
+  if K > 0 and fresh == 0 then
+    slot = get(resv)
+    if slot == nil then return {WRONGTYPE, 2, 0, 0} end
+    slot, code = stored(slot, resv, E_RESV, E_RESV_TTL)
+    if slot == nil then return {INVALID, code, 2, 0} end
+  end
+  if K == 2 then
+    own = get(okey)
+    if own == nil then return {WRONGTYPE, 3, 0, 0} end
+    own, code = stored(own, okey, E_OWNER, E_OWNER_TTL)
+    if own == nil then return {INVALID, code, 3, 0} end
+  end
+  local so, oo = slot, own
+  local st, a1, a3
+  local a2 = 0
+  st, a1, a3, slot, own = held(own, inc, slot, K, now)
+  if not st then
+    -- The bucket.
+    local a, f = get(name), nil
+    if a == nil then return {WRONGTYPE, 1, 0, 0} end
+    a, f = state(a, name, r, fill, now)
+    if a == nil then return {INVALID, f, 1, 0} end
+    local na, nf, wait = charge(a, f, r, p, q, m, c, now)
+    local charged
+    st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
+    if charged then
+      call('SET', name, spack('<i8i4', na, nf), 'PX', format('%d', fullIn(na, nf, r, q, m, now)))
+      a, f = na, nf
+    end
+    if a3 == 0 then a2 = tokens(a, f, r, p, b, now) end
+  end
+  if slot ~= so or own ~= oo then
+    local ttl = format('%d', ceil((horizon + fill) / 1000))
+    if slot ~= so then
+      if slot then call('SET', resv, format('%d', slot), 'PX', ttl) else call('DEL', resv) end
+    end
+    if own ~= oo then
+      if own then call('SET', okey, format('%d', own), 'PX', ttl) else call('DEL', okey) end
+    end
+  end
+  return {st, a1, a2, a3}
+end
+
+-- many decides the worker's call, several jobs under one limit each, each
+-- job id named once, with the same rules (the same functions) as the
+-- general path below, but with fewer tables and fewer slots in them: the
+-- general path spends Redis about twice as many instructions a job on its
+-- bookkeeping. Its checks are the general path's; an argument equal to one
+-- already checked (the same limit, a cost of '1', an incarnation of '0':
+-- Lua interns strings, so comparing them is cheap) is not checked again. A
+-- call that fails any check, names a job id twice or holds a job of
+-- several limits is not answered here (nil): the general path answers it.
+local function many(keys, args, nargv, nkeys)
+  -- The shape: after the header, 7 arguments for the first job, then 4
+  -- for each job with L_k = 0 and 7 for each with L_k = 1.
+  if nargv < 13 or args[6] ~= '1' then return nil end
+  local M, j = 1, 10
+  while j + 3 <= nargv do
+    local lk = args[j + 3]
+    if lk == '0' then
+      j = j + 4
+    elseif lk == '1' then
+      j = j + 7
+    else
+      return nil
+    end
+    M = M + 1
+  end
+  local K = nkeys / M - 1
+  if j ~= nargv + 1 or M > MAX_JOBS or (K ~= 0 and K ~= 1 and K ~= 2) then return nil end
+  local now, horizon = whole(args[1], 0, EXACT - 1), whole(args[2], 0, MAX_HORIZON)
+  if not (now and horizon) then return nil end
+
+  -- Limits, 7 slots each from offset 0, 7, ...: rate, period, burst, q, m,
+  -- fill time, and the TTL of a job key (ms, as text). Jobs, 5 slots each:
+  -- cost, incarnation, fresh flag, offset of its limit, offset of its
+  -- bucket. Buckets, 6 slots each: KEYS position, RK position, empty time
+  -- (a, f), status (0 not read, 1 read, 2 changed, or an E_* code or
+  -- WRONGTYPE), offset of the limit that last charged it. RK names the
+  -- buckets to read, JK the job keys (in job order: the reservation unless
+  -- the job is fresh, and with K = 2 the owner).
+  local LI, J, B, byName, RK, JK = {}, {}, {}, {}, {}, {}
+  local seen = K > 0 and {}
+  local nl, nb, nr, nj, o = -7, 0, 0, 0, 0
+  local lrs, lps, lbs, lcs, lis = nil, nil, nil, '1', '0'
+  local lc, li = 1, 0
+  local rs, ps, bs = args[7], args[8], args[9]
+  local cs, is, fs = args[3], args[4], args[5]
+  local kx = 1
+  j = 10
+  for k = 1, M do
+    if k > 1 then
+      cs, is, fs = args[j], args[j + 1], args[j + 2]
+      if args[j + 3] == '1' then
+        rs, ps, bs = args[j + 4], args[j + 5], args[j + 6]
+        j = j + 7
+      else
+        j = j + 4
+      end
+    end
+    if rs ~= lrs or ps ~= lps or bs ~= lbs then
+      local r, p, b, q, m, fill = limit(args, j - 3, whole) -- j is past them
+      if not r then return nil end
+      nl = nl + 7
+      LI[nl + 1], LI[nl + 2], LI[nl + 3], LI[nl + 4], LI[nl + 5], LI[nl + 6] = r, p, b, q, m, fill
+      LI[nl + 7] = format('%d', ceil((horizon + fill) / 1000))
+      lrs, lps, lbs = rs, ps, bs
+    end
+    if cs ~= lcs then lcs, lc = cs, whole(cs, 1, MAX_N) end
+    if is ~= lis then lis, li = is, whole(is, 0, EXACT - 1) end
+    local fresh = 0
+    if fs == '1' then fresh = 1 elseif fs ~= '0' then return nil end
+    if not (lc and li) or lc > LI[nl + 3] then return nil end
+    local name = keys[kx]
+    local bo = byName[name]
+    if bo == nil then
+      bo = nb
+      nb = nb + 6
+      byName[name] = bo
+      nr = nr + 1
+      RK[nr] = name
+      B[bo + 1], B[bo + 2], B[bo + 5] = kx, nr, 0
+    end
+    if K > 0 then
+      local resv = keys[kx + 1]
+      if seen[resv] then return nil end
+      seen[resv] = true
+      if fresh == 0 then
+        nj = nj + 1
+        JK[nj] = resv
+      end
+      if K == 2 then
+        nj = nj + 1
+        JK[nj] = keys[kx + 2]
+      end
+    end
+    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5] = lc, li, fresh, nl, bo
+    o = o + 5
+    kx = kx + 1 + K
+  end
+  now = clock(now)
+  local V, wrong = getAll(RK, nr)
+  local JV, jwrong = nil, false
+  if nj > 0 then JV, jwrong = getAll(JK, nj) end
+
+  -- Decide each job in order, in memory. Writes to job keys are listed in
+  -- W (KEYS position, value or false to delete, TTL) and made at the end,
+  -- with the buckets.
+  local reply, W = {}, {}
+  local n, nw, jx = 0, 0, 0
+  o, kx = 0, 1
+  for k = 1, M do
+    local c, inc, fresh, lo, bo = J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5]
+    o = o + 5
+    local st, a1, a2, a3 = nil, 0, 0, 0
+    local slot, own, code = false, false, nil
+    if K > 0 and fresh == 0 then
+      jx = jx + 1
+      if jwrong and jwrong[jx] then
+        st, a1 = WRONGTYPE, kx + 1
+      elseif JV[jx] then
+        slot, code = stored(JV[jx], keys[kx + 1], E_RESV, E_RESV_TTL)
+        if slot == nil then st, a1, a2, slot = INVALID, code, kx + 1, false end
+      end
+    end
+    if K == 2 then
+      jx = jx + 1
+      if st then
+        -- refused already
+      elseif jwrong and jwrong[jx] then
+        st, a1 = WRONGTYPE, kx + 2
+      elseif JV[jx] then
+        own, code = stored(JV[jx], keys[kx + 2], E_OWNER, E_OWNER_TTL)
+        if own == nil then st, a1, a2, own = INVALID, code, kx + 2, false end
+      end
+    end
+    local so, oo = slot, own
+    if not st and (slot or own) then st, a1, a3, slot, own = held(own, inc, slot, K, now) end
+    if not st then
+      local s = B[bo + 5]
+      if s == 0 then
+        local x = B[bo + 2]
+        if wrong and wrong[x] then
+          s = WRONGTYPE
+        else
+          local a, f = 0, 0
+          if V[x] then a, f = state(V[x], RK[x], LI[lo + 1], LI[lo + 6], now) end
+          if a then
+            B[bo + 3], B[bo + 4], s = a, f, 1
+          else
+            s = f
+          end
+        end
+        B[bo + 5] = s
+      end
+      if s == WRONGTYPE then
+        st, a1 = WRONGTYPE, B[bo + 1]
+      elseif s ~= 1 and s ~= 2 then
+        st, a1, a2 = INVALID, s, B[bo + 1]
+      else
+        local r = LI[lo + 1]
+        local a, f, wait = charge(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
+        local charged
+        st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
+        if charged then B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = a, f, 2, lo end
+        if a3 == 0 then a2 = tokens(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 3], now) end
+      end
+    end
+    if st == WRONGTYPE or st == INVALID then
+      slot, own = so, oo
+    end
+    if slot ~= so then
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, slot, LI[lo + 7]
+      nw = nw + 3
+    end
+    if own ~= oo then
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 2, own, LI[lo + 7]
+      nw = nw + 3
+    end
+    reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
+    n = n + 4
+    kx = kx + 1 + K
+  end
+  -- Write what changed. Redis turns a number argument into text with
+  -- printf('%.17g'): TTLs repeat (a bucket under its limit is full again
+  -- within a millisecond), so the last one is kept as text.
+  local lt, lts = nil, nil
+  for bo = 0, nb - 6, 6 do
+    if B[bo + 5] == 2 then
+      local l, a, f = B[bo + 6], B[bo + 3], B[bo + 4]
+      local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
+      if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+      call('SET', keys[B[bo + 1]], spack('<i8i4', a, f), 'PX', lts)
+    end
+  end
+  for w = 0, nw - 3, 3 do
+    local v = W[w + 2]
+    if v then
+      call('SET', keys[W[w + 1]], format('%d', v), 'PX', W[w + 3])
+    else
+      call('DEL', keys[W[w + 1]])
+    end
+  end
+  return reply
+end
+
+local function decide(keys, args)
+  if not call then bind() end
+  local nargv, nkeys = #args, #keys
+  if nargv == 5 and nkeys == 1 then
+    local reply = one(keys, args, 5, 0)
+    if reply then return reply end
+  elseif nargv == 9 and nkeys >= 1 and nkeys <= 3 and args[6] == '1' then
+    local reply = one(keys, args, 9, nkeys - 1)
+    if reply then return reply end
+  elseif nargv > 9 then
+    local reply = many(keys, args, nargv, nkeys)
+    if reply then return reply end
+  end
+  local M, J, K, LI, BAD = jobs(keys, args)
+  if not M then return badcall(J) end
+  local now = whole(args[1], 0, EXACT - 1)
+  local horizon = 0
+  local reply = {}
+  local bad, badAt = 0, 0
+  if now == nil then
+    bad, badAt = E_NOW, 1
+  elseif nargv ~= 5 then
+    horizon = whole(args[2], 0, MAX_HORIZON)
+    if horizon == nil then bad, badAt = E_HORIZON, 2 end
+  end
+  if bad ~= 0 then
+    for n = 0, 4 * (M - 1), 4 do
+      reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = INVALID, bad, badAt, 0
+    end
+    return reply
+  end
+
+  -- What to read (RK): the buckets of every valid job (once per key), and
+  -- the reservation (unless every job naming it is fresh) and owner of
+  -- each job id (once per id). kb maps a KEYS position to its bucket.
+  local B, kb, byName, RK = {}, {}, {}, {}
+  local EN, byResv = nil, nil
+  local nb, ne, nr = 0, 0, 0
+  if K > 0 then EN, byResv = {}, {} end
+  local key = 1 -- KEYS position of the job's first state key
+  for o = 0, JW * (M - 1), JW do
+    local first = key
+    local last = first + J[o + 5] - 1
+    key = last + 1 + K
+    if not (BAD and BAD[o]) then
+      for y = first, last do
+        local name = keys[y]
+        local bo = byName[name]
+        if bo == nil then
+          bo = nb
+          nb = nb + BW
+          byName[name] = bo
+          nr = nr + 1
+          RK[nr] = name
+          B[bo + 1], B[bo + 4] = nr, 0
+        end
+        kb[y] = bo
+      end
+      if K > 0 then
+        local rk = last + 1
+        local resv = keys[rk]
+        local e = byResv[resv]
+        if e == nil then
+          e = ne
+          ne = ne + EW
+          byResv[resv] = e
+          local ox = false
+          if K == 2 then
+            nr = nr + 1
+            RK[nr] = keys[rk + 1]
+            ox = nr
+          end
+          EN[e + 1], EN[e + 2], EN[e + 3], EN[e + 4] = rk, false, ox, 0
+        end
+        if J[o + 3] == 0 and not EN[e + 2] then
+          nr = nr + 1
+          RK[nr] = resv
+          EN[e + 2] = nr
+        end
+        J[o + 6] = e
+      end
+    end
+  end
+  local V, wrong = nil, false
+  if nr > 0 then
+    now = clock(now)
+    V, wrong = getAll(RK, nr)
+  end
+
+  -- Decide each job in order, in memory; every write is made at the end.
+  -- CHG holds, per changed entry, the TTL of its keys (ms, as text) and
+  -- whether its slot and its owner changed.
+  local CH, CHG = {}, nil
+  local n = 0
+  local lt, lts = nil, nil -- the last TTL, as number and text
+  key = 1
+  for o = 0, JW * (M - 1), JW do
+    local st, a1, a2, a3 = INVALID, 0, 0, 0
+    local L = J[o + 5]
+    local first = key
+    local last = first + L - 1
+    key = last + 1 + K
+    local e = J[o + 6]
+    local es = e and EN[e + 4]
+    if es == 0 then
+      -- The job id's reservation and owner, checked once.
+      local rk, rx, ox = EN[e + 1], EN[e + 2], EN[e + 3]
+      local slot, own, code = false, false, nil
+      es = 1
+      if wrong and rx and wrong[rx] then
+        es, slot = WRONGTYPE, rk
+      elseif wrong and ox and wrong[ox] then
+        es, slot = WRONGTYPE, rk + 1
+      else
+        if rx and V[rx] then
+          slot, code = stored(V[rx], keys[rk], E_RESV, E_RESV_TTL)
+          if slot == nil then es, slot = code, rk end
+        end
+        if es == 1 and ox and V[ox] then
+          own, code = stored(V[ox], keys[rk + 1], E_OWNER, E_OWNER_TTL)
+          if own == nil then es, slot, own = code, rk + 1, false end
+        end
+      end
+      EN[e + 4], EN[e + 5], EN[e + 6] = es, slot, own
+    end
+    if BAD and BAD[o] then
+      a1, a2 = BAD[o], BAD[o + 1]
+    elseif es and es ~= 1 then
+      if es == WRONGTYPE then st, a1 = WRONGTYPE, EN[e + 5] else a1, a2 = es, EN[e + 5] end
+    else
+      local c, inc, fresh, lo = J[o + 1], J[o + 2], J[o + 3], J[o + 4]
+      local slot, own = false, false
+      if e then slot, own = EN[e + 5], EN[e + 6] end
+      local so, oo = slot, own
+      st, a1, a3, slot, own = held(own, inc, slot, K, now)
+      if not st then
+        -- Read each bucket once, and charge the job in every one, on paper
+        -- (CH), finding the longest wait.
+        local wait, i, l = 0, 0, lo
+        for y = first, last do
+          local bo = kb[y]
+          local s = B[bo + 4]
+          if s == 0 then
+            local x = B[bo + 1]
+            if wrong and wrong[x] then
+              s = WRONGTYPE
+            else
+              local a, f = 0, 0
+              if V[x] then a, f = state(V[x], keys[y], LI[l + 1], LI[l + 6], now) end
+              if a then
+                B[bo + 2], B[bo + 3], s = a, f, 1
+              else
+                s = f
+              end
+            end
+            B[bo + 4] = s
+          end
+          if s ~= 1 and s ~= 2 then
+            st, a1, a2, a3, slot, own = INVALID, s, y, 0, so, oo
+            if s == WRONGTYPE then st, a1, a2 = WRONGTYPE, y, 0 end
+            break
+          end
+          local a, f, w = charge(B[bo + 2], B[bo + 3], LI[l + 1], LI[l + 2], LI[l + 4], LI[l + 5], c, now)
+          CH[i + 1], CH[i + 2] = a, f
+          i = i + 2
+          if w > wait then wait = w end
+          l = l + LW
+        end
+        if not st then
+          local charged
+          st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
+          if charged then
+            i, l = 0, lo
+            for y = first, last do
+              local bo = kb[y]
+              B[bo + 2], B[bo + 3], B[bo + 4], B[bo + 5] = CH[i + 1], CH[i + 2], 2, l
+              i, l = i + 2, l + LW
+            end
+          end
+          if a3 == 0 then
+            -- Remaining: the whole tokens left in the tightest bucket.
+            l = lo
+            for y = first, last do
+              local bo = kb[y]
+              local t = tokens(B[bo + 2], B[bo + 3], LI[l + 1], LI[l + 2], LI[l + 3], now)
+              if y == first or t < a2 then a2 = t end
+              l = l + LW
+            end
+          end
+        end
+      end
+      if e and (slot ~= so or own ~= oo) then
+        CHG = CHG or {}
+        local ttl = ceil((horizon + LI[lo + 7]) / 1000)
+        if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+        CHG[e + 1] = lts
+        if slot ~= so then EN[e + 5], CHG[e + 2] = slot, true end
+        if own ~= oo then EN[e + 6], CHG[e + 3] = own, true end
+      end
+    end
+    reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
+    n = n + 4
+  end
+
+  -- Write what changed. Redis turns a number argument into text with
+  -- printf('%.17g'): TTLs repeat (a bucket under its limit is full again
+  -- within a millisecond), so the last one is kept as text.
+  for bo = 0, nb - BW, BW do
+    if B[bo + 4] == 2 then
+      local l, a, f = B[bo + 5], B[bo + 2], B[bo + 3]
+      local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
+      if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+      call('SET', RK[B[bo + 1]], spack('<i8i4', a, f), 'PX', lts)
+    end
+  end
+  if CHG then
+    for e = 0, ne - EW, EW do
+      local ttl = CHG[e + 1]
+      if ttl then
+        local rk = EN[e + 1]
+        if CHG[e + 2] then
+          if EN[e + 5] then
+            call('SET', keys[rk], format('%d', EN[e + 5]), 'PX', ttl)
+          else
+            call('DEL', keys[rk])
+          end
+        end
+        if CHG[e + 3] then
+          if EN[e + 6] then
+            call('SET', keys[rk + 1], format('%d', EN[e + 6]), 'PX', ttl)
+          else
+            call('DEL', keys[rk + 1])
+          end
+        end
+      end
+    end
+  end
+  return reply
+end
+
+-- owner reads the owner record of a job, KEYS[at], outside a decision:
+-- the incarnation it names (false for none), or nil and the reply that
+-- refuses the call.
+local function owner(keys, at)
+  local name = keys[at]
+  local v = get(name)
+  if v == nil then return nil, {WRONGTYPE, at, 0, 0} end
+  local own, code = stored(v, name, E_OWNER, E_OWNER_TTL)
+  if own == nil then return nil, {INVALID, code, at, 0} end
+  return own
+end
+
+--[[
+claim___VERSION__: make an incarnation the owner of a job (see decide,
+OWNER) if no incarnation owns it. The worker's fast lane claims a job this
+way before it copies the job out of a backlog.
+
+KEYS[1]  the job's owner key
+ARGV[1]  the incarnation, [0, 2^53)
+ARGV[2]  the record's TTL in ms, [1, 31 days]
+
+Reply:
+  {1, claimed, owner, 0}  claimed is 1 when the record was written, else 0;
+                          owner is the incarnation it names after the call
+  {3, code, position, 0}  INVALID (E_INCARNATION, E_TTL, E_OWNER,
+                          E_OWNER_TTL); nothing written
+  {5, 1, 0, 0}            WRONGTYPE: KEYS[1] holds another type
+]]
+local function claim(keys, args)
+  if not call then bind() end
+  if #keys ~= 1 or #args ~= 2 then return badcall('claim takes 1 key and 2 arguments') end
+  local inc = whole(args[1], 0, EXACT - 1)
+  if inc == nil then return {INVALID, E_INCARNATION, 1, 0} end
+  local ttl = whole(args[2], 1, 31 * 86400000)
+  if ttl == nil then return {INVALID, E_TTL, 2, 0} end
+  local own, refused = owner(keys, 1)
+  if own == nil then return refused end
+  if own then return {1, 0, own, 0} end
+  call('SET', keys[1], format('%d', inc), 'PX', args[2])
+  return {1, 1, inc, 0}
+end
+
+--[[
+release___VERSION__: give up a job's owner record if it names an
+incarnation (compare and delete).
+
+KEYS[1]  the job's owner key
+ARGV[1]  the incarnation, [0, 2^53)
+
+Reply:
+  {1, released, owner, 0}  released is 1 when the record was deleted, else
+                           0; owner is the incarnation the record names
+                           after the call, -1 for none
+  {3, code, position, 0}   INVALID (E_INCARNATION, E_OWNER, E_OWNER_TTL);
+                           nothing written
+  {5, 1, 0, 0}             WRONGTYPE: KEYS[1] holds another type
+]]
+local function release(keys, args)
+  if not call then bind() end
+  if #keys ~= 1 or #args ~= 1 then return badcall('release takes 1 key and 1 argument') end
+  local inc = whole(args[1], 0, EXACT - 1)
+  if inc == nil then return {INVALID, E_INCARNATION, 1, 0} end
+  local own, refused = owner(keys, 1)
+  if own == nil then return refused end
+  if own ~= inc then return {1, 0, own or -1, 0} end
+  call('DEL', keys[1])
+  return {1, 1, -1, 0}
+end
+
+--[[
+failed___VERSION__: count one more handler failure of a job, atomically with
+the counter's TTL (INCR then PEXPIRE as two client commands could leave a
+counter that never expires), and, with an owner key, give up the job's owner
+record.
+
+KEYS[1]  the job's failure counter
+KEYS[2]  optional: the job's owner key
+ARGV[1]  the counter's TTL in ms, [1, 30 days]
+ARGV[2]  with KEYS[2]: the incarnation that failed, [0, 2^53)
+ARGV[3]  with KEYS[2]: the count at which the job is given up, [1, 1e6]
+
+With KEYS[2], while the count stays below ARGV[3] the owner record is
+deleted if it names the incarnation that failed: it did not run to success,
+so the next incarnation (a moved copy, say) must be free to run. At ARGV[3]
+the record is kept: the job is given up, and no other incarnation may run it.
+
+Reply:
+  {1, count, released, 0}  the failures counted so far, this one included;
+                           released is 1 when the owner record was deleted
+  {3, code, position, 0}   INVALID (E_TTL, E_INCARNATION, E_GIVE_UP,
+                           E_FAILURES, E_OWNER, E_OWNER_TTL); nothing
+                           written
+  {5, position, 0, 0}      WRONGTYPE: KEYS[position] holds another type
+]]
+local function failed(keys, args)
+  if not call then bind() end
+  local nk = #keys
+  if nk < 1 or nk > 2 or #args ~= 2 * nk - 1 then return badcall('failed takes 1 key and 1 argument, or 2 and 3') end
+  local ttl = whole(args[1], 1, MAX_HORIZON)
+  if ttl == nil then return {INVALID, E_TTL, 1, 0} end
+  local inc, giveUpAt
+  if nk == 2 then
+    inc = whole(args[2], 0, EXACT - 1)
+    if inc == nil then return {INVALID, E_INCARNATION, 2, 0} end
+    giveUpAt = whole(args[3], 1, 1000000)
+    if giveUpAt == nil then return {INVALID, E_GIVE_UP, 3, 0} end
+  end
+  -- Every read before the first write.
+  local v = get(keys[1])
+  if v == nil then return {WRONGTYPE, 1, 0, 0} end
+  if v and (#v > 15 or not find(v, '^%d+$')) then return {INVALID, E_FAILURES, 1, 0} end
+  local own = false
+  if nk == 2 then
+    local refused
+    own, refused = owner(keys, 2)
+    if own == nil then return refused end
+  end
+  local n = call('INCR', keys[1])
+  call('PEXPIRE', keys[1], args[1])
+  local released = 0
+  if own and own == inc and n < giveUpAt then
+    call('DEL', keys[2])
+    released = 1
+  end
+  return {1, n, released, 0}
+end
+
+redis.register_function('decide___VERSION__', decide)
+redis.register_function('claim___VERSION__', claim)
+redis.register_function('release___VERSION__', release)
+redis.register_function('failed___VERSION__', failed)

@@ -1,0 +1,218 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Copies decides jobs that may exist as several messages, so that only one
+// of them runs. A job may be moved off its queue (re-published as a copy to
+// fire at its slot, the original acked); if the worker dies between the
+// two, both the original and the copy exist, and a move redone after a long
+// outage can even leave two copies. Each message is an incarnation of the
+// job, named by a number unique to it (Copy.Incarnation).
+//
+// Copies keeps an owner record per job, read and written in the same
+// atomic function call as the rate decision: an incarnation that is
+// admitted records itself as the owner (all but a Fresh original admitted
+// at once, which has no copy), and any other incarnation decided later is a
+// Duplicate. An owner decided again and deferred (it did not run: its
+// handler failed, say) gives ownership up, so that the copy its move makes
+// may run. The record lives as long as a reservation: the horizon plus the
+// tenant's longest fill time.
+//
+// Copies is safe for concurrent use by many goroutines.
+type Copies struct {
+	l          *Limiter
+	failureTTL any // the failure counter's TTL in ms, as the function reads it
+}
+
+// NewCopies returns the Copies of l's jobs. failureTTL is how long a job's
+// failure count (see Failed) lives after its last failure, in [1ms, 30
+// days].
+func NewCopies(l *Limiter, failureTTL time.Duration) (*Copies, error) {
+	if l == nil {
+		return nil, errors.New("throttle: nil limiter")
+	}
+	if failureTTL < time.Millisecond || failureTTL > MaxHorizon {
+		return nil, fmt.Errorf("throttle: failure TTL %s out of range [1ms, %s]", failureTTL, MaxHorizon)
+	}
+	return &Copies{l: l, failureTTL: strconv.FormatInt(failureTTL.Milliseconds(), 10)}, nil
+}
+
+// Copy is one incarnation of a job to decide. JobID is required: it names
+// the job's owner record as well as its reservation.
+type Copy struct {
+	Request
+	// Incarnation tells the incarnations of a job apart: a number unique to
+	// the message carrying it, in [0, 2^53), such as its stream sequence.
+	// The original and every copy differ, and so do two copies of one move
+	// (stored twice when the move was redone after its dedup window).
+	Incarnation int64
+	// Fresh says this is the first delivery of the original, never decided
+	// before: it holds no reservation, so its reservation is not read
+	// (which saves Redis a read per job), and admitted at once it records
+	// no owner (no copy of it can exist). Set it only when that is
+	// certain: a fresh job that does hold a slot is charged again.
+	Fresh bool
+}
+
+// Decide decides one copy in one function call.
+func (c *Copies) Decide(ctx context.Context, cp Copy) (Decision, error) {
+	p, err := c.prepare(cp)
+	if err != nil {
+		return Decision{}, err
+	}
+	return c.l.decideOne(ctx, p)
+}
+
+// DecideBatch decides many copies in one pipelined round trip, with the
+// same outcome as deciding them one by one in the order given, grouped into
+// function calls as Limiter.DecideBatch groups requests. The results match
+// copies by index.
+func (c *Copies) DecideBatch(ctx context.Context, copies []Copy) []Result {
+	return c.l.decideBatch(ctx, len(copies), func(i int) (prepared, error) { return c.prepare(copies[i]) })
+}
+
+// prepare validates cp and builds the pieces of its function call.
+func (c *Copies) prepare(cp Copy) (prepared, error) {
+	if cp.JobID == "" {
+		return prepared{}, &InvalidError{Code: CodeJobID, Detail: "a copy needs a job id"}
+	}
+	if err := validIncarnation(cp.Incarnation); err != nil {
+		return prepared{}, err
+	}
+	p, err := c.l.prepare(cp.Request)
+	if err != nil {
+		return prepared{}, err
+	}
+	p.ownerKey = c.l.keys.owner(p.tag, cp.JobID)
+	p.incarnation = strconv.FormatInt(cp.Incarnation, 10)
+	p.fresh = cp.Fresh
+	return p, nil
+}
+
+// Claim makes incarnation the owner of the tenant's job if no incarnation
+// owns it yet, for as long as a decision would keep the record (the horizon
+// plus the tenant's longest fill time). It reports whether it did, and the
+// owner after the call. Every other incarnation of the job is then a
+// Duplicate until the record is given up or expires. The worker's fast
+// lane claims a job this way before it copies the job out of a backlog.
+func (c *Copies) Claim(ctx context.Context, tenant, jobID string, incarnation int64) (claimed bool, owner int64, err error) {
+	key, err := c.ownerKey(tenant, jobID, incarnation)
+	if err != nil {
+		return false, 0, err
+	}
+	ttl := c.l.horizon + c.l.rules.For(tenant).longestFill()
+	v, err := c.l.lib.call(ctx, c.l.lib.claim, []string{key},
+		strconv.FormatInt(incarnation, 10), strconv.FormatInt(max(1, ttl.Milliseconds()), 10))
+	if err != nil {
+		return false, 0, err
+	}
+	if err := ownerStatus(c.l.lib.claim, key, v); err != nil {
+		return false, 0, err
+	}
+	return v[1] == 1, v[2], nil
+}
+
+// Release deletes the owner record of the tenant's job if it names
+// incarnation, and reports whether it did.
+func (c *Copies) Release(ctx context.Context, tenant, jobID string, incarnation int64) (bool, error) {
+	key, err := c.ownerKey(tenant, jobID, incarnation)
+	if err != nil {
+		return false, err
+	}
+	v, err := c.l.lib.call(ctx, c.l.lib.release, []string{key}, strconv.FormatInt(incarnation, 10))
+	if err != nil {
+		return false, err
+	}
+	if err := ownerStatus(c.l.lib.release, key, v); err != nil {
+		return false, err
+	}
+	return v[1] == 1, nil
+}
+
+// Failed records one more handler failure of the tenant's job and returns
+// how many have been recorded, this one included. While the count stays
+// below giveUpAt it also gives up the job's owner record if that names
+// incarnation, the incarnation that failed, in the same atomic call: it did
+// not run to success, so the job's next incarnation, a moved copy included,
+// must be free to run. At giveUpAt the record is kept, as the job is given
+// up. It reports whether the record was released.
+func (c *Copies) Failed(ctx context.Context, tenant, jobID string, incarnation, giveUpAt int64) (n int64, released bool, err error) {
+	if err := validIncarnation(incarnation); err != nil {
+		return 0, false, err
+	}
+	if giveUpAt < 1 || giveUpAt > 1_000_000 {
+		return 0, false, &InvalidError{Code: CodeGiveUp, Detail: fmt.Sprintf("give-up count %d outside [1, 10^6]", giveUpAt)}
+	}
+	tag, err := jobTag(c.l.keys, tenant, jobID)
+	if err != nil {
+		return 0, false, err
+	}
+	keys := []string{c.l.keys.failures(tag, jobID), c.l.keys.owner(tag, jobID)}
+	return countFailure(ctx, c.l.lib, keys, c.failureTTL, strconv.FormatInt(incarnation, 10), strconv.FormatInt(giveUpAt, 10))
+}
+
+// ownerKey validates a claim or release and returns the owner key.
+func (c *Copies) ownerKey(tenant, jobID string, incarnation int64) (string, error) {
+	if err := validIncarnation(incarnation); err != nil {
+		return "", err
+	}
+	tag, err := jobTag(c.l.keys, tenant, jobID)
+	if err != nil {
+		return "", err
+	}
+	return c.l.keys.owner(tag, jobID), nil
+}
+
+// ownerStatus reads the status of a claim or release reply.
+func ownerStatus(fn, key string, v []int64) error {
+	switch v[0] {
+	case statusAdmitted:
+		return nil
+	case statusInvalid:
+		return &InvalidError{Code: Code(v[1]), Index: int(v[2])}
+	case statusWrongType:
+		return &RedisError{Op: "FCALL " + fn, Err: fmt.Errorf("WRONGTYPE key %s holds another type than a string", key)}
+	}
+	return &RedisError{Op: "FCALL " + fn, Err: fmt.Errorf("unexpected reply %v", v)}
+}
+
+// jobTag validates a tenant and a job id and returns the tenant's tag.
+func jobTag(k keyspace, tenant, jobID string) (string, error) {
+	tag, err := k.tag(tenant)
+	if err != nil {
+		return "", err
+	}
+	if jobID == "" {
+		return "", &InvalidError{Code: CodeJobID, Detail: "empty job id"}
+	}
+	if err := validJobID(jobID); err != nil {
+		return "", err
+	}
+	return tag, nil
+}
+
+// validIncarnation reports whether inc is in [0, 2^53).
+func validIncarnation(inc int64) error {
+	if inc < 0 || inc >= maxExact {
+		return &InvalidError{Code: CodeIncarnation, Detail: fmt.Sprintf("incarnation %d outside [0, 2^53)", inc)}
+	}
+	return nil
+}
+
+// longestFill is the longest time any of the limits takes to refill from
+// empty, rounded up to the microsecond.
+func (ls Limits) longestFill() time.Duration {
+	var longest int64
+	for _, lim := range ls {
+		// burst*period < 2^53 µs (Limit.Validate), so this cannot overflow.
+		fill := (lim.Burst*lim.periodMicros() + lim.Rate - 1) / lim.Rate
+		longest = max(longest, fill)
+	}
+	return time.Duration(longest) * time.Microsecond
+}
