@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -92,7 +93,7 @@ func TestFairDeferrerShareFreesAfterWait(t *testing.T) {
 	if !f.shouldMove("acme", wait) {
 		t.Fatal("job past the share: shouldMove = false, want true")
 	}
-	pollUntilDeadline(t, 5*time.Second, "acme to NAK again", func() bool {
+	testenv.Eventually(t, 5*time.Second, "acme to NAK again", func() bool {
 		return !f.shouldMove("acme", wait)
 	})
 	if waited := time.Since(start); waited < wait {
@@ -141,21 +142,22 @@ func TestFairDeferrerConcurrentShare(t *testing.T) {
 // TestFairDeferrerForgetsIdleTenants checks that tenants with nothing
 // waiting do not pile up in memory once more than 1024 are known.
 func TestFairDeferrerForgetsIdleTenants(t *testing.T) {
-	f := &FairDeferrer{MoveAfter: 2 * time.Hour, TenantShare: 1}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f := &FairDeferrer{MoveAfter: 2 * time.Hour, TenantShare: 1, Now: func() time.Time { return now }}
 	const idle = 1100
 	for i := range idle {
 		if f.shouldMove("idle-"+strconv.Itoa(i), time.Millisecond) {
 			t.Fatalf("idle tenant %d: shouldMove = true, want false", i)
 		}
 	}
-	fresh := 0
-	pollUntilDeadline(t, 5*time.Second, "idle tenants to be forgotten", func() bool {
-		fresh++
-		f.shouldMove("fresh-"+strconv.Itoa(fresh), time.Hour)
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.waiting) == fresh
-	})
+	// Their waits are long over; the next booking a second later prunes.
+	now = now.Add(2 * time.Second)
+	f.shouldMove("fresh", time.Hour)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.waiting) != 1 {
+		t.Fatalf("%d tenants remembered, want only the one with a job waiting", len(f.waiting))
+	}
 }
 
 func TestFairDeferrerDeferRoutes(t *testing.T) {
@@ -301,7 +303,7 @@ func TestCopyHeaders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			copyHeaders(tt.dst, tt.src)
+			CopyHeaders(tt.dst, tt.src)
 			if !reflect.DeepEqual(tt.dst, tt.want) {
 				t.Fatalf("copyHeaders: got %v, want %v", tt.dst, tt.want)
 			}
@@ -312,7 +314,7 @@ func TestCopyHeaders(t *testing.T) {
 func TestCopyHeadersDoesNotAlias(t *testing.T) {
 	src := nats.Header{"X-A": {"1", "2"}}
 	dst := nats.Header{}
-	copyHeaders(dst, src)
+	CopyHeaders(dst, src)
 	src["X-A"][0] = "changed"
 	src.Add("X-A", "3")
 	if want := []string{"1", "2"}; !reflect.DeepEqual(dst["X-A"], want) {
@@ -497,21 +499,6 @@ func cloneHeader(h nats.Header) nats.Header {
 		out[k] = append([]string(nil), vs...)
 	}
 	return out
-}
-
-// pollUntilDeadline calls cond every millisecond until it returns true, and
-// fails t if it has not within timeout.
-func pollUntilDeadline(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
 }
 
 // TestBundleOf: a bundle of a tenant's deferred jobs is one scheduled

@@ -40,6 +40,20 @@ const (
 	HeaderReason = "Throttler-Reason"
 	// HeaderFailures carries the handler failures of a dead-lettered job.
 	HeaderFailures = "Throttler-Failures"
+	// HeaderFast marks a job's fast copy, made by a Lane to take the job
+	// out of a backlog; its value says how the lane decided the job:
+	// FastAdmitted or FastReserved.
+	HeaderFast = "Throttler-Fast"
+)
+
+// Values of HeaderFast.
+const (
+	// FastAdmitted says the lane admitted the job, and charged it: its copy
+	// runs on its first delivery without being decided again.
+	FastAdmitted = "admitted"
+	// FastReserved says the lane reserved the job a slot: its copy is
+	// decided as usual and waits for the slot.
+	FastReserved = "reserved"
 )
 
 // Job is one message handed to a Handler.
@@ -88,9 +102,9 @@ func (j Job) OriginalSequence() uint64 {
 // cancelled when the worker stops and the shutdown timeout has passed.
 type Handler func(ctx context.Context, job Job) error
 
-// parseCost reads a job's cost header: absent means 1; otherwise a decimal
+// ParseCost reads a job's cost from the header name: absent means 1; otherwise a decimal
 // whole number in [1, throttle.MaxBurst].
-func parseCost(h nats.Header, name string) (int64, error) {
+func ParseCost(h nats.Header, name string) (int64, error) {
 	vals := h.Values(name)
 	if len(vals) == 0 {
 		return 1, nil
@@ -150,7 +164,7 @@ func readJob(msg jetstream.Msg, src tenant.Source, costHeader string) (Job, erro
 		return job, &badJobError{reason: err.Error()}
 	}
 	job.Tenant = t
-	cost, err := parseCost(h, costHeader)
+	cost, err := ParseCost(h, costHeader)
 	if err != nil {
 		return job, &badJobError{tenant: t, reason: err.Error()}
 	}

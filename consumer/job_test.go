@@ -45,7 +45,7 @@ func TestParseCost(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseCost(tt.header, name)
+			got, err := ParseCost(tt.header, name)
 			matchErr(t, err, tt.wantErr)
 			if got != tt.want {
 				t.Fatalf("parseCost = %d, want %d", got, tt.want)

@@ -23,9 +23,9 @@ type StreamSpec struct {
 	// the stream must bind for moved jobs, and the stream must allow message
 	// schedules.
 	ScheduleSubjects []string
-	// AllowDirect, when set, creates a missing stream with direct gets on
-	// (the fast lane reads with them; see PrepareArrivals), so that a new
-	// stream needs no update at start. An existing stream is left as it is.
+	// AllowDirect, when set, creates a missing stream with direct gets on,
+	// the fast lane's quickest read of a message. An existing stream is
+	// left as it is.
 	AllowDirect bool
 }
 
@@ -83,76 +83,6 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 		return s, fmt.Errorf("stream %s: %s: %w", spec.Name, strings.Join(changes, " and "), err)
 	}
 	return us, nil
-}
-
-// ErrRepublishTaken says the jobs stream already republishes its messages
-// somewhere else; a stream has one RePublish, and the worker leaves it be.
-var ErrRepublishTaken = errors.New("the stream republishes its messages elsewhere")
-
-// PrepareArrivals readies the stream for the fast lane, whose arrivals it
-// will republish on dest (a wildcard, such as "_throttler.arrived.JOBS.>")
-// while a backlog lasts (SetArrivals): it turns on direct gets, the lane's
-// fastest way to read a message, and returns the stream as updated. A
-// stream that already republishes elsewhere is left as it is, with an
-// error matching ErrRepublishTaken.
-func PrepareArrivals(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, dest string) (jetstream.Stream, error) {
-	cfg := s.CachedInfo().Config
-	if cfg.RePublish != nil && *cfg.RePublish != arrivals(dest) {
-		return s, fmt.Errorf("stream %s: %w (%s)", cfg.Name, ErrRepublishTaken, cfg.RePublish.Destination)
-	}
-	if cfg.AllowDirect {
-		return s, nil
-	}
-	cfg.AllowDirect = true
-	us, err := js.UpdateStream(ctx, cfg)
-	if err != nil {
-		return s, fmt.Errorf("stream %s: allowing direct gets: %w", cfg.Name, err)
-	}
-	return us, nil
-}
-
-// RepublishesArrivals reports whether the stream republishes its arrivals
-// on dest, for the fast lane.
-func RepublishesArrivals(s jetstream.Stream, dest string) bool {
-	rp := s.CachedInfo().Config.RePublish
-	return rp != nil && *rp == arrivals(dest)
-}
-
-// SetArrivals makes the stream name republish the headers of every message
-// it stores on dest (RePublish, headers only), or stop doing so. It
-// republishes only while the fast lane has a backlog to pass, since the
-// server then spends a few µs more on every message stored. A RePublish
-// of someone else's is never replaced or removed (ErrRepublishTaken).
-func SetArrivals(ctx context.Context, js jetstream.JetStream, name, dest string, on bool) error {
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", name, err)
-	}
-	cfg := s.CachedInfo().Config
-	want := arrivals(dest)
-	switch {
-	case cfg.RePublish != nil && *cfg.RePublish != want:
-		return fmt.Errorf("stream %s: %w (%s)", name, ErrRepublishTaken, cfg.RePublish.Destination)
-	case on == (cfg.RePublish != nil):
-		return nil
-	case on:
-		cfg.RePublish = &want
-	default:
-		cfg.RePublish = nil
-	}
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		verb := "stopping to republish"
-		if on {
-			verb = "republishing"
-		}
-		return fmt.Errorf("stream %s: %s arrivals on %s: %w", name, verb, dest, err)
-	}
-	return nil
-}
-
-// arrivals is the RePublish of the fast lane's arrivals on dest.
-func arrivals(dest string) jetstream.RePublish {
-	return jetstream.RePublish{Source: ">", Destination: dest, HeadersOnly: true}
 }
 
 // ConsumerSpec describes the durable consumer the worker reads.

@@ -42,19 +42,24 @@ type TenantStats struct {
 // counts as many tenants one by one as Config.StatsTenants allows.
 const OtherTenants = "_other"
 
-// stats holds TenantStats per tenant, for at most limit tenants; the counts
-// of tenants first seen after that go to OtherTenants. Safe for concurrent
-// use.
-type stats struct {
+// Stats holds TenantStats per tenant, for at most a given number of
+// tenants; the counts of tenants first seen after that go to OtherTenants,
+// so memory stays bounded however many tenants come and go. Safe for
+// concurrent use.
+type Stats struct {
 	mu      sync.Mutex
 	limit   int
 	tenants map[string]*TenantStats
 }
 
-func newStats(limit int) *stats { return &stats{limit: limit, tenants: map[string]*TenantStats{}} }
+// NewStats returns Stats counting at most limit tenants one by one.
+func NewStats(limit int) *Stats {
+	return &Stats{limit: limit, tenants: map[string]*TenantStats{}}
+}
 
-// add applies f to tenant's counters.
-func (s *stats) add(tenant string, f func(*TenantStats)) {
+// Add applies f to tenant's counters (those of tenant.Invalid when
+// tenant is empty).
+func (s *Stats) Add(tenant string, f func(*TenantStats)) {
 	if tenant == "" {
 		tenant = tenantpkg.Invalid
 	}
@@ -74,8 +79,8 @@ func (s *stats) add(tenant string, f func(*TenantStats)) {
 	f(ts)
 }
 
-// snapshot copies all counters.
-func (s *stats) snapshot() map[string]TenantStats {
+// Snapshot copies all counters.
+func (s *Stats) Snapshot() map[string]TenantStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string]TenantStats, len(s.tenants))

@@ -11,12 +11,12 @@ import (
 // to OtherTenants, so memory and /metrics stay bounded however many
 // tenants come and go; tenants counted before keep their own counts.
 func TestStatsCapTenants(t *testing.T) {
-	s := newStats(3)
+	s := NewStats(3)
 	for i := range 10 {
-		s.add(fmt.Sprintf("t%d", i), func(ts *TenantStats) { ts.Delivered++ })
+		s.Add(fmt.Sprintf("t%d", i), func(ts *TenantStats) { ts.Delivered++ })
 	}
-	s.add("t1", func(ts *TenantStats) { ts.Delivered++ })
-	got := s.snapshot()
+	s.Add("t1", func(ts *TenantStats) { ts.Delivered++ })
+	got := s.Snapshot()
 	want := map[string]int64{"t0": 1, "t1": 2, "t2": 1, OtherTenants: 7}
 	if len(got) != len(want) {
 		t.Fatalf("tenants %v, want %v", SortedTenants(got), want)
@@ -31,9 +31,9 @@ func TestStatsCapTenants(t *testing.T) {
 // TestMetricsHandlerCapsTenants: /metrics shows at most the cap of tenants
 // plus OtherTenants in each series.
 func TestMetricsHandlerCapsTenants(t *testing.T) {
-	w := &Worker{stats: newStats(2)}
+	w := &Worker{stats: NewStats(2)}
 	for i := range 5 {
-		w.stats.add(fmt.Sprintf("t%d", i), func(ts *TenantStats) { ts.Admitted++ })
+		w.stats.Add(fmt.Sprintf("t%d", i), func(ts *TenantStats) { ts.Admitted++ })
 	}
 	rec := httptest.NewRecorder()
 	MetricsHandler(w).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

@@ -69,7 +69,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if got := get("/healthz"); !strings.Contains(got, "ok") {
 		t.Errorf("/healthz = %q", got)
 	}
-	waitFor(t, 5*time.Second, "metrics to count the jobs", func() bool {
+	testenv.Eventually(t, 5*time.Second, "metrics to count the jobs", func() bool {
 		return strings.Contains(get("/metrics"), `throttler_completed_total{tenant="acme"} 3`)
 	})
 	if m := get("/metrics"); !strings.Contains(m, `throttler_admitted_total{tenant="acme"} 3`) || !strings.Contains(m, "# TYPE throttler_deferred_total counter") ||
@@ -98,7 +98,7 @@ func TestNATSRestartMidRun(t *testing.T) {
 	}
 	publish(150) // 1.5 s of work at 100/s: many jobs are deferred when NATS goes
 	e.nats.Restart(t)
-	waitFor(t, 10*time.Second, "the test client to reconnect", e.nc.IsConnected)
+	testenv.Eventually(t, 10*time.Second, "the test client to reconnect", e.nc.IsConnected)
 	publish(50)
 
 	out := e.collect("done.*")
@@ -131,7 +131,7 @@ func TestConsumerDeletedMidRun(t *testing.T) {
 			completed := func() bool { return w.stats()["acme"].Completed >= 1 }
 			e.waitStream(cfg.Stream)
 			e.publish("jobs.acme", nil, []byte("x"))
-			waitFor(t, 10*time.Second, "the first job", completed)
+			testenv.Eventually(t, 10*time.Second, "the first job", completed)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -160,7 +160,7 @@ func TestConsumerDeletedMidRun(t *testing.T) {
 					t.Fatalf("the jobs stream did not come back: %v; stream now: %+v", err, info)
 				}
 			}
-			waitFor(t, 20*time.Second, "the jobs published after the deletion", func() bool {
+			testenv.Eventually(t, 20*time.Second, "the jobs published after the deletion", func() bool {
 				return w.stats()["acme"].Completed >= int64(want)
 			})
 		})

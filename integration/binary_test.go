@@ -261,7 +261,7 @@ func testSIGTERM(t *testing.T, bin string) {
 		<-published
 	}()
 
-	waitFor(t, 20*time.Second, "1000 jobs forwarded by the binary", func() bool { return len(out.all()) >= 1000 })
+	testenv.Eventually(t, 20*time.Second, "1000 jobs forwarded by the binary", func() bool { return len(out.all()) >= 1000 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cons, err := e.js.Consumer(ctx, cfg.Stream, cfg.Consumer)
@@ -381,7 +381,7 @@ func testSIGKILL(t *testing.T, bin string) {
 			t.Fatalf("publish: no ack")
 		}
 	}
-	waitFor(t, 20*time.Second, "the first worker to forward jobs", func() bool { d, _ := forwarded(); return d >= 50 })
+	testenv.Eventually(t, 20*time.Second, "the first worker to forward jobs", func() bool { d, _ := forwarded(); return d >= 50 })
 	m, err := scrape(vars["THROTTLER_METRICS_ADDR"])
 	must(t, err, "metrics of the first worker")
 	if moved := m[`throttler_moved_total{tenant="t"}`]; moved == 0 {
@@ -392,7 +392,7 @@ func testSIGKILL(t *testing.T, bin string) {
 
 	vars["THROTTLER_METRICS_ADDR"] = ""
 	_, stderr2 := start()
-	waitFor(t, 60*time.Second, "every job forwarded", func() bool { d, _ := forwarded(); return d >= n })
+	testenv.Eventually(t, 60*time.Second, "every job forwarded", func() bool { d, _ := forwarded(); return d >= n })
 	time.Sleep(2 * time.Second) // a second forward of a moved job would show by now
 	if d, twice := forwarded(); d != n || twice > 16 {
 		t.Errorf("%d of %d jobs forwarded, %d more than once (at most 16 may: those running at the kill)\nfirst worker:\n%s\nsecond worker:\n%s",

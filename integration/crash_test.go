@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -105,7 +106,7 @@ func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.
 	first := jobID(stream, e.publish("jobs.acme", nil, []byte("1")))
 	second := jobID(stream, e.publish("jobs.acme", nil, []byte("2")))
 
-	waitFor(t, 20*time.Second, "both jobs run and nothing pending", func() bool {
+	testenv.Eventually(t, 20*time.Second, "both jobs run and nothing pending", func() bool {
 		mu.Lock()
 		n := len(runs)
 		mu.Unlock()

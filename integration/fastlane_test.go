@@ -16,6 +16,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -24,13 +25,13 @@ import (
 func fastClaim(seq uint64) int64 { return 1<<52 + int64(seq) }
 
 // waitLaneOn waits until worker w has read jobs of tenant a's backlog, so
-// its lane knows the backlog, and has had the stream republish arrivals.
+// its lane knows the backlog, and its lane reads arrivals.
 func (e *env) waitLaneOn(w *worker, cfg *app.Settings) {
 	e.t.Helper()
-	waitFor(e.t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 0 })
-	waitFor(e.t, 10*time.Second, "the stream republishing arrivals", func() bool {
-		s, err := e.js.Stream(context.Background(), cfg.Stream)
-		return err == nil && s.CachedInfo().Config.RePublish != nil
+	testenv.Eventually(e.t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 0 })
+	testenv.Eventually(e.t, 10*time.Second, "the lane reading arrivals", func() bool {
+		_, err := e.js.Consumer(context.Background(), cfg.Stream, cfg.Consumer+"_arrivals")
+		return err == nil
 	})
 }
 
@@ -134,7 +135,7 @@ func testFastLanePassesABacklog(t *testing.T, vars map[string]string, job func(t
 		m := job("b")
 		seqs[i] = e.publish(m.Subject, m.Header, []byte("b"))
 	}
-	waitFor(t, 10*time.Second, "B's jobs to run", func() bool {
+	testenv.Eventually(t, 10*time.Second, "B's jobs to run", func() bool {
 		for _, s := range seqs {
 			if len(r.get(jobID(cfg.Stream, s))) == 0 {
 				return false
@@ -171,7 +172,7 @@ func testFastLanePassesABacklog(t *testing.T, vars map[string]string, job func(t
 		}
 		return true
 	}
-	waitFor(t, 5*time.Second, "B's originals deleted", deleted)
+	testenv.Eventually(t, 5*time.Second, "B's originals deleted", deleted)
 	// Each was decided once, when the lane took it: its copy ran on that
 	// decision, not charged a second time.
 	if st := w.stats()["b"]; st.FastLaned != n || st.RedisCalls != n {
@@ -228,7 +229,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 		id, _ := claim(t, e, cfg)
 		var r ran
 		e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
-		waitFor(t, 30*time.Second, "the claimed job to run", func() bool { return len(r.get(id)) > 0 })
+		testenv.Eventually(t, 30*time.Second, "the claimed job to run", func() bool { return len(r.get(id)) > 0 })
 		time.Sleep(2 * fastRecheckForTest) // a second run would show by now
 		if got := len(r.get(id)); got != 1 {
 			t.Fatalf("job ran %d times, want once", got)
@@ -249,7 +250,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 		e.publish(cfg.Schedules.Fast("b", seq), h, []byte("b"))
 		var r ran
 		w := e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
-		waitFor(t, 10*time.Second, "the job to run and its original to be acked", func() bool {
+		testenv.Eventually(t, 10*time.Second, "the job to run and its original to be acked", func() bool {
 			return len(r.get(id)) > 0 && w.stats()["b"].Duplicates == 1
 		})
 		time.Sleep(2 * fastRecheckForTest)
@@ -270,11 +271,12 @@ func TestFastLaneInterrupted(t *testing.T) {
 // before it is decided again (consumer.fastRecheck).
 const fastRecheckForTest = time.Second
 
-// TestFastLaneOffWhereTheStreamCannotServeIt: the fast lane republishes the
-// jobs stream's arrivals and deletes the originals it copies, so a stream
-// that already republishes elsewhere, that denies deletes, or that another
-// consumer reads jobs from, is left as it is and the worker runs without
-// the lane; a stream of its own gets the lane.
+// TestFastLaneOffWhereTheStreamCannotServeIt: the fast lane deletes the
+// originals it copies and reads arrivals through a second consumer of the
+// job subjects, so a stream that denies deletes, that is a work queue
+// (which allows one consumer of a subject), or that another consumer reads
+// jobs from runs without the lane; a stream of its own gets the lane. The
+// stream's configuration is never changed for the lane.
 func TestFastLaneOffWhereTheStreamCannotServeIt(t *testing.T) {
 	e := setup(t)
 	for _, tc := range []struct {
@@ -284,8 +286,9 @@ func TestFastLaneOffWhereTheStreamCannotServeIt(t *testing.T) {
 		lane  bool
 	}{
 		{"its own", jetstream.StreamConfig{}, false, true},
-		{"republishing elsewhere", jetstream.StreamConfig{RePublish: &jetstream.RePublish{Source: ">", Destination: "mirror.>"}}, false, false},
+		{"republishing elsewhere", jetstream.StreamConfig{RePublish: &jetstream.RePublish{Source: ">", Destination: "mirror.>"}}, false, true},
 		{"denying deletes", jetstream.StreamConfig{DenyDelete: true}, false, false},
+		{"a work queue", jetstream.StreamConfig{Retention: jetstream.WorkQueuePolicy}, false, false},
 		{"read by another consumer", jetstream.StreamConfig{}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -301,67 +304,39 @@ func TestFastLaneOffWhereTheStreamCannotServeIt(t *testing.T) {
 					FilterSubject: token + ".acme", AckPolicy: jetstream.AckExplicitPolicy})
 				must(t, err, "audit consumer")
 			}
+			before := e.streamConfig(name)
 			e.startWorker(cfg, nil)
 			out := e.collect("done_" + token + ".*")
-			waitFor(t, 10*time.Second, "the worker's consumer", func() bool {
+			testenv.Eventually(t, 10*time.Second, "the worker's consumer", func() bool {
 				_, err := e.js.Consumer(context.Background(), name, token)
 				return err == nil
 			})
 			want := e.publishJobs(name, token+".acme", nil, 3)
 			checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 10*time.Second), want)
 
-			s, err := e.js.Stream(context.Background(), name)
-			must(t, err, "stream")
-			rp := s.CachedInfo().Config.RePublish
+			after := e.streamConfig(name)
+			// The worker binds its schedule subjects and turns schedules
+			// on (which the server gives rollups and a feature level
+			// with), once, to move jobs; nothing else changes.
+			after.Subjects, after.AllowMsgSchedules, after.AllowRollup = before.Subjects, before.AllowMsgSchedules, before.AllowRollup
+			after.Metadata = before.Metadata
+			if !reflect.DeepEqual(after, before) {
+				t.Errorf("the stream's configuration changed beyond the schedule subjects:\n before %+v\n after  %+v", before, after)
+			}
 			_, ferr := e.js.Consumer(context.Background(), name, token+"_fast")
-			if tc.lane {
-				// Arrivals are republished only while there is a backlog.
-				if rp != nil || !s.CachedInfo().Config.AllowDirect || ferr != nil {
-					t.Errorf("lane not set up: republish %+v without a backlog, direct gets %v, fast consumer: %v",
-						rp, s.CachedInfo().Config.AllowDirect, ferr)
-				}
-				return
-			}
-			if !reflect.DeepEqual(rp, tc.sc.RePublish) {
-				t.Errorf("stream's republish changed from %+v to %+v", tc.sc.RePublish, rp)
-			}
-			if !errors.Is(ferr, jetstream.ErrConsumerNotFound) {
-				t.Errorf("fast consumer on a stream that cannot serve the lane: %v", ferr)
+			if tc.lane != (ferr == nil) {
+				t.Errorf("lane %v, but the copies consumer: %v", tc.lane, ferr)
 			}
 		})
 	}
 }
 
-// TestSetArrivals: the fast lane's switch of the jobs stream's arrivals
-// sets and removes its own RePublish, and never touches another's.
-func TestSetArrivals(t *testing.T) {
-	e := setup(t)
-	ctx := context.Background()
-	const dest = "_throttler.arrived.JOBS.>"
-	e.createJobsStream(jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}})
-	republish := func(name string) *jetstream.RePublish {
-		t.Helper()
-		s, err := e.js.Stream(ctx, name)
-		must(t, err, "stream %s", name)
-		return s.CachedInfo().Config.RePublish
-	}
-	for _, on := range []bool{true, true, false, false} {
-		must(t, consumer.SetArrivals(ctx, e.js, "JOBS", dest, on), "SetArrivals %v", on)
-		rp := republish("JOBS")
-		if on != (rp != nil) || (on && (rp.Destination != dest || !rp.HeadersOnly)) {
-			t.Fatalf("after SetArrivals(%v): republish %+v", on, rp)
-		}
-	}
-	theirs := &jetstream.RePublish{Source: ">", Destination: "audit.>"}
-	e.createJobsStream(jetstream.StreamConfig{Name: "THEIRS", Subjects: []string{"theirs.>"}, RePublish: theirs})
-	for _, on := range []bool{true, false} {
-		if err := consumer.SetArrivals(ctx, e.js, "THEIRS", dest, on); !errors.Is(err, consumer.ErrRepublishTaken) {
-			t.Errorf("SetArrivals(%v) on a stream republishing elsewhere: %v, want ErrRepublishTaken", on, err)
-		}
-		if rp := republish("THEIRS"); !reflect.DeepEqual(rp, theirs) {
-			t.Errorf("their republish became %+v", rp)
-		}
-	}
+// streamConfig returns the configuration of stream name.
+func (e *env) streamConfig(name string) jetstream.StreamConfig {
+	e.t.Helper()
+	s, err := e.js.Stream(context.Background(), name)
+	must(e.t, err, "stream %s", name)
+	return s.CachedInfo().Config
 }
 
 // TestFastLaneKeepsArrivalsOffForANewConsumer: a consumer of the job
@@ -371,7 +346,7 @@ func TestFastLaneKeepsArrivalsOffForANewConsumer(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
 	w := e.startWorker(cfg, func(context.Context, consumer.Job) error { return nil })
-	waitFor(t, 10*time.Second, "the worker's fast consumer", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the worker's fast consumer", func() bool {
 		_, err := e.js.Consumer(context.Background(), cfg.Stream, cfg.Consumer+"_fast")
 		return err == nil
 	})
@@ -379,7 +354,7 @@ func TestFastLaneKeepsArrivalsOffForANewConsumer(t *testing.T) {
 		FilterSubject: "jobs.>", AckPolicy: jetstream.AckExplicitPolicy})
 	must(t, err, "audit consumer")
 	publishBurst(t, e.js, "jobs.a", 5000)
-	waitFor(t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 1000 })
+	testenv.Eventually(t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 1000 })
 	time.Sleep(500 * time.Millisecond) // the lane's switch, had it been allowed
 	s, err := e.js.Stream(context.Background(), cfg.Stream)
 	must(t, err, "stream")
@@ -407,7 +382,7 @@ func TestFastCopyRetriedAfterAFailure(t *testing.T) {
 	w := e.startWorker(cfg, handler)
 	e.waitLaneOn(w, cfg)
 	id := jobID(cfg.Stream, e.publish("jobs.b", nil, []byte("b")))
-	waitFor(t, 15*time.Second, "B's job to run again after its failure", func() bool { return len(r.get(id)) >= 2 })
+	testenv.Eventually(t, 15*time.Second, "B's job to run again after its failure", func() bool { return len(r.get(id)) >= 2 })
 	time.Sleep(2 * time.Second) // a third run would show by now
 	runs := r.get(id)
 	if len(runs) != 2 {
@@ -455,7 +430,7 @@ func TestLanePacesAFlood(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	waitFor(t, 10*time.Second, "B's first job to take the lane", func() bool { return w.stats()["b"].FastLaned > 0 })
+	testenv.Eventually(t, 10*time.Second, "B's first job to take the lane", func() bool { return w.stats()["b"].FastLaned > 0 })
 
 	const window = 2 * time.Second
 	from := w.stats()["a"].Deferred

@@ -20,6 +20,7 @@ import (
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/demo"
+	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/internal/testenv"
 )
 
@@ -145,7 +146,7 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 		wg.Wait()
 	}
 	defer stopWorkers()
-	waitFor(tb, 10*time.Second, "workers ready", func() bool {
+	testenv.Eventually(tb, 10*time.Second, "workers ready", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(workers) == sc.workers
@@ -499,7 +500,7 @@ func countPending(tb testing.TB, js jetstream.JetStream, cfg *app.Settings) int 
 	if err != nil {
 		tb.Fatalf("consumer info: %v", err)
 	}
-	waiting, err := consumer.WaitingInSchedules(ctx, js, cfg.Stream, cfg.ScheduleSubject)
+	waiting, err := ops.WaitingInSchedules(ctx, js, cfg.Stream, cfg.Schedules)
 	if err != nil {
 		tb.Fatalf("jobs waiting in schedules: %v", err)
 	}
@@ -537,18 +538,6 @@ func evalCalls(tb testing.TB, rdb *redis.Client) int {
 		}
 	}
 	return n
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
-	}
 }
 
 // String formats a report as table rows.

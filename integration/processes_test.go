@@ -148,7 +148,7 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 				tb.Logf("worker %d stderr:\n%s", i, stderr.String())
 			}
 		}()
-		waitFor(tb, 10*time.Second, "worker metrics", func() bool { _, err := scrape(addr); return err == nil })
+		testenv.Eventually(tb, 10*time.Second, "worker metrics", func() bool { _, err := scrape(addr); return err == nil })
 	}
 	stopWorkers := func() {
 		for _, w := range workers {
@@ -161,7 +161,7 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 	}
 	defer stopWorkers()
 	var cons jetstream.Consumer
-	waitFor(tb, 10*time.Second, "the workers' consumer", func() bool {
+	testenv.Eventually(tb, 10*time.Second, "the workers' consumer", func() bool {
 		cons, err = js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)
 		return err == nil
 	})
@@ -310,7 +310,7 @@ func startNATSProcess(tb testing.TB, bin string) string {
 		_ = cmd.Wait()
 	})
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	waitFor(tb, 10*time.Second, "nats-server on "+addr, func() bool {
+	testenv.Eventually(tb, 10*time.Second, "nats-server on "+addr, func() bool {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err != nil {
 			return false

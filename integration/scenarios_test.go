@@ -15,6 +15,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/testenv"
 )
 
 // handlerCall is one call of a test handler.
@@ -571,7 +572,7 @@ func TestStopHandsBackEveryPulledJob(t *testing.T) {
 		for range 50 {
 			want[jobID(cfg.Stream, e.publish("jobs.acme", nil, []byte("x")))] = true
 		}
-		waitFor(t, 10*time.Second, "the worker to forward", func() bool { return len(out.all()) >= len(want)-10 })
+		testenv.Eventually(t, 10*time.Second, "the worker to forward", func() bool { return len(out.all()) >= len(want)-10 })
 		// Keep publishing while the worker stops, so that a pull is
 		// outstanding when it does.
 		stopped := make(chan error, 1)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/testenv"
 )
 
 // TestScheduleMovesJobsOffTheConsumer: with THROTTLER_DEFER=schedule every
@@ -384,7 +385,7 @@ func TestStreamRetentionAndMoves(t *testing.T) {
 			out := e.collect("done.*")
 			// An interest stream drops what no consumer wants yet: publish
 			// once the worker's consumer exists.
-			waitFor(t, 10*time.Second, "the worker's consumer", func() bool {
+			testenv.Eventually(t, 10*time.Second, "the worker's consumer", func() bool {
 				_, err := e.js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)
 				return err == nil
 			})
@@ -563,7 +564,7 @@ func TestExistingStreamBindsTheJobSubjects(t *testing.T) {
 		must(t, err, "stream %s", name)
 		return s.CachedInfo().Config.Subjects
 	}
-	waitFor(t, 10*time.Second, "the job subjects bound", func() bool { return slices.Contains(subjects(cfg.Stream), "jobs.>") })
+	testenv.Eventually(t, 10*time.Second, "the job subjects bound", func() bool { return slices.Contains(subjects(cfg.Stream), "jobs.>") })
 	if got := subjects(cfg.Stream); !slices.Contains(got, "orders.>") {
 		t.Errorf("stream subjects %v: the stream's own subject was dropped", got)
 	}

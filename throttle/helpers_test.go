@@ -86,19 +86,6 @@ func checkHashTag(t testing.TB, key string) {
 	}
 }
 
-// waitFor polls cond every 10ms until it returns true, failing t with what
-// when it has not within timeout.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // sameDecision fails t unless got equals want in every field.
 func sameDecision(t testing.TB, what string, got, want throttle.Decision) {
 	t.Helper()

@@ -4,13 +4,17 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
+
+	"github.com/throttler/throttler/tenant"
 )
 
 // DefaultPrefix is the key prefix a Limiter uses when none is given.
 const DefaultPrefix = "thr"
 
-// MaxTenantLen is the longest tenant, in bytes, the limiter accepts.
-const MaxTenantLen = 256
+// MaxTenantLen is the longest tenant, in bytes, the limiter accepts: the
+// one length every part of the worker holds tenants to (tenant.MaxLen).
+// Unlike the worker, the limiter takes any other byte: see keyspace.
+const MaxTenantLen = tenant.MaxLen
 
 // MaxJobIDLen is the longest job id, in bytes, the limiter accepts.
 const MaxJobIDLen = 128
@@ -34,18 +38,18 @@ type keyspace struct {
 	prefix string
 }
 
-// tag returns the hash-tag form of tenant, "{...}".
-func (k keyspace) tag(tenant string) (string, error) {
-	if tenant == "" {
+// tag returns the hash-tag form of tenant t, "{...}".
+func (k keyspace) tag(t string) (string, error) {
+	if t == "" {
 		return "", &InvalidError{Code: CodeTenant, Detail: "empty tenant"}
 	}
-	if len(tenant) > MaxTenantLen {
-		return "", &InvalidError{Code: CodeTenant, Detail: fmt.Sprintf("tenant of %d bytes, at most %d allowed", len(tenant), MaxTenantLen)}
+	if len(t) > MaxTenantLen {
+		return "", &InvalidError{Code: CodeTenant, Detail: fmt.Sprintf("tenant of %d bytes, at most %d allowed", len(t), MaxTenantLen)}
 	}
-	if plainTenant(tenant) {
-		return "{" + tenant + "}", nil
+	if plainTenant(t) {
+		return "{" + t + "}", nil
 	}
-	return "{~" + base64.RawURLEncoding.EncodeToString([]byte(tenant)) + "}", nil
+	return "{~" + base64.RawURLEncoding.EncodeToString([]byte(t)) + "}", nil
 }
 
 // plainTenant reports whether tenant may be used in a key unencoded.

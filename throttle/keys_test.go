@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -172,7 +173,7 @@ func TestNoLeaks(t *testing.T) {
 		}
 	}
 	// The longest TTL is horizon + 25ms; let expiry happen, polling.
-	waitFor(t, 5*time.Second, "every key to expire", func() bool { return len(keys(t, e.rdb, e.prefix)) == 0 })
+	testenv.Eventually(t, 5*time.Second, "every key to expire", func() bool { return len(keys(t, e.rdb, e.prefix)) == 0 })
 }
 
 // TestTTLWithinFillAndHorizon checks the exact TTL of the keys the script

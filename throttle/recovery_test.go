@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -196,7 +197,7 @@ func TestRedisRestart(t *testing.T) {
 	e.srv.Start(t)
 	// Connections pooled before the stop may fail once more; poll with a
 	// tenant of its own until a call succeeds.
-	waitFor(t, 10*time.Second, "a decision after Redis came back", func() bool {
+	testenv.Eventually(t, 10*time.Second, "a decision after Redis came back", func() bool {
 		_, err := l.Decide(ctx, throttle.Request{Tenant: "poll", At: t0})
 		return err == nil
 	})
@@ -208,7 +209,7 @@ func TestRedisRestart(t *testing.T) {
 
 	// A Restart between two calls, with no call while it is down.
 	e.srv.Restart(t)
-	waitFor(t, 10*time.Second, "a decision after the restart", func() bool {
+	testenv.Eventually(t, 10*time.Second, "a decision after the restart", func() bool {
 		_, err := l.Decide(ctx, throttle.Request{Tenant: "poll", At: t0})
 		return err == nil
 	})

@@ -449,7 +449,7 @@ func TestInvalidRequests(t *testing.T) {
 		code throttle.Code
 	}{
 		{"empty tenant", throttle.Request{}, throttle.CodeTenant},
-		{"tenant of 257 bytes", throttle.Request{Tenant: strings.Repeat("a", 257)}, throttle.CodeTenant},
+		{"tenant of MaxTenantLen+1 bytes", throttle.Request{Tenant: strings.Repeat("a", throttle.MaxTenantLen+1)}, throttle.CodeTenant},
 		{"tenant of 129 two-byte runes", throttle.Request{Tenant: strings.Repeat("é", 129)}, throttle.CodeTenant},
 		{"negative cost", throttle.Request{Tenant: "a", Cost: -1}, throttle.CodeCost},
 		{"cost over 1e9", throttle.Request{Tenant: "a", Cost: 1_000_000_001}, throttle.CodeCost},
@@ -520,8 +520,8 @@ func TestInvalidRequests(t *testing.T) {
 
 	// The limits of the boundaries are accepted (and do reach Redis).
 	for _, req := range []throttle.Request{
-		{Tenant: strings.Repeat("a", 256), At: t0},
-		{Tenant: strings.Repeat("é", 128), At: t0},
+		{Tenant: strings.Repeat("a", throttle.MaxTenantLen), At: t0},
+		{Tenant: strings.Repeat("é", throttle.MaxTenantLen/2), At: t0},
 		{Tenant: "a", JobID: strings.Repeat("j", 128), At: t0},
 		{Tenant: "a", JobID: "!~{}:", At: t0},
 		{Tenant: "a", Cost: 5, At: t0.Add(time.Hour)},

@@ -264,7 +264,7 @@ func (s *session) account(ctx context.Context, rs []row) error {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalTimeout)
 	defer cancel()
-	p, err := readPending(rctx, s.js, s.cfg.Stream, s.cfg.Consumer, s.cfg.ScheduleSubject, int(want))
+	p, err := readPending(rctx, s.js, s.cfg.Stream, s.cfg.Consumer, s.cfg.Schedules, int(want))
 	if err != nil {
 		return fmt.Errorf("reading what is left in the consumer: %w", err)
 	}

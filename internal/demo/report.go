@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/ops"
+	"github.com/throttler/throttler/subject"
 )
 
 const (
@@ -131,7 +131,7 @@ func (p pendingCounts) total() int { return p.ackPending + p.notDelivered + p.sc
 // readPending reads the consumer's counts, polling until they account for
 // want jobs or pendingTimeout passes: acks sent just before shutdown may
 // still be in the server's queue.
-func readPending(ctx context.Context, js jetstream.JetStream, stream, name, scheduled string, want int) (pendingCounts, error) {
+func readPending(ctx context.Context, js jetstream.JetStream, stream, name string, scheduled subject.Schedules, want int) (pendingCounts, error) {
 	cons, err := js.Consumer(ctx, stream, name)
 	if err != nil {
 		return pendingCounts{}, fmt.Errorf("consumer %s on stream %s: %w", name, stream, err)
@@ -145,7 +145,7 @@ func readPending(ctx context.Context, js jetstream.JetStream, stream, name, sche
 			return pendingCounts{}, fmt.Errorf("consumer %s info: %w", name, err)
 		}
 		p := pendingCounts{ackPending: info.NumAckPending, notDelivered: int(info.NumPending)}
-		if p.scheduled, err = consumer.WaitingInSchedules(ctx, js, stream, scheduled); err != nil {
+		if p.scheduled, err = ops.WaitingInSchedules(ctx, js, stream, scheduled); err != nil {
 			return pendingCounts{}, err
 		}
 		if p.total() == want || time.Now().After(deadline) {

@@ -1,0 +1,154 @@
+package consumer
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/subject"
+	"github.com/throttler/throttler/tenant"
+	"github.com/throttler/throttler/throttle"
+)
+
+// Config tunes a Worker. The zero value of each field takes its default.
+type Config struct {
+	// Tenant says where a job's tenant comes from. Defaults to subject token 2.
+	Tenant tenant.Source
+	// CostHeader names the header carrying a job's cost. Defaults to "Job-Cost".
+	CostHeader string
+	// Concurrency caps the jobs whose handler runs at once. Defaults to 16.
+	Concurrency int
+	// FetchBatch caps the messages pulled, and decided, at once; at most
+	// twice as many are pulled and not yet decided. Defaults to 64.
+	FetchBatch int
+	// MaxFailures is the number of handler failures after which a job goes
+	// to the dead-letter subject. Defaults to 5.
+	MaxFailures int
+	// RetryInitial and RetryMax pace retries after a handler failure: the
+	// delay before retry n is RetryInitial × 2^(n-1), capped at RetryMax,
+	// ±20%. Default to 1s and 5m.
+	RetryInitial, RetryMax time.Duration
+	// OnRedisError says what to do when a decision fails because of Redis.
+	// Defaults to DeferOnRedisError.
+	OnRedisError RedisErrorPolicy
+	// RedisTimeout bounds one batch decision. Defaults to 2s.
+	RedisTimeout time.Duration
+	// ShutdownTimeout is how long in-flight jobs may run after Run's context
+	// is cancelled before their contexts are cancelled too. Defaults to 30s.
+	ShutdownTimeout time.Duration
+	// InProgressEvery is how often a running job tells JetStream it is alive
+	// (InProgress), so a long handler outlives AckWait. Defaults to 10s.
+	InProgressEvery time.Duration
+	// DLQSubject is the dead-letter subject template. Defaults to "dlq.{tenant}".
+	DLQSubject subject.Template
+	// TermWithReason sends the dead-letter reason with Term; servers before
+	// 2.10 do not know it. Defaults to false (plain Term).
+	TermWithReason bool
+	// StatsTenants caps the tenants Stats (and /metrics) count one by one;
+	// the counts of tenants first seen after that many go to OtherTenants,
+	// so memory stays bounded however many tenants come and go. Defaults
+	// to 10,000.
+	StatsTenants int
+	// Logger receives the worker's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the worker's clock, read where it decides by the time (the
+	// shutdown timeout, how long a job has been held). Defaults to
+	// time.Now.
+	Now func() time.Time
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Tenant == (tenant.Source{}) {
+		c.Tenant = tenant.FromSubject(2)
+	}
+	setDefault(&c.CostHeader, "Job-Cost")
+	setDefault(&c.Concurrency, 16)
+	setDefault(&c.FetchBatch, 64)
+	setDefault(&c.MaxFailures, 5)
+	setDefault(&c.RetryInitial, time.Second)
+	setDefault(&c.RetryMax, 5*time.Minute)
+	setDefault(&c.RedisTimeout, 2*time.Second)
+	setDefault(&c.ShutdownTimeout, 30*time.Second)
+	setDefault(&c.InProgressEvery, 10*time.Second)
+	setDefault(&c.DLQSubject, "dlq.{tenant}")
+	setDefault(&c.StatsTenants, 10_000)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Params is everything a Worker needs.
+type Params struct {
+	// JetStream publishes dead letters. Required.
+	JetStream jetstream.JetStream
+	// Consumer is the durable pull consumer to read. Required.
+	Consumer jetstream.Consumer
+	// Decider is the throttle engine. Required.
+	Decider Decider
+	// Failures counts handler failures. Required.
+	Failures FailureCounter
+	// Handler runs admitted jobs. Required.
+	Handler Handler
+	// Deferrer puts off limited jobs. Defaults to NakDeferrer.
+	Deferrer Deferrer
+	// Bundles, when set, is the consumer of fired bundles of moved jobs
+	// (see ScheduleDeferrer.Bundle); Run unpacks them while it runs.
+	Bundles jetstream.Consumer
+	// Stats, when set, receives the worker's per-tenant counts, so that a
+	// fast lane can count into the same ones. Defaults to NewStats of
+	// Config.StatsTenants.
+	Stats *Stats
+	// Lane, when set, lets the jobs of tenants with nothing queued pass a
+	// backlog of other tenants' jobs (see Lane; package fastlane builds
+	// one).
+	Lane Lane
+	// Claims, when set, settles the originals of jobs a lane claimed (see
+	// ClaimSettler). Set it whenever a lane may have run on the jobs
+	// stream, its own or an earlier worker's.
+	Claims ClaimSettler
+	// Recreate, when set, sets up the stream and the consumers again. Run
+	// calls it when a pull finds its consumer deleted (or no one answers
+	// for it), so a worker outlives an operator's mistake.
+	Recreate func(context.Context) error
+	// Config tunes the worker.
+	Config Config
+}
+
+// Decider decides a batch of jobs, each an incarnation of its job (see
+// throttle.Copies); *throttle.Copies satisfies it.
+type Decider interface {
+	DecideBatch(ctx context.Context, copies []throttle.Copy) []throttle.Result
+}
+
+// FailureCounter counts handler failures per job across the fleet;
+// *throttle.Copies satisfies it.
+type FailureCounter interface {
+	// Failed records one more failure of a job and returns the count;
+	// below giveUpAt it also gives up the job's owner record if that names
+	// incarnation (see throttle.Copies.Failed), so the retry may be moved.
+	Failed(ctx context.Context, tenant, jobID string, incarnation, giveUpAt int64) (n int64, released bool, err error)
+}
+
+// RedisErrorPolicy says what to do with a job whose decision failed because
+// Redis is unreachable or timing out.
+type RedisErrorPolicy int
+
+const (
+	// DeferOnRedisError defers the job with backoff: never over-admits.
+	DeferOnRedisError RedisErrorPolicy = iota
+	// AllowOnRedisError admits the job, logged and counted.
+	AllowOnRedisError
+)

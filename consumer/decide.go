@@ -1,0 +1,160 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/throttle"
+)
+
+// decideLoop takes the pulled messages a group at a time (every message
+// already waiting, up to FetchBatch), decides each group in one round trip
+// and sends it to dispatch, until msgs is closed. Once ctx is cancelled it
+// hands back what it takes instead.
+func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, decided chan<- decidedGroup) {
+	for msg := range msgs {
+		group := w.drain(msg, msgs)
+		if ctx.Err() != nil {
+			w.handBack(group)
+			w.releaseCredits(len(group))
+			continue
+		}
+		g := w.decide(ctx, group)
+		decided <- g
+		if w.lane != nil {
+			deferred, decided := g.deferred()
+			if d := w.lane.Pause(deferred, decided); d > 0 {
+				sleep(ctx, d)
+			}
+		}
+		if g.redisWait > 0 {
+			// Give Redis time to come back instead of pulling more jobs only
+			// to defer them again.
+			sleep(ctx, g.redisWait)
+		}
+	}
+}
+
+// item is one message of a dispatched group.
+type item struct {
+	msg  jetstream.Msg
+	job  Job
+	bad  *badJobError
+	slot int64 // the slot a moved copy was scheduled for, µs; 0 otherwise
+}
+
+// readGroup reads the jobs of a group. Copies of moved jobs that fired
+// together are put back in slot order, so a tenant's jobs keep their
+// reservation order.
+func (w *Worker) readGroup(group []jetstream.Msg) []item {
+	items := make([]item, 0, len(group))
+	var last jetstream.Msg // the jobs consumer's furthest delivery
+	var lastSeq uint64
+	for _, m := range group {
+		job, err := readJob(m, w.cfg.Tenant, w.cfg.CostHeader)
+		if w.lane != nil && job.Sequence > lastSeq && m.Headers().Get(HeaderFast) == "" {
+			last, lastSeq = m, job.Sequence
+		}
+		w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+		var bad *badJobError
+		switch {
+		case errors.As(err, &bad):
+			items = append(items, item{msg: m, job: job, bad: bad})
+		case err != nil:
+			// Not a JetStream message we can read: hand it back.
+			w.log.Error("unreadable message; handing it back", "subject", m.Subject(), "err", err)
+			w.handBack([]jetstream.Msg{m})
+		default:
+			slot, _ := strconv.ParseInt(m.Headers().Get(HeaderSlot), 10, 64)
+			items = append(items, item{msg: m, job: job, slot: slot})
+		}
+	}
+	if w.lane != nil && last != nil {
+		if meta, err := last.Metadata(); err == nil {
+			w.lane.Observe(lastSeq, meta.NumPending)
+		}
+	}
+	sort.SliceStable(items, func(i, j int) bool { return items[i].slot < items[j].slot })
+	return items
+}
+
+// decidedGroup is a group of jobs with their decisions.
+type decidedGroup struct {
+	items   []item
+	idx     []int             // idx[k] is the item results[k] decides
+	results []throttle.Result // one per item that is not bad
+	credits int               // fetch credits the group holds
+	// redisWait, when Redis failed under DeferOnRedisError, is how long
+	// the jobs it failed for are put off, and the pulling with them.
+	redisWait time.Duration
+}
+
+// deferred counts the group's jobs that were decided and must wait, and
+// those decided.
+func (g decidedGroup) deferred() (deferred, decided int) {
+	for _, res := range g.results {
+		if res.Err == nil {
+			decided++
+			if res.Outcome == throttle.Reserved || res.Outcome == throttle.Limited {
+				deferred++
+			}
+		}
+	}
+	return deferred, decided
+}
+
+// decide reads a group's jobs and decides them in one round trip.
+func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup {
+	g := decidedGroup{items: w.readGroup(group), credits: len(group)}
+	reqs := make([]throttle.Copy, 0, len(g.items))
+	g.idx = make([]int, 0, len(g.items))
+	for i, it := range g.items {
+		if it.bad != nil {
+			continue
+		}
+		// A message on its first delivery that is not a moved copy was never
+		// decided, so it holds no reservation for the script to read.
+		fresh := it.job.Delivered == 1 && it.job.Header.Get(HeaderJobID) == ""
+		// A fresh original never records itself as owner, and owners are
+		// stream sequences (never 0): 0 serves it and keeps the script's
+		// cheap path for the usual value.
+		var inc int64
+		if !fresh {
+			inc = incarnation(it.job)
+		}
+		reqs = append(reqs, throttle.Copy{Request: throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost},
+			Incarnation: inc, Fresh: fresh})
+		g.idx = append(g.idx, i)
+	}
+	if len(reqs) == 0 {
+		return g
+	}
+	dctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
+	g.results = w.decider.DecideBatch(dctx, reqs)
+	cancel()
+	redisFailed := false
+	for _, res := range g.results {
+		if res.Err != nil && !errors.Is(res.Err, throttle.ErrInvalid) && ctx.Err() == nil {
+			redisFailed = true
+			break
+		}
+	}
+	switch {
+	case !redisFailed:
+		w.redisBackoff.Reset()
+		if !w.redisDown.IsZero() {
+			w.log.Info("redis answers again", "down_for", w.now().Sub(w.redisDown).Round(time.Millisecond))
+			w.redisDown = time.Time{}
+		}
+	case w.cfg.OnRedisError == DeferOnRedisError:
+		g.redisWait = w.redisBackoff.NextBackOff()
+	}
+	if redisFailed && w.redisDown.IsZero() {
+		w.redisDown = w.now()
+	}
+	return g
+}

@@ -1,0 +1,235 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/throttle"
+)
+
+// startDispatching acts on each group sent on decided, in order, until
+// decided is closed: it starts the admitted jobs and sends the others'
+// deferrals to batches. done is closed after the last group.
+func (w *Worker) startDispatching(ctx, work context.Context, batches chan<- deferBatch) (decided chan<- decidedGroup, done <-chan struct{}) {
+	// Acting on a group runs beside deciding, so the next group is decided
+	// meanwhile.
+	in := make(chan decidedGroup, 1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for g := range in {
+			batches <- deferBatch{deferrals: w.act(ctx, work, g), credits: g.credits}
+		}
+	}()
+	return in, finished
+}
+
+// act acts on each decision of a group: start, ack a duplicate, or
+// dead-letter. It returns the limited jobs, in slot order, for the defer
+// loop.
+func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
+	items := g.items
+	for _, it := range items {
+		w.held.remove(it.msg) // settled below, or a flight
+	}
+	var deferrals []Deferral
+	// Admitted jobs are started after the loop, taking the tenants in turn.
+	var admitted []*item
+	var (
+		redisFailed int   // jobs Redis failed to decide
+		redisErr    error // the first such failure
+	)
+	for k, i := range g.idx {
+		it := &items[i]
+		res := g.results[k]
+		w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
+		switch {
+		case res.Err == nil && res.Outcome == throttle.Duplicate && IsFastCopy(res.Owner):
+			// The fast lane claimed this job for its copy.
+			w.settleClaimed(workCtx, it.msg, it.job)
+		case res.Err == nil && res.Outcome == throttle.Duplicate:
+			// Another incarnation of this moved job already ran.
+			w.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
+				"incarnation", incarnation(it.job), "moves", it.job.Deferrals, "owner", res.Owner)
+			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
+			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
+		case res.Err == nil && res.Outcome == throttle.Admitted:
+			admitted = append(admitted, it)
+		case res.Err == nil:
+			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
+			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait})
+		case errors.Is(res.Err, throttle.ErrInvalid):
+			it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}
+		case ctx.Err() != nil:
+			// The worker is stopping and cut the decision short.
+			w.handBack([]jetstream.Msg{it.msg})
+		default:
+			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
+			if redisErr == nil {
+				redisErr = res.Err
+			}
+			redisFailed++
+			if w.cfg.OnRedisError == AllowOnRedisError {
+				w.log.Debug("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
+				w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
+				admitted = append(admitted, it)
+				continue
+			}
+			// Redis failed while ctx was live, so decide set redisWait.
+			wait := g.redisWait
+			w.log.Debug("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", wait, "err", res.Err)
+			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
+		}
+	}
+	// One line per group, not per job: an outage would flood the log.
+	switch {
+	case redisFailed == 0:
+	case w.cfg.OnRedisError == AllowOnRedisError:
+		w.log.Warn("redis failed; admitting jobs by policy", "jobs", redisFailed, "err", redisErr)
+	default:
+		w.log.Warn("redis failed; deferring jobs", "jobs", redisFailed, "retry_in", g.redisWait, "err", redisErr)
+	}
+	for _, it := range items {
+		if it.bad != nil {
+			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
+		}
+	}
+	// Every admitted job is a flight, kept alive, from now: the later ones
+	// may wait long for a slot while long jobs run.
+	order := tenantsInTurn(admitted)
+	flights := make([]*flight, len(order))
+	now := w.now()
+	for i, it := range order {
+		flights[i] = &flight{msg: it.msg, started: now, log: w.log}
+		w.inflight.Store(flights[i], struct{}{})
+	}
+	for i, it := range order {
+		w.start(ctx, workCtx, flights[i], it.job)
+	}
+	return deferrals
+}
+
+// tenantsInTurn orders a group's admitted jobs so that the tenants take
+// turns: the first job of each tenant, then the second job of each tenant
+// that has two, and so on, each round in the group's order. Each tenant's
+// jobs keep their order. When every handler slot is busy, a tenant with one
+// job in a group otherwise filled by a flooding tenant waits for one slot,
+// not for the flood's whole share of the group.
+func tenantsInTurn(jobs []*item) []*item {
+	if len(jobs) < 2 {
+		return jobs
+	}
+	rank := make(map[string]int) // a job's rank among its tenant's jobs
+	ranks := make([]int, len(jobs))
+	for i, it := range jobs {
+		ranks[i] = rank[it.job.Tenant]
+		rank[it.job.Tenant]++
+	}
+	if len(rank) == 1 {
+		return jobs
+	}
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ranks[order[a]] < ranks[order[b]] })
+	out := make([]*item, len(jobs))
+	for k, i := range order {
+		out[k] = jobs[i]
+	}
+	return out
+}
+
+// flight is one job whose handler is running. Exactly one settlement wins:
+// the handler's outcome, or the shutdown's hand-back.
+type flight struct {
+	msg     jetstream.Msg
+	started time.Time
+	settled atomic.Bool
+	log     *slog.Logger
+}
+
+// settle applies f once; it reports whether this call did.
+func (f *flight) settle(fn func(jetstream.Msg) error) bool {
+	if !f.settled.CompareAndSwap(false, true) {
+		return false
+	}
+	if err := fn(f.msg); err != nil {
+		f.log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", f.msg.Subject(), "err", err)
+	}
+	return true
+}
+
+// settle settles msg with f. A failure is logged: the message stays pending
+// and JetStream redelivers it after AckWait.
+func (w *Worker) settle(msg jetstream.Msg, f func(jetstream.Msg) error) {
+	if err := f(msg); err != nil {
+		w.log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", msg.Subject(), "err", err)
+	}
+}
+
+// start runs the handler of an admitted job, its flight f already in
+// inflight, in its own goroutine once one of the Concurrency slots is free,
+// holding the slot until the job is settled. If the worker stops first, the
+// job is handed back.
+func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		w.inflight.Delete(f)
+		f.settle(func(m jetstream.Msg) error { return m.Nak() })
+		return
+	}
+	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
+	w.handlers.Add(1)
+	go func() {
+		defer w.handlers.Done()
+		defer func() { <-w.slots }()
+		defer w.inflight.Delete(f)
+		w.run(workCtx, f, job)
+	}()
+}
+
+// startPreAdmitted starts the fast copy in msg if the lane admitted it when it
+// claimed it (and charged it then) and this is its first delivery: it runs
+// without being decided again. It reports whether it did; any other
+// message is decided as usual.
+func (w *Worker) startPreAdmitted(ctx, work context.Context, msg jetstream.Msg) bool {
+	if msg.Headers().Get(HeaderFast) != FastAdmitted {
+		return false
+	}
+	job, err := readJob(msg, w.cfg.Tenant, w.cfg.CostHeader)
+	if err != nil || job.Delivered != 1 {
+		return false
+	}
+	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+	f := &flight{msg: msg, started: w.now(), log: w.log}
+	w.inflight.Store(f, struct{}{})
+	w.start(ctx, work, f, job)
+	return true
+}
+
+// claimRecheck is how long an original whose job a lane claimed waits
+// before it is decided again, when the worker has no ClaimSettler.
+const claimRecheck = time.Second
+
+// settleClaimed settles an original whose job a lane claimed for its copy
+// with the ClaimSettler, in its own goroutine (it asks the stream whether
+// the copy is stored). Without one, it hands the job back to be decided
+// again, until the claim expires.
+func (w *Worker) settleClaimed(work context.Context, msg jetstream.Msg, job Job) {
+	if w.claims == nil {
+		w.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(claimRecheck) })
+		return
+	}
+	w.handlers.Add(1)
+	go func() {
+		defer w.handlers.Done()
+		w.claims.SettleClaimed(work, msg, job)
+	}()
+}

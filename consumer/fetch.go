@@ -1,0 +1,185 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// startFetching pulls from the jobs consumer and, with a fast lane, from
+// the consumer of the lane's copies, until ctx is cancelled. The messages
+// come out on msgs, which is closed once every pull has ended; fetchErr
+// then says why the jobs consumer's pulling ended.
+func (w *Worker) startFetching(ctx, work context.Context) (msgs <-chan jetstream.Msg, fetchErr func() error) {
+	out := make(chan jetstream.Msg, w.cfg.FetchBatch)
+	var pulls sync.WaitGroup
+	var err error
+	pulls.Add(1)
+	go func() {
+		defer pulls.Done()
+		err = w.fetchLoop(ctx, w.cons, w.cfg.FetchBatch, out, nil)
+	}()
+	if w.lane != nil {
+		// The lane's copies are few: small pulls, from the same credits.
+		// Those the lane admitted start at once, without waiting for a group.
+		direct := func(m jetstream.Msg) bool { return w.startPreAdmitted(ctx, work, m) }
+		pulls.Add(1)
+		go func() {
+			defer pulls.Done()
+			_ = w.fetchLoop(ctx, w.lane.Copies(), min(8, w.cfg.FetchBatch), out, direct)
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		pulls.Wait()
+		close(out)
+		close(done)
+	}()
+	return out, func() error { <-done; return err }
+}
+
+// fetchLoop pulls messages from cons, up to batch at a time, and sends
+// them to msgs until ctx is cancelled; direct, when set, may take a message
+// instead (it reports whether it did). It holds one credit per message
+// pulled and not yet dispatched, at most 2×FetchBatch for all its loops, so
+// the worker never has more than that many messages delivered and
+// undecided: they count against the consumer's MaxAckPending.
+func (w *Worker) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = 5 * time.Second
+	bo.MaxElapsedTime = 0
+	for {
+		// Wait for one credit, then take as many more as are free.
+		select {
+		case w.credits <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		n := 1
+		for n < batch && w.takeCredit() {
+			n++
+		}
+		got, err := w.fetch(ctx, cons, n, msgs, direct)
+		w.releaseCredits(n - got)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			wait := bo.NextBackOff()
+			w.log.Warn("pull failed; retrying", "err", err, "retry_in", wait)
+			w.recreateIfGone(ctx, err)
+			if !sleep(ctx, wait) {
+				return ctx.Err()
+			}
+			continue
+		}
+		bo.Reset()
+	}
+}
+
+// fetch pulls up to n messages from cons into msgs (or to direct, which
+// may take them) and returns how many it pulled. The pull is not cancelled
+// by shutdown: cancelling it would drop the messages the server has
+// already sent to it, which would then wait out AckWait. Instead it runs
+// to its short expiry and every message it brings reaches Run, which
+// hands it back.
+func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) (int, error) {
+	expiry := min(maxPullExpiry, max(50*time.Millisecond, w.cfg.ShutdownTimeout/4))
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), expiry)
+	defer cancel()
+	batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
+	if err != nil {
+		return 0, fmt.Errorf("fetch: %w", err)
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		if direct != nil && direct(msg) {
+			got++
+			w.releaseCredits(1)
+			continue
+		}
+		w.held.add(msg, w.now()) // kept alive until acted on
+		msgs <- msg              // the dispatcher hands back what it will not start
+		got++
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return got, fmt.Errorf("fetch: %w", err)
+	}
+	return got, nil
+}
+
+// maxPullExpiry bounds one pull request. Shutdown waits for the pull under
+// way to end, so keep it short: a quarter of the shutdown timeout at most.
+const maxPullExpiry = time.Second
+
+// takeCredit takes a fetch credit if one is free.
+func (w *Worker) takeCredit() bool {
+	select {
+	case w.credits <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// releaseCredits gives back n fetch credits.
+func (w *Worker) releaseCredits(n int) {
+	for i := 0; i < n; i++ {
+		<-w.credits
+	}
+}
+
+// drain returns first together with every message already waiting in msgs,
+// up to FetchBatch, so that they are decided in one round trip.
+func (w *Worker) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstream.Msg {
+	group := []jetstream.Msg{first}
+	for len(group) < w.cfg.FetchBatch {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return group
+			}
+			group = append(group, m)
+		default:
+			return group
+		}
+	}
+	return group
+}
+
+// handBack returns messages that will not be started to JetStream for
+// immediate redelivery.
+func (w *Worker) handBack(group []jetstream.Msg) {
+	for _, m := range group {
+		w.held.remove(m)
+		if err := m.Nak(); err != nil {
+			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", err)
+		}
+	}
+}
+
+// recreateIfGone sets up the stream and consumers again when err, from a
+// pull, says the consumer is gone: deleted, or no one answers for it. The
+// worker's pulling loops all see it at once; they set things up one after
+// the other, since a stream update at the same time as a consumer's
+// creation races inside nats-server 2.15.2 (fileStore.UpdateConfig
+// against fileStore.ConsumerStore, caught by the race detector).
+func (w *Worker) recreateIfGone(ctx context.Context, err error) {
+	if w.recreate == nil || !(errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders)) {
+		return
+	}
+	w.recreating.Lock()
+	defer w.recreating.Unlock()
+	if rerr := w.recreate(ctx); rerr != nil {
+		w.log.Warn("setting up the consumer again failed; retrying", "err", rerr)
+		return
+	}
+	w.log.Warn("the consumer was gone; set it up again", "err", err)
+}

@@ -1,0 +1,45 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/subject"
+)
+
+// Forwarder returns the Handler behind THROTTLER_HANDLER=forward: it
+// publishes the job's data and headers through JetStream to the subject
+// template renders for the job's tenant, and waits for the publish ack. The
+// publish carries Nats-Msg-Id = the job's id, so a job forwarded twice
+// (after a lost ack) is stored once within the stream's duplicate window.
+func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
+	return func(ctx context.Context, job Job) error {
+		msg := &nats.Msg{Subject: template.Render(job.Tenant), Data: job.Data, Header: nats.Header{}}
+		CopyHeaders(msg.Header, job.Header)
+		msg.Header.Set(HeaderJobID, job.ID)
+		msg.Header.Set(HeaderTenant, job.Tenant)
+		msg.Header.Set(HeaderSubject, job.Subject)
+		msg.Header.Set(jetstream.MsgIDHeader, job.ID)
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			return fmt.Errorf("forward to %s: %w", msg.Subject, err)
+		}
+		return nil
+	}
+}
+
+// CopyHeaders copies src into dst, leaving out the headers JetStream acts on
+// when publishing (deduplication, expectations, schedules, TTLs), which
+// belong to the original publish and not to ours.
+func CopyHeaders(dst, src nats.Header) {
+	for k, vs := range src {
+		if strings.HasPrefix(k, "Nats-") {
+			continue
+		}
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
+}

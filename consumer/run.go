@@ -1,0 +1,92 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// run calls the handler, keeps the job alive while it runs, and settles it.
+func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
+	err := w.callHandler(workCtx, job)
+	if err == nil {
+		if f.settle(func(m jetstream.Msg) error { return m.Ack() }) {
+			w.stats.Add(job.Tenant, func(s *TenantStats) { s.Completed++ })
+		}
+		return
+	}
+	if workCtx.Err() != nil {
+		// Shutdown cancelled the job: not its failure. Hand it back.
+		f.settle(func(m jetstream.Msg) error { return m.Nak() })
+		return
+	}
+	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Failed++ })
+	fctx, cancel := context.WithTimeout(workCtx, w.cfg.RedisTimeout)
+	n, _, cerr := w.failures.Failed(fctx, job.Tenant, job.ID, incarnation(job), int64(w.cfg.MaxFailures))
+	cancel()
+	if cerr != nil {
+		// The count is unknown; retry later rather than dead-letter early.
+		w.log.Warn("counting a handler failure failed", "tenant", job.Tenant, "job", job.ID, "err", cerr)
+		n = 1
+	}
+	if n >= int64(w.cfg.MaxFailures) {
+		w.log.Warn("job failed too often; dead-lettering it", "tenant", job.Tenant, "job", job.ID, "failures", n, "err", err)
+		if !f.settled.CompareAndSwap(false, true) {
+			return
+		}
+		w.deadLetterSync(workCtx, f.msg, job.ID, job.Tenant, fmt.Sprintf("handler failed %d times: %v", n, err), n)
+		return
+	}
+	delay := w.retryDelay(n)
+	w.log.Info("handler failed; retrying", "tenant", job.Tenant, "job", job.ID, "failures", n, "retry_in", delay, "err", err)
+	if cerr != nil {
+		// The owner record may still name this incarnation, and a moved
+		// copy would then be taken for a duplicate: NAK.
+		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
+		return
+	}
+	// The retry is deferred like a throttled job, so a tenant whose jobs
+	// keep failing cannot fill MaxAckPending with them: past its share of
+	// NAK'd jobs (or for a long backoff) the retry leaves the consumer.
+	f.settle(func(m jetstream.Msg) error {
+		ds := []Deferral{{Msg: m, Job: job, Wait: delay}}
+		w.deferrer.Defer(workCtx, ds)
+		if ds[0].Moved {
+			w.stats.Add(job.Tenant, func(s *TenantStats) { s.Moved++ })
+		}
+		return ds[0].Err
+	})
+}
+
+// callHandler runs h, turning a panic into an error of that job; the stack
+// goes to the log, not into the error (it ends up in a header).
+func (w *Worker) callHandler(ctx context.Context, job Job) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+			w.log.Error("handler panicked", "tenant", job.Tenant, "job", job.ID, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	return w.handler(ctx, job)
+}
+
+// retryDelay is the backoff before the retry after the n-th failure.
+func (w *Worker) retryDelay(n int64) time.Duration {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     w.cfg.RetryInitial,
+		RandomizationFactor: 0.2,
+		Multiplier:          2,
+		MaxInterval:         w.cfg.RetryMax,
+		Clock:               backoff.SystemClock,
+	}
+	b.Reset()
+	d := b.NextBackOff()
+	for i := int64(1); i < n; i++ {
+		d = b.NextBackOff()
+	}
+	return d
+}

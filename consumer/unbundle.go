@@ -1,0 +1,148 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/tenant"
+)
+
+// startUnbundler unpacks fired bundles of moved jobs until ctx is
+// cancelled, when the worker has a bundles consumer. Run's shutdown waits
+// for it with the handlers: an unpacking under way runs to its end.
+func (w *Worker) startUnbundler(ctx context.Context) {
+	if w.bundles == nil {
+		return
+	}
+	w.handlers.Add(1)
+	go func() {
+		defer w.handlers.Done()
+		w.unbundleLoop(ctx)
+	}()
+}
+
+// unbundleLoop pulls fired bundles from the bundles consumer (filtering
+// <prefix>.u.*.*, which no single copy's subject matches) and unpacks them
+// with Unbundle until ctx is cancelled. A bundle that cannot be unpacked
+// now is handed back and tried again after RetryInitial; one that never
+// can be (ErrBadBundle) is dead-lettered.
+func (w *Worker) unbundleLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		batch, err := w.bundles.Fetch(16, jetstream.FetchContext(fctx))
+		if err == nil {
+			for m := range batch.Messages() {
+				w.unbundleOne(ctx, m)
+			}
+			err = batch.Error()
+		}
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			w.log.Warn("pulling bundles failed; retrying", "err", err)
+			w.recreateIfGone(ctx, err)
+			sleep(ctx, w.cfg.RetryInitial)
+		}
+	}
+}
+
+// unbundleOne unpacks one fired bundle, or hands it back, or dead-letters
+// it.
+func (w *Worker) unbundleOne(ctx context.Context, m jetstream.Msg) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := Unbundle(uctx, w.js, m)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrBadBundle):
+		w.deadLetterBundle(uctx, m, err)
+	case errors.Is(err, errBundleLeft):
+		w.log.Warn("could not delete an unpacked bundle; it stays in the stream, acked", "subject", m.Subject(), "err", err)
+	default:
+		w.log.Warn("unpacking a bundle of moved jobs failed; retrying", "subject", m.Subject(), "err", err)
+		if nerr := m.NakWithDelay(w.cfg.RetryInitial); nerr != nil {
+			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", nerr)
+		}
+	}
+}
+
+// Unbundle publishes the scheduled copies a fired bundle carries, waits for
+// their publish acks, then deletes the bundle from the stream (so a bundle
+// still in the stream is one not yet unpacked) and acks it. If publishing
+// fails the caller hands the bundle back; unpacked again later, the copies
+// already stored are deduplicated by their Nats-Msg-Id. If only the
+// deletion fails (a stream that denies deletes, say), the bundle is acked
+// all the same, its copies being stored, and the error matches
+// errBundleLeft: handed back, it would be unpacked again and again.
+func Unbundle(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) error {
+	copies, err := decodeBundle(msg.Data())
+	if err != nil {
+		return fmt.Errorf("reading bundle: %w", err)
+	}
+	acks := make([]jetstream.PubAckFuture, 0, len(copies))
+	for _, c := range copies {
+		f, err := js.PublishMsgAsync(c)
+		if err != nil {
+			return fmt.Errorf("unbundling %d jobs: %w", len(copies), err)
+		}
+		acks = append(acks, f)
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("unbundling %d jobs: %w", len(copies), err)
+		case <-ctx.Done():
+			return fmt.Errorf("unbundling %d jobs: %w", len(copies), ctx.Err())
+		}
+	}
+	if err := deleteFromStream(ctx, js, msg); err != nil {
+		if aerr := msg.Ack(); aerr != nil {
+			return fmt.Errorf("acking unpacked bundle: %w", aerr)
+		}
+		return fmt.Errorf("%w: %w", errBundleLeft, err)
+	}
+	return msg.Ack()
+}
+
+// errBundleLeft says a bundle was unpacked and acked but is still in the
+// stream: deleting it failed.
+var errBundleLeft = errors.New("unpacked bundle left in the stream")
+
+// deleteFromStream deletes msg from the stream it was delivered from; a
+// message already gone is no error.
+func deleteFromStream(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) error {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return fmt.Errorf("metadata: %w", err)
+	}
+	stream, err := js.Stream(ctx, meta.Stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", meta.Stream, err)
+	}
+	if err := stream.DeleteMsg(ctx, meta.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("stream %s: %w", meta.Stream, err)
+	}
+	return nil
+}
+
+// deadLetterBundle takes a fired bundle that cannot be read out of the way:
+// to the dead-letter subject of the tenant its subject names, with the
+// reason, its data kept whole, then out of the jobs stream, where a bundle
+// counts as moved jobs still waiting.
+func (w *Worker) deadLetterBundle(ctx context.Context, msg jetstream.Msg, cause error) {
+	// The subject is <prefix>.u.<tenant>.<id>; the prefix may hold dots.
+	t := ""
+	if tokens := strings.Split(msg.Subject(), "."); len(tokens) >= 4 && tenant.Validate(tokens[len(tokens)-2]) == nil {
+		t = tokens[len(tokens)-2]
+	}
+	if !w.deadLetterSync(ctx, msg, "", t, "unreadable bundle of moved jobs: "+cause.Error(), 0) {
+		return
+	}
+	if err := deleteFromStream(ctx, w.js, msg); err != nil {
+		w.log.Warn("deleting a dead-lettered bundle failed; it stays in the jobs stream, acked", "subject", msg.Subject(), "err", err)
+	}
+}

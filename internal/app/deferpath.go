@@ -1,0 +1,79 @@
+package app
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/consumer"
+)
+
+// deferPath is the deferral the worker uses, chosen at start from
+// THROTTLER_DEFER and what the server and the jobs stream support.
+type deferPath struct {
+	mode           config.DeferMode // DeferNak, DeferAuto or DeferSchedule, as in force
+	termWithReason bool
+	// movesBack is set when moved jobs may come back: the worker moves jobs,
+	// or the stream keeps the moved jobs of an earlier worker.
+	movesBack bool
+	// maxAge is the jobs stream's MaxAge at start (0: none): no deferred
+	// job may sit in the stream that long.
+	maxAge time.Duration
+}
+
+// deferrer builds the Deferrer of the path.
+func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings) consumer.Deferrer {
+	move := consumer.ScheduleDeferrer{
+		JetStream: js,
+		Subjects:  cfg.Schedules,
+		Timeout:   cfg.RedisTimeout + 3*time.Second,
+		Bundle:    64,
+		MaxWait:   p.maxAge / 2, // a copy comes back long before the stream would drop it
+	}
+	switch p.mode {
+	case config.DeferSchedule:
+		return move
+	case config.DeferAuto:
+		return &consumer.FairDeferrer{
+			Move:        move,
+			MoveAfter:   cfg.ScheduleAfter,
+			TenantShare: max(1, cfg.MaxAckPending/40),
+			MaxAge:      p.maxAge,
+		}
+	}
+	return consumer.NakDeferrer{}
+}
+
+// workerConfig is the worker's configuration on this path.
+func (p deferPath) workerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
+	c := WorkerConfig(cfg, log)
+	c.TermWithReason = p.termWithReason
+	return c
+}
+
+// WorkerConfig maps the settings onto the worker's configuration.
+func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
+	policy := consumer.DeferOnRedisError
+	if cfg.OnRedisError == config.OnRedisErrorAllow {
+		policy = consumer.AllowOnRedisError
+	}
+	// Messages pulled and not yet decided count against MaxAckPending: keep
+	// them (at most 2×FetchBatch per worker) to a quarter of it.
+	fetch := min(cfg.FetchBatch, max(1, cfg.MaxAckPending/8))
+	return consumer.Config{
+		Tenant:          cfg.TenantFrom,
+		CostHeader:      cfg.CostHeader,
+		Concurrency:     cfg.Concurrency,
+		FetchBatch:      fetch,
+		MaxFailures:     cfg.MaxFailures,
+		OnRedisError:    policy,
+		RedisTimeout:    cfg.RedisTimeout,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		InProgressEvery: max(100*time.Millisecond, cfg.AckWait/3),
+		DLQSubject:      cfg.DLQ,
+		StatsTenants:    cfg.MetricsTenants,
+		Logger:          log,
+	}
+}

@@ -1,0 +1,69 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrUnsupported marks a configuration the NATS server cannot serve, such
+// as THROTTLER_DEFER=schedule on a server without message schedules: a
+// setting to change, not a failure to retry.
+var ErrUnsupported = errors.New("a setting this NATS server or its streams cannot serve")
+
+// jsErrSubjectsOverlap is the JetStream API error code of a stream whose
+// subjects overlap another stream's (JSStreamSubjectOverlapErr).
+const jsErrSubjectsOverlap = 10065
+
+// overlapIsConfig turns err, from setting up the jobs stream, into a
+// setting to change (ErrUnsupported, naming the variables) when the
+// stream's subjects overlap another stream's: retrying cannot help. With
+// withSchedules the schedule subjects were asked for too.
+func overlapIsConfig(err error, cfg *Settings, withSchedules bool) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrSubjectsOverlap {
+		return err
+	}
+	vars := "THROTTLER_SUBJECTS"
+	if withSchedules {
+		vars = "THROTTLER_SUBJECTS or THROTTLER_SCHEDULE_SUBJECT"
+	}
+	return fmt.Errorf("the jobs stream %s cannot bind its subjects: %s overlaps the subjects of another stream: %w: %w", cfg.Stream, vars, err, ErrUnsupported)
+}
+
+// jsErrConsumerCreate is the JetStream API error code of a consumer that
+// cannot be created or updated (JSConsumerCreateErrF); its description says
+// why.
+const jsErrConsumerCreate = 10012
+
+// consumerIsConfig turns err, from creating or updating the durable
+// consumer name, into a setting to change (ErrUnsupported, naming
+// THROTTLER_CONSUMER) when a consumer of that name exists with settings
+// JetStream cannot update (its deliver or ack policy, say): retrying
+// cannot help.
+func consumerIsConfig(err error, name string) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrConsumerCreate || !strings.Contains(apiErr.Description, "can not") {
+		return err
+	}
+	return fmt.Errorf("the durable consumer %s exists with settings the worker cannot change (%s); delete it, or set THROTTLER_CONSUMER to another name: %w: %w",
+		name, apiErr.Description, err, ErrUnsupported)
+}
+
+// serverAtLeast reports whether a "MAJOR.MINOR.PATCH" server version is at
+// least major.minor.
+func serverAtLeast(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
+}

@@ -1,0 +1,238 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/consumer"
+)
+
+// jobStreams is what setUp made ready on the NATS server.
+type jobStreams struct {
+	// path is the deferral chosen for this server and stream.
+	path deferPath
+	// stream is the jobs stream.
+	stream jetstream.Stream
+	// jobs is the workers' durable consumer of the job subjects.
+	jobs jetstream.Consumer
+	// bundles unpacks fired bundles of moved jobs; nil when no moved job
+	// can come back.
+	bundles jetstream.Consumer
+	// copies delivers the fast lane's copies; nil when the lane is off.
+	copies jetstream.Consumer
+	// recreate sets the stream and the consumers up again as chosen, for
+	// a worker that finds them deleted.
+	recreate func(context.Context) error
+}
+
+// streamRecreateDelay is how long a worker waits before it creates again a
+// jobs stream it found deleted.
+const streamRecreateDelay = 2 * time.Second
+
+// setUp creates or checks the jobs stream, the output streams and the
+// consumers, and chooses the deferral path and whether the fast lane runs.
+// Each setting the stream needs is made once, here: the job subjects bound
+// and, to move jobs, the schedule subjects bound with message schedules on.
+func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, log *slog.Logger) (*jobStreams, error) {
+	if !nc.IsConnected() {
+		return nil, errors.New("not connected to NATS")
+	}
+	path, spec, err := choosePath(ctx, nc, js, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := consumer.EnsureStream(ctx, js, spec)
+	if err != nil {
+		if len(spec.ScheduleSubjects) == 0 || path.mode == config.DeferSchedule {
+			return nil, overlapIsConfig(err, cfg, len(spec.ScheduleSubjects) > 0)
+		}
+		log.Warn("cannot enable message schedules on the jobs stream; deferring with NAK only", "err", err)
+		path.mode = config.DeferNak
+		spec.ScheduleSubjects = nil
+		if stream, err = consumer.EnsureStream(ctx, js, spec); err != nil {
+			return nil, overlapIsConfig(err, cfg, false)
+		}
+	}
+	// Moved jobs come back on every path: a worker that NAKs only may share
+	// the stream with jobs an earlier worker moved (before THROTTLER_DEFER
+	// was set to nak), whose copies must still run once and whose bundles
+	// must still be unpacked when they fire.
+	path.movesBack = path.mode != config.DeferNak || holdsMovedJobs(stream, cfg)
+	path.maxAge = stream.CachedInfo().Config.MaxAge
+	if path.maxAge > 0 && path.mode == config.DeferNak {
+		log.Warn("the jobs stream drops messages older than its max age, and a job deferred with NAK stays the same message: a job deferred past it is lost; raise the max age, or defer with auto or schedule, which move such jobs",
+			"stream", cfg.Stream, "max_age", path.maxAge)
+	}
+	if path.mode == config.DeferNak && path.movesBack {
+		log.Info("the jobs stream keeps moved jobs; unpacking their bundles as they fire", "subjects", cfg.Schedules.All())
+	}
+	lane := path.mode != config.DeferNak && cfg.FastLane != config.FastLaneOff && laneAvailable(ctx, stream, cfg, log)
+
+	if err := captureOutputs(ctx, js, cfg, log); err != nil {
+		return nil, err
+	}
+	specs := consumerSpecs(cfg, path.movesBack, lane)
+	handles := make([]jetstream.Consumer, len(specs))
+	for i, c := range specs {
+		if handles[i], err = consumer.EnsureConsumer(ctx, js, c); err != nil {
+			return nil, consumerIsConfig(err, c.Name)
+		}
+	}
+	st := &jobStreams{path: path, stream: stream, jobs: handles[0]}
+	if path.movesBack {
+		st.bundles = handles[1]
+	}
+	if lane {
+		st.copies = handles[len(handles)-1]
+	}
+	st.recreate = func(ctx context.Context) error { return recreate(ctx, js, cfg, spec, specs, log) }
+	return st, nil
+}
+
+// choosePath chooses how jobs are deferred on this server and stream, and
+// what the jobs stream must then bind.
+func choosePath(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, log *slog.Logger) (deferPath, consumer.StreamSpec, error) {
+	version := nc.ConnectedServerVersion()
+	path := deferPath{mode: cfg.Defer, termWithReason: serverAtLeast(version, 2, 10)}
+	spec := consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects}
+	if path.mode == config.DeferNak {
+		return path, spec, nil
+	}
+	if !serverAtLeast(version, 2, 12) {
+		if path.mode == config.DeferSchedule {
+			return path, spec, fmt.Errorf("THROTTLER_DEFER=schedule needs nats-server 2.12 or later for message schedules; this server is %s: %w", version, ErrUnsupported)
+		}
+		log.Warn("nats-server has no message schedules; deferring with NAK only: deferred jobs hold MaxAckPending slots while they wait",
+			"server", version, "needs", "2.12")
+		path.mode = config.DeferNak
+		return path, spec, nil
+	}
+	// A stream with interest retention drops at once a message no
+	// consumer wants: a moved job's copy, which no consumer reads, would
+	// be lost.
+	interest, err := hasInterestRetention(ctx, js, cfg.Stream)
+	if err != nil {
+		return path, spec, err
+	}
+	switch {
+	case interest && path.mode == config.DeferSchedule:
+		return path, spec, fmt.Errorf("THROTTLER_DEFER=schedule cannot move jobs in stream %s: its interest retention drops the moved copies no consumer reads; use a stream with limits or work-queue retention: %w", cfg.Stream, ErrUnsupported)
+	case interest:
+		log.Warn("the jobs stream has interest retention, which would drop moved jobs; deferring with NAK only: deferred jobs hold MaxAckPending slots while they wait",
+			"stream", cfg.Stream)
+		path.mode = config.DeferNak
+		return path, spec, nil
+	}
+	spec.ScheduleSubjects = []string{cfg.Schedules.All()}
+	spec.AllowDirect = true // a new stream serves the fast lane's reads directly
+	return path, spec, nil
+}
+
+// captureOutputs makes sure a stream stores the forward and dead-letter
+// subjects, which are published with publish acks.
+func captureOutputs(ctx context.Context, js jetstream.JetStream, cfg *Settings, log *slog.Logger) error {
+	for _, o := range []struct {
+		pattern, stream string
+	}{
+		{cfg.Forward.Pattern(), cfg.Stream + "_FORWARD"},
+		{cfg.DLQ.Pattern(), cfg.Stream + "_DLQ"},
+	} {
+		name, err := consumer.EnsureCaptured(ctx, js, o.pattern, o.stream)
+		if err != nil {
+			return err
+		}
+		log.Debug("output subject captured", "subject", o.pattern, "stream", name)
+	}
+	return nil
+}
+
+// consumerSpecs are the consumers the workers share: the jobs consumer
+// first, then the bundles consumer when moved jobs may come back, then the
+// fast lane's copies consumer when the lane runs.
+func consumerSpecs(cfg *Settings, movesBack, lane bool) []consumer.ConsumerSpec {
+	specs := []consumer.ConsumerSpec{{
+		Stream:         cfg.Stream,
+		Name:           cfg.Consumer,
+		FilterSubjects: cfg.Subjects,
+		MaxAckPending:  cfg.MaxAckPending,
+		AckWait:        cfg.AckWait,
+	}}
+	if movesBack {
+		specs = append(specs, consumer.ConsumerSpec{
+			Stream:         cfg.Stream,
+			Name:           bundlesConsumer(cfg),
+			FilterSubjects: []string{cfg.Schedules.Unpacks()},
+			MaxAckPending:  1000,
+			AckWait:        cfg.AckWait,
+		})
+	}
+	if lane {
+		specs = append(specs, consumer.ConsumerSpec{
+			Stream:         cfg.Stream,
+			Name:           copiesConsumer(cfg),
+			FilterSubjects: []string{cfg.Schedules.Fasts()},
+			MaxAckPending:  cfg.MaxAckPending,
+			AckWait:        cfg.AckWait,
+		})
+	}
+	return specs
+}
+
+// The names of the workers' consumers besides the jobs consumer.
+func bundlesConsumer(cfg *Settings) string  { return cfg.Consumer + "_bundles" }
+func copiesConsumer(cfg *Settings) string   { return cfg.Consumer + "_fast" }
+func arrivalsConsumer(cfg *Settings) string { return cfg.Consumer + "_arrivals" }
+
+// recreate sets up the jobs stream and the consumers of specs again.
+func recreate(ctx context.Context, js jetstream.JetStream, cfg *Settings, spec consumer.StreamSpec, specs []consumer.ConsumerSpec, log *slog.Logger) error {
+	if _, err := js.Stream(ctx, cfg.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
+		// A stream created again at once under the name of one just
+		// deleted can inherit the remains of the old one's store and take
+		// no message (seen with nats-server 2.15.2): give the deletion time
+		// to finish first.
+		log.Warn("the jobs stream is gone; creating it again", "stream", cfg.Stream, "in", streamRecreateDelay)
+		select {
+		case <-time.After(streamRecreateDelay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
+		return err
+	}
+	for _, c := range specs {
+		if _, err := consumer.EnsureConsumer(ctx, js, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hasInterestRetention reports whether the stream name exists with
+// interest retention.
+func hasInterestRetention(ctx context.Context, js jetstream.JetStream, name string) (bool, error) {
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, nil // created with limits retention
+	}
+	if err != nil {
+		return false, fmt.Errorf("stream %s: %w", name, err)
+	}
+	return s.CachedInfo().Config.Retention == jetstream.InterestPolicy, nil
+}
+
+// holdsMovedJobs reports whether the jobs stream is set up for moved jobs
+// (message schedules on, the schedule subjects bound), so that some may
+// still be waiting there.
+func holdsMovedJobs(stream jetstream.Stream, cfg *Settings) bool {
+	c := stream.CachedInfo().Config
+	return c.AllowMsgSchedules && slices.Contains(c.Subjects, cfg.Schedules.All())
+}

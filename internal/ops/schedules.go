@@ -1,0 +1,72 @@
+// Package ops answers operators' questions about a running fleet from what
+// the servers hold, without changing anything.
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/subject"
+)
+
+// WaitingInSchedules counts the jobs moved off the consumer that still
+// wait in the jobs stream under schedules: one per scheduled copy, and the
+// number it carries per bundle, whether waiting to fire or fired and not
+// yet unpacked. Fast copies are not counted: they wait in their own
+// consumer, not in a schedule. Schedules keep firing while it counts: a
+// bundle that fires between the listing of the subjects and the reading of
+// its header has moved to a subject the listing missed, so the count
+// starts again (three times at most; then the last count, which may be
+// short by such bundles, is returned).
+func WaitingInSchedules(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules) (int, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	var n int
+	for range 3 {
+		var moved bool
+		if n, moved, err = countSchedules(ctx, s, stream, schedules); err != nil || !moved {
+			break
+		}
+	}
+	return n, err
+}
+
+// countSchedules is one count of WaitingInSchedules; moved reports that a
+// bundle fired while it counted.
+func countSchedules(ctx context.Context, s jetstream.Stream, stream string, schedules subject.Schedules) (n int, moved bool, err error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(schedules.All()))
+	if err != nil {
+		return 0, false, fmt.Errorf("stream %s info: %w", stream, err)
+	}
+	for subj, count := range info.State.Subjects {
+		switch kind, _ := schedules.Parse(subj); kind {
+		case subject.CopyKind:
+			n += int(count)
+			continue
+		case subject.BundleKind, subject.UnpackKind:
+		default:
+			continue
+		}
+		m, err := s.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			moved = true // fired or unpacked since the listing
+			continue
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("bundle %s: %w", subj, err)
+		}
+		k, err := strconv.Atoi(m.Header.Get(consumer.HeaderBundle))
+		if err != nil {
+			return 0, false, fmt.Errorf("bundle %s: bad %s header: %w", subj, consumer.HeaderBundle, err)
+		}
+		n += k
+	}
+	return n, moved, nil
+}
