@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,22 +50,29 @@ func BenchmarkNoisyNeighbourProcesses(b *testing.B) {
 	if d, err := time.ParseDuration(benchDuration()); err == nil {
 		duration = d
 	}
-	var alone time.Duration
-	for _, v := range []struct {
-		name   string
-		aJobs  int
-		defer_ string
-	}{{"b-alone", 0, "auto"}, {"auto", 20000, "auto"}, {"nak", 20000, "nak"}} {
+	alone := map[int]time.Duration{} // B's p99 alone, by number of quiet tenants
+	for _, v := range []noisyVariant{
+		{name: "b-alone", quiet: 1},
+		{name: "auto", aJobs: 20000, quiet: 1, defer_: "auto"},
+		{name: "auto-lane-off", aJobs: 20000, quiet: 1, defer_: "auto", laneOff: true},
+		{name: "nak", aJobs: 20000, quiet: 1, defer_: "nak"},
+		{name: "flood-100k", aJobs: 100000, quiet: 1, defer_: "auto"},
+		{name: "quiet-100-alone", quiet: 100},
+		{name: "quiet-100", aJobs: 20000, quiet: 100, defer_: "auto"},
+	} {
+		if !benchVariant(v.name) {
+			continue
+		}
 		b.Run(v.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				rep := runNoisyProcesses(b, natsServer, throttler, v.aJobs, v.defer_, duration)
-				if v.name == "b-alone" {
-					alone = rep.b.p99
+				rep := runNoisyProcesses(b, natsServer, throttler, v, duration)
+				if v.aJobs == 0 {
+					alone[v.quiet] = rep.b.p99
 				}
 				b.Logf("\n%s", rep)
 				b.ReportMetric(float64(rep.b.p99.Microseconds())/1000, "B-p99-ms")
-				if alone > 0 {
-					b.ReportMetric(float64(rep.b.p99)/float64(alone), "B-p99/alone")
+				if a := alone[v.quiet]; a > 0 {
+					b.ReportMetric(float64(rep.b.p99)/float64(a), "B-p99/alone")
 				}
 				if v.aJobs > 0 {
 					if lost := rep.a.published - rep.a.admitted - rep.a.pendingAtEnd; lost != 0 {
@@ -81,17 +89,38 @@ func BenchmarkNoisyNeighbourProcesses(b *testing.B) {
 				b.ReportMetric(rep.a.redisPerJob, "A-redis/job")
 				b.ReportMetric(rep.b.redisPerJob, "B-redis/job")
 				b.ReportMetric(rep.b.deliveries, "B-deliveries/job")
+				b.ReportMetric(float64(rep.b.ranTwice), "B-ran-twice")
 			}
 		})
 	}
 }
 
-// runNoisyProcesses runs one noisy-neighbour scenario (A: aJobs at once at
-// 100/s; B: 10/s at 100/s for duration; MaxAckPending 1,000; two workers)
-// against processes and reports it. Deliveries per job are reported for B
-// only: the workers' counters cannot tell which of A's deliveries belong to
-// the jobs admitted in the run.
-func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, deferMode string, duration time.Duration) noisyReport {
+// noisyVariant is one run of the noisy-neighbour scenario as processes:
+// tenant A dumps aJobs at once (limit 100/s:10) while quiet tenants (b, or
+// q000… when there are several) publish 10 jobs a second between them,
+// each at a limit of 100/s:10.
+type noisyVariant struct {
+	name    string
+	aJobs   int
+	quiet   int
+	defer_  string
+	laneOff bool // THROTTLER_FAST_LANE=off
+}
+
+// benchVariant reports whether NOISY_VARIANTS (comma-separated names;
+// empty: all) selects the variant name.
+func benchVariant(name string) bool {
+	sel := getenv("NOISY_VARIANTS")
+	return sel == "" || slices.Contains(strings.Split(sel, ","), name)
+}
+
+// runNoisyProcesses runs one noisy-neighbour scenario (see noisyVariant;
+// MaxAckPending 1,000; two workers) against processes for duration and
+// reports it, the quiet tenants together as B. Deliveries per job are
+// reported for B only: the workers' counters cannot tell which of A's
+// deliveries belong to the jobs admitted in the run.
+func runNoisyProcesses(tb testing.TB, natsServer, throttler string, v noisyVariant, duration time.Duration) noisyReport {
+	aJobs := v.aJobs
 	tb.Helper()
 	natsURL := startNATSProcess(tb, natsServer)
 	rs := testenv.StartRedis(tb)
@@ -116,7 +145,11 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 		now := time.Now()
 		sent, _ := strconv.ParseInt(m.Header.Get("Sent"), 10, 64)
 		mu.Lock()
-		forwards = append(forwards, forward{id: m.Header.Get("Job"), tenant: strings.TrimPrefix(m.Subject, "done."), delay: now.Sub(time.Unix(0, sent)), at: now})
+		tenant := strings.TrimPrefix(m.Subject, "done.")
+		if tenant != "a" {
+			tenant = "b" // the quiet tenants, together
+		}
+		forwards = append(forwards, forward{id: m.Header.Get("Job"), tenant: tenant, delay: now.Sub(time.Unix(0, sent)), at: now})
 		mu.Unlock()
 	})
 	must(tb, err, "subscribe done.>")
@@ -127,10 +160,23 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 	vars := map[string]string{
 		"NATS_URL":                  natsURL,
 		"REDIS_URL":                 rs.URL(),
-		"THROTTLER_TENANT_LIMITS":   "a=100/s:10,b=100/s:10",
+		"THROTTLER_DEFAULT_LIMIT":   "100/s:10",
 		"THROTTLER_MAX_ACK_PENDING": "1000",
-		"THROTTLER_DEFER":           deferMode,
+		"THROTTLER_DEFER":           v.defer_,
 		"THROTTLER_LOG_LEVEL":       "warn",
+	}
+	if v.defer_ == "" {
+		vars["THROTTLER_DEFER"] = "auto"
+	}
+	if v.laneOff {
+		vars["THROTTLER_FAST_LANE"] = "off"
+	}
+	quiet := make([]string, max(1, v.quiet))
+	for i := range quiet {
+		quiet[i] = "b"
+		if len(quiet) > 1 {
+			quiet[i] = fmt.Sprintf("q%03d", i)
+		}
 	}
 	cfg, err := app.LoadSettingsFrom(vars)
 	must(tb, err, "config")
@@ -175,9 +221,11 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 	sampler := startAckPendingSampler(cons)
 	start := time.Now()
 	var lastA uint64
-	if aJobs > 0 {
-		futures := make([]jetstream.PubAckFuture, 0, aJobs)
-		for i := 0; i < aJobs; i++ {
+	// A's flood, in chunks the client keeps in flight at once.
+	const chunk = 2000
+	for from := 0; from < aJobs; from += chunk {
+		futures := make([]jetstream.PubAckFuture, 0, chunk)
+		for i := from; i < min(aJobs, from+chunk); i++ {
 			f, err := js.PublishMsgAsync(publish("jobs.a", "a"+strconv.Itoa(i)))
 			must(tb, err, "publish a")
 			futures = append(futures, f)
@@ -200,7 +248,7 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 	for i := 0; i < bJobs; i++ {
 		<-tick.C
 		pctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := js.PublishMsg(pctx, publish("jobs.b", "b"+strconv.Itoa(i)))
+		_, err := js.PublishMsg(pctx, publish("jobs."+quiet[i%len(quiet)], "b"+strconv.Itoa(i)))
 		c()
 		must(tb, err, "publish b")
 	}
@@ -272,7 +320,13 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 				tr.worst = append(tr.worst, d[i].Round(time.Millisecond))
 			}
 		}
-		tr.decisions = int64(calls[`throttler_redis_calls_total{tenant="`+t+`"}`])
+		if t == "a" {
+			tr.decisions = int64(calls[`throttler_redis_calls_total{tenant="a"}`])
+			continue
+		}
+		for _, q := range quiet {
+			tr.decisions += int64(calls[`throttler_redis_calls_total{tenant="`+q+`"}`])
+		}
 	}
 	rep.a.published, rep.b.published = aJobs, bJobs
 	if aJobs > 0 {
@@ -291,7 +345,11 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, aJobs int, d
 		rep.a.pendingAtEnd = pendingJobs(tb, js, cfg) - (bJobs - rep.b.admitted)
 	}
 	rep.b.redisPerJob = float64(rep.b.decisions) / float64(bJobs)
-	rep.b.deliveries = calls[`throttler_delivered_total{tenant="b"}`] / float64(bJobs)
+	var delivered float64
+	for _, q := range quiet {
+		delivered += calls[`throttler_delivered_total{tenant="`+q+`"}`]
+	}
+	rep.b.deliveries = delivered / float64(bJobs)
 	return rep
 }
 
