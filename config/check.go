@@ -96,7 +96,7 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck.durIn("THROTTLER_SCHEDULE_AFTER", c.ScheduleAfter)
 
 	ck.oneOf("THROTTLER_HANDLER", c.Handler, HandlerForward)
-	ck.oneOf("THROTTLER_ON_REDIS_ERROR", string(c.OnRedisError), string(OnRedisErrorDefer), string(OnRedisErrorAllow))
+	ck.oneOf("THROTTLER_ON_REDIS_ERROR", c.OnRedisError, OnRedisErrorDefer, OnRedisErrorAllow)
 	ck.oneOf("THROTTLER_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error")
 	ck.oneOf("THROTTLER_LOG_FORMAT", c.LogFormat, "text", "json")
 	ck.oneOf("THROTTLER_DEFER", string(c.Defer), string(DeferAuto), string(DeferNak), string(DeferSchedule))

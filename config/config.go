@@ -100,8 +100,10 @@ type Config struct {
 	MaxFailures int `env:"THROTTLER_MAX_FAILURES" envDefault:"5"`
 
 	// OnRedisError says what happens to a job when Redis cannot be asked:
-	// defer it, or allow it through unthrottled. Defaults to defer.
-	OnRedisError RedisErrorPolicy `env:"THROTTLER_ON_REDIS_ERROR" envDefault:"defer"`
+	// OnRedisErrorDefer (defer it) or OnRedisErrorAllow (let it through
+	// unthrottled); consumer.RedisErrorPolicy is what the worker makes of
+	// it. Defaults to defer.
+	OnRedisError string `env:"THROTTLER_ON_REDIS_ERROR" envDefault:"defer"`
 
 	// ShutdownTimeout is how long in-flight jobs may run after a shutdown
 	// signal before they are cancelled and handed back; more than 0.
@@ -182,15 +184,12 @@ type Config struct {
 	TenantLimitSpecs map[string]string
 }
 
-// RedisErrorPolicy says what happens to a job when Redis cannot be asked.
-type RedisErrorPolicy string
-
 // The values of THROTTLER_ON_REDIS_ERROR.
 const (
 	// OnRedisErrorDefer defers the job as if it were limited.
-	OnRedisErrorDefer RedisErrorPolicy = "defer"
+	OnRedisErrorDefer = "defer"
 	// OnRedisErrorAllow handles the job without throttling it.
-	OnRedisErrorAllow RedisErrorPolicy = "allow"
+	OnRedisErrorAllow = "allow"
 )
 
 // DeferMode says how a job that must wait is deferred.

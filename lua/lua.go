@@ -3,6 +3,10 @@
 // later), whose comment documents each function's KEYS, ARGV and reply.
 // Package throttle is the only caller; it names the library's version and
 // loads it.
+//
+// library.lua is one long file on purpose: Redis loads a library as one
+// source, and its functions can share the rule functions (the charge, the
+// checks, the reads) only within it, so that each rule is written once.
 package lua
 
 import _ "embed"

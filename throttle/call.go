@@ -1,0 +1,297 @@
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// maxJobsPerCall caps the jobs one function call decides (the function's
+// own limit is 256).
+const maxJobsPerCall = 64
+
+// decideOne decides one prepared job in one function call.
+func (l *Limiter) decideOne(ctx context.Context, p prepared) (Decision, error) {
+	c := call{parts: []prepared{p}, reqs: []int{0}}
+	l.build(&c)
+	calls := []fcall{c.fcall}
+	l.lib.run(ctx, calls)
+	c.fcall = calls[0]
+	var d [1]Result
+	c.results(d[:])
+	return d[0].Decision, d[0].Err
+}
+
+// decideBatch decides n jobs prepared by prep, as DecideBatch.
+func (l *Limiter) decideBatch(ctx context.Context, n int, prep func(i int) (prepared, error)) []Result {
+	results := make([]Result, n)
+	var calls []call
+	// open maps a group key to the call its next jobs may join; last maps a
+	// tenant to the call of its latest request. A request joins an open call
+	// only if its tenant's earlier requests are in that call or before it,
+	// so every request still sees what all requests before it did.
+	open := map[groupKey]int{}
+	last := map[string]int{}
+	for i := range n {
+		p, err := prep(i)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		key := groupKey{now: p.now, owner: p.ownerKey != "", job: p.resvKey != ""}
+		if !l.crossTenant {
+			key.tag = p.tag
+		}
+		g, ok := open[key]
+		prev, seen := last[p.tag]
+		if ok && len(calls[g].parts) < maxJobsPerCall && (!seen || prev <= g) {
+			calls[g].parts = append(calls[g].parts, p)
+			calls[g].reqs = append(calls[g].reqs, i)
+			last[p.tag] = g
+			continue
+		}
+		open[key] = len(calls)
+		last[p.tag] = len(calls)
+		calls = append(calls, call{parts: []prepared{p}, reqs: []int{i}})
+	}
+	if len(calls) == 0 {
+		return results
+	}
+	fcalls := make([]fcall, len(calls))
+	for k := range calls {
+		l.build(&calls[k])
+		fcalls[k] = calls[k].fcall
+	}
+	l.lib.run(ctx, fcalls)
+	for k := range calls {
+		calls[k].fcall = fcalls[k]
+		calls[k].results(results)
+	}
+	return results
+}
+
+// groupKey is what the jobs of one function call share: the clock, whether
+// they have job keys and owner keys, and on a cluster the tenant.
+type groupKey struct {
+	tag        string
+	now        string
+	owner, job bool
+}
+
+// prepared is one validated request, in the pieces a function call is
+// built of.
+type prepared struct {
+	tag         string // the tenant's hash tag
+	limitKeys   []string
+	limitArgs   []any // rate, period, burst of each limit; with one limit, the Limiter's own (read only)
+	now, cost   string
+	resvKey     string // reservation key, or ""
+	ownerKey    string // owner key, or "" (Copies only)
+	incarnation string // with ownerKey
+	fresh       bool
+}
+
+// call is one function call deciding one or more requests.
+type call struct {
+	parts []prepared // the requests it decides
+	reqs  []int      // their indices in the batch
+	fcall
+}
+
+// prepare validates req and builds the pieces of its function call.
+// Everything the function would refuse is refused here first, without a
+// round trip.
+func (l *Limiter) prepare(req Request) (prepared, error) {
+	tag, err := l.keys.tag(req.Tenant)
+	if err != nil {
+		return prepared{}, err
+	}
+	limits := req.Limits
+	if len(limits) == 0 {
+		limits = l.rules.For(req.Tenant) // validated by New
+	} else if err := limits.Validate(); err != nil {
+		return prepared{}, &InvalidError{Code: CodeLimits, Detail: err.Error()}
+	}
+	cost := req.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	if cost < 1 || cost > MaxBurst {
+		return prepared{}, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("cost %d out of range [1, %d]", cost, MaxBurst)}
+	}
+	if min := limits.MinBurst(); cost > min {
+		return prepared{}, &InvalidError{Code: CodeCostOverBurst, Detail: fmt.Sprintf("cost %d, smallest burst %d", cost, min)}
+	}
+	var now int64
+	if !req.At.IsZero() {
+		now = req.At.UnixMicro()
+		if now < 1 || now >= maxExact {
+			return prepared{}, &InvalidError{Code: CodeNow, Detail: fmt.Sprintf("time %s out of range", req.At)}
+		}
+	}
+	p := prepared{
+		tag:       tag,
+		now:       strconv.FormatInt(now, 10),
+		cost:      strconv.FormatInt(cost, 10),
+		limitKeys: make([]string, 0, len(limits)),
+	}
+	for _, lim := range limits {
+		r, ok := l.rendered[lim]
+		if !ok {
+			r = render(lim)
+		}
+		p.limitKeys = append(p.limitKeys, l.keys.prefix+":"+tag+r.keySuffix)
+		if len(limits) == 1 {
+			p.limitArgs = r.args[:] // shared, never written
+			break
+		}
+		p.limitArgs = append(p.limitArgs, r.args[:]...)
+	}
+	if req.JobID != "" {
+		if err := validJobID(req.JobID); err != nil {
+			return prepared{}, err
+		}
+		p.resvKey = l.keys.reservation(tag, req.JobID)
+	}
+	return p, nil
+}
+
+// renderedLimit is a limit as its state key and the function spell it.
+type renderedLimit struct {
+	keySuffix string // ":l:RATE:PERIOD", after the tenant's tag
+	args      [3]any // rate, period µs, burst
+}
+
+// render spells lim for keys and the function.
+func render(lim Limit) *renderedLimit {
+	return &renderedLimit{
+		keySuffix: limitKeySuffix(lim),
+		args: [3]any{
+			strconv.FormatInt(lim.Rate, 10),
+			strconv.FormatInt(lim.periodMicros(), 10),
+			strconv.FormatInt(lim.Burst, 10),
+		},
+	}
+}
+
+// arg is s as a function argument. Putting a string in an interface
+// allocates a copy of its header, except for a constant: the values most
+// jobs have come from constants.
+func arg(s string) any {
+	switch s {
+	case "0":
+		return "0"
+	case "1":
+		return "1"
+	}
+	return s
+}
+
+// build fills the function, keys and arguments of c from its parts (see
+// lua/library.lua, decide): the short form for one job under one limit
+// without a job id, else the general form, in which a job with the limits of
+// the job before sends 0 for them.
+func (l *Limiter) build(c *call) {
+	c.fn = l.lib.decide
+	first := c.parts[0]
+	if len(c.parts) == 1 && first.resvKey == "" && len(first.limitKeys) == 1 {
+		c.keys = first.limitKeys
+		c.args = append(append(make([]any, 0, 5), arg(first.now), arg(first.cost)), first.limitArgs...)
+		return
+	}
+	perJob := len(first.limitKeys) + 2
+	c.keys = make([]string, 0, len(c.parts)*perJob)
+	c.args = make([]any, 0, 2+len(c.parts)*4+len(first.limitArgs))
+	c.args = append(c.args, arg(first.now), l.horizonArg)
+	for k, p := range c.parts {
+		c.keys = append(c.keys, p.limitKeys...)
+		if p.resvKey != "" {
+			c.keys = append(c.keys, p.resvKey)
+		}
+		if p.ownerKey != "" {
+			c.keys = append(c.keys, p.ownerKey)
+		}
+		inc, fresh := any("0"), any("0")
+		if p.incarnation != "" {
+			inc = arg(p.incarnation)
+		}
+		if p.fresh {
+			fresh = "1"
+		}
+		c.args = append(c.args, arg(p.cost), inc, fresh)
+		if k > 0 && sameLimits(p.limitArgs, c.parts[k-1].limitArgs) {
+			c.args = append(c.args, "0")
+			continue
+		}
+		c.args = append(c.args, arg(strconv.Itoa(len(p.limitKeys))))
+		c.args = append(c.args, p.limitArgs...)
+	}
+}
+
+// sameLimits reports whether two jobs' rendered limits (rate, period and
+// burst of each) are the same.
+func sameLimits(a, b []any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// results reads the call's reply into results, one tuple of 4 integers per
+// request it decides.
+func (c *call) results(results []Result) {
+	v, err := replyInts(c.cmd, c.fn, 4*len(c.reqs))
+	for k, i := range c.reqs {
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		results[i].Decision, results[i].Err = c.tuple(k, v[4*k:4*k+4])
+	}
+}
+
+// Reply statuses of decide; see lua/library.lua.
+const (
+	statusAdmitted  = 1
+	statusLimited   = 2
+	statusInvalid   = 3
+	statusDuplicate = 4
+	statusWrongType = 5
+)
+
+// tuple reads the reply tuple of the call's k-th job.
+func (c *call) tuple(k int, t []int64) (Decision, error) {
+	switch t[0] {
+	case statusAdmitted:
+		return Decision{Outcome: Admitted, Remaining: t[2]}, nil
+	case statusLimited:
+		d := Decision{Outcome: Limited, Wait: time.Duration(t[1]) * time.Microsecond, Remaining: t[2]}
+		if t[3] == 1 {
+			d.Outcome = Reserved
+		}
+		return d, nil
+	case statusInvalid:
+		return Decision{}, &InvalidError{Code: Code(t[1]), Index: int(t[2])}
+	case statusDuplicate:
+		return Decision{Outcome: Duplicate, Owner: t[1]}, nil
+	case statusWrongType:
+		return Decision{}, wrongType(c.fcall, t[1])
+	}
+	return Decision{}, &RedisError{Op: "FCALL " + c.fn, Err: fmt.Errorf("unexpected reply %v for job %d", t, k)}
+}
+
+// wrongType is the error of a function call that found KEYS[pos] holding
+// another Redis type than a string.
+func wrongType(c fcall, pos int64) error {
+	key := "?"
+	if pos >= 1 && int(pos) <= len(c.keys) {
+		key = c.keys[pos-1]
+	}
+	return &RedisError{Op: "FCALL " + c.fn, Err: fmt.Errorf("WRONGTYPE key %s (KEYS[%d]) holds another type than a string", key, pos)}
+}

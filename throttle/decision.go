@@ -1,0 +1,81 @@
+package throttle
+
+import (
+	"strconv"
+	"time"
+)
+
+// Request is one job to decide.
+type Request struct {
+	// Tenant owns the job. Required; at most MaxTenantLen bytes.
+	Tenant string
+	// JobID names the job for its reservation, e.g. its stream sequence.
+	// It must be unique among the tenant's jobs that may wait at once.
+	// Empty means no reservation: a job that must wait is not charged.
+	JobID string
+	// Cost is the number of tokens the job takes. Defaults to 1.
+	Cost int64
+	// At is the time of the decision. Defaults to Redis TIME. Set it only
+	// for deterministic tests or replays.
+	At time.Time
+	// Limits overrides the Rules for this one request when non-empty.
+	Limits Limits
+}
+
+// Outcome is what a decision tells the job to do.
+type Outcome int
+
+// The outcomes of a decision.
+const (
+	// Admitted: run the job now. It was charged, or it came back for the
+	// slot it held (charged then).
+	Admitted Outcome = iota + 1
+	// Reserved: wait. A slot is held for the job at Wait from now, and it
+	// was charged for it: coming back after Wait, it is admitted without a
+	// second charge.
+	Reserved
+	// Limited: wait. Nothing was charged (the job has no id, or its slot
+	// would lie past the horizon): try again after Wait.
+	Limited
+	// Duplicate: another incarnation of the job ran (Decision.Owner names
+	// it); this one must not. Only Copies decides this.
+	Duplicate
+)
+
+// String names o.
+func (o Outcome) String() string {
+	switch o {
+	case Admitted:
+		return "admitted"
+	case Reserved:
+		return "reserved"
+	case Limited:
+		return "limited"
+	case Duplicate:
+		return "duplicate"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Decision is the outcome of one request.
+type Decision struct {
+	// Outcome says what the job must do.
+	Outcome Outcome
+	// Wait is how long the job must wait before coming back: 0 when
+	// Admitted or Duplicate. It is rounded up to the microsecond, never down.
+	Wait time.Duration
+	// Remaining is the number of whole tokens left in the tightest limit
+	// after the decision. It is 0 for a Reserved job, for a Duplicate, and
+	// for a job admitted through the slot it held, whose decision does not
+	// read the buckets.
+	Remaining int64
+	// Owner is the incarnation that ran, when Duplicate.
+	Owner int64
+}
+
+// Result is the outcome of one request of a batch.
+type Result struct {
+	Decision
+	// Err is nil, or an error matching ErrInvalid or ErrRedis.
+	Err error
+}
