@@ -19,32 +19,90 @@ type deadLetter struct {
 	template subject.Template
 }
 
+// Headers of a dead letter cut to fit.
+const (
+	// HeaderDataBytes carries the size of the original's data, when a
+	// dead letter does not carry all of it.
+	HeaderDataBytes = "Throttler-Data-Bytes"
+	// HeaderTruncated says a dead letter carries only the first N bytes of
+	// the original's data ("N of M bytes") and none of its own headers.
+	HeaderTruncated = "Throttler-Truncated"
+)
+
+// maxReasonBytes bounds the reason header of a dead letter.
+const maxReasonBytes = 4096
+
 // publish sends msg's data and headers to the dead-letter subject of tenant
 // (tenant.Invalid when it is empty), with reason and the original
-// location in headers.
-func (d deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) error {
+// location in headers. It reports whether the dead letter had to be cut
+// to fit: when the original with the dead letter's headers is over the
+// server's or the stream's limits, it stores instead the reason, the job's
+// id, subject and tenant, the original's size and as much of its data as
+// fits (possibly none), marked HeaderTruncated; the reason then says where
+// the original stays readable.
+func (d deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) (cut bool, err error) {
 	subjTenant := tenant
 	if subjTenant == "" {
 		subjTenant = tenantpkg.Invalid
 	}
-	out := &nats.Msg{Subject: d.template.Render(subjTenant), Data: msg.Data(), Header: nats.Header{}}
-	CopyHeaders(out.Header, msg.Headers())
-	if out.Header.Get(HeaderSubject) == "" {
-		out.Header.Set(HeaderSubject, msg.Subject())
+	subj := d.template.Render(subjTenant)
+	own := func(h nats.Header, reason string) {
+		if h.Get(HeaderSubject) == "" {
+			h.Set(HeaderSubject, msg.Subject())
+		}
+		h.Set(HeaderReason, truncate(oneLine(reason), maxReasonBytes))
+		h.Set(HeaderJobID, id)
+		if tenant != "" {
+			h.Set(HeaderTenant, tenant)
+		}
+		if failures > 0 {
+			h.Set(HeaderFailures, strconv.FormatInt(failures, 10))
+		}
+		h.Set(jetstream.MsgIDHeader, "dlq:"+id)
 	}
-	out.Header.Set(HeaderReason, reason)
-	out.Header.Set(HeaderJobID, id)
-	if tenant != "" {
-		out.Header.Set(HeaderTenant, tenant)
+	whole := &nats.Msg{Subject: subj, Data: msg.Data(), Header: nats.Header{}}
+	CopyHeaders(whole.Header, msg.Headers())
+	own(whole.Header, reason)
+	limit := maxPayload(d.js)
+	err = fits(whole, limit)
+	if err == nil {
+		if _, err = d.js.PublishMsg(ctx, whole); err == nil {
+			return false, nil
+		}
 	}
-	if failures > 0 {
-		out.Header.Set(HeaderFailures, strconv.FormatInt(failures, 10))
+	if !tooLarge(err) {
+		return false, fmt.Errorf("dead-letter to %s: %w", subj, err)
 	}
-	out.Header.Set(jetstream.MsgIDHeader, "dlq:"+id)
-	if _, err := d.js.PublishMsg(ctx, out); err != nil {
-		return fmt.Errorf("dead-letter to %s: %w", out.Subject, err)
+
+	// Cut to fit: the job's own headers go, and its data as far as needed.
+	data := msg.Data()
+	where := "the original is not kept"
+	if meta, merr := msg.Metadata(); merr == nil {
+		where = fmt.Sprintf("the original stays readable in stream %s at sequence %d until the stream's limits drop it", meta.Stream, meta.Sequence.Stream)
 	}
-	return nil
+	cutMsg := &nats.Msg{Subject: subj, Header: nats.Header{}}
+	if s := msg.Headers().Get(HeaderSubject); s != "" {
+		cutMsg.Header.Set(HeaderSubject, s)
+	}
+	own(cutMsg.Header, fmt.Sprintf("%s; the dead letter is cut to fit (%v); %s", truncate(reason, maxReasonBytes/2), err, where))
+	cutMsg.Header.Set(HeaderDataBytes, strconv.Itoa(len(data)))
+	room := len(data)
+	if limit > 0 {
+		room = int(max(0, limit-int64(headerBytes(cutMsg.Header))-128))
+	}
+	for _, keep := range []int{min(len(data), room), 0} {
+		cutMsg.Data = data[:keep]
+		cutMsg.Header.Set(HeaderTruncated, fmt.Sprintf("%d of %d bytes", keep, len(data)))
+		if err = fits(cutMsg, limit); err == nil {
+			if _, err = d.js.PublishMsg(ctx, cutMsg); err == nil {
+				return true, nil
+			}
+		}
+		if !tooLarge(err) {
+			break
+		}
+	}
+	return true, fmt.Errorf("dead-letter to %s, cut to fit: %w", subj, err)
 }
 
 // deadLetterAsync dead-letters msg in its own goroutine.
@@ -66,7 +124,7 @@ func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tena
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err := w.dlq.publish(pctx, msg, id, tenant, reason, failures)
+	cut, err := w.dlq.publish(pctx, msg, id, tenant, reason, failures)
 	cancel()
 	if err != nil {
 		w.log.Error("dead-letter publish failed; handing the job back", "job", id, "err", err)
@@ -75,8 +133,13 @@ func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tena
 		}
 		return false
 	}
-	w.stats.Add(tenant, func(s *TenantStats) { s.DeadLettered++ })
-	w.log.Warn("job dead-lettered", "job", id, "tenant", tenant, "reason", reason)
+	w.stats.Add(tenant, func(s *TenantStats) {
+		s.DeadLettered++
+		if cut {
+			s.DeadLettersCut++
+		}
+	})
+	w.log.Warn("job dead-lettered", "job", id, "tenant", tenant, "reason", reason, "cut_to_fit", cut)
 	term := msg.Term
 	if w.cfg.TermWithReason {
 		term = func() error { return msg.TermWithReason(truncate(reason, 256)) }

@@ -17,6 +17,11 @@ type Deferral struct {
 	Wait time.Duration
 	// Moved is set by the Deferrer when the job left the consumer.
 	Moved bool
+	// NakedInstead is set by a Deferrer that meant to move the job but
+	// NAK'd it with its wait: why the move could not be made (its copy
+	// would be too large, or could not be stored). The job waits all the
+	// same.
+	NakedInstead error
 	// Err is set by the Deferrer when settling failed. The job is not lost:
 	// JetStream redelivers an unsettled message after AckWait.
 	Err error

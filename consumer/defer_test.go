@@ -524,7 +524,7 @@ func TestBundleOf(t *testing.T) {
 		ds = append(ds, Deferral{Msg: &deferTestMsg{subject: "jobs.acme", data: []byte(id), header: hdr},
 			Job: Job{ID: id, Tenant: "acme", Subject: "jobs.acme", Published: now, Deferrals: min(i, 1)}, Wait: wait})
 	}
-	if n := d.bundleRun(ds); n != 3 {
+	if n := d.bundleRun(ds, 0); n != 3 {
 		t.Fatalf("bundleRun = %d, want 3", n)
 	}
 	out := d.bundleOf(ds, now)
@@ -578,11 +578,11 @@ func TestBundleOf(t *testing.T) {
 	}
 	// Another tenant, or bundling off, ends a bundle.
 	ds[1].Job.Tenant = "globex"
-	if n := d.bundleRun(ds); n != 1 {
+	if n := d.bundleRun(ds, 0); n != 1 {
 		t.Errorf("bundleRun across tenants = %d, want 1", n)
 	}
 	d.Bundle = 0
-	if n := d.bundleRun(ds[:1]); n != 1 {
+	if n := d.bundleRun(ds[:1], 0); n != 1 {
 		t.Errorf("bundleRun with bundling off = %d, want 1", n)
 	}
 }

@@ -48,13 +48,26 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 			w.deferrer.Defer(ctx, ds)
 		}
 		for _, d := range ds {
-			if d.Moved {
-				w.stats.Add(d.Job.Tenant, func(s *TenantStats) { s.Moved++ })
-			}
-			if d.Err != nil {
-				w.log.Warn("deferring a job", "tenant", d.Job.Tenant, "job", d.Job.ID, "err", d.Err)
-			}
+			w.deferred(d)
 		}
 		w.releaseCredits(credits)
+	}
+}
+
+// deferred counts and logs the outcome of a deferral: one line for a job
+// NAK'd instead of moved, saying why, and one for a job left unsettled.
+func (w *Worker) deferred(d Deferral) {
+	tenant, id := d.Job.Tenant, d.Job.ID
+	switch {
+	case d.Moved:
+		w.stats.Add(tenant, func(s *TenantStats) { s.Moved++ })
+	case d.NakedInstead != nil && tooLarge(d.NakedInstead):
+		w.stats.Add(tenant, func(s *TenantStats) { s.MovesTooLarge++ })
+		w.log.Info("job too large to move off the consumer; deferred with NAK", "tenant", tenant, "job", id, "wait", d.Wait, "why", d.NakedInstead)
+	case d.NakedInstead != nil:
+		w.log.Warn("moving a job failed; deferred with NAK instead", "tenant", tenant, "job", id, "wait", d.Wait, "err", d.NakedInstead)
+	}
+	if d.Err != nil {
+		w.log.Warn("deferring a job failed; JetStream redelivers it after AckWait", "tenant", tenant, "job", id, "err", d.Err)
 	}
 }

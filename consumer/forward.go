@@ -15,6 +15,11 @@ import (
 // template renders for the job's tenant, and waits for the publish ack. The
 // publish carries Nats-Msg-Id = the job's id, so a job forwarded twice
 // (after a lost ack) is stored once within the stream's duplicate window.
+//
+// A job that does not fit once its headers are added (over the server's
+// max_payload, JetStream's 64 KiB of headers, or the output stream's
+// max_msg_size) fails Permanent: it is dead-lettered at once, since no
+// retry can make it fit.
 func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
 	return func(ctx context.Context, job Job) error {
 		msg := &nats.Msg{Subject: template.Render(job.Tenant), Data: job.Data, Header: nats.Header{}}
@@ -23,7 +28,13 @@ func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
 		msg.Header.Set(HeaderTenant, job.Tenant)
 		msg.Header.Set(HeaderSubject, job.Subject)
 		msg.Header.Set(jetstream.MsgIDHeader, job.ID)
+		if err := fits(msg, maxPayload(js)); err != nil {
+			return Permanent(fmt.Errorf("forward to %s: %w", msg.Subject, err))
+		}
 		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			if tooLarge(err) {
+				err = Permanent(err)
+			}
 			return fmt.Errorf("forward to %s: %w", msg.Subject, err)
 		}
 		return nil

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -98,9 +99,34 @@ func (j Job) OriginalSequence() uint64 {
 
 // Handler runs an admitted job. A nil error acks the job; an error is a
 // failure of that job, retried with backoff and dead-lettered after
-// Config.MaxFailures failures. A panic counts as an error. The context is
-// cancelled when the worker stops and the shutdown timeout has passed.
+// Config.MaxFailures failures (at once when it is Permanent). A panic
+// counts as an error. The context is cancelled when the worker stops and
+// the shutdown timeout has passed.
 type Handler func(ctx context.Context, job Job) error
+
+// Permanent marks err, returned by a Handler, as a failure that retrying
+// cannot fix (the job is malformed for its destination, too large, refused
+// for good): the job is dead-lettered at once, with err in the reason,
+// instead of being retried MaxFailures times.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked by
+// Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// permanentError is an error marked by Permanent.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
 
 // ParseCost reads a job's cost from the header name: absent means 1; otherwise a decimal
 // whole number in [1, throttle.MaxBurst].

@@ -29,6 +29,8 @@ func MetricsHandler(w *Worker) http.Handler {
 			{"duplicates", "Copies of moved jobs acked without running.", func(s TenantStats) int64 { return s.Duplicates }},
 			{"redis_calls", "Throttle decisions asked of Redis.", func(s TenantStats) int64 { return s.RedisCalls }},
 			{"fast_laned", "Jobs the fast lane took out of a backlog.", func(s TenantStats) int64 { return s.FastLaned }},
+			{"dead_letters_cut", "Dead letters cut to fit the server's limits.", func(s TenantStats) int64 { return s.DeadLettersCut }},
+			{"moves_too_large", "Deferrals NAK'd because the job's copy would be too large to move.", func(s TenantStats) int64 { return s.MovesTooLarge }},
 		}
 		for _, m := range metrics {
 			fmt.Fprintf(rw, "# HELP throttler_%s_total %s\n# TYPE throttler_%s_total counter\n", m.name, m.help, m.name)

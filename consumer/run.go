@@ -25,6 +25,14 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 		return
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Failed++ })
+	if IsPermanent(err) {
+		// Retrying cannot help: dead-letter it now. Its failure count in
+		// Redis is left as it is; it expires by itself.
+		if f.settled.CompareAndSwap(false, true) {
+			w.deadLetterSync(workCtx, f.msg, job.ID, job.Tenant, "handler failed for good: "+err.Error(), 1)
+		}
+		return
+	}
 	fctx, cancel := context.WithTimeout(workCtx, w.cfg.RedisTimeout)
 	n, _, cerr := w.failures.Failed(fctx, job.Tenant, job.ID, incarnation(job), int64(w.cfg.MaxFailures))
 	cancel()
@@ -52,14 +60,11 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	// The retry is deferred like a throttled job, so a tenant whose jobs
 	// keep failing cannot fill MaxAckPending with them: past its share of
 	// NAK'd jobs (or for a long backoff) the retry leaves the consumer.
-	f.settle(func(m jetstream.Msg) error {
-		ds := []Deferral{{Msg: m, Job: job, Wait: delay}}
+	if f.settled.CompareAndSwap(false, true) {
+		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay}}
 		w.deferrer.Defer(workCtx, ds)
-		if ds[0].Moved {
-			w.stats.Add(job.Tenant, func(s *TenantStats) { s.Moved++ })
-		}
-		return ds[0].Err
-	})
+		w.deferred(ds[0])
+	}
 }
 
 // callHandler runs h, turning a panic into an error of that job; the stack

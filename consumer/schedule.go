@@ -63,8 +63,9 @@ func (d ScheduleDeferrer) stayFor(wait time.Duration) time.Duration {
 	return wait
 }
 
-// Defer implements Deferrer. A job whose copy cannot be stored is NAK'd with
-// its wait instead: it is never lost.
+// Defer implements Deferrer. A job whose copy cannot be stored, or would
+// be over the server's limits, is NAK'd with its wait instead
+// (Deferral.NakedInstead): it is never lost.
 func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 	timeout := d.Timeout
 	if timeout == 0 {
@@ -82,8 +83,9 @@ func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 		err      error
 	}
 	var msgs []scheduled
+	limit := maxPayload(d.JetStream)
 	for i := 0; i < len(ds); {
-		n := d.bundleRun(ds[i:])
+		n := d.bundleRun(ds[i:], limit)
 		u := scheduled{first: i, n: n}
 		var msg *nats.Msg
 		if n == 1 {
@@ -91,7 +93,9 @@ func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 		} else {
 			msg = d.bundleOf(ds[i:i+n], now)
 		}
-		u.ack, u.err = d.JetStream.PublishMsgAsync(msg)
+		if u.err = fits(msg, limit); u.err == nil {
+			u.ack, u.err = d.JetStream.PublishMsgAsync(msg)
+		}
 		msgs = append(msgs, u)
 		i += n
 	}
@@ -106,11 +110,10 @@ func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 		}
 		for i := u.first; i < u.first+u.n; i++ {
 			if u.err != nil {
-				err := fmt.Errorf("moving job %s failed, NAK'd instead: %w", ds[i].Job.ID, u.err)
-				if nerr := ds[i].Msg.NakWithDelay(nakDelay(ds[i].Wait)); nerr != nil {
-					err = fmt.Errorf("%w; and NAK failed: %v", err, nerr)
+				ds[i].NakedInstead = fmt.Errorf("moving job %s: %w", ds[i].Job.ID, u.err)
+				if err := ds[i].Msg.NakWithDelay(nakDelay(ds[i].Wait)); err != nil {
+					ds[i].Err = fmt.Errorf("NAK'ing job %s: %w", ds[i].Job.ID, err)
 				}
-				ds[i].Err = err
 				continue
 			}
 			// The copy is stored. A lost ack only means the original comes
@@ -177,15 +180,21 @@ func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
 const maxBundleBytes = 256 << 10
 
 // bundleRun is how many of ds, from the first, go into one bundle: the
-// following jobs of the same tenant, up to Bundle jobs and maxBundleBytes.
-func (d ScheduleDeferrer) bundleRun(ds []Deferral) int {
+// following jobs of the same tenant, up to Bundle jobs, maxBundleBytes of
+// copies and half the server's limit (when known).
+func (d ScheduleDeferrer) bundleRun(ds []Deferral, limit int64) int {
 	if d.Bundle < 2 {
 		return 1
 	}
-	n, size := 1, len(ds[0].Msg.Data())
+	most := maxBundleBytes
+	if limit > 0 {
+		most = min(most, int(limit/2))
+	}
+	size := func(df Deferral) int { return copySize(df.Job.Subject, df.Msg.Headers(), nil, df.Msg.Data()) }
+	n, total := 1, size(ds[0])
 	for n < len(ds) && n < d.Bundle && ds[n].Job.Tenant == ds[0].Job.Tenant {
-		size += len(ds[n].Msg.Data())
-		if size > maxBundleBytes {
+		total += size(ds[n])
+		if total > most {
 			break
 		}
 		n++

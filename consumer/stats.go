@@ -36,6 +36,12 @@ type TenantStats struct {
 	// FastLaned counts jobs the fast lane took out of a backlog (see
 	// FastLane).
 	FastLaned int64
+	// DeadLettersCut counts dead letters cut to fit the server's limits,
+	// their original too large to carry whole.
+	DeadLettersCut int64
+	// MovesTooLarge counts deferrals NAK'd instead of moved because the
+	// job's copy would be over the server's limits.
+	MovesTooLarge int64
 }
 
 // OtherTenants stands in for the tenants counted together once a worker
