@@ -107,6 +107,9 @@ type Params struct {
 	// Bundles, when set, is the consumer of fired bundles of moved jobs
 	// (see ScheduleDeferrer.Bundle); Run unpacks them while it runs.
 	Bundles jetstream.Consumer
+	// AckPending, when set, follows the jobs consumer's ack-pending count
+	// while Run runs (see FairDeferrer.AckPending); /metrics shows it.
+	AckPending *AckPending
 	// Stats, when set, receives the worker's per-tenant counts, so that a
 	// fast lane can count into the same ones. Defaults to NewStats of
 	// Config.StatsTenants.

@@ -234,6 +234,24 @@ func TestFairDeferrerMovesMessagesTheStreamWouldDrop(t *testing.T) {
 	}
 }
 
+// TestFairDeferrerMovesWhenTheConsumerIsCrowded: from Crowded pending
+// messages on, where a NAK delay would lose its precision, even a short
+// wait is moved; below it, a short wait is NAK'd.
+func TestFairDeferrerMovesWhenTheConsumerIsCrowded(t *testing.T) {
+	for _, tc := range []struct {
+		pending int
+		moved   bool
+	}{{-1, false}, {Crowded - 1, false}, {Crowded, true}, {20000, true}} {
+		move := &recordingDeferrer{mark: func(d *Deferral) { d.Moved = true }}
+		f := &FairDeferrer{Move: move, MoveAfter: time.Hour, TenantShare: 100, AckPending: func() int { return tc.pending }}
+		ds := []Deferral{{Msg: &deferTestMsg{}, Job: Job{ID: "JOBS:1", Tenant: "a"}, Wait: time.Millisecond}}
+		f.Defer(context.Background(), ds)
+		if ds[0].Moved != tc.moved {
+			t.Errorf("%d pending: moved %v, want %v", tc.pending, ds[0].Moved, tc.moved)
+		}
+	}
+}
+
 func TestFairDeferrerDeferKeepsErrors(t *testing.T) {
 	boom := errors.New("boom")
 	move := &recordingDeferrer{mark: func(d *Deferral) { d.Err = boom }}

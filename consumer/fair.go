@@ -9,9 +9,11 @@ import (
 
 // FairDeferrer chooses, per job, between NAK'ing and moving it. Short waits
 // are NAK'd, which is cheap and precise; a job is moved off the consumer when
-// its wait is at least MoveAfter, or when its tenant already holds
-// TenantShare NAK'd jobs on this worker, so that one tenant's backlog cannot
-// fill MaxAckPending and starve the others. Safe for concurrent use.
+// its wait is at least MoveAfter, when its tenant already holds TenantShare
+// NAK'd jobs on this worker, so that one tenant's backlog cannot fill
+// MaxAckPending and starve the others, or when the consumer is crowded
+// (AckPending past Crowded), where NAKs would lose their precision. Safe for
+// concurrent use.
 type FairDeferrer struct {
 	// Nak defers short waits. Defaults to NakDeferrer.
 	Nak Deferrer
@@ -31,6 +33,10 @@ type FairDeferrer struct {
 	// Now is the clock the NAK'd jobs' waits and the messages' ages are
 	// read from. Defaults to time.Now.
 	Now func() time.Time
+	// AckPending, when set, is the consumer's ack-pending count (-1 when
+	// unknown): from Crowded on, every job is moved. Defaults to nil (never
+	// crowded).
+	AckPending func() int
 
 	mu      sync.Mutex
 	waiting map[string]*expiries
@@ -41,7 +47,7 @@ type FairDeferrer struct {
 func (f *FairDeferrer) Defer(ctx context.Context, ds []Deferral) {
 	var naks, moves []int
 	for i := range ds {
-		if f.tooOldToNak(ds[i]) || f.shouldMove(ds[i].Job.Tenant, ds[i].Wait) {
+		if f.crowded() || f.tooOldToNak(ds[i]) || f.shouldMove(ds[i].Job.Tenant, ds[i].Wait) {
 			moves = append(moves, i)
 		} else {
 			naks = append(naks, i)
@@ -66,6 +72,12 @@ func (f *FairDeferrer) Defer(ctx context.Context, ds []Deferral) {
 	}
 	run(nak, naks)
 	run(f.Move, moves)
+}
+
+// crowded reports whether the consumer has so many messages pending that
+// a NAK delay would lose its precision.
+func (f *FairDeferrer) crowded() bool {
+	return f.AckPending != nil && f.AckPending() >= Crowded
 }
 
 // tooOldToNak reports whether the stream's MaxAge could drop df's message

@@ -39,5 +39,8 @@ func MetricsHandler(w *Worker) http.Handler {
 			}
 		}
 		fmt.Fprintf(rw, "# HELP throttler_held_jobs Jobs pulled and not yet decided or acted on.\n# TYPE throttler_held_jobs gauge\nthrottler_held_jobs %d\n", w.Held())
+		if w.ackPending != nil && w.ackPending.Count() >= 0 {
+			fmt.Fprintf(rw, "# HELP throttler_ack_pending The jobs consumer's messages delivered and not yet acked, as last read.\n# TYPE throttler_ack_pending gauge\nthrottler_ack_pending %d\n", w.ackPending.Count())
+		}
 	})
 }

@@ -20,20 +20,21 @@ import (
 
 // Worker pulls jobs from one consumer and throttles them. Run it once.
 type Worker struct {
-	js       jetstream.JetStream
-	cons     jetstream.Consumer
-	bundles  jetstream.Consumer
-	lane     Lane         // nil without a fast lane
-	claims   ClaimSettler // nil without one
-	recreate func(context.Context) error
-	decider  Decider
-	failures FailureCounter
-	handler  Handler
-	deferrer Deferrer
-	dlq      deadLetter
-	cfg      Config
-	log      *slog.Logger
-	stats    *Stats
+	js         jetstream.JetStream
+	cons       jetstream.Consumer
+	bundles    jetstream.Consumer
+	lane       Lane         // nil without a fast lane
+	claims     ClaimSettler // nil without one
+	ackPending *AckPending  // nil without one
+	recreate   func(context.Context) error
+	decider    Decider
+	failures   FailureCounter
+	handler    Handler
+	deferrer   Deferrer
+	dlq        deadLetter
+	cfg        Config
+	log        *slog.Logger
+	stats      *Stats
 
 	slots    chan struct{} // one token per running handler
 	credits  chan struct{} // one token per message pulled and not yet dispatched
@@ -84,6 +85,7 @@ func New(p Params) (*Worker, error) {
 		bundles:      p.Bundles,
 		lane:         p.Lane,
 		claims:       p.Claims,
+		ackPending:   p.AckPending,
 		recreate:     p.Recreate,
 		decider:      p.Decider,
 		failures:     p.Failures,
@@ -143,6 +145,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopKeepAlive := w.startKeepAlive()
 	defer stopKeepAlive()
 	w.startUnbundler(ctx)
+	w.startAckPending(ctx)
 	stopLane := w.startLane(ctx)
 	defer stopLane()
 	msgs, fetchErr := w.startFetching(ctx, work)

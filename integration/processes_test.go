@@ -38,14 +38,7 @@ import (
 //
 //	go test -run '^$' -bench NoisyNeighbourProcesses -benchtime 1x -timeout 30m ./integration/
 func BenchmarkNoisyNeighbourProcesses(b *testing.B) {
-	dir := b.TempDir()
-	throttler := buildThrottler(b)
-	natsServer := filepath.Join(dir, "nats-server")
-	build := exec.Command("go", "build", "-o", natsServer, "github.com/nats-io/nats-server/v2")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build nats-server: %v\n%s", err, out)
-	}
+	throttler, natsServer := buildThrottler(b), buildNATSServer(b)
 	duration := 30 * time.Second
 	if d, err := time.ParseDuration(benchDuration()); err == nil {
 		duration = d
@@ -351,6 +344,19 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, v noisyVaria
 	}
 	rep.b.deliveries = delivered / float64(bJobs)
 	return rep
+}
+
+// buildNATSServer builds the nats-server binary of the module this project
+// tests against.
+func buildNATSServer(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "nats-server")
+	build := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build nats-server: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // startNATSProcess starts the nats-server binary with JetStream on a free

@@ -71,6 +71,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	cancel()
 
 	stats := consumer.NewStats(cfg.MetricsTenants)
+	ackPending := consumer.NewAckPending(st.jobs, time.Second)
 	lane, claims, err := st.lane(js, cfg, copies, stats, log)
 	if err != nil {
 		return err
@@ -80,18 +81,19 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		handler = consumer.Forwarder(js, cfg.Forward)
 	}
 	w, err := consumer.New(consumer.Params{
-		JetStream: js,
-		Consumer:  st.jobs,
-		Decider:   copies,
-		Failures:  copies,
-		Handler:   handler,
-		Deferrer:  st.path.deferrer(js, cfg),
-		Bundles:   st.bundles,
-		Lane:      lane,
-		Claims:    claims,
-		Stats:     stats,
-		Recreate:  st.recreate,
-		Config:    st.path.workerConfig(cfg, log),
+		JetStream:  js,
+		Consumer:   st.jobs,
+		Decider:    copies,
+		Failures:   copies,
+		Handler:    handler,
+		Deferrer:   st.path.deferrer(js, cfg, ackPending),
+		AckPending: ackPending,
+		Bundles:    st.bundles,
+		Lane:       lane,
+		Claims:     claims,
+		Stats:      stats,
+		Recreate:   st.recreate,
+		Config:     st.path.workerConfig(cfg, log),
 	})
 	if err != nil {
 		return err

@@ -23,8 +23,9 @@ type deferPath struct {
 	maxAge time.Duration
 }
 
-// deferrer builds the Deferrer of the path.
-func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings) consumer.Deferrer {
+// deferrer builds the Deferrer of the path; ackPending follows the jobs
+// consumer, so that auto moves jobs once NAKs would lose their precision.
+func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings, ackPending *consumer.AckPending) consumer.Deferrer {
 	move := consumer.ScheduleDeferrer{
 		JetStream: js,
 		Subjects:  cfg.Schedules,
@@ -41,6 +42,7 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings) consumer.Defe
 			MoveAfter:   cfg.ScheduleAfter,
 			TenantShare: max(1, cfg.MaxAckPending/40),
 			MaxAge:      p.maxAge,
+			AckPending:  ackPending.Count,
 		}
 	}
 	return consumer.NakDeferrer{}

@@ -1,0 +1,78 @@
+package consumer
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Crowded is the most messages a consumer should have pending for NAK
+// delays to keep their precision. nats-server redelivers a message NAK'd
+// with a delay in its consumer's pending pass, which it skips, and retries
+// 100 ms later, whenever an ack is being processed while more than 1,024
+// messages are pending (consumer.go checkPending in 2.15.2): under a steady
+// flow of acks such delays come back late, hundreds of milliseconds and
+// more, and together (BENCHMARKS.md, "NAK delays"). Crowded leaves room
+// below that for the jobs being pulled while a count is read.
+const Crowded = 900
+
+// AckPending follows how many messages a consumer has delivered and not
+// had acked (its NumAckPending), reading its info every so often. The
+// worker runs it; a FairDeferrer reads it to move jobs rather than NAK
+// them once the consumer is crowded. Safe for concurrent use.
+type AckPending struct {
+	cons  jetstream.Consumer
+	every time.Duration
+	n     atomic.Int64 // -1 until read
+}
+
+// NewAckPending returns an AckPending of cons, read every interval once
+// Run runs.
+func NewAckPending(cons jetstream.Consumer, every time.Duration) *AckPending {
+	a := &AckPending{cons: cons, every: every}
+	a.n.Store(-1)
+	return a
+}
+
+// Count is the consumer's ack-pending count as last read, or -1 before
+// the first read.
+func (a *AckPending) Count() int { return int(a.n.Load()) }
+
+// Run reads the count every interval until ctx is cancelled; a failed
+// read keeps the last count.
+func (a *AckPending) Run(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(a.every)
+	defer t.Stop()
+	for {
+		ictx, cancel := context.WithTimeout(ctx, a.every)
+		info, err := a.cons.Info(ictx)
+		cancel()
+		switch {
+		case err == nil:
+			a.n.Store(int64(info.NumAckPending))
+		case ctx.Err() == nil:
+			log.Debug("reading the consumer's ack-pending count failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// startAckPending runs the worker's AckPending, if it has one, until ctx
+// is cancelled.
+func (w *Worker) startAckPending(ctx context.Context) {
+	if w.ackPending == nil {
+		return
+	}
+	w.handlers.Add(1)
+	go func() {
+		defer w.handlers.Done()
+		w.ackPending.Run(ctx, w.log)
+	}()
+}
