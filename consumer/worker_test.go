@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,6 +189,46 @@ func TestClaimedDuplicateWithoutClaimSettlerIsNakedForRecheck(t *testing.T) {
 	wantSettled(t, m, nakAfter(claimRecheck))
 	if got := e.ran.ids(); len(got) != 0 {
 		t.Errorf("handler ran %v, want none", got)
+	}
+}
+
+// TestRedisDownDeferNaksWithBackoffAndRunsNothing: under DeferOnRedisError
+// a job Redis failed to decide is NAK'd for the worker's Redis backoff
+// (100 ms, growing 1.5 times a failure, ±50%), never run; once Redis
+// answers, jobs run again and the backoff starts over.
+func TestRedisDownDeferNaksWithBackoffAndRunsNothing(t *testing.T) {
+	e := setup(t)
+	var down atomic.Bool
+	down.Store(true)
+	e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
+		if down.Load() {
+			return redisFailure(errors.New("connection refused"))
+		}
+		return result(throttle.Admitted, 0)
+	}
+	e.start()
+	deliver := func(seq uint64) *fakeMsg {
+		m := newMsg(seq, "jobs.acme")
+		e.push(m)
+		e.waitSettled(m)
+		return m
+	}
+	first, second := deliver(1), deliver(2)
+	down.Store(false)
+	up := deliver(3)
+	down.Store(true)
+	again := deliver(4)
+	e.stop()
+
+	wantNakWithin(t, first, 50*time.Millisecond, 150*time.Millisecond)
+	wantNakWithin(t, second, 75*time.Millisecond, 225*time.Millisecond)
+	wantSettled(t, up, ack)
+	wantNakWithin(t, again, 50*time.Millisecond, 150*time.Millisecond)
+	if got := e.ran.ids(); !slices.Equal(got, []string{"JOBS:3"}) {
+		t.Errorf("handler ran %v, want only JOBS:3, decided while Redis answered", got)
+	}
+	if s := e.stats("acme"); s.RedisErrors != 3 || s.AllowedOnRedisError != 0 || s.Admitted != 1 {
+		t.Errorf("stats %+v, want 3 Redis errors, none allowed, 1 admitted", s)
 	}
 }
 
