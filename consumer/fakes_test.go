@@ -683,11 +683,15 @@ func wantNakWithin(t *testing.T, m *fakeMsg, lo, hi time.Duration) time.Duration
 // errBoom is a handler's failure.
 var errBoom = errors.New("boom")
 
-// newSignal returns a channel and a func that closes it once.
-func newSignal() (chan struct{}, func()) {
+// newSignal returns a channel and a func that closes it once. The test's
+// cleanup closes it too, before the worker is stopped, so that a test
+// failing early does not leave a handler waiting on it.
+func newSignal(t *testing.T) (chan struct{}, func()) {
 	ch := make(chan struct{})
 	var once sync.Once
-	return ch, func() { once.Do(func() { close(ch) }) }
+	closeIt := func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(closeIt)
+	return ch, closeIt
 }
 
 // await waits for ch to be closed, failing the test after waitFor.

@@ -17,8 +17,8 @@ import (
 func TestShutdownHandsBackJobsWaitingForASlot(t *testing.T) {
 	e := setup(t)
 	e.params.Config.Concurrency = 1
-	started, running := newSignal()
-	release, finish := newSignal()
+	started, running := newSignal(t)
+	release, finish := newSignal(t)
 	e.params.Handler = func(_ context.Context, job Job) error {
 		e.ran.add(job)
 		if job.ID == "JOBS:1" {
@@ -58,7 +58,7 @@ func TestShutdownHandsBackJobsWaitingForASlot(t *testing.T) {
 // error.
 func TestShutdownHandsBackUndecidedJobs(t *testing.T) {
 	e := setup(t)
-	deciding, reached := newSignal()
+	deciding, reached := newSignal(t)
 	e.decider.decide = func(ctx context.Context, c throttle.Copy) throttle.Result {
 		if c.JobID == "JOBS:1" {
 			reached()
@@ -96,7 +96,7 @@ func TestShutdownHandsBackUndecidedJobs(t *testing.T) {
 func TestShutdownCancelsHandlersPastTimeoutAndHandsThemBack(t *testing.T) {
 	e := setup(t)
 	e.params.Config.ShutdownTimeout = 50 * time.Millisecond
-	started, running := newSignal()
+	started, running := newSignal(t)
 	var cancelled atomic.Bool
 	e.params.Handler = func(ctx context.Context, _ Job) error {
 		running()

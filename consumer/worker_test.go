@@ -265,8 +265,8 @@ func TestRedisDownAllowRunsAndCounts(t *testing.T) {
 func TestAdmittedGroupStartsTenantsInTurn(t *testing.T) {
 	e := setup(t)
 	e.params.Config.Concurrency = 1
-	deciding, gateReached := newSignal()
-	release, open := newSignal()
+	deciding, gateReached := newSignal(t)
+	release, open := newSignal(t)
 	e.decider.decide = func(_ context.Context, c throttle.Copy) throttle.Result {
 		if c.JobID == "JOBS:1" {
 			// Hold the first group until the next is waiting whole, so that
