@@ -515,6 +515,13 @@ func (h *handled) add(job Job) {
 	h.jobs = append(h.jobs, job)
 }
 
+// all returns the jobs run so far.
+func (h *handled) all() []Job {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.jobs)
+}
+
 // ids returns the ids of the jobs run so far.
 func (h *handled) ids() []string {
 	h.mu.Lock()
