@@ -91,28 +91,35 @@ func TestShutdownHandsBackUndecidedJobs(t *testing.T) {
 
 // TestShutdownCancelsHandlersPastTimeoutAndHandsThemBack: a handler still
 // running ShutdownTimeout after Run's context was cancelled has its own
-// context cancelled, and its job is handed back (NAK), not counted as a
-// failure; Run then returns.
+// context cancelled, and its job is handed back (NAK) at once, without
+// waiting for the handler to return; the job is not counted as a failure,
+// and Run returns once the handler has.
 func TestShutdownCancelsHandlersPastTimeoutAndHandsThemBack(t *testing.T) {
 	e := setup(t)
 	e.params.Config.ShutdownTimeout = 50 * time.Millisecond
 	started, running := newSignal(t)
+	handedBack, sawHandBack := newSignal(t)
 	var cancelled atomic.Bool
 	e.params.Handler = func(ctx context.Context, _ Job) error {
 		running()
 		<-ctx.Done()
 		cancelled.Store(true)
+		<-handedBack // a handler slow to stop
 		return ctx.Err()
 	}
 	e.start()
 	m := newMsg(1, "jobs.acme")
 	e.push(m)
 	await(t, started, "the handler")
+	e.cancel()
+	e.waitSettled(m)
+	if !e.running() {
+		t.Error("Run returned before the handler did")
+	}
+	testenv.Eventually(t, waitFor, "the handler's context cancelled", cancelled.Load)
+	sawHandBack()
 	e.stop()
 
-	if !cancelled.Load() {
-		t.Error("Run returned before the handler's context was cancelled")
-	}
 	wantSettled(t, m, nak)
 	if got := e.failures.called(); len(got) != 0 {
 		t.Errorf("failure counter called %+v, want never: a cancelled job did not fail", got)
