@@ -51,10 +51,8 @@ func (w *Worker) startFetching(ctx, work context.Context) (msgs <-chan jetstream
 // the worker never has more than that many messages delivered and
 // undecided: they count against the consumer's MaxAckPending.
 func (w *Worker) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) error {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 100 * time.Millisecond
-	bo.MaxInterval = 5 * time.Second
-	bo.MaxElapsedTime = 0
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		// Wait for one credit, then take as many more as are free.
 		select {

@@ -27,7 +27,9 @@ func (w *Worker) startKeepAlive() (stop func()) {
 // slot, or pulled and not yet decided (while Redis is down, say). A long
 // handler, or a long wait behind long handlers, then outlives AckWait
 // without a redelivery that would run the job twice. One ticker serves all
-// jobs; a job held less than InProgressEvery needs nothing yet.
+// jobs; a job held less than InProgressEvery needs nothing yet. How long a
+// job has been held is read from the worker's clock, which stamped it, not
+// from the ticker's.
 func (w *Worker) keepAliveLoop(done <-chan struct{}) {
 	t := time.NewTicker(w.cfg.InProgressEvery)
 	defer t.Stop()
@@ -35,7 +37,8 @@ func (w *Worker) keepAliveLoop(done <-chan struct{}) {
 		select {
 		case <-done:
 			return
-		case now := <-t.C:
+		case <-t.C:
+			now := w.now()
 			w.inflight.Range(func(k, _ any) bool {
 				f := k.(*flight)
 				if now.Sub(f.started) >= w.cfg.InProgressEvery && !f.settled.Load() {

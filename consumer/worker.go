@@ -75,10 +75,10 @@ func New(p Params) (*Worker, error) {
 	if p.Stats == nil {
 		p.Stats = NewStats(cfg.StatsTenants)
 	}
-	rb := backoff.NewExponentialBackOff()
-	rb.InitialInterval = 100 * time.Millisecond
-	rb.MaxInterval = 30 * time.Second
-	rb.MaxElapsedTime = 0
+	// Options, not fields set afterwards: NewExponentialBackOff resets
+	// the current interval to the initial one it is given.
+	rb := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0))
 	w := &Worker{
 		js:           p.JetStream,
 		cons:         p.Consumer,
