@@ -308,6 +308,10 @@ type fakeJS struct {
 	async     []*nats.Msg // by PublishMsgAsync, failed or not
 }
 
+// Conn implements jetstream.JetStream: no connection, so the size of what
+// is published is not checked against a server's limit.
+func (js *fakeJS) Conn() *nats.Conn { return nil }
+
 // PublishMsg implements jetstream.JetStream.
 func (js *fakeJS) PublishMsg(_ context.Context, msg *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	js.mu.Lock()
