@@ -8,11 +8,11 @@ import (
 	"github.com/throttler/throttler/tenant"
 )
 
-// TestOnArrival: an arriving job the backlog books for the lane reaches
+// TestLaneOnArrival: an arriving job the backlog books for the lane reaches
 // Run's work with its id, tenant, subject, sequence and cost; messages
 // that are not jobs to take (moved copies, bad tenants or costs, arrivals
 // stored too long ago, unreadable metadata) do not.
-func TestOnArrival(t *testing.T) {
+func TestLaneOnArrival(t *testing.T) {
 	// The lane's Deadline is 4s (the default).
 	for _, tc := range []struct {
 		name    string
@@ -85,10 +85,10 @@ func TestOnArrival(t *testing.T) {
 	})
 }
 
-// TestOnArrivalKeepsATenantsOrder: a job the lane does not take, for any
+// TestLaneOnArrivalKeepsATenantsOrder: a job the lane does not take, for any
 // reason, holds its tenant's later jobs behind it until the jobs consumer
 // has delivered it, so that no job of the tenant passes it.
-func TestOnArrivalKeepsATenantsOrder(t *testing.T) {
+func TestLaneOnArrivalKeepsATenantsOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		leave func(l *testLane) // b's job at 1001 arrives and is not taken

@@ -26,11 +26,11 @@ func (b *testBacklog) take(tenant string, seq uint64) bool {
 	return b.book(tenant, seq, 100, 2, b.now)
 }
 
-// TestBacklogTakesOnlyTenantsWithNothingQueued: the lane takes a job only
+// TestLaneTakesOnlyTenantsWithNothingQueued: the lane takes a job only
 // while the jobs consumer has a backlog, only for a tenant with no job
 // queued in it, and at most TenantShare of one tenant's jobs until the
 // consumer passes them.
-func TestBacklogTakesOnlyTenantsWithNothingQueued(t *testing.T) {
+func TestLaneTakesOnlyTenantsWithNothingQueued(t *testing.T) {
 	t.Run("position unknown", func(t *testing.T) {
 		b := &testBacklog{backlog: newBacklog(), now: t0} // nothing delivered yet
 		if b.take("b", 10) {

@@ -39,11 +39,11 @@ func original(published time.Time) (*fakeMsg, consumer.Job) {
 	return msg, consumer.Job{ID: "JOBS:7", Tenant: "b", Subject: "jobs.b", Stream: "JOBS", Sequence: 7, Published: published}
 }
 
-// TestSettleClaimed: an original whose job a lane claimed is acked as a
+// TestFastClaimsSettle: an original whose job a lane claimed is acked as a
 // duplicate once the copy is stored; handed back for recheck while the
 // copy may still be made; and run (its claim given up) once it is older
 // than the takeover and the copy is still missing.
-func TestSettleClaimed(t *testing.T) {
+func TestFastClaimsSettle(t *testing.T) {
 	ctx := context.Background()
 	// Deadline 2s: takeover after 3 × 2s + 5s = 11s.
 	const takeover = 11 * time.Second
@@ -99,10 +99,10 @@ func TestSettleClaimed(t *testing.T) {
 	}
 }
 
-// TestSettleClaimedLooksForTheOriginalsCopy: a job delivered from another
+// TestFastClaimsSettleByTheOriginalsCopy: a job delivered from another
 // message than its original (its id names the original's sequence) is
 // settled by the copy of the original.
-func TestSettleClaimedLooksForTheOriginalsCopy(t *testing.T) {
+func TestFastClaimsSettleByTheOriginalsCopy(t *testing.T) {
 	c := newTestClaims(t)
 	c.stream.copies["sched.f.b.7"] = true
 	msg, job := original(c.clock.Now())
@@ -113,9 +113,9 @@ func TestSettleClaimedLooksForTheOriginalsCopy(t *testing.T) {
 	}
 }
 
-// TestNewClaims: NewClaims names each required field missing, and fills
+// TestFastNewClaims: NewClaims names each required field missing, and fills
 // in the defaults.
-func TestNewClaims(t *testing.T) {
+func TestFastNewClaims(t *testing.T) {
 	_, err := NewClaims(ClaimsConfig{})
 	for _, name := range []string{"Stream", "Owners", "Subjects"} {
 		if err == nil || !slices.Contains(strings.FieldsFunc(err.Error(), notIdent), name) {

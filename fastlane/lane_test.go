@@ -17,9 +17,9 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// TestNewNamesWhatIsMissing: New refuses a Config without a required
+// TestLaneNewNamesWhatIsMissing: New refuses a Config without a required
 // field, naming each one missing and none that is set.
-func TestNewNamesWhatIsMissing(t *testing.T) {
+func TestLaneNewNamesWhatIsMissing(t *testing.T) {
 	full := newTestLane(t, 0).cfg
 	required := []struct {
 		name  string
@@ -70,9 +70,9 @@ func notIdent(r rune) bool {
 	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_')
 }
 
-// TestNewDefaults: every optional field left zero takes its default; set
+// TestLaneNewDefaults: every optional field left zero takes its default; set
 // ones are kept, and a negative MoveRate (no cap) too.
-func TestNewDefaults(t *testing.T) {
+func TestLaneNewDefaults(t *testing.T) {
 	cfg := newTestLane(t, 0).cfg
 	cfg.Stats, cfg.Log, cfg.Now = nil, nil, nil
 	cfg.Backlog, cfg.TenantShare, cfg.MoveRate = 0, 0, 0
@@ -138,10 +138,10 @@ func TestLaneIdle(t *testing.T) {
 	}
 }
 
-// TestObserveWakes: a delivery that leaves a backlog asks Run to read
+// TestLaneObserveWakes: a delivery that leaves a backlog asks Run to read
 // arrivals, unless the lane already reads them; one wake is enough for
 // any number of deliveries.
-func TestObserveWakes(t *testing.T) {
+func TestLaneObserveWakes(t *testing.T) {
 	l := newTestLane(t, 0)
 	l.Observe(1500, 99)
 	if len(l.wake) != 0 {
@@ -182,11 +182,11 @@ func (l *logs) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// TestStartReading: reading arrivals creates the lane's consumer as the
+// TestLaneStartReading: reading arrivals creates the lane's consumer as the
 // fleet shares it (headers only, no acks, new messages only, one replica
 // in memory, deleted after ArrivalsIdle without a reader) and consumes it
 // once; stopReading stops it.
-func TestStartReading(t *testing.T) {
+func TestLaneStartReading(t *testing.T) {
 	for _, subjects := range [][]string{{"jobs.>"}, {"jobs.>", "tasks.*"}} {
 		t.Run(strings.Join(subjects, ","), func(t *testing.T) {
 			l := newTestLane(t, 5000, func(c *Config) { c.JobSubjects = subjects; c.ArrivalsIdle = 45 * time.Second })
@@ -234,10 +234,10 @@ func equalConsumerConfig(a, b jetstream.ConsumerConfig) bool {
 		a.MemoryStorage == b.MemoryStorage && a.FilterSubject == b.FilterSubject && slices.Equal(a.FilterSubjects, b.FilterSubjects)
 }
 
-// TestStartReadingBindsOrReplaces: a lane binds the arrivals consumer
+// TestLaneStartReadingBindsOrReplaces: a lane binds the arrivals consumer
 // another lane created; one with more arrivals left than any lane reads
 // in time (stale: stored while none read) is deleted and created afresh.
-func TestStartReadingBindsOrReplaces(t *testing.T) {
+func TestLaneStartReadingBindsOrReplaces(t *testing.T) {
 	ctx := context.Background()
 	existing := func(pending uint64) *fakeConsumer {
 		return &fakeConsumer{info: &jetstream.ConsumerInfo{Name: "workers_arrivals", NumPending: pending}}
@@ -270,10 +270,10 @@ func TestStartReadingBindsOrReplaces(t *testing.T) {
 	})
 }
 
-// TestStartReadingRetriesAfterAFailure: a start that fails is not tried
+// TestLaneStartReadingRetriesAfterAFailure: a start that fails is not tried
 // again for retryReading (on the lane's clock), nor is one refused because
 // another consumer reads the job subjects, which is logged.
-func TestStartReadingRetriesAfterAFailure(t *testing.T) {
+func TestLaneStartReadingRetriesAfterAFailure(t *testing.T) {
 	ctx := context.Background()
 	t.Run("lookup fails", func(t *testing.T) {
 		l := newTestLane(t, 5000)
@@ -344,10 +344,10 @@ func TestStartReadingRetriesAfterAFailure(t *testing.T) {
 	})
 }
 
-// TestReadingEndsWithTheConsumer: when the server deletes the arrivals
+// TestLaneReadingEndsWithTheConsumer: when the server deletes the arrivals
 // consumer under the lane (another lane replaced it), the lane counts as
 // not reading, and the next backlog starts reading again.
-func TestReadingEndsWithTheConsumer(t *testing.T) {
+func TestLaneReadingEndsWithTheConsumer(t *testing.T) {
 	ctx := context.Background()
 	l := newTestLane(t, 5000)
 	l.startReading(ctx)
@@ -371,10 +371,10 @@ func TestReadingEndsWithTheConsumer(t *testing.T) {
 	}
 }
 
-// TestRun: Run starts reading arrivals when Observe sees a backlog, stops
+// TestLaneRun: Run starts reading arrivals when Observe sees a backlog, stops
 // once the lane is idle, takes the jobs arrivals book, and stops reading
 // when ctx is cancelled.
-func TestRun(t *testing.T) {
+func TestLaneRun(t *testing.T) {
 	l := newTestLane(t, 0, func(c *Config) { c.IdleOff = 40 * time.Millisecond }) // ticks every 10ms
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -416,9 +416,9 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestRunFinishesATake: a take under way when ctx is cancelled runs to its
+// TestLaneRunFinishesATake: a take under way when ctx is cancelled runs to its
 // end, and Run returns after it.
-func TestRunFinishesATake(t *testing.T) {
+func TestLaneRunFinishesATake(t *testing.T) {
 	l := newTestLane(t, 5000)
 	block, entered := make(chan struct{}), make(chan struct{})
 	l.cfg.Owners = &blockingOwners{fakeOwners: l.owners, entered: entered, block: block}

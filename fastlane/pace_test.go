@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// TestPause: while arrivals come in, the deciding loop puts jobs off at no
+// TestLanePause: while arrivals come in, the deciding loop puts jobs off at no
 // more than MoveRate a second, counting the time it spent deciding (up to
 // paceSlack) and banking nothing while idle; it never waits after a group
 // mostly admitted, once arrivals have stopped for paceWindow, or with
 // MoveRate < 0.
-func TestPause(t *testing.T) {
+func TestLanePause(t *testing.T) {
 	// At 8,000 a second a deferral takes 125µs: 8ms for 64.
 	type step struct {
 		after             time.Duration // since the step before
@@ -91,10 +91,10 @@ func TestPause(t *testing.T) {
 	}
 }
 
-// TestPauseHoldsMoveRate: a deciding loop that defers every job it
+// TestLanePauseHoldsMoveRate: a deciding loop that defers every job it
 // decides, deciding each group faster than the pace, defers at MoveRate
 // over a long run: the time it spent deciding is part of each pause.
-func TestPauseHoldsMoveRate(t *testing.T) {
+func TestLanePauseHoldsMoveRate(t *testing.T) {
 	for _, deciding := range []time.Duration{0, time.Millisecond, 7 * time.Millisecond} {
 		l := newTestLane(t, 5000, func(c *Config) { c.MoveRate = 8000 })
 		start := l.clock.Now()

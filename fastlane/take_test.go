@@ -16,9 +16,9 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// TestInParallel: every index is called once, up to laneRequests at a
+// TestLaneInParallel: every index is called once, up to laneRequests at a
 // time and never more, and inParallel returns only when all calls have.
-func TestInParallel(t *testing.T) {
+func TestLaneInParallel(t *testing.T) {
 	for _, n := range []int{0, 1, laneRequests, 50} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			var mu sync.Mutex
@@ -74,11 +74,11 @@ func released(tenant string, seq uint64) string {
 	return tenant + " JOBS:" + strconv.FormatUint(seq, 10) + " " + strconv.FormatInt(consumer.FastCopyIncarnation(seq), 10)
 }
 
-// TestPassBacklog: a take claims each job for its copy, copies the jobs
+// TestLanePassBacklog: a take claims each job for its copy, copies the jobs
 // the jobs consumer has not reached and deletes their originals; a job it
 // cannot take is left in the stream for the jobs consumer, its claim
 // given up when it made one.
-func TestPassBacklog(t *testing.T) {
+func TestLanePassBacklog(t *testing.T) {
 	ctx := context.Background()
 	t.Run("admitted", func(t *testing.T) {
 		l := newTestLane(t, 5000)
