@@ -25,13 +25,14 @@ func TestLaneInParallel(t *testing.T) {
 			calls := make([]int, n)
 			running, most, returned := 0, 0, 0
 			// The first calls wait until as many run at once as may, or all.
-			full := make(chan struct{})
+			full, isFull := make(chan struct{}), false
 			inParallel(n, func(i int) {
 				mu.Lock()
 				calls[i]++
 				running++
 				most = max(most, running)
-				if running == min(n, laneRequests) {
+				if running == min(n, laneRequests) && !isFull {
+					isFull = true
 					close(full)
 				}
 				mu.Unlock()
