@@ -93,24 +93,7 @@ func testFastLanePassesABacklog(t *testing.T, vars map[string]string, job func(t
 	}
 	cfg := e.config(all)
 	e.ensureStream(cfg)
-	burst := make([]jetstream.PubAckFuture, 10000)
-	for i := range burst {
-		f, err := e.js.PublishMsgAsync(job("a"))
-		must(t, err, "publish")
-		burst[i] = f
-	}
-	select {
-	case <-e.js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		t.Fatal("publishing A's backlog timed out")
-	}
-	for _, f := range burst {
-		select {
-		case err := <-f.Err():
-			t.Fatalf("publishing A's backlog: %v", err)
-		default:
-		}
-	}
+	publishFlood(t, e.js, 10000, func() *nats.Msg { return job("a") })
 
 	var r ran
 	reached := map[string]uint64{} // B job → the consumer's delivered sequence when it ran
@@ -266,6 +249,31 @@ func TestFastLaneInterrupted(t *testing.T) {
 	})
 }
 
+// publishFlood publishes n messages made by msg, asynchronously, and
+// waits until each is acked. Unlike publishBurst it waits as long as it
+// takes for room among the publishes under way (a busy machine acks
+// slowly), within a deadline.
+func publishFlood(t *testing.T, js jetstream.JetStream, n int, msg func() *nats.Msg) {
+	t.Helper()
+	const within = 60 * time.Second
+	futures := make([]jetstream.PubAckFuture, n)
+	for i := range futures {
+		f, err := js.PublishMsgAsync(msg(), jetstream.WithStallWait(within))
+		must(t, err, "publish")
+		futures[i] = f
+	}
+	deadline := time.After(within)
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("publishing the flood: %v", err)
+		case <-deadline:
+			t.Fatalf("publishing the flood: no ack within %v", within)
+		}
+	}
+}
+
 // drained reports whether each named consumer of cfg's stream exists and
 // has nothing left to deliver and nothing delivered unacked (a message
 // NAK'd with a delay counts as unacked until it is redelivered).
@@ -403,7 +411,7 @@ func TestFastLaneKeepsArrivalsOffForANewConsumer(t *testing.T) {
 		FilterSubject: "jobs.>", AckPolicy: jetstream.AckExplicitPolicy})
 	must(t, err, "audit consumer")
 	before := e.streamConfig(cfg.Stream)
-	publishBurst(t, e.js, "jobs.a", 5000)
+	publishFlood(t, e.js, 5000, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
 	testenv.Eventually(t, 10*time.Second, "the lane's warning that it does not read arrivals", func() bool {
 		return logs.contains("fast lane: not reading arrivals") && logs.contains("consumer=audit")
 	})
@@ -424,7 +432,7 @@ func TestFastLaneOff(t *testing.T) {
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10", "THROTTLER_FAST_LANE": "off"})
 	e.ensureStream(cfg)
 	const n = 5000
-	publishBurst(t, e.js, "jobs.a", n)
+	publishFlood(t, e.js, n, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
 	id := jobID(cfg.Stream, e.publish("jobs.b", nil, []byte("b")))
 	var r ran
 	w := e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
@@ -459,7 +467,7 @@ func TestFastLaneLeavesTheJobsStreamAlone(t *testing.T) {
 		return e.consumerExists(cfg, cfg.Consumer+"_fast")
 	})
 	before := e.streamConfig(cfg.Stream)
-	publishBurst(t, e.js, "jobs.a", 10000)
+	publishFlood(t, e.js, 10000, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
 	e.waitLaneOn(w, cfg)
 	if during := e.streamConfig(cfg.Stream); !reflect.DeepEqual(during, before) {
 		t.Errorf("the stream's configuration changed when the lane started reading arrivals:\n before %+v\n during %+v", before, during)
@@ -547,7 +555,7 @@ func TestFastCopyRetriedAfterAFailure(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
 	e.ensureStream(cfg)
-	publishBurst(t, e.js, "jobs.a", 10000)
+	publishFlood(t, e.js, 10000, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
 	var r ran
 	handler := func(_ context.Context, job consumer.Job) error {
 		r.add(job)
@@ -588,7 +596,7 @@ func TestLanePacesAFlood(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10", "THROTTLER_LANE_MOVE_RATE": strconv.Itoa(rate)})
 	e.ensureStream(cfg)
-	publishBurst(t, e.js, "jobs.a", 10000)
+	publishFlood(t, e.js, 10000, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
 	w := e.startWorker(cfg, func(context.Context, consumer.Job) error { return nil })
 	e.waitLaneOn(w, cfg)
 
