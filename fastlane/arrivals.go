@@ -144,10 +144,13 @@ func (l *Lane) onArrival(m jetstream.Msg) {
 	if err != nil {
 		return
 	}
-	if now.Sub(meta.Timestamp) > l.cfg.Deadline {
-		return // stored while no lane read arrivals: left to the jobs consumer
-	}
 	seq := meta.Sequence.Stream
+	if now.Sub(meta.Timestamp) > l.cfg.Deadline {
+		// Stored while no lane read arrivals: left to the jobs consumer,
+		// and its tenant's later jobs behind it.
+		l.backlog.leave(t, seq)
+		return
+	}
 	if !l.backlog.book(t, seq, l.cfg.Backlog, l.cfg.TenantShare, now) {
 		return
 	}

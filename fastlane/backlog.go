@@ -69,7 +69,8 @@ func (b *backlog) book(tenant string, seq uint64, backlog, share int, now time.T
 	return take
 }
 
-// leave books a job the lane took back to the jobs consumer.
+// leave books a job for the jobs consumer: one the lane took and gives
+// back, or one it does not take. Its tenant's later jobs stay behind it.
 func (b *backlog) leave(tenant string, seq uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -3,6 +3,7 @@ package fastlane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -41,10 +42,12 @@ type ClaimsConfig struct {
 	Now func() time.Time
 }
 
-// NewClaims returns Claims as cfg describes them.
+// NewClaims returns Claims as cfg describes them, or an error naming what
+// cfg is missing.
 func NewClaims(cfg ClaimsConfig) (*Claims, error) {
-	if cfg.Stream == nil || cfg.Owners == nil || cfg.Subjects == "" {
-		return nil, errors.New("fastlane: claims: missing Stream, Owners or Subjects")
+	if err := missing(required{"Stream", cfg.Stream == nil}, required{"Owners", cfg.Owners == nil},
+		required{"Subjects", cfg.Subjects == ""}); err != nil {
+		return nil, fmt.Errorf("fastlane: claims: %w", err)
 	}
 	setDefault(&cfg.Deadline, 4*time.Second)
 	if cfg.Stats == nil {

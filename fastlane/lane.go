@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,18 +146,14 @@ const laneBatch = 64
 // New returns a Lane as cfg describes it, or an error naming what cfg is
 // missing.
 func New(cfg Config) (*Lane, error) {
-	var missing []error
-	if cfg.JetStream == nil || cfg.Stream == nil || cfg.Jobs == nil || cfg.Copies == nil {
-		missing = append(missing, errors.New("JetStream, Stream, Jobs and Copies"))
-	}
-	if cfg.Arrivals == "" || len(cfg.JobSubjects) == 0 || cfg.Subjects == "" {
-		missing = append(missing, errors.New("Arrivals, JobSubjects and Subjects"))
-	}
-	if cfg.Tenant == (tenant.Source{}) || cfg.CostHeader == "" || cfg.Owners == nil {
-		missing = append(missing, errors.New("Tenant, CostHeader and Owners"))
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("fastlane: missing %w", errors.Join(missing...))
+	if err := missing(
+		required{"JetStream", cfg.JetStream == nil}, required{"Stream", cfg.Stream == nil},
+		required{"Jobs", cfg.Jobs == nil}, required{"Copies", cfg.Copies == nil},
+		required{"Arrivals", cfg.Arrivals == ""}, required{"JobSubjects", len(cfg.JobSubjects) == 0},
+		required{"Subjects", cfg.Subjects == ""}, required{"Tenant", cfg.Tenant == (tenant.Source{})},
+		required{"CostHeader", cfg.CostHeader == ""}, required{"Owners", cfg.Owners == nil},
+	); err != nil {
+		return nil, fmt.Errorf("fastlane: %w", err)
 	}
 	setDefault(&cfg.Backlog, 256)
 	setDefault(&cfg.TenantShare, 16)
@@ -175,6 +172,28 @@ func New(cfg Config) (*Lane, error) {
 	}
 	return &Lane{cfg: cfg, work: make(chan arrival, 1024), wake: make(chan struct{}, 1),
 		backlog: newBacklog(), lowSince: cfg.Now()}, nil
+}
+
+// required is a required field of a configuration, and whether it is
+// unset.
+type required struct {
+	name  string
+	unset bool
+}
+
+// missing returns an error naming each field of fields that is unset, or
+// nil when none is.
+func missing(fields ...required) error {
+	var names []string
+	for _, f := range fields {
+		if f.unset {
+			names = append(names, f.name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return errors.New("missing " + strings.Join(names, ", "))
 }
 
 func setDefault[T comparable](v *T, def T) {

@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
@@ -19,10 +22,6 @@ import (
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
-
-// fastClaim is the incarnation the fast lane claims a job stored at seq
-// for: 2^52 + seq (consumer.fastIncarnation).
-func fastClaim(seq uint64) int64 { return 1<<52 + int64(seq) }
 
 // waitLaneOn waits until worker w has read jobs of tenant a's backlog, so
 // its lane knows the backlog, and its lane reads arrivals.
@@ -94,24 +93,7 @@ func testFastLanePassesABacklog(t *testing.T, vars map[string]string, job func(t
 	}
 	cfg := e.config(all)
 	e.ensureStream(cfg)
-	burst := make([]jetstream.PubAckFuture, 10000)
-	for i := range burst {
-		f, err := e.js.PublishMsgAsync(job("a"))
-		must(t, err, "publish")
-		burst[i] = f
-	}
-	select {
-	case <-e.js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		t.Fatal("publishing A's backlog timed out")
-	}
-	for _, f := range burst {
-		select {
-		case err := <-f.Err():
-			t.Fatalf("publishing A's backlog: %v", err)
-		default:
-		}
-	}
+	publishFlood(t, e.js, 10000, func() *nats.Msg { return job("a") })
 
 	var r ran
 	reached := map[string]uint64{} // B job → the consumer's delivered sequence when it ran
@@ -210,7 +192,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 		must(t, err, "limiter")
 		copies, err := throttle.NewCopies(lim, time.Hour)
 		must(t, err, "copies")
-		ok, _, err := copies.Claim(ctx, "b", id, fastClaim(seq))
+		ok, _, err := copies.Claim(ctx, "b", id, consumer.FastCopyIncarnation(seq))
 		if err != nil || !ok {
 			t.Fatalf("claim: %v, %v", ok, err)
 		}
@@ -230,7 +212,9 @@ func TestFastLaneInterrupted(t *testing.T) {
 		var r ran
 		e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
 		testenv.Eventually(t, 30*time.Second, "the claimed job to run", func() bool { return len(r.get(id)) > 0 })
-		time.Sleep(2 * fastRecheckForTest) // a second run would show by now
+		// Once every message the job might run from is settled, it cannot
+		// run again.
+		e.waitDrained(cfg, 10*time.Second, cfg.Consumer, cfg.Consumer+"_fast")
 		if got := len(r.get(id)); got != 1 {
 			t.Fatalf("job ran %d times, want once", got)
 		}
@@ -253,7 +237,8 @@ func TestFastLaneInterrupted(t *testing.T) {
 		testenv.Eventually(t, 10*time.Second, "the job to run and its original to be acked", func() bool {
 			return len(r.get(id)) > 0 && w.stats()["b"].Duplicates == 1
 		})
-		time.Sleep(2 * fastRecheckForTest)
+		// The original and the copy settled: nothing left to run the job.
+		e.waitDrained(cfg, 10*time.Second, cfg.Consumer, cfg.Consumer+"_fast")
 		runs := r.get(id)
 		if len(runs) != 1 {
 			t.Fatalf("job ran %d times, want once", len(runs))
@@ -261,15 +246,87 @@ func TestFastLaneInterrupted(t *testing.T) {
 		if runs[0].Header.Get(consumer.HeaderFast) == "" {
 			t.Errorf("the original ran, not the copy the job was claimed for")
 		}
-		if info := e.consumerInfo(cfg.Stream, cfg.Consumer); info.NumAckPending != 0 || info.NumPending != 0 {
-			t.Errorf("original not settled: %d ack-pending, %d pending", info.NumAckPending, info.NumPending)
-		}
 	})
 }
 
-// fastRecheckForTest is how long an original claimed by the fast lane waits
-// before it is decided again (consumer.fastRecheck).
-const fastRecheckForTest = time.Second
+// publishFlood publishes n messages made by msg, asynchronously, and
+// waits until each is acked. Unlike publishBurst it waits as long as it
+// takes for room among the publishes under way (a busy machine acks
+// slowly), within a deadline.
+func publishFlood(t *testing.T, js jetstream.JetStream, n int, msg func() *nats.Msg) {
+	t.Helper()
+	const within = 60 * time.Second
+	futures := make([]jetstream.PubAckFuture, n)
+	for i := range futures {
+		f, err := js.PublishMsgAsync(msg(), jetstream.WithStallWait(within))
+		must(t, err, "publish")
+		futures[i] = f
+	}
+	deadline := time.After(within)
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatalf("publishing the flood: %v", err)
+		case <-deadline:
+			t.Fatalf("publishing the flood: no ack within %v", within)
+		}
+	}
+}
+
+// drained reports whether each named consumer of cfg's stream exists and
+// has nothing left to deliver and nothing delivered unacked (a message
+// NAK'd with a delay counts as unacked until it is redelivered).
+func (e *env) drained(cfg *app.Settings, consumers ...string) bool {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, name := range consumers {
+		c, err := e.js.Consumer(ctx, cfg.Stream, name)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// waitDrained waits until each named consumer of cfg's stream is drained.
+func (e *env) waitDrained(cfg *app.Settings, timeout time.Duration, consumers ...string) {
+	e.t.Helper()
+	testenv.Eventually(e.t, timeout, "consumers "+strings.Join(consumers, ", ")+" to have nothing pending or unacked", func() bool {
+		return e.drained(cfg, consumers...)
+	})
+}
+
+// gone reports whether the message stored at seq in cfg's stream is gone.
+func (e *env) gone(cfg *app.Settings, seq uint64) bool {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := e.js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return false
+	}
+	_, err = s.GetMsg(ctx, seq)
+	return errors.Is(err, jetstream.ErrMsgNotFound)
+}
+
+// consumerExists reports whether cfg's stream exists with a consumer named
+// name; it fails the test when that cannot be known.
+func (e *env) consumerExists(cfg *app.Settings, name string) bool {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := e.js.Consumer(ctx, cfg.Stream, name)
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		e.t.Fatalf("consumer %s: %v", name, err)
+	}
+	return err == nil
+}
 
 // TestFastLaneOffWhereTheStreamCannotServeIt: the fast lane deletes the
 // originals it copies and reads arrivals through a second consumer of the
@@ -341,26 +398,154 @@ func (e *env) streamConfig(name string) jetstream.StreamConfig {
 
 // TestFastLaneKeepsArrivalsOffForANewConsumer: a consumer of the job
 // subjects added after the worker started would miss the jobs the lane
-// takes, so a backlog no longer turns the stream's arrivals on.
+// takes, so a backlog no longer makes the lane read arrivals: it says so,
+// and creates no arrivals consumer.
 func TestFastLaneKeepsArrivalsOffForANewConsumer(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
-	w := e.startWorker(cfg, func(context.Context, consumer.Job) error { return nil })
+	_, logs := e.startWorkerLogged(cfg, func(context.Context, consumer.Job) error { return nil })
 	testenv.Eventually(t, 10*time.Second, "the worker's fast consumer", func() bool {
-		_, err := e.js.Consumer(context.Background(), cfg.Stream, cfg.Consumer+"_fast")
-		return err == nil
+		return e.consumerExists(cfg, cfg.Consumer+"_fast")
 	})
 	_, err := e.js.CreateOrUpdateConsumer(context.Background(), cfg.Stream, jetstream.ConsumerConfig{Durable: "audit",
 		FilterSubject: "jobs.>", AckPolicy: jetstream.AckExplicitPolicy})
 	must(t, err, "audit consumer")
-	publishBurst(t, e.js, "jobs.a", 5000)
-	testenv.Eventually(t, 10*time.Second, "the worker reading the backlog", func() bool { return w.stats()["a"].Delivered > 1000 })
-	time.Sleep(500 * time.Millisecond) // the lane's switch, had it been allowed
-	s, err := e.js.Stream(context.Background(), cfg.Stream)
-	must(t, err, "stream")
-	if rp := s.CachedInfo().Config.RePublish; rp != nil {
-		t.Errorf("arrivals republished (%+v) with another consumer of the job subjects", rp)
+	before := e.streamConfig(cfg.Stream)
+	publishFlood(t, e.js, 5000, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
+	testenv.Eventually(t, 10*time.Second, "the lane's warning that it does not read arrivals", func() bool {
+		return logs.contains("fast lane: not reading arrivals") && logs.contains("consumer=audit")
+	})
+	if e.consumerExists(cfg, cfg.Consumer+"_arrivals") {
+		t.Errorf("the arrivals consumer exists with another consumer of the job subjects")
 	}
+	if after := e.streamConfig(cfg.Stream); !reflect.DeepEqual(after, before) {
+		t.Errorf("the stream's configuration changed:\n before %+v\n after  %+v", before, after)
+	}
+}
+
+// TestFastLaneOff: with THROTTLER_FAST_LANE=off the worker runs jobs
+// through its jobs consumer alone: a backlog creates neither the lane's
+// copies consumer nor its arrivals consumer, and a job of another tenant
+// behind it runs from the jobs consumer.
+func TestFastLaneOff(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10", "THROTTLER_FAST_LANE": "off"})
+	e.ensureStream(cfg)
+	const n = 5000
+	publishFlood(t, e.js, n, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
+	id := jobID(cfg.Stream, e.publish("jobs.b", nil, []byte("b")))
+	var r ran
+	w := e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
+	testenv.Eventually(t, 30*time.Second, "the backlog delivered to the worker", func() bool {
+		return w.stats()["a"].Delivered >= n
+	})
+	testenv.Eventually(t, 30*time.Second, "B's job behind the backlog to run", func() bool { return len(r.get(id)) > 0 })
+	for _, name := range []string{cfg.Consumer + "_fast", cfg.Consumer + "_arrivals"} {
+		if e.consumerExists(cfg, name) {
+			t.Errorf("consumer %s exists with the fast lane off", name)
+		}
+	}
+	if runs := r.get(id); runs[0].Header.Get(consumer.HeaderFast) != "" {
+		t.Errorf("B's job ran as a fast copy with the fast lane off")
+	}
+	if st := w.stats()["b"]; st.FastLaned != 0 {
+		t.Errorf("b: %d jobs fast-laned with the fast lane off", st.FastLaned)
+	}
+}
+
+// TestFastLaneLeavesTheJobsStreamAlone: a backlog the lane serves, from
+// the moment the lane reads arrivals until it has passed jobs through it,
+// leaves the jobs stream's configuration as the worker set it up. The
+// lane reads arrivals through a consumer of its own: headers only, no
+// acks, new messages only, one replica in memory, gone after 30s unread.
+func TestFastLaneLeavesTheJobsStreamAlone(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
+	var r ran
+	w := e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
+	testenv.Eventually(t, 10*time.Second, "the worker's set-up", func() bool {
+		return e.consumerExists(cfg, cfg.Consumer+"_fast")
+	})
+	before := e.streamConfig(cfg.Stream)
+	publishFlood(t, e.js, 10000, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
+	e.waitLaneOn(w, cfg)
+	if during := e.streamConfig(cfg.Stream); !reflect.DeepEqual(during, before) {
+		t.Errorf("the stream's configuration changed when the lane started reading arrivals:\n before %+v\n during %+v", before, during)
+	}
+
+	ac := e.consumerInfo(cfg.Stream, cfg.Consumer+"_arrivals").Config
+	filters := ac.FilterSubjects
+	if ac.FilterSubject != "" {
+		filters = append(filters, ac.FilterSubject)
+	}
+	if !ac.HeadersOnly || ac.AckPolicy != jetstream.AckNonePolicy || ac.DeliverPolicy != jetstream.DeliverNewPolicy ||
+		ac.Replicas != 1 || !ac.MemoryStorage || ac.InactiveThreshold != 30*time.Second || !reflect.DeepEqual(filters, cfg.Subjects) {
+		t.Errorf("arrivals consumer: headers only %v, ack %v, deliver %v, replicas %d, memory %v, inactive after %v, filters %v; "+
+			"want true, none, new, 1, true, 30s, %v",
+			ac.HeadersOnly, ac.AckPolicy, ac.DeliverPolicy, ac.Replicas, ac.MemoryStorage, ac.InactiveThreshold, filters, cfg.Subjects)
+	}
+
+	const n = 3
+	seqs := make([]uint64, n)
+	for i := range seqs {
+		seqs[i] = e.publish("jobs.b", nil, []byte("b"))
+	}
+	testenv.Eventually(t, 10*time.Second, "B's jobs passing the backlog, their originals deleted", func() bool {
+		for _, s := range seqs {
+			if len(r.get(jobID(cfg.Stream, s))) == 0 || !e.gone(cfg, s) {
+				return false
+			}
+		}
+		return w.stats()["b"].FastLaned == n
+	})
+	if after := e.streamConfig(cfg.Stream); !reflect.DeepEqual(after, before) {
+		t.Errorf("the stream's configuration changed while the lane passed jobs:\n before %+v\n after  %+v", before, after)
+	}
+}
+
+// logBuffer keeps a worker's log lines for a test to read.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// contains reports whether a line logged so far contains s.
+func (b *logBuffer) contains(s string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Contains(b.buf.String(), s)
+}
+
+// startWorkerLogged is startWorker with the worker's logs, from Info up,
+// kept in the returned buffer (and shown with -v).
+func (e *env) startWorkerLogged(cfg *app.Settings, handler consumer.Handler) (*worker, *logBuffer) {
+	e.t.Helper()
+	nc := e.connect()
+	rdb := e.redisClient(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &worker{cancel: cancel, done: make(chan struct{})}
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, logSink()), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	go func() {
+		defer close(w.done)
+		w.err = app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Handler: handler, Logger: log,
+			OnWorker: func(cw *consumer.Worker) { w.mu.Lock(); w.w = cw; w.mu.Unlock() }})
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case <-w.done:
+		case <-time.After(30 * time.Second):
+			e.t.Errorf("worker did not stop within 30s")
+		}
+	})
+	return w, logs
 }
 
 // TestFastCopyRetriedAfterAFailure: a fast copy whose handler fails is
@@ -370,7 +555,7 @@ func TestFastCopyRetriedAfterAFailure(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
 	e.ensureStream(cfg)
-	publishBurst(t, e.js, "jobs.a", 10000)
+	publishFlood(t, e.js, 10000, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
 	var r ran
 	handler := func(_ context.Context, job consumer.Job) error {
 		r.add(job)
@@ -381,9 +566,14 @@ func TestFastCopyRetriedAfterAFailure(t *testing.T) {
 	}
 	w := e.startWorker(cfg, handler)
 	e.waitLaneOn(w, cfg)
-	id := jobID(cfg.Stream, e.publish("jobs.b", nil, []byte("b")))
+	seq := e.publish("jobs.b", nil, []byte("b"))
+	id := jobID(cfg.Stream, seq)
 	testenv.Eventually(t, 15*time.Second, "B's job to run again after its failure", func() bool { return len(r.get(id)) >= 2 })
-	time.Sleep(2 * time.Second) // a third run would show by now
+	// The retry succeeded and was acked, the original is deleted and the
+	// copy settled: no message is left to run the job a third time.
+	testenv.Eventually(t, 10*time.Second, "B's job completed, its original deleted and its copy settled", func() bool {
+		return w.stats()["b"].Completed == 1 && e.gone(cfg, seq) && e.drained(cfg, cfg.Consumer+"_fast")
+	})
 	runs := r.get(id)
 	if len(runs) != 2 {
 		t.Fatalf("job ran %d times, want 2 (a failure, then its retry)", len(runs))
@@ -398,14 +588,15 @@ func TestFastCopyRetriedAfterAFailure(t *testing.T) {
 
 // TestLanePacesAFlood: while jobs arrive for the lane, a worker puts a
 // flood off at no more than THROTTLER_LANE_MOVE_RATE jobs a second, so
-// that the flood leaves the machine to the jobs taking the lane. (Flat
-// out, the same worker puts the 10,000 jobs off within a second or two.)
+// that the flood leaves the machine to the jobs taking the lane: putting
+// off 1,500 jobs at 1,000/s takes at least 1.24s. (Flat out, the same
+// worker puts them off in well under 100ms.)
 func TestLanePacesAFlood(t *testing.T) {
 	const rate = 1000
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10", "THROTTLER_LANE_MOVE_RATE": strconv.Itoa(rate)})
 	e.ensureStream(cfg)
-	publishBurst(t, e.js, "jobs.a", 10000)
+	publishFlood(t, e.js, 10000, func() *nats.Msg { return &nats.Msg{Subject: "jobs.a", Data: []byte("a")} })
 	w := e.startWorker(cfg, func(context.Context, consumer.Job) error { return nil })
 	e.waitLaneOn(w, cfg)
 
@@ -432,19 +623,24 @@ func TestLanePacesAFlood(t *testing.T) {
 	defer func() { close(stop); <-done }()
 	testenv.Eventually(t, 10*time.Second, "B's first job to take the lane", func() bool { return w.stats()["b"].FastLaned > 0 })
 
-	const window = 2 * time.Second
+	// Time how long the worker takes to put off the next k of A's jobs.
+	const k = 1500
 	from := w.stats()["a"].Deferred
-	time.Sleep(window) // measuring a rate over a window
-	got := w.stats()["a"].Deferred - from
-	// The pace's own allowance over the window, plus the groups decided
-	// before it and counted in it, and one group past its pause.
-	limit := int64(rate*window/time.Second) + 4*64
-	if got > limit {
-		t.Errorf("a: %d jobs deferred in %v while B took the lane, want at most %d (%d/s)", got, window, limit, rate)
+	if left := 10000 - from; left < k+1000 {
+		t.Fatalf("a: %d of 10,000 jobs deferred before B took the lane, %d left: too few to time the pace", from, left)
 	}
-	if got == 0 {
-		t.Errorf("a: no job deferred in %v: the pace stalled the worker", window)
+	start := time.Now()
+	testenv.Eventually(t, 10*time.Second, "the worker to put off 1,500 more of A's jobs (else the pace stalled it)", func() bool {
+		return w.stats()["a"].Deferred-from >= k
+	})
+	took := time.Since(start)
+	// The pace's allowance, less the groups decided before the start and
+	// counted after it, and one group past its pause.
+	least := time.Duration(k-4*64) * time.Second / rate
+	if took < least {
+		t.Errorf("a: %d jobs deferred in %v while B took the lane, want %v at least (%d/s)", k, took, least, rate)
 	}
+	t.Logf("a: %d deferred before B took the lane; %d more in %v (at most %d/s)", from, k, took, rate)
 	if published.Load() == 0 {
 		t.Error("B published nothing")
 	}
