@@ -50,15 +50,7 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 		return nil, fmt.Errorf("fastlane: claims: %w", err)
 	}
 	setDefault(&cfg.Deadline, 4*time.Second)
-	if cfg.Stats == nil {
-		cfg.Stats = consumer.NewStats(10_000)
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	shared(&cfg.Stats, &cfg.Log, &cfg.Now)
 	return &Claims{cfg: cfg}, nil
 }
 

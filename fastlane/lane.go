@@ -161,15 +161,7 @@ func New(cfg Config) (*Lane, error) {
 	setDefault(&cfg.IdleOff, time.Minute)
 	setDefault(&cfg.ArrivalsIdle, 30*time.Second)
 	setDefault(&cfg.Deadline, 4*time.Second)
-	if cfg.Stats == nil {
-		cfg.Stats = consumer.NewStats(10_000)
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	shared(&cfg.Stats, &cfg.Log, &cfg.Now)
 	return &Lane{cfg: cfg, work: make(chan arrival, 1024), wake: make(chan struct{}, 1),
 		backlog: newBacklog(), lowSince: cfg.Now()}, nil
 }
@@ -194,6 +186,20 @@ func missing(fields ...required) error {
 		return nil
 	}
 	return errors.New("missing " + strings.Join(names, ", "))
+}
+
+// shared gives what a Lane and Claims share their defaults: counts of
+// their own, slog.Default() and time.Now.
+func shared(stats **consumer.Stats, log **slog.Logger, now *func() time.Time) {
+	if *stats == nil {
+		*stats = consumer.NewStats(10_000)
+	}
+	if *log == nil {
+		*log = slog.Default()
+	}
+	if *now == nil {
+		*now = time.Now
+	}
 }
 
 func setDefault[T comparable](v *T, def T) {
@@ -232,7 +238,7 @@ func (l *Lane) Observe(seq, pending uint64) {
 // way runs to its end: stopped between its steps, it would leave claims
 // to be taken over.
 func (l *Lane) Run(ctx context.Context) {
-	tick := time.NewTicker(min(5*time.Second, l.cfg.IdleOff/4))
+	tick := time.NewTicker(max(10*time.Millisecond, min(5*time.Second, l.cfg.IdleOff/4)))
 	defer tick.Stop()
 	defer l.stopReading()
 	for {

@@ -171,6 +171,9 @@ func (l *Lane) storedDespite(ctx context.Context, a arrival, err error) bool {
 	case !timedOut(err) && serr == nil:
 		l.release(ctx, a)
 	default:
+		// The claim is kept, but the job is booked for the jobs consumer,
+		// so that its tenant's later jobs wait behind it.
+		l.backlog.leave(a.tenant, a.seq)
 		l.cfg.Log.Warn("fast lane: copying a job failed; unless the copy was stored, its original runs once the claim is taken over",
 			"tenant", a.tenant, "job", a.id, "err", err)
 	}
