@@ -46,13 +46,20 @@ type env struct {
 	js      jetstream.JetStream
 }
 
+// maxAsyncPublishes is how many asynchronous publishes a test's JetStream
+// context may have awaiting their acks. Tests publish bursts of up to
+// 10,000 jobs at once; with nats.go's default of 4,000, a publish waits
+// for acks to catch up and fails after 200 ms, which two busy cores under
+// the race detector can take.
+const maxAsyncPublishes = 16384
+
 // setup starts a NATS JetStream server and a redis-server for one test.
 func setup(t *testing.T) *env {
 	t.Helper()
 	n := testenv.StartNATS(t, "")
 	r := testenv.StartRedis(t)
 	nc := n.Connect(t)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxAsyncPublishes))
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
@@ -67,7 +74,7 @@ func setupLegacy(t *testing.T) *env {
 	r := testenv.StartRedis(t)
 	e := &env{t: t, natsURL: n.URL(), redis: r}
 	e.nc = e.connect()
-	js, err := jetstream.New(e.nc)
+	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(maxAsyncPublishes))
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
