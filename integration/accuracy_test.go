@@ -102,6 +102,9 @@ func TestThreeTenantsHeldToTheirLimits(t *testing.T) {
 		total += len(p)
 	}
 	got := out.waitCount(t, total, 60*time.Second)
+	// The recorder runs after the forward: every job is recorded once the
+	// jobs have settled (each acked after its handler returned).
+	e.waitSettled(t, cfg, 10*time.Second)
 
 	seen := map[string]bool{}
 	for _, m := range got {

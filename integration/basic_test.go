@@ -140,26 +140,23 @@ func TestConsumerDeletedMidRun(t *testing.T) {
 			} else {
 				must(t, e.js.DeleteStream(ctx, cfg.Stream), "delete stream")
 			}
-			// Publish until the stream takes the jobs again (at once when
-			// only the consumer went).
+			// Publish until the stream has taken five jobs again (the first
+			// at once when only the consumer went).
 			want := 1
-			for deadline := time.Now().Add(15 * time.Second); want < 6; time.Sleep(50 * time.Millisecond) {
-				pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
-				_, err := e.js.Publish(pctx, "jobs.acme", []byte("x"))
-				pcancel()
-				if err == nil {
-					want++
-				} else if time.Now().After(deadline) {
-					ictx, icancel := context.WithTimeout(context.Background(), 2*time.Second)
-					st, serr := e.js.Stream(ictx, cfg.Stream)
-					var info any = serr
-					if serr == nil {
-						info = st.CachedInfo()
-					}
-					icancel()
-					t.Fatalf("the jobs stream did not come back: %v; stream now: %+v", err, info)
+			var lastErr error
+			defer func() {
+				if want < 6 { // Eventually failed the test
+					t.Logf("last publish: %v", lastErr)
 				}
-			}
+			}()
+			testenv.Eventually(t, 15*time.Second, "the jobs stream to take five jobs again", func() bool {
+				pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+				defer pcancel()
+				if _, lastErr = e.js.Publish(pctx, "jobs.acme", []byte("x")); lastErr == nil {
+					want++
+				}
+				return want >= 6
+			})
 			testenv.Eventually(t, 20*time.Second, "the jobs published after the deletion", func() bool {
 				return w.stats()["acme"].Completed >= int64(want)
 			})

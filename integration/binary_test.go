@@ -295,28 +295,34 @@ func testSIGTERM(t *testing.T, bin string) {
 	}
 
 	e.startWorker(cfg, nil)
-	deadline := time.Now().Add(20 * time.Second) // under the 30s AckWait
-	for len(out.all()) < len(wantAll) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
-	if got := out.all(); len(got) < len(wantAll) {
-		seen := map[string]bool{}
-		for _, m := range got {
-			seen[m.jobID] = true
+	defer func() {
+		if t.Failed() {
+			reportMissing(t, out.all(), wantAll)
+			t.Logf("binary's stderr:\n%s", stderr)
 		}
-		var missing []string
-		for id := range wantAll {
-			if !seen[id] {
-				missing = append(missing, id)
-			}
-		}
-		slices.Sort(missing)
-		info, ierr := cons.Info(context.Background())
-		t.Fatalf("%d of %d jobs not forwarded within 20s of the restart (e.g. %v); consumer %+v %v; binary's stderr:\n%s",
-			len(missing), len(wantAll), missing[:min(10, len(missing))], info, ierr, stderr)
+	}()
+	// Under the 30s AckWait: a job the binary did not hand back would only
+	// come back after it.
+	out.waitCount(t, len(wantAll), 20*time.Second)
+	e.waitSettled(t, cfg, 10*time.Second)
+	checkExactlyOnce(t, "forwarded", out.waitAll(t, 10*time.Second), wantAll)
+}
+
+// reportMissing logs how many jobs of want got lacks, and the first ten.
+func reportMissing(t *testing.T, got []collected, want map[string]bool) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, m := range got {
+		seen[m.jobID] = true
 	}
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
-	checkExactlyOnce(t, "forwarded", out.all(), wantAll)
+	var missing []string
+	for id := range want {
+		if !seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	slices.Sort(missing)
+	t.Logf("%d of %d jobs not forwarded (e.g. %v)", len(missing), len(want), missing[:min(10, len(missing))])
 }
 
 // testSIGKILL kills the binary (SIGKILL: no shutdown at all) while it
@@ -393,7 +399,13 @@ func testSIGKILL(t *testing.T, bin string) {
 	vars["THROTTLER_METRICS_ADDR"] = ""
 	_, stderr2 := start()
 	testenv.Eventually(t, 60*time.Second, "every job forwarded", func() bool { d, _ := forwarded(); return d >= n })
-	time.Sleep(2 * time.Second) // a second forward of a moved job would show by now
+	// Nothing more will be forwarded once the jobs have settled: the jobs
+	// held at the kill came back and were acked, and no moved job waits.
+	e.waitSettled(t, cfg, 30*time.Second)
+	// Every forward the server delivered to sub is counted once sub has
+	// drained.
+	must(t, sub.Drain(), "drain done.>")
+	testenv.Eventually(t, 10*time.Second, "the subscription to done.> to drain", func() bool { return !sub.IsValid() })
 	if d, twice := forwarded(); d != n || twice > 16 {
 		t.Errorf("%d of %d jobs forwarded, %d more than once (at most 16 may: those running at the kill)\nfirst worker:\n%s\nsecond worker:\n%s",
 			d, n, twice, stderr1.String(), stderr2.String())

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +21,9 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/subject"
 )
 
 func TestMain(m *testing.M) {
@@ -43,13 +46,20 @@ type env struct {
 	js      jetstream.JetStream
 }
 
+// maxAsyncPublishes is how many asynchronous publishes a test's JetStream
+// context may have awaiting their acks. Tests publish bursts of up to
+// 10,000 jobs at once; with nats.go's default of 4,000, a publish waits
+// for acks to catch up and fails after 200 ms, which two busy cores under
+// the race detector can take.
+const maxAsyncPublishes = 16384
+
 // setup starts a NATS JetStream server and a redis-server for one test.
 func setup(t *testing.T) *env {
 	t.Helper()
 	n := testenv.StartNATS(t, "")
 	r := testenv.StartRedis(t)
 	nc := n.Connect(t)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxAsyncPublishes))
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
@@ -64,7 +74,7 @@ func setupLegacy(t *testing.T) *env {
 	r := testenv.StartRedis(t)
 	e := &env{t: t, natsURL: n.URL(), redis: r}
 	e.nc = e.connect()
-	js, err := jetstream.New(e.nc)
+	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(maxAsyncPublishes))
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
@@ -139,6 +149,24 @@ func (w *worker) stats() map[string]consumer.TenantStats {
 		return nil
 	}
 	return w.w.Stats()
+}
+
+// built reports whether the worker is built: app.Run has set up the
+// streams and consumers and is about to run it.
+func (w *worker) built() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w != nil
+}
+
+// waitCompleted waits until w counts n of tenant's jobs completed. It
+// counts a job just after sending its ack, so a job can be forwarded, and
+// even acked, before it is counted.
+func (w *worker) waitCompleted(t *testing.T, tenant string, n int64) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d jobs of %s counted completed", n, tenant), func() bool {
+		return w.stats()[tenant].Completed >= n
+	})
 }
 
 // held returns how many pulled messages the worker has not acted on.
@@ -269,30 +297,28 @@ type collected struct {
 
 // collector reads every message stored on an output subject pattern.
 type collector struct {
-	mu   sync.Mutex
-	msgs []collected
+	e       *env
+	stream  string // the stream that captures pattern
+	pattern string
+	mu      sync.Mutex
+	msgs    []collected
 }
 
 // collect starts an ordered consumer on the stream capturing pattern.
 func (e *env) collect(pattern string) *collector {
 	e.t.Helper()
-	c := &collector{}
+	c := &collector{e: e, pattern: pattern}
+	// The worker creates the output streams as it sets up.
+	testenv.Eventually(e.t, 10*time.Second, "a stream capturing "+pattern, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		name, err := e.js.StreamNameBySubject(ctx, pattern)
+		c.stream = name
+		return err == nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var stream string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		name, err := e.js.StreamNameBySubject(ctx, pattern)
-		if err == nil {
-			stream = name
-			break
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("no stream captures %s: %v", pattern, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the worker's set-up
-	}
-	oc, err := e.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{pattern}})
+	oc, err := e.js.OrderedConsumer(ctx, c.stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{pattern}})
 	if err != nil {
 		e.t.Fatalf("ordered consumer: %v", err)
 	}
@@ -322,20 +348,169 @@ func (c *collector) all() []collected {
 	return append([]collected(nil), c.msgs...)
 }
 
-// waitCount waits until at least n messages were collected.
+// waitCount waits until at least n messages were collected and returns
+// them.
 func (c *collector) waitCount(t *testing.T, n int, timeout time.Duration) []collected {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		got := c.all()
-		if len(got) >= n {
-			return got
+	var got []collected
+	defer func() {
+		if len(got) < n { // Eventually failed the test
+			t.Logf("collected %d of %d messages on %s", len(got), n, c.pattern)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("collected %d of %d messages within %s", len(got), n, timeout)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}()
+	testenv.Eventually(t, timeout, fmt.Sprintf("%d messages on %s", n, c.pattern), func() bool {
+		got = c.all()
+		return len(got) >= n
+	})
+	return got
+}
+
+// waitAll waits until c has read every message its stream holds on its
+// pattern, and returns them. Once what publishes there has settled (see
+// waitSettled), that is every message there will be.
+func (c *collector) waitAll(t *testing.T, timeout time.Duration) []collected {
+	t.Helper()
+	return c.waitCount(t, c.e.subjectCount(c.stream, c.pattern), timeout)
+}
+
+// subjectCount is how many messages of stream match filter.
+func (e *env) subjectCount(stream, filter string) int {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := e.js.Stream(ctx, stream)
+	must(e.t, err, "stream %s", stream)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+	must(e.t, err, "stream info")
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
 	}
+	return n
+}
+
+// waitStream waits until the worker has created the jobs stream.
+func (e *env) waitStream(name string) {
+	e.t.Helper()
+	testenv.Eventually(e.t, 10*time.Second, "the worker to create stream "+name, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := e.js.Stream(ctx, name)
+		return err == nil
+	})
+}
+
+// waitBuilt waits until w has set up the streams and consumers and built
+// its worker.
+func (e *env) waitBuilt(w *worker) {
+	e.t.Helper()
+	testenv.Eventually(e.t, 10*time.Second, "the worker's set-up", w.built)
+}
+
+// consumerInfo reads the consumer's state from the server.
+func (e *env) consumerInfo(stream, name string) *jetstream.ConsumerInfo {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := e.js.Consumer(ctx, stream, name)
+	must(e.t, err, "consumer %s", name)
+	info, err := c.Info(ctx)
+	must(e.t, err, "consumer info")
+	return info
+}
+
+// idleConsumers reads the named consumers of stream, skipping those that
+// do not exist, and returns how many deliveries each has made; or, as busy,
+// what one still has pending or awaiting an ack, or why it could not be
+// read.
+func (e *env) idleConsumers(stream string, names []string) (delivered []uint64, busy string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, name := range names {
+		c, err := e.js.Consumer(ctx, stream, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			delivered = append(delivered, 0)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Sprintf("consumer %s: %v", name, err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return nil, fmt.Sprintf("consumer %s info: %v", name, err)
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			return nil, fmt.Sprintf("consumer %s: %d pending, %d awaiting an ack", name, info.NumPending, info.NumAckPending)
+		}
+		delivered = append(delivered, info.Delivered.Consumer)
+	}
+	return delivered, ""
+}
+
+// waitIdle waits until the named consumers of stream have nothing pending
+// and nothing awaiting an ack (see idleConsumers).
+func (e *env) waitIdle(t *testing.T, timeout time.Duration, stream string, consumers ...string) {
+	t.Helper()
+	busy := "not read yet"
+	defer func() {
+		if busy != "" { // Eventually failed the test
+			t.Logf("still going on: %s", busy)
+		}
+	}()
+	testenv.Eventually(t, timeout, fmt.Sprintf("consumers %v to be idle", consumers), func() bool {
+		_, busy = e.idleConsumers(stream, consumers)
+		return busy == ""
+	})
+}
+
+// settled says what is still going on with the jobs of stream, or "" when
+// nothing is: the named consumers have nothing pending and nothing
+// awaiting an ack, and no moved job waits in a schedule under schedules.
+// It reads the consumers, then the schedules, then the consumers again,
+// which must have delivered nothing in between: a job moved, or a schedule
+// fired, while it read shows in the second reading. Once settled, nothing
+// more is delivered until something is published.
+func (e *env) settled(stream string, schedules subject.Schedules, consumers ...string) (busy string) {
+	before, busy := e.idleConsumers(stream, consumers)
+	if busy != "" {
+		return busy
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	waiting, err := ops.WaitingInSchedules(ctx, e.js, stream, schedules)
+	if err != nil {
+		return err.Error()
+	}
+	if waiting > 0 {
+		return fmt.Sprintf("%d moved jobs wait in schedules", waiting)
+	}
+	after, busy := e.idleConsumers(stream, consumers)
+	if busy != "" {
+		return busy
+	}
+	if !slices.Equal(before, after) {
+		return fmt.Sprintf("the consumers delivered more while read (%v, then %v)", before, after)
+	}
+	return ""
+}
+
+// waitSettled waits until the workers of cfg have nothing left to do (see
+// settled): their consumers of jobs, bundles and fast-lane copies are idle
+// and no moved job waits in a schedule. What a test counts after that is
+// final, but for messages on their way to its own readers (see
+// collector.waitAll).
+func (e *env) waitSettled(t *testing.T, cfg *app.Settings, timeout time.Duration) {
+	t.Helper()
+	busy := "not read yet"
+	defer func() {
+		if busy != "" { // Eventually failed the test
+			t.Logf("still going on: %s", busy)
+		}
+	}()
+	testenv.Eventually(t, timeout, "the jobs of "+cfg.Stream+" to settle", func() bool {
+		busy = e.settled(cfg.Stream, cfg.Schedules, cfg.Consumer, cfg.Consumer+"_bundles", cfg.Consumer+"_fast")
+		return busy == ""
+	})
 }
 
 // jobID is the id the worker gives the job at seq in stream.

@@ -79,6 +79,8 @@ type noisyRecorder struct {
 	runs    map[string]int
 	deliv   map[string][]float64
 	stopped atomic.Bool
+	bWant   int           // how many jobs B publishes
+	bAll    chan struct{} // closed once bWant of B's jobs ran
 }
 
 func (r *noisyRecorder) handle(_ context.Context, job consumer.Job) error {
@@ -92,6 +94,9 @@ func (r *noisyRecorder) handle(_ context.Context, job consumer.Job) error {
 	r.delays[job.Tenant] = append(r.delays[job.Tenant], now.Sub(job.Published))
 	r.at[job.Tenant] = append(r.at[job.Tenant], now)
 	r.deliv[job.Tenant] = append(r.deliv[job.Tenant], float64(job.Deferrals)+float64(job.Delivered))
+	if job.Tenant == "b" && len(r.delays["b"]) == r.bWant {
+		close(r.bAll)
+	}
 	return nil
 }
 
@@ -119,7 +124,11 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 	if err != nil {
 		tb.Fatalf("config: %v", err)
 	}
-	rec := &noisyRecorder{delays: map[string][]time.Duration{}, at: map[string][]time.Time{}, runs: map[string]int{}, deliv: map[string][]float64{}}
+	// B publishes bRate jobs a second for the whole duration, from the end
+	// of A's burst: duration × bRate jobs.
+	bJobs := int(sc.duration * time.Duration(sc.bRate) / time.Second)
+	rec := &noisyRecorder{delays: map[string][]time.Duration{}, at: map[string][]time.Time{}, runs: map[string]int{}, deliv: map[string][]float64{},
+		bWant: bJobs, bAll: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(logSink(), &slog.HandlerOptions{Level: slog.LevelError}))
 
 	// Workers.
@@ -165,10 +174,7 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 	aIDs, aLastSeq := publishBurst(tb, js, "jobs.a", sc.aJobs)
 	stored := time.Now()
 	sampler.burstStored(aLastSeq)
-	// B publishes bRate jobs a second for the whole duration, from the end of
-	// A's burst: duration × bRate jobs.
 	bPublished := 0
-	bJobs := int(sc.duration * time.Duration(sc.bRate) / time.Second)
 	tick := time.NewTicker(time.Second / time.Duration(sc.bRate))
 	for bPublished < bJobs {
 		<-tick.C
@@ -181,17 +187,12 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 	}
 	tick.Stop()
 	runFor := time.Since(start)
-	// Let B's last jobs through (for up to 30 s: with NAK-only deferral they
-	// may be stuck behind A's backlog for minutes), then stop.
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		rec.mu.Lock()
-		n := len(rec.delays["b"])
-		rec.mu.Unlock()
-		if n >= bPublished {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	// Let B's last jobs through, then stop. Not for more than 30 s: with
+	// NAK-only deferral they may be stuck behind A's backlog for minutes,
+	// and the report counts a job never run as waiting the whole run.
+	select {
+	case <-rec.bAll:
+	case <-time.After(30 * time.Second):
 	}
 	maxPending, passedAt := sampler.stop()
 	stopWorkers()

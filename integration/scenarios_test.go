@@ -64,37 +64,6 @@ func (l *callLog) times() []time.Time {
 	return out
 }
 
-// waitConsumerIdle waits until the worker's durable consumer has nothing
-// pending and nothing awaiting an ack.
-func (e *env) waitConsumerIdle(t *testing.T, cfg *app.Settings, timeout time.Duration) {
-	t.Helper()
-	var last string
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c, err := e.js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		if err == nil {
-			info, ierr := c.Info(ctx)
-			if ierr == nil && info.NumAckPending == 0 && info.NumPending == 0 {
-				cancel()
-				return
-			}
-			if ierr == nil {
-				last = fmt.Sprintf("%d pending, %d ack pending", info.NumPending, info.NumAckPending)
-			} else {
-				last = ierr.Error()
-			}
-		} else {
-			last = err.Error()
-		}
-		cancel()
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer %s not idle after %s: %s", cfg.Consumer, timeout, last)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
-}
-
 // checkExactlyOnce fails unless msgs holds each id of want exactly once and
 // nothing else.
 func checkExactlyOnce(t *testing.T, what string, msgs []collected, want map[string]bool) {
@@ -141,6 +110,8 @@ func TestJobDeferredFiftyTimesIsStillProcessed(t *testing.T) {
 	first := jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("1")))
 	second := jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("2")))
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, 2, 20*time.Second), map[string]bool{first: true, second: true})
+	w.waitCompleted(t, "slow", 2)
+	e.waitSettled(t, cfg, 10*time.Second)
 
 	c1, c2 := log.calls(first), log.calls(second)
 	if len(c1) != 1 || len(c2) != 1 {
@@ -159,8 +130,7 @@ func TestJobDeferredFiftyTimesIsStillProcessed(t *testing.T) {
 	if st.Completed != 2 || st.DeadLettered != 0 || st.Failed != 0 {
 		t.Errorf("stats %+v: want 2 completed, nothing failed or dead-lettered", st)
 	}
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
-	if got := dlq.all(); len(got) != 0 {
+	if got := dlq.waitAll(t, 10*time.Second); len(got) != 0 {
 		t.Errorf("%d dead letters, want none: first %+v", len(got), got[0])
 	}
 }
@@ -257,9 +227,10 @@ func runBadJobs(t *testing.T, vars map[string]string, bad []badJob, good func() 
 
 	letters := dlq.waitCount(t, len(bad), 20*time.Second)
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(wantGood), 20*time.Second), wantGood)
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	w.waitCompleted(t, "good", int64(len(wantGood)))
+	e.waitSettled(t, cfg, 10*time.Second)
 
-	letters = dlq.all() // anything dead-lettered twice has arrived by now
+	letters = dlq.waitAll(t, 10*time.Second) // every dead letter the stream holds
 	seen := map[string]int{}
 	for _, m := range letters {
 		seen[m.jobID]++
@@ -283,7 +254,7 @@ func runBadJobs(t *testing.T, vars map[string]string, bad []badJob, good func() 
 			t.Errorf("%s (%s): dead-lettered %d times, want once", b.name, id, seen[id])
 		}
 	}
-	if got := len(out.all()); got != len(wantGood) {
+	if got := len(out.waitAll(t, 10*time.Second)); got != len(wantGood) {
 		t.Errorf("%d forwarded, want %d", got, len(wantGood))
 	}
 	st := w.stats()
@@ -336,7 +307,8 @@ func TestHandlerFailuresAreRetriedThenDeadLettered(t *testing.T) {
 
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(wantGood), 10*time.Second), wantGood)
 	letters := dlq.waitCount(t, 2, 20*time.Second)
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	w.waitCompleted(t, "acme", int64(len(wantGood)))
+	e.waitSettled(t, cfg, 10*time.Second)
 
 	reasons := map[string]string{failing: "database unreachable: connection refused", panicking: "nil map in job handler"}
 	for _, m := range letters {
@@ -425,8 +397,8 @@ func TestRedisRestartedMidRun(t *testing.T) {
 		want[jobID(cfg.Stream, e.publish("jobs.steady", nil, []byte(strconv.Itoa(i))))] = true
 	}
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, jobs, 30*time.Second), want)
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
-	checkExactlyOnce(t, "forwarded", out.all(), want)
+	e.waitSettled(t, cfg, 10*time.Second)
+	checkExactlyOnce(t, "forwarded", out.waitAll(t, 10*time.Second), want)
 	for id := range want {
 		if n := len(log.calls(id)); n != 1 {
 			t.Errorf("job %s: handler called %d times, want 1", id, n)
@@ -501,7 +473,8 @@ func TestRedisDownAllowPolicy(t *testing.T) {
 	want := e.publishJobs(cfg.Stream, "jobs.acme", nil, 20)
 	// Well under THROTTLER_REDIS_TIMEOUT: the policy applies on the refusal.
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 5*time.Second), want)
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	w.waitCompleted(t, "acme", int64(len(want)))
+	e.waitSettled(t, cfg, 10*time.Second)
 	st := w.stats()["acme"]
 	if st.AllowedOnRedisError != int64(len(want)) || st.Completed != int64(len(want)) {
 		t.Errorf("stats %+v: want %d allowed on Redis error and completed", st, len(want))
@@ -539,7 +512,7 @@ func checkSlowJobsRunOnce(t *testing.T, vars map[string]string, work time.Durati
 
 	want := e.publishJobs(cfg.Stream, "jobs.acme", nil, 3)
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 20*time.Second), want)
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	e.waitSettled(t, cfg, 10*time.Second)
 	for id := range want {
 		calls := log.calls(id)
 		if len(calls) != 1 || calls[0].delivered != 1 {
@@ -588,11 +561,10 @@ func TestStopHandsBackEveryPulledJob(t *testing.T) {
 		}
 	}
 	e.startWorker(cfg, nil)
-	deadline := time.Now().Add(15 * time.Second)
-	for len(out.all()) < len(want) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
-	checkExactlyOnce(t, "forwarded within 15s, half the AckWait", out.all(), want)
+	// Within half the AckWait (30s): a job not handed back would wait it out.
+	out.waitCount(t, len(want), 15*time.Second)
+	e.waitSettled(t, cfg, 10*time.Second)
+	checkExactlyOnce(t, "forwarded", out.waitAll(t, 10*time.Second), want)
 }
 
 // runWorker runs a forwarding worker with cfg until the returned stop is
@@ -669,7 +641,7 @@ func TestFailingTenantDoesNotStarveOthers(t *testing.T) {
 	for range nGood {
 		hdr := nats.Header{"Sent": {time.Now().Format(time.RFC3339Nano)}}
 		good[jobID(cfg.Stream, e.publish("jobs.good", hdr, []byte("x")))] = true
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // publishing pace: 10 jobs a second
 	}
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, nGood, 10*time.Second), good)
 	mu.Lock()
@@ -709,6 +681,7 @@ func TestMovedRetryOfAnOwnerRuns(t *testing.T) {
 	const n = 4
 	want := e.publishJobs(cfg.Stream, "jobs.slow", nil, n)
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, n, 20*time.Second), want)
+	e.waitSettled(t, cfg, 10*time.Second)
 	moved := 0
 	for id := range want {
 		if _, ok := failed.Load(id); ok {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -53,13 +54,7 @@ func TestScheduleMovesJobsOffTheConsumer(t *testing.T) {
 		ids[i] = jobID(cfg.Stream, e.publish("jobs.slow", nil, []byte("x")))
 	}
 	// While jobs wait, they are not pending on the consumer.
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		if st := w.stats()["slow"]; st.Moved >= n-1 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d jobs moved", n-1), func() bool { return w.stats()["slow"].Moved >= n-1 })
 	info := e.consumerInfo(cfg.Stream, cfg.Consumer)
 	if info.NumAckPending > 1 {
 		t.Errorf("%d jobs ack-pending while moved jobs wait, want ≤ 1", info.NumAckPending)
@@ -94,36 +89,6 @@ func TestScheduleMovesJobsOffTheConsumer(t *testing.T) {
 			t.Errorf("job %d admitted %s after the burst, before its slot at %s", i, admitted[ids[i]].Sub(start), early)
 		}
 	}
-}
-
-// waitStream waits until the worker has created the jobs stream.
-func (e *env) waitStream(name string) {
-	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := e.js.Stream(ctx, name)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("stream %s not created: %v", name, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the worker's set-up
-	}
-}
-
-// consumerInfo reads the consumer's state from the server.
-func (e *env) consumerInfo(stream, name string) *jetstream.ConsumerInfo {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := e.js.Consumer(ctx, stream, name)
-	must(e.t, err, "consumer %s", name)
-	info, err := c.Info(ctx)
-	must(e.t, err, "consumer info")
-	return info
 }
 
 // TestFallsBackToNakWithoutSchedules: on a nats-server without message
@@ -203,13 +168,13 @@ func TestMovedJobWhoseHandlerFailedStillRuns(t *testing.T) {
 	// so it is deferred and moved again.
 	want := e.publishJobs(cfg.Stream, "jobs.slow", nil, 10)
 	checkExactlyOnce(t, "forwarded", out.waitCount(t, len(want), 30*time.Second), want)
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	e.waitSettled(t, cfg, 10*time.Second)
 	for id := range want {
 		if n := len(log.calls(id)); n != 2 {
 			t.Errorf("%s: handler called %d times, want 2 (one failure, one success)", id, n)
 		}
 	}
-	if letters := dlq.all(); len(letters) != 0 {
+	if letters := dlq.waitAll(t, 10*time.Second); len(letters) != 0 {
 		t.Errorf("%d jobs dead-lettered, want none: %+v", len(letters), letters)
 	}
 	st := w.stats()["slow"]
@@ -245,11 +210,12 @@ func TestTwoCopiesOfOneMoveRunOnce(t *testing.T) {
 	e.publish("jobs.acme", copyOf, []byte("second copy"))
 
 	out.waitCount(t, 1, 10*time.Second)
-	e.waitConsumerIdle(t, cfg, 10*time.Second)
+	e.waitSettled(t, cfg, 10*time.Second)
+	forwarded := len(out.waitAll(t, 10*time.Second))
 	mu.Lock()
 	defer mu.Unlock()
-	if runs["JOBS:1000"] != 1 || len(out.all()) != 1 {
-		t.Errorf("job ran %d times, forwarded %d times: want once", runs["JOBS:1000"], len(out.all()))
+	if runs["JOBS:1000"] != 1 || forwarded != 1 {
+		t.Errorf("job ran %d times, forwarded %d times: want once", runs["JOBS:1000"], forwarded)
 	}
 	if st := w.stats()["acme"]; st.Duplicates != 1 {
 		t.Errorf("duplicates %d, want 1", st.Duplicates)
@@ -276,13 +242,7 @@ func TestNakWorkerUnpacksBundlesLeftByAnEarlierRun(t *testing.T) {
 	}
 	w := e.startWorker(first, consumer.Forwarder(e.js, first.Forward))
 	out := e.collect("done.*")
-	deadline := time.Now().Add(5 * time.Second)
-	for w.stats()["slow"].Moved < n-1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("moved %d jobs, want %d", w.stats()["slow"].Moved, n-1)
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
-	}
+	testenv.Eventually(t, 5*time.Second, fmt.Sprintf("%d jobs moved", n-1), func() bool { return w.stats()["slow"].Moved >= n-1 })
 	w.stop(t)
 	bundles := e.subjectCount(first.Stream, first.ScheduleSubject+".b.>")
 	if bundles == 0 {
@@ -304,22 +264,6 @@ func TestNakWorkerUnpacksBundlesLeftByAnEarlierRun(t *testing.T) {
 	}
 }
 
-// subjectCount is how many messages of stream match filter.
-func (e *env) subjectCount(stream, filter string) int {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := e.js.Stream(ctx, stream)
-	must(e.t, err, "stream %s", stream)
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
-	must(e.t, err, "stream info")
-	n := 0
-	for _, c := range info.State.Subjects {
-		n += int(c)
-	}
-	return n
-}
-
 // TestUnreadableBundleIsDeadLettered: a message on a bundle's unpack subject
 // that is not a bundle this version reads (garbage, or the layout of a
 // later version) is not retried forever: it goes to the dead-letter subject
@@ -328,35 +272,30 @@ func (e *env) subjectCount(stream, filter string) int {
 func TestUnreadableBundleIsDeadLettered(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFER": "schedule"})
-	e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
-	e.waitStream(cfg.Stream)
+	w := e.startWorker(cfg, consumer.Forwarder(e.js, cfg.Forward))
+	// The worker has bound the schedule subjects once it is built.
+	e.waitBuilt(w)
 	dlq := e.collect("dlq.*")
-	// The worker binds the schedule subjects once it has created the
-	// stream: publish until the stream takes it.
 	bogus := cfg.ScheduleSubject + ".u.acme.JOBS-1-ffff"
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: bogus, Data: []byte{0xff, 1, 2, 3}})
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("publish %s: %v", bogus, err)
-		}
-	}
+	e.publish(bogus, nil, []byte{0xff, 1, 2, 3})
 	got := dlq.waitCount(t, 1, 10*time.Second)
 	if got[0].subject != "dlq.acme" || !strings.Contains(got[0].reason, "unreadable bundle") {
 		t.Errorf("dead letter on %s with reason %q, want dlq.acme and an unreadable bundle", got[0].subject, got[0].reason)
 	}
-	for deadline := time.Now().Add(5 * time.Second); e.subjectCount(cfg.Stream, bogus) > 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the unreadable bundle is still in the jobs stream")
-		}
+	testenv.Eventually(t, 5*time.Second, "the unreadable bundle to leave the jobs stream", func() bool {
+		return e.subjectCount(cfg.Stream, bogus) == 0
+	})
+	// Settled, the bundles consumer holds nothing to retry: a bundle handed
+	// back would be awaiting its redelivery.
+	e.waitSettled(t, cfg, 10*time.Second)
+	if n := w.stats()["acme"].DeadLettered; n != 1 {
+		t.Errorf("the worker dead-lettered %d times, want once", n)
 	}
-	time.Sleep(300 * time.Millisecond) // a retried bundle would be dead-lettered again by now
-	if n := len(dlq.all()); n != 1 {
+	if n := len(dlq.waitAll(t, 10*time.Second)); n != 1 {
 		t.Errorf("%d dead letters, want 1", n)
+	}
+	if info := e.consumerInfo(cfg.Stream, cfg.Consumer+"_bundles"); info.NumRedelivered != 0 || info.Delivered.Consumer != 1 {
+		t.Errorf("bundles consumer: %d delivered, %d redelivered; want the bundle delivered once", info.Delivered.Consumer, info.NumRedelivered)
 	}
 }
 
@@ -431,7 +370,11 @@ func TestBundlesInAStreamThatDeniesDeletes(t *testing.T) {
 	if moved := w.stats()["slow"].Moved; moved != n-1 {
 		t.Errorf("moved %d jobs, want %d", moved, n-1)
 	}
-	time.Sleep(1500 * time.Millisecond) // a handed-back bundle would be redelivered by now
+	// The unpacked bundles stay in the stream (they cannot be deleted), so
+	// the jobs cannot settle as waitSettled sees it; the consumers can.
+	// Idle, the bundles consumer holds nothing to retry: a bundle handed
+	// back would be awaiting its redelivery.
+	e.waitIdle(t, 10*time.Second, cfg.Stream, cfg.Consumer, cfg.Consumer+"_bundles")
 	info := e.consumerInfo(cfg.Stream, cfg.Consumer+"_bundles")
 	if info.NumRedelivered != 0 || info.NumAckPending != 0 || info.Delivered.Consumer == 0 {
 		t.Errorf("bundles consumer: %d delivered, %d redelivered, %d ack-pending; want some delivered, none redelivered or pending",
@@ -575,8 +518,8 @@ func TestExistingStreamBindsTheJobSubjects(t *testing.T) {
 	narrow := e.config(map[string]string{"THROTTLER_DEFER": "nak", "THROTTLER_STREAM": "WIDE", "THROTTLER_SUBJECTS": "wide.*.email",
 		"THROTTLER_CONSUMER": "wide"})
 	e.createJobsStream(jetstream.StreamConfig{Name: "WIDE", Subjects: []string{"wide.>"}})
-	e.startWorker(narrow, consumer.Forwarder(e.js, narrow.Forward))
-	time.Sleep(time.Second) // the worker's set-up
+	wide := e.startWorker(narrow, consumer.Forwarder(e.js, narrow.Forward))
+	e.waitBuilt(wide) // its set-up is done: it changed the stream or never will
 	if got := subjects("WIDE"); !slices.Equal(got, []string{"wide.>"}) {
 		t.Errorf("stream WIDE's subjects became %v, want [wide.>]", got)
 	}

@@ -1,30 +1,28 @@
 package testenv
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
 
-// eventuallyEvery is how often Eventually checks its condition.
-const eventuallyEvery = 10 * time.Millisecond
+// errNotYet is what Eventually's condition reports to waitUntil while it
+// does not hold.
+var errNotYet = errors.New("not yet")
 
 // Eventually checks cond every few milliseconds until it holds, and fails
 // tb, naming what it waited for, when timeout passes first. Tests wait for
-// conditions only this way: never by sleeping and then asserting.
+// conditions only this way: never by sleeping and then asserting. It polls
+// with waitUntil, the loop the Start* functions wait for servers with.
 func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(eventuallyEvery)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			if cond() {
-				return
-			}
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		case <-tick.C:
+	err := waitUntil(timeout, nil, func() error {
+		if cond() {
+			return nil
 		}
+		return errNotYet
+	})
+	if err != nil {
+		tb.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }

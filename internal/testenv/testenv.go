@@ -31,7 +31,7 @@ const (
 	// stopTimeout bounds how long a stopped server may keep its port open.
 	stopTimeout = 10 * time.Second
 	// pollInterval is the delay between two checks of a condition.
-	pollInterval = 20 * time.Millisecond
+	pollInterval = 10 * time.Millisecond
 	// dialTimeout bounds a single readiness probe.
 	dialTimeout = 500 * time.Millisecond
 	// logTailBytes is how much of a server log is quoted in failures.
@@ -84,7 +84,8 @@ func portFree(port int) bool {
 
 // waitUntil calls cond until it returns nil, timeout elapses, abort is closed
 // (a nil abort never fires) or cond returns an error wrapping errGiveUp. The
-// returned error wraps the last error returned by cond.
+// returned error wraps the last error returned by cond. It is the one
+// polling loop of the package: Eventually is built on it.
 func waitUntil(timeout time.Duration, abort <-chan struct{}, cond func() error) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -106,6 +107,10 @@ func waitUntil(timeout time.Duration, abort <-chan struct{}, cond func() error) 
 			}
 			return fmt.Errorf("%w: %w", errAborted, last)
 		case <-deadline.C:
+			// The condition may have become true since the last check.
+			if last = cond(); last == nil {
+				return nil
+			}
 			return fmt.Errorf("timed out after %s: %w", timeout, last)
 		case <-tick.C:
 		}

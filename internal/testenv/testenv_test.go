@@ -168,22 +168,16 @@ func TestNATSRestartKeepsJetStream(t *testing.T) {
 
 	// The original connection must reconnect to the same port.
 	var stream jetstream.Stream
-	err = waitUntil(10*time.Second, nil, func() error {
+	Eventually(t, 10*time.Second, "the connection to reconnect and read the stream", func() bool {
 		if nc.Stats().Reconnects == 0 || !nc.IsConnected() {
-			return fmt.Errorf("not reconnected (reconnects=%d, status=%v)", nc.Stats().Reconnects, nc.Status())
+			return false
 		}
 		reqCtx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		s, err := js.Stream(reqCtx, "EVENTS")
-		if err != nil {
-			return err
-		}
 		stream = s
-		return nil
+		return err == nil
 	})
-	if err != nil {
-		t.Fatalf("stream after Restart: %v", err)
-	}
 	if msgs := stream.CachedInfo().State.Msgs; msgs != 1 {
 		t.Fatalf("stream has %d messages after Restart, want 1", msgs)
 	}
