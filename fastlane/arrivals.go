@@ -14,12 +14,14 @@ import (
 // The lane sees jobs arrive through a consumer of its own on the jobs
 // stream, Config.Arrivals: a pull consumer of the job subjects that
 // delivers headers only and wants no acks, shared by the fleet's lanes
-// (each arrival reaches one of them). It delivers what is stored after it
-// is created, when a backlog starts; it is read while the backlog lasts, and left when the
-// jobs consumer has had no backlog for IdleOff; the server deletes it once
-// it has had no reader for ArrivalsIdle. The stream's configuration is
-// never touched. Jobs stored before it exists wait for the backlog, as
-// they would without a lane.
+// (each arrival reaches one of them). It is created when a backlog starts,
+// delivering from the jobs consumer's position on: the lane first reads
+// the backlog itself, which tells it which tenants have jobs queued there
+// (a flooding tenant's later jobs must stay behind its earlier ones), then
+// every job stored after. It is read while the backlog lasts and left when
+// the jobs consumer has had no backlog for IdleOff; the server deletes it
+// once it has had no reader for ArrivalsIdle. The stream's configuration
+// is never touched.
 
 // retryReading is how long the lane waits before trying again to read
 // arrivals after a failed start.
@@ -44,7 +46,14 @@ func (l *Lane) startReading(ctx context.Context) {
 			return
 		}
 	}
-	cons, err := l.arrivalsConsumer(sctx)
+	info, err := l.cfg.Stream.Info(sctx)
+	var cons jetstream.Consumer
+	if err == nil {
+		// What is stored now is the backlog: only what arrives after it
+		// may pass it.
+		l.readFrom.Store(info.State.LastSeq + 1)
+		cons, err = l.arrivalsConsumer(sctx)
+	}
 	if err != nil {
 		l.readStart = now.Add(retryReading)
 		l.cfg.Log.Warn("fast lane: cannot read arrivals; a tenant's jobs behind another's backlog wait for it", "consumer", l.cfg.Arrivals, "err", err)
@@ -53,7 +62,7 @@ func (l *Lane) startReading(ctx context.Context) {
 	l.reading.Store(true)
 	cc, err := cons.Consume(l.onArrival, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-			// Read again from the stream's end at the next observed backlog.
+			// Read again at the next observed backlog.
 			l.reading.Store(false)
 		}
 	}))
@@ -78,29 +87,27 @@ func (l *Lane) stopReading() {
 	l.cfg.Log.Info("fast lane: no backlog for a while; stopped reading arrivals", "for", l.cfg.IdleOff)
 }
 
-// arrivalsConsumer binds the arrivals consumer, creating it when it is
-// missing. Every lane asks for the same configuration, so whichever comes
-// first creates it and the others bind it. One left from an earlier
-// backlog, with many arrivals no lane read, is replaced: they are stale.
+// arrivalsConsumer binds the arrivals consumer, creating it, when it is
+// missing, to deliver from just after the jobs consumer's position. The
+// first lane to start creates it and the others bind it. One left from an
+// earlier backlog is bound as it is: what it delivers from before the jobs
+// consumer's position only tells which tenants had jobs there.
 func (l *Lane) arrivalsConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	js, name := l.cfg.JetStream, l.cfg.Arrivals
 	stream := l.cfg.Stream.CachedInfo().Config.Name
 	c, err := js.Consumer(ctx, stream, name)
-	switch {
-	case err == nil:
-		if c.CachedInfo().NumPending <= uint64(max(1024, 4*l.cfg.Backlog)) {
-			return c, nil
-		}
-		if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, err
-		}
-	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return c, err
+	}
+	jobs, err := l.cfg.Jobs.Info(ctx)
+	if err != nil {
 		return nil, err
 	}
 	cfg := jetstream.ConsumerConfig{
 		Durable:           name,
 		AckPolicy:         jetstream.AckNonePolicy,
-		DeliverPolicy:     jetstream.DeliverNewPolicy,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       jobs.Delivered.Stream + 1,
 		HeadersOnly:       true,
 		InactiveThreshold: l.cfg.ArrivalsIdle,
 		// Its state is worth nothing after a restart, and a replicated
@@ -113,7 +120,11 @@ func (l *Lane) arrivalsConsumer(ctx context.Context) (jetstream.Consumer, error)
 	} else {
 		cfg.FilterSubjects = l.cfg.JobSubjects
 	}
-	return js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	c, err = js.CreateConsumer(ctx, stream, cfg)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		return js.Consumer(ctx, stream, name) // another lane created it first
+	}
+	return c, err
 }
 
 // arrival is a job the lane takes.
@@ -145,9 +156,10 @@ func (l *Lane) onArrival(m jetstream.Msg) {
 		return
 	}
 	seq := meta.Sequence.Stream
-	if now.Sub(meta.Timestamp) > l.cfg.Deadline {
-		// Stored while no lane read arrivals: left to the jobs consumer,
-		// and its tenant's later jobs behind it.
+	if seq < l.readFrom.Load() || now.Sub(meta.Timestamp) > l.cfg.Deadline {
+		// Part of the backlog the lane read first (stored before it began
+		// reading), or read too late to be taken: left to the jobs
+		// consumer, and its tenant's later jobs behind it.
 		l.backlog.leave(t, seq)
 		return
 	}

@@ -96,6 +96,12 @@ func TestLaneOnArrivalKeepsATenantsOrder(t *testing.T) {
 		{"stored longer ago than Deadline", func(l *testLane) {
 			l.onArrival(arrivalMsg("jobs.b", 1001, l.clock.Now().Add(-5*time.Second)))
 		}},
+		{"part of the backlog read first", func(l *testLane) {
+			// The lane began reading when the stream's last job was 1001:
+			// b's job there is in the backlog, however recent.
+			l.readFrom.Store(1002)
+			l.onArrival(arrivalMsg("jobs.b", 1001, l.clock.Now()))
+		}},
 		{"Run's work full", func(l *testLane) {
 			for range cap(l.work) {
 				l.work <- arrival{}

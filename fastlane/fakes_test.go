@@ -122,6 +122,7 @@ type fakeStream struct {
 	msgs    map[uint64]*jetstream.RawStreamMsg
 	copies  map[string]bool // subjects of stored copies
 	lastErr error           // GetLastMsgForSubject fails with it
+	lastSeq uint64          // the last sequence Info reports
 	deleted []uint64
 	asked   []string // subjects GetLastMsgForSubject was asked for
 }
@@ -132,6 +133,12 @@ func newFakeStream() *fakeStream {
 
 func (s *fakeStream) CachedInfo() *jetstream.StreamInfo {
 	return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Name: s.name}}
+}
+
+func (s *fakeStream) Info(context.Context, ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Name: s.name}, State: jetstream.StreamState{LastSeq: s.lastSeq}}, nil
 }
 
 // store stores a job on subj at seq.
@@ -264,10 +271,11 @@ type fakeJetStream struct {
 	mu         sync.Mutex
 	existing   *fakeConsumer // the arrivals consumer, when it exists
 	lookupErr  error         // Consumer fails with it
-	createErr  error         // CreateOrUpdateConsumer fails with it
+	createErr  error         // CreateConsumer fails with it
 	created    []jetstream.ConsumerConfig
 	deletedCon []string
 	lookups    int
+	lookupHook func(n int) // called after the n-th lookup, with the lock held
 	published  []*nats.Msg
 	publishErr error // PublishMsgAsync refuses with it
 	ackErr     error // the publish's future fails with it
@@ -277,6 +285,11 @@ func (js *fakeJetStream) Consumer(_ context.Context, _, _ string) (jetstream.Con
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	js.lookups++
+	defer func() {
+		if js.lookupHook != nil {
+			js.lookupHook(js.lookups)
+		}
+	}()
 	switch {
 	case js.lookupErr != nil:
 		return nil, js.lookupErr
@@ -286,12 +299,15 @@ func (js *fakeJetStream) Consumer(_ context.Context, _, _ string) (jetstream.Con
 	return js.existing, nil
 }
 
-func (js *fakeJetStream) CreateOrUpdateConsumer(_ context.Context, _ string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+func (js *fakeJetStream) CreateConsumer(_ context.Context, _ string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	js.created = append(js.created, cfg)
 	if js.createErr != nil {
 		return nil, js.createErr
+	}
+	if js.existing != nil {
+		return nil, jetstream.ErrConsumerExists
 	}
 	js.existing = &fakeConsumer{info: &jetstream.ConsumerInfo{Name: cfg.Durable, Config: cfg}}
 	return js.existing, nil

@@ -131,13 +131,14 @@ type Lane struct {
 	wake    chan struct{} // asks Run to start reading arrivals
 	backlog backlog
 
-	reading   atomic.Bool  // arrivals are being read
-	arrived   atomic.Int64 // when the last job arrived, Unix ns
-	paceNext  time.Time    // when the deciding loop may go on; Pause only
-	stopRead  func()       // stops reading arrivals; Run only
-	readStart time.Time    // when a failed start of reading may be retried; Run only
-	mu        sync.Mutex   // guards lowSince
-	lowSince  time.Time    // since when the backlog has been under Backlog; zero while over it
+	reading   atomic.Bool   // arrivals are being read
+	readFrom  atomic.Uint64 // the first stream sequence stored after reading began
+	arrived   atomic.Int64  // when the last job arrived, Unix ns
+	paceNext  time.Time     // when the deciding loop may go on; Pause only
+	stopRead  func()        // stops reading arrivals; Run only
+	readStart time.Time     // when a failed start of reading may be retried; Run only
+	mu        sync.Mutex    // guards lowSince
+	lowSince  time.Time     // since when the backlog has been under Backlog; zero while over it
 }
 
 // laneBatch caps the jobs one take handles.

@@ -183,9 +183,9 @@ func (l *logs) logger() *slog.Logger {
 }
 
 // TestLaneStartReading: reading arrivals creates the lane's consumer as the
-// fleet shares it (headers only, no acks, new messages only, one replica
-// in memory, deleted after ArrivalsIdle without a reader) and consumes it
-// once; stopReading stops it.
+// fleet shares it (headers only, no acks, from just after the jobs
+// consumer's position, one replica in memory, deleted after ArrivalsIdle
+// without a reader) and consumes it once; stopReading stops it.
 func TestLaneStartReading(t *testing.T) {
 	for _, subjects := range [][]string{{"jobs.>"}, {"jobs.>", "tasks.*"}} {
 		t.Run(strings.Join(subjects, ","), func(t *testing.T) {
@@ -200,8 +200,8 @@ func TestLaneStartReading(t *testing.T) {
 			}
 			got := l.js.created[0]
 			want := jetstream.ConsumerConfig{Durable: "workers_arrivals", AckPolicy: jetstream.AckNonePolicy,
-				DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true, InactiveThreshold: 45 * time.Second,
-				Replicas: 1, MemoryStorage: true}
+				DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: 1001, HeadersOnly: true,
+				InactiveThreshold: 45 * time.Second, Replicas: 1, MemoryStorage: true}
 			if len(subjects) == 1 {
 				want.FilterSubject = subjects[0]
 			} else {
@@ -229,22 +229,19 @@ func TestLaneStartReading(t *testing.T) {
 
 // equalConsumerConfig compares the fields the lane sets.
 func equalConsumerConfig(a, b jetstream.ConsumerConfig) bool {
-	return a.Durable == b.Durable && a.AckPolicy == b.AckPolicy && a.DeliverPolicy == b.DeliverPolicy &&
+	return a.Durable == b.Durable && a.AckPolicy == b.AckPolicy && a.DeliverPolicy == b.DeliverPolicy && a.OptStartSeq == b.OptStartSeq &&
 		a.HeadersOnly == b.HeadersOnly && a.InactiveThreshold == b.InactiveThreshold && a.Replicas == b.Replicas &&
 		a.MemoryStorage == b.MemoryStorage && a.FilterSubject == b.FilterSubject && slices.Equal(a.FilterSubjects, b.FilterSubjects)
 }
 
-// TestLaneStartReadingBindsOrReplaces: a lane binds the arrivals consumer
-// another lane created; one with more arrivals left than any lane reads
-// in time (stale: stored while none read) is deleted and created afresh.
-func TestLaneStartReadingBindsOrReplaces(t *testing.T) {
+// TestLaneStartReadingBindsTheFleets: a lane binds the arrivals consumer
+// another lane created, or one left from an earlier backlog, as it is; a
+// lane that loses the race to create it binds the winner's.
+func TestLaneStartReadingBindsTheFleets(t *testing.T) {
 	ctx := context.Background()
-	existing := func(pending uint64) *fakeConsumer {
-		return &fakeConsumer{info: &jetstream.ConsumerInfo{Name: "workers_arrivals", NumPending: pending}}
-	}
 	t.Run("bound", func(t *testing.T) {
 		l := newTestLane(t, 5000)
-		c := existing(1024) // max(1024, 4 × Backlog of 100)
+		c := &fakeConsumer{info: &jetstream.ConsumerInfo{Name: "workers_arrivals", NumPending: 1_000_000}}
 		l.js.existing = c
 		l.startReading(ctx)
 		if !l.reading.Load() || len(l.js.created) != 0 || len(l.js.deletedCon) != 0 || len(c.consumes()) != 1 {
@@ -252,20 +249,17 @@ func TestLaneStartReadingBindsOrReplaces(t *testing.T) {
 				l.reading.Load(), len(l.js.created), l.js.deletedCon, len(c.consumes()))
 		}
 	})
-	t.Run("replaced", func(t *testing.T) {
+	t.Run("lost the race", func(t *testing.T) {
 		l := newTestLane(t, 5000)
-		l.js.existing = existing(1025)
-		l.startReading(ctx)
-		if !l.reading.Load() || len(l.js.created) != 1 || !slices.Equal(l.js.deletedCon, []string{"workers_arrivals"}) {
-			t.Fatalf("reading %v, created %d, deleted %v; want true, 1, [workers_arrivals]", l.reading.Load(), len(l.js.created), l.js.deletedCon)
+		winner := &fakeConsumer{info: &jetstream.ConsumerInfo{Name: "workers_arrivals"}}
+		l.js.lookupHook = func(n int) {
+			if n == 1 {
+				l.js.existing = winner // created between the lookup and the create
+			}
 		}
-	})
-	t.Run("threshold from Backlog", func(t *testing.T) {
-		l := newTestLane(t, 5000, func(c *Config) { c.Backlog = 1000 })
-		l.js.existing = existing(4000)
 		l.startReading(ctx)
-		if len(l.js.deletedCon) != 0 {
-			t.Fatalf("replaced a consumer with 4,000 arrivals left, 4 × Backlog")
+		if !l.reading.Load() || len(winner.consumes()) != 1 {
+			t.Fatalf("reading %v, the winner's consumer consumed %d times; want true, 1", l.reading.Load(), len(winner.consumes()))
 		}
 	})
 }

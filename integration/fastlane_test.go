@@ -478,10 +478,10 @@ func TestFastLaneLeavesTheJobsStreamAlone(t *testing.T) {
 	if ac.FilterSubject != "" {
 		filters = append(filters, ac.FilterSubject)
 	}
-	if !ac.HeadersOnly || ac.AckPolicy != jetstream.AckNonePolicy || ac.DeliverPolicy != jetstream.DeliverNewPolicy ||
+	if !ac.HeadersOnly || ac.AckPolicy != jetstream.AckNonePolicy || ac.DeliverPolicy != jetstream.DeliverByStartSequencePolicy ||
 		ac.Replicas != 1 || !ac.MemoryStorage || ac.InactiveThreshold != 30*time.Second || !reflect.DeepEqual(filters, cfg.Subjects) {
 		t.Errorf("arrivals consumer: headers only %v, ack %v, deliver %v, replicas %d, memory %v, inactive after %v, filters %v; "+
-			"want true, none, new, 1, true, 30s, %v",
+			"want true, none, by_start_sequence, 1, true, 30s, %v",
 			ac.HeadersOnly, ac.AckPolicy, ac.DeliverPolicy, ac.Replicas, ac.MemoryStorage, ac.InactiveThreshold, filters, cfg.Subjects)
 	}
 
@@ -643,5 +643,29 @@ func TestLanePacesAFlood(t *testing.T) {
 	t.Logf("a: %d deferred before B took the lane; %d more in %v (at most %d/s)", from, k, took, rate)
 	if published.Load() == 0 {
 		t.Error("B published nothing")
+	}
+}
+
+// TestFastLaneLeavesAFloodInOrder: a tenant that floods the queue alone
+// has jobs queued in the backlog the lane reads first, so the lane takes
+// none of its later jobs out of order: each of them runs after the
+// tenant's earlier ones.
+func TestFastLaneLeavesAFloodInOrder(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10"})
+	var r ran
+	w := e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
+	testenv.Eventually(t, 10*time.Second, "the worker's consumers", func() bool {
+		return e.consumerExists(cfg, cfg.Consumer+"_fast")
+	})
+	publishFlood(t, e.js, 5000, func() *nats.Msg { return nats.NewMsg("jobs.a") })
+	e.waitLaneOn(w, cfg)
+	// The lane has read every arrival of the flood once its consumer has
+	// nothing left to deliver.
+	testenv.Eventually(t, 20*time.Second, "the lane reading the whole flood", func() bool {
+		return e.drained(cfg, cfg.Consumer+"_arrivals")
+	})
+	if n := w.stats()["a"].FastLaned; n != 0 {
+		t.Fatalf("the lane took %d of the flooding tenant's jobs out of its queue", n)
 	}
 }
