@@ -252,6 +252,25 @@ func TestFairDeferrerMovesWhenTheConsumerIsCrowded(t *testing.T) {
 	}
 }
 
+// TestFairDeferrerCapsTheWorkersNakedJobs: past MaxNaked NAK'd jobs of all
+// tenants on this worker, every job is moved, until some come back.
+func TestFairDeferrerCapsTheWorkersNakedJobs(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f := &FairDeferrer{MoveAfter: time.Hour, TenantShare: 100, MaxNaked: 3, Now: func() time.Time { return now }}
+	for i, tenant := range []string{"a", "b", "c"} {
+		if f.shouldMove(tenant, time.Second*time.Duration(i+1)) {
+			t.Fatalf("job %d of %d NAK'd jobs moved", i+1, 3)
+		}
+	}
+	if !f.shouldMove("d", time.Second) {
+		t.Fatal("a fourth tenant's job NAK'd past MaxNaked")
+	}
+	now = now.Add(time.Second) // a's job came back
+	if f.shouldMove("d", time.Second) {
+		t.Fatal("moved with room under MaxNaked again")
+	}
+}
+
 func TestFairDeferrerDeferKeepsErrors(t *testing.T) {
 	boom := errors.New("boom")
 	move := &recordingDeferrer{mark: func(d *Deferral) { d.Err = boom }}

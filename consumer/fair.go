@@ -24,6 +24,11 @@ type FairDeferrer struct {
 	// TenantShare is how many NAK'd jobs one tenant may have waiting on this
 	// worker before its jobs are moved. Defaults to 50.
 	TenantShare int
+	// MaxNaked is how many NAK'd jobs, of all tenants, this worker may have
+	// waiting before every job is moved: it keeps the consumer under
+	// Crowded from the start, before AckPending has a count to tell.
+	// Defaults to 0 (no cap).
+	MaxNaked int
 	// MaxAge is the jobs stream's MaxAge (0: none). A NAK'd job stays the
 	// same message, which the stream drops once it is MaxAge old, so a job
 	// whose message would be older than half of it when it came back is
@@ -40,6 +45,7 @@ type FairDeferrer struct {
 
 	mu      sync.Mutex
 	waiting map[string]*expiries
+	naked   expiries  // when each NAK'd job of any tenant comes back
 	pruned  time.Time // when prune last ran
 }
 
@@ -122,10 +128,14 @@ func (f *FairDeferrer) shouldMove(tenant string, wait time.Duration) bool {
 	for e.Len() > 0 && !(*e)[0].After(now) {
 		heap.Pop(e)
 	}
-	if e.Len() >= share {
+	for f.naked.Len() > 0 && !f.naked[0].After(now) {
+		heap.Pop(&f.naked)
+	}
+	if e.Len() >= share || (f.MaxNaked > 0 && f.naked.Len() >= f.MaxNaked) {
 		return true
 	}
 	heap.Push(e, now.Add(wait))
+	heap.Push(&f.naked, now.Add(wait))
 	if len(f.waiting) > 1024 && now.Sub(f.pruned) > time.Second {
 		f.prune(now)
 	}

@@ -71,7 +71,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	cancel()
 
 	stats := consumer.NewStats(cfg.MetricsTenants)
-	ackPending := consumer.NewAckPending(st.jobs, time.Second)
+	ackPending := consumer.NewAckPending(st.jobs, 250*time.Millisecond)
 	lane, claims, err := st.lane(js, cfg, copies, stats, log)
 	if err != nil {
 		return err

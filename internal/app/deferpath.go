@@ -41,8 +41,10 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings, ackPending *c
 			Move:        move,
 			MoveAfter:   cfg.ScheduleAfter,
 			TenantShare: max(1, cfg.MaxAckPending/40),
-			MaxAge:      p.maxAge,
-			AckPending:  ackPending.Count,
+			// Two workers stay under Crowded with their pulls and handlers.
+			MaxNaked:   consumer.Crowded / 4,
+			MaxAge:     p.maxAge,
+			AckPending: ackPending.Count,
 		}
 	}
 	return consumer.NakDeferrer{}
