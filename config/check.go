@@ -70,8 +70,10 @@ func (c *Config) check(failed map[string]bool) Problems {
 
 	ck.natsURLs(c.NATSURL)
 	ck.redisURL(c.RedisURL)
-	ck.name("THROTTLER_STREAM", c.Stream)
-	ck.name("THROTTLER_CONSUMER", c.Consumer)
+	// The worker names streams and consumers after these, with suffixes
+	// of its own (_FORWARD, _arrivals, …), within JetStream's 255.
+	ck.name("THROTTLER_STREAM", c.Stream, 255-len("_FORWARD"))
+	ck.name("THROTTLER_CONSUMER", c.Consumer, 255-len("_arrivals"))
 	c.Subjects = ck.subjects(c.SubjectsSpec)
 	c.TenantFromToken, c.TenantFromHeader = ck.tenantFrom(c.TenantFromSpec)
 	ck.intIn("THROTTLER_DEFAULT_BURST", c.DefaultBurst)
@@ -201,13 +203,13 @@ func (ck *checker) redisURL(s string) {
 	}
 }
 
-// name checks a stream or consumer name.
-func (ck *checker) name(name, s string) {
-	ok := len(s) >= 1 && len(s) <= 255 && !strings.ContainsFunc(s, func(r rune) bool {
+// name checks a stream or consumer name of at most most characters.
+func (ck *checker) name(name, s string, most int) {
+	ok := len(s) >= 1 && len(s) <= most && !strings.ContainsFunc(s, func(r rune) bool {
 		return unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune(`.*>/\`, r)
 	})
 	if !ok {
-		ck.addf(name, `must be 1 to 255 characters without spaces, ".", "*", ">", "/" or "\", got %q`, s)
+		ck.addf(name, `must be 1 to %d characters without spaces, ".", "*", ">", "/" or "\", got %q`, most, s)
 	}
 }
 

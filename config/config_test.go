@@ -196,6 +196,8 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_SUBJECTS", "jobs.*,jobs.*", "twice"},
 		{"THROTTLER_SUBJECTS", " ", "one or more subjects"},
 		{"THROTTLER_CONSUMER", "c*", `"*"`},
+		{"THROTTLER_CONSUMER", strings.Repeat("c", 247), "1 to 246 characters"},
+		{"THROTTLER_STREAM", strings.Repeat("S", 248), "1 to 247 characters"},
 		{"THROTTLER_TENANT_FROM", "subject:0", "from 1"},
 		{"THROTTLER_TENANT_FROM", "subject:x", "from 1"},
 		{"THROTTLER_TENANT_FROM", "header:", "header name"},
@@ -385,16 +387,18 @@ func TestPrintFormat(t *testing.T) {
 
 func TestProblemsDoNotLeakSecrets(t *testing.T) {
 	t.Parallel()
-	_, err := LoadFrom(map[string]string{
-		"NATS_URL":  "http://alice:s3cret@n1:4222,nats://t0ken@n2:%zz",
-		"REDIS_URL": "redis://bob:hunter2@r:6379/%zz",
-	})
-	if err == nil {
-		t.Fatal("want an error")
-	}
-	for _, secret := range []string{"s3cret", "t0ken", "hunter2"} {
-		if strings.Contains(err.Error(), secret) {
-			t.Errorf("error shows secret %q:\n%v", secret, err)
+	for _, redisURL := range []string{"redis://bob:hunter2@r:6379/%zz", "redis://r:6379?password=hunter2&db=x"} {
+		_, err := LoadFrom(map[string]string{
+			"NATS_URL":  "http://alice:s3cret@n1:4222,nats://t0ken@n2:%zz",
+			"REDIS_URL": redisURL,
+		})
+		if err == nil {
+			t.Fatal("want an error")
+		}
+		for _, secret := range []string{"s3cret", "t0ken", "hunter2"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error shows secret %q:\n%v", secret, err)
+			}
 		}
 	}
 }
@@ -411,6 +415,7 @@ func TestMask(t *testing.T) {
 		{"redis://:p@h", "redis://:****@h", "redis://:****@h"},
 		{"redis://u:p/with@slash@h/0", "redis://u:****@h/0", "redis://u:****@h/0"},
 		{"redis://h/0?x=a@b", "redis://****@b", "redis://h/0?x=a@b"},
+		{"redis://r:6379?password=qs-secret&db=1", "redis://r:6379?password=qs-secret&db=1", "redis://r:6379?password=****&db=1"},
 	}
 	for _, tt := range tests {
 		if got := maskNATSURLs(tt.in); got != tt.nats {

@@ -66,8 +66,28 @@ func maskNATSURLs(s string) string {
 	return strings.Join(parts, ",")
 }
 
-// maskRedisURL masks the password of a Redis URL's user:password@.
-func maskRedisURL(s string) string { return maskUserinfo(s, false) }
+// maskRedisURL masks the password of a Redis URL's user:password@, and
+// the value of a query parameter that names a secret (?password=…).
+func maskRedisURL(s string) string { return maskQuery(maskUserinfo(s, false)) }
+
+// maskQuery masks, in URL s, the value of every query parameter whose
+// name speaks of a password, token or secret. It works on the text, as
+// maskUserinfo does.
+func maskQuery(s string) string {
+	base, query, ok := strings.Cut(s, "?")
+	if !ok {
+		return s
+	}
+	params := strings.Split(query, "&")
+	for i, p := range params {
+		name, _, hasValue := strings.Cut(p, "=")
+		low := strings.ToLower(name)
+		if hasValue && (strings.Contains(low, "pass") || strings.Contains(low, "token") || strings.Contains(low, "secret")) {
+			params[i] = name + "=" + mask
+		}
+	}
+	return base + "?" + strings.Join(params, "&")
+}
 
 // maskUserinfo masks the password in the userinfo of URL s, and the whole
 // userinfo when it has no password and userOnlyIsSecret is set. It works

@@ -34,6 +34,19 @@ func overlapIsConfig(err error, cfg *Settings, withSchedules bool) error {
 	return fmt.Errorf("the jobs stream %s cannot bind its subjects: %s overlaps the subjects of another stream: %w: %w", cfg.Stream, vars, err, ErrUnsupported)
 }
 
+// refusedIsConfig turns err, from setting up a stream or a consumer, into
+// a setting to change (ErrUnsupported, naming vars) when JetStream refused
+// the request as bad (status 400: a name too long, subjects it will not
+// bind, …): sending it again cannot help. Any other error is returned as
+// it is, to be retried.
+func refusedIsConfig(err error, what, vars string) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != 400 || errors.Is(err, ErrUnsupported) {
+		return err
+	}
+	return fmt.Errorf("JetStream refused %s (%s); check %s: %w: %w", what, apiErr.Description, vars, err, ErrUnsupported)
+}
+
 // jsErrConsumerCreate is the JetStream API error code of a consumer that
 // cannot be created or updated (JSConsumerCreateErrF); its description says
 // why.

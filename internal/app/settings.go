@@ -65,6 +65,9 @@ func settle(cfg *config.Config, failed config.Problems) (*Settings, config.Probl
 			add("THROTTLER_SUBJECTS", "must be subjects separated by commas, such as jobs.>: "+err.Error())
 			continue
 		}
+		if reserved := reservedSubject(subj); reserved != "" {
+			add("THROTTLER_SUBJECTS", fmt.Sprintf("%q overlaps %s, which NATS keeps for itself and JetStream will not store; choose job subjects such as jobs.>", subj, reserved))
+		}
 		subjects = append(subjects, subj)
 	}
 
@@ -84,6 +87,18 @@ func settle(cfg *config.Config, failed config.Problems) (*Settings, config.Probl
 	s.Rules = rules(cfg, add, failed.Has("THROTTLER_DEFAULT_BURST"))
 	s.Forward, s.DLQ = outputs(cfg, subjects, add)
 	return s, ps
+}
+
+// reservedSubject returns the subjects NATS keeps for itself (its
+// JetStream API and clustering, the system account) that subj overlaps, or
+// "": a stream that acks what it stores refuses them.
+func reservedSubject(subj string) string {
+	for _, r := range []string{"$JS.>", "$JSC.>", "$NRG.>", "$SYS.>"} {
+		if subject.Overlap(subj, r) {
+			return r
+		}
+	}
+	return ""
 }
 
 // rules parses the default and per-tenant limits.

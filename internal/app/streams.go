@@ -51,14 +51,18 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	}
 	stream, err := consumer.EnsureStream(ctx, js, spec)
 	if err != nil {
-		if len(spec.ScheduleSubjects) == 0 || path.mode == config.DeferSchedule {
-			return nil, overlapIsConfig(err, cfg, len(spec.ScheduleSubjects) > 0)
+		// Subjects that overlap another stream's (another fleet's schedule
+		// prefix, say) are a setting to change, whatever THROTTLER_DEFER:
+		// falling back to NAK would quietly give up fairness.
+		err = overlapIsConfig(err, cfg, len(spec.ScheduleSubjects) > 0)
+		if len(spec.ScheduleSubjects) == 0 || path.mode == config.DeferSchedule || errors.Is(err, ErrUnsupported) {
+			return nil, refusedIsConfig(err, "the jobs stream "+cfg.Stream, "THROTTLER_STREAM and THROTTLER_SUBJECTS")
 		}
 		log.Warn("cannot enable message schedules on the jobs stream; deferring with NAK only", "err", err)
 		path.mode = config.DeferNak
 		spec.ScheduleSubjects = nil
 		if stream, err = consumer.EnsureStream(ctx, js, spec); err != nil {
-			return nil, overlapIsConfig(err, cfg, false)
+			return nil, refusedIsConfig(overlapIsConfig(err, cfg, false), "the jobs stream "+cfg.Stream, "THROTTLER_STREAM and THROTTLER_SUBJECTS")
 		}
 	}
 	// Moved jobs come back on every path: a worker that NAKs only may share
@@ -83,7 +87,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	handles := make([]jetstream.Consumer, len(specs))
 	for i, c := range specs {
 		if handles[i], err = consumer.EnsureConsumer(ctx, js, c); err != nil {
-			return nil, consumerIsConfig(err, c.Name)
+			return nil, refusedIsConfig(consumerIsConfig(err, c.Name), "the consumer "+c.Name, "THROTTLER_CONSUMER")
 		}
 	}
 	st := &jobStreams{path: path, stream: stream, jobs: handles[0]}
@@ -147,7 +151,7 @@ func captureOutputs(ctx context.Context, js jetstream.JetStream, cfg *Settings, 
 	} {
 		name, err := consumer.EnsureCaptured(ctx, js, o.pattern, o.stream)
 		if err != nil {
-			return err
+			return refusedIsConfig(err, "a stream for "+o.pattern, "THROTTLER_FORWARD_SUBJECT, THROTTLER_DLQ_SUBJECT and THROTTLER_STREAM")
 		}
 		log.Debug("output subject captured", "subject", o.pattern, "stream", name)
 	}
