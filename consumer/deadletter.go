@@ -127,8 +127,15 @@ func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tena
 	cut, err := w.dlq.publish(pctx, msg, id, tenant, reason, failures)
 	cancel()
 	if err != nil {
-		w.log.Error("dead-letter publish failed; handing the job back", "job", id, "err", err)
-		if nerr := msg.NakWithDelay(w.cfg.RetryInitial); nerr != nil {
+		// Back off as for a failing handler, by the message's deliveries,
+		// so that a dead-letter stream that refuses for long (full, say)
+		// is not asked again every RetryInitial.
+		delay := w.cfg.RetryInitial
+		if meta, merr := msg.Metadata(); merr == nil {
+			delay = w.retryDelay(int64(max(1, meta.NumDelivered)))
+		}
+		w.log.Error("dead-letter publish failed; handing the job back", "job", id, "retry_in", delay, "err", err)
+		if nerr := msg.NakWithDelay(delay); nerr != nil {
 			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "job", id, "err", nerr)
 		}
 		return false

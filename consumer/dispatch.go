@@ -86,13 +86,18 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
 		}
 	}
-	// One line per group, not per job: an outage would flood the log.
-	switch {
-	case redisFailed == 0:
-	case w.cfg.OnRedisError == AllowOnRedisError:
-		w.log.Warn("redis failed; admitting jobs by policy", "jobs", redisFailed, "err", redisErr)
-	default:
-		w.log.Warn("redis failed; deferring jobs", "jobs", redisFailed, "retry_in", g.redisWait, "err", redisErr)
+	// At most one line a second, not one per job or group: an outage
+	// would flood the log.
+	if redisFailed > 0 {
+		w.redisFailures += redisFailed
+		if now := w.now(); now.Sub(w.redisLogged) >= time.Second {
+			if w.cfg.OnRedisError == AllowOnRedisError {
+				w.log.Warn("redis failed; admitting jobs by policy", "jobs", w.redisFailures, "err", redisErr)
+			} else {
+				w.log.Warn("redis failed; deferring jobs", "jobs", w.redisFailures, "retry_in", g.redisWait, "err", redisErr)
+			}
+			w.redisLogged, w.redisFailures = now, 0
+		}
 	}
 	for _, it := range items {
 		if it.bad != nil {

@@ -42,9 +42,11 @@ type Worker struct {
 	inflight sync.Map // *flight → struct{}, admitted jobs, running or waiting for a slot
 	held     heldMsgs // messages pulled and not yet acted on
 
-	redisBackoff *backoff.ExponentialBackOff // used by Run's deciding loop only
-	recreating   sync.Mutex                  // one recreate at a time (see recreateIfGone)
-	redisDown    time.Time                   // when Redis began failing, zero while it answers; deciding loop only
+	redisBackoff  *backoff.ExponentialBackOff // used by Run's deciding loop only
+	recreating    sync.Mutex                  // one recreate at a time (see recreateIfGone)
+	redisDown     time.Time                   // when Redis began failing, zero while it answers; deciding loop only
+	redisLogged   time.Time                   // when a Redis failure was last logged; dispatch only
+	redisFailures int                         // jobs Redis failed for since; dispatch only
 }
 
 // New returns a Worker, or an error naming what is missing.
