@@ -60,7 +60,9 @@ func (l *Lane) startReading(ctx context.Context) {
 		return
 	}
 	l.reading.Store(true)
-	cc, err := cons.Consume(l.onArrival, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	// Large pulls: a backlog read first can be long, and its headers are
+	// small.
+	cc, err := cons.Consume(l.onArrival, jetstream.PullMaxMessages(2048), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			// Read again at the next observed backlog.
 			l.reading.Store(false)

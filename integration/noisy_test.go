@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,6 +48,7 @@ type tenantReport struct {
 	worst          []time.Duration // the five longest queue delays, longest first
 	rate           float64         // sustained admitted rate while B ran, jobs/s (see runNoisy)
 	busiestSecond  int             // most jobs admitted within any one second, from rateFrom on
+	overQuota      float64         // most jobs admitted by any time past burst + rate × (time since the first publish)
 	rateFromStart  float64         // admitted after the burst / time since before the burst
 	deliveries     float64         // per admitted job: moves + deliveries of its last incarnation
 	redisPerJob    float64         // throttle decisions per job delivered at least once
@@ -293,6 +295,19 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 // start of a noisy run.
 const rateFrom = 5 * time.Second
 
+// overQuota is how far the sorted admission times ever run ahead of what a
+// limit of rate a second with burst allows from start: the most, over
+// every admission, of the jobs admitted by then less burst + rate × the
+// time since start. The throttle holds it at or below 0; a job held up past
+// its slot and run late (a catch-up) never raises it.
+func overQuota(at []time.Time, start time.Time, rate, burst float64) float64 {
+	worst := math.Inf(-1)
+	for k, t := range at {
+		worst = max(worst, float64(k+1)-burst-rate*t.Sub(start).Seconds())
+	}
+	return worst
+}
+
 // busiestSecond is the most of the sorted times at or after from that fall
 // within any one second (a sliding window).
 func busiestSecond(at []time.Time, from time.Time) int {
@@ -356,6 +371,18 @@ func TestSlope(t *testing.T) {
 }
 
 // TestBusiestSecond checks the sliding one-second count.
+func TestOverQuota(t *testing.T) {
+	start := time.Unix(100, 0)
+	at := []time.Time{start, start, start.Add(time.Second), start.Add(2 * time.Second)}
+	// 2 by 0 s against 1 + 0: 1 over; 3 by 1 s against 1 + 1: 1 over; 4 by 2 s against 3: 1 over.
+	if got := overQuota(at, start, 1, 1); got != 1 {
+		t.Errorf("overQuota = %v, want 1", got)
+	}
+	if got := overQuota(at, start, 1, 2); got != 0 {
+		t.Errorf("overQuota with a burst of 2 = %v, want 0", got)
+	}
+}
+
 func TestBusiestSecond(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(ms ...int) []time.Time {
