@@ -526,26 +526,9 @@ func (b *logBuffer) contains(s string) bool {
 // kept in the returned buffer (and shown with -v).
 func (e *env) startWorkerLogged(cfg *app.Settings, handler consumer.Handler) (*worker, *logBuffer) {
 	e.t.Helper()
-	nc := e.connect()
-	rdb := e.redisClient(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &worker{cancel: cancel, done: make(chan struct{})}
 	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, logSink()), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	go func() {
-		defer close(w.done)
-		w.err = app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Handler: handler, Logger: log,
-			OnWorker: func(cw *consumer.Worker) { w.mu.Lock(); w.w = cw; w.mu.Unlock() }})
-	}()
-	e.t.Cleanup(func() {
-		cancel()
-		select {
-		case <-w.done:
-		case <-time.After(30 * time.Second):
-			e.t.Errorf("worker did not stop within 30s")
-		}
-	})
-	return w, logs
+	return e.startWorkerWith(cfg, handler, log), logs
 }
 
 // TestFastCopyRetriedAfterAFailure: a fast copy whose handler fails is

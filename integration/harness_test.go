@@ -196,11 +196,16 @@ func (e *env) redisClient(cfg *app.Settings) *redis.Client {
 // until the test ends or stop is called. handler may be nil (forward).
 func (e *env) startWorker(cfg *app.Settings, handler consumer.Handler) *worker {
 	e.t.Helper()
+	return e.startWorkerWith(cfg, handler, slog.New(slog.NewTextHandler(logSink(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// startWorkerWith is startWorker logging to log.
+func (e *env) startWorkerWith(cfg *app.Settings, handler consumer.Handler, log *slog.Logger) *worker {
+	e.t.Helper()
 	nc := e.connect()
 	rdb := e.redisClient(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &worker{cancel: cancel, done: make(chan struct{})}
-	log := slog.New(slog.NewTextHandler(logSink(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		defer close(w.done)
 		w.err = app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Handler: handler, Logger: log,
