@@ -78,6 +78,9 @@ func (c *Config) check(failed map[string]bool) Problems {
 	c.TenantFromToken, c.TenantFromHeader = ck.tenantFrom(c.TenantFromSpec)
 	ck.intIn("THROTTLER_DEFAULT_BURST", c.DefaultBurst)
 	c.TenantLimitSpecs = ck.tenantLimits(c.TenantLimits)
+	if c.LimitsBucket != LimitsOff {
+		ck.bucket("THROTTLER_LIMITS_BUCKET", c.LimitsBucket)
+	}
 	ck.header("THROTTLER_COST_HEADER", c.CostHeader)
 
 	concOK := ck.intIn("THROTTLER_CONCURRENCY", int64(c.Concurrency))
@@ -210,6 +213,13 @@ func (ck *checker) name(name, s string, most int) {
 	})
 	if !ok {
 		ck.addf(name, `must be 1 to %d characters without spaces, ".", "*", ">", "/" or "\", got %q`, most, s)
+	}
+}
+
+// bucket checks a key-value bucket's name: what JetStream accepts.
+func (ck *checker) bucket(name, s string) {
+	if s == "" || len(s) > 64 || strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+		ck.addf(name, "must be %q or 1 to 64 letters, digits, _ or -, got %q", LimitsOff, s)
 	}
 }
 

@@ -50,8 +50,8 @@ type Config struct {
 	TenantFromSpec string `env:"THROTTLER_TENANT_FROM" envDefault:"subject:2"`
 
 	// DefaultLimit is the limits of every tenant not in TenantLimits, such as
-	// 100/s, 6000/m+50000/d or 100/s:200 (see throttle.ParseLimits).
-	// Defaults to 100/s.
+	// 100/s, 6000/m+50000/d or 100/s:200+shadow (see throttle.ParsePolicy).
+	// The key _default of LimitsBucket replaces it. Defaults to 100/s.
 	DefaultLimit string `env:"THROTTLER_DEFAULT_LIMIT" envDefault:"100/s"`
 
 	// DefaultBurst is the burst of every limit written without :BURST, in
@@ -63,6 +63,17 @@ type Config struct {
 	// acme=50/s:100+10000/d,globex=5/m. TenantLimitSpecs holds it split.
 	// Defaults to empty (no per-tenant limits).
 	TenantLimits string `env:"THROTTLER_TENANT_LIMITS"`
+
+	// LimitsBucket is the NATS key-value bucket whose keys (tenants, and
+	// _default) hold limits that replace those above while the worker
+	// runs; the worker creates it when missing. "off" reads none.
+	// Defaults to throttler_limits.
+	LimitsBucket string `env:"THROTTLER_LIMITS_BUCKET" envDefault:"throttler_limits"`
+
+	// Shadow puts every tenant's limits in shadow mode: every job runs at
+	// once, and the worker counts what enforcing would have done. A
+	// tenant's own spec can say so with +shadow. Defaults to false.
+	Shadow bool `env:"THROTTLER_SHADOW" envDefault:"false"`
 
 	// CostHeader is the message header carrying a job's cost, a whole number
 	// of at least 1; a job without it costs 1. Defaults to Job-Cost.
@@ -218,3 +229,6 @@ const (
 
 // HandlerForward is the only THROTTLER_HANDLER: publish to ForwardSubject.
 const HandlerForward = "forward"
+
+// LimitsOff is the THROTTLER_LIMITS_BUCKET that reads no limits from NATS.
+const LimitsOff = "off"

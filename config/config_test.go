@@ -53,6 +53,7 @@ func TestDefaults(t *testing.T) {
 		DefaultLimit:     "100/s",
 		DefaultBurst:     0,
 		TenantLimits:     "",
+		LimitsBucket:     "throttler_limits",
 		CostHeader:       "Job-Cost",
 		Concurrency:      16,
 		MaxAckPending:    1000,
@@ -157,6 +158,15 @@ func TestValidValues(t *testing.T) {
 			vars: map[string]string{"THROTTLER_CONCURRENCY": "10000", "THROTTLER_MAX_ACK_PENDING": "10000"},
 		},
 		{
+			name: "limits bucket off, shadow on",
+			vars: map[string]string{"THROTTLER_LIMITS_BUCKET": "off", "THROTTLER_SHADOW": "true"},
+			check: func(t *testing.T, c *Config) {
+				if c.LimitsBucket != LimitsOff || !c.Shadow {
+					t.Fatalf("LimitsBucket = %q, Shadow = %v; want off, true", c.LimitsBucket, c.Shadow)
+				}
+			},
+		},
+		{
 			name: "fast lane off",
 			vars: map[string]string{"THROTTLER_FAST_LANE": "off"},
 			check: func(t *testing.T, c *Config) {
@@ -208,6 +218,9 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_TENANT_LIMITS", "acme", "TENANT=LIMITS"},
 		{"THROTTLER_TENANT_LIMITS", "acme=5/s,", "empty entry"},
 		{"THROTTLER_TENANT_LIMITS", "acme=5/s,acme=6/s", "twice"},
+		{"THROTTLER_LIMITS_BUCKET", "my.limits", "letters, digits"},
+		{"THROTTLER_LIMITS_BUCKET", strings.Repeat("b", 65), "1 to 64"},
+		{"THROTTLER_SHADOW", "yes please", "true or false"},
 		{"THROTTLER_COST_HEADER", "Job Cost", "header name"},
 		{"THROTTLER_CONCURRENCY", "0", `must be between 1 and 10000, got "0"`},
 		{"THROTTLER_CONCURRENCY", "10001", "between 1 and 10000"},

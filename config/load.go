@@ -101,6 +101,8 @@ func parseProblem(name string, t reflect.Type, raw string) string {
 		return fmt.Sprintf("must be %s, got %q", durWant(name), raw)
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
 		return fmt.Sprintf("must be a whole number %s, got %q", intWant(name), raw)
+	case t.Kind() == reflect.Bool:
+		return fmt.Sprintf("must be true or false, got %q", raw)
 	}
 	return fmt.Sprintf("cannot read %q as %s", raw, t)
 }

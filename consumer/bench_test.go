@@ -147,8 +147,8 @@ func (e *throughputEnv) limiter(b *testing.B) *throttle.Copies {
 func benchCopies(b *testing.B, rdb *redis.Client) *throttle.Copies {
 	b.Helper()
 	l, err := throttle.New(rdb, throttle.Options{
-		Rules:   throttle.Rules{Default: throttle.Limits{throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst)}},
-		Horizon: time.Minute,
+		Policies: throttle.Rules{Default: throttle.Enforce(throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst))},
+		Horizon:  time.Minute,
 	})
 	if err != nil {
 		b.Fatalf("throttle.New: %v", err)

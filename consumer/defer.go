@@ -15,6 +15,9 @@ type Deferral struct {
 	Job Job
 	// Wait is how long the job must wait: until its reserved slot.
 	Wait time.Duration
+	// Reason says why the job waits, for people reading a moved copy
+	// (HeaderWaitReason): the limit that held it, or a handler failure.
+	Reason string
 	// Moved is set by the Deferrer when the job left the consumer.
 	Moved bool
 	// NakedInstead is set by a Deferrer that meant to move the job but

@@ -369,6 +369,7 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 		job     Job
 		now     time.Time
 		wait    time.Duration
+		reason  string
 		maxWait time.Duration
 		want    nats.Header // headers besides the source's non-Nats ones
 	}{
@@ -381,9 +382,10 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 				"Job-Cost":                     {"3"},
 				"X-Multi":                      {"a", "b"},
 			},
-			job:  Job{ID: "JOBS:7", Subject: "jobs.acme.send", Tenant: "acme", Published: published},
-			now:  now,
-			wait: 1500*time.Millisecond + 3*time.Microsecond,
+			job:    Job{ID: "JOBS:7", Subject: "jobs.acme.send", Tenant: "acme", Published: published},
+			now:    now,
+			wait:   1500*time.Millisecond + 3*time.Microsecond,
+			reason: "limit 10/s:20",
 			want: nats.Header{
 				"Job-Cost":                     {"3"},
 				"X-Multi":                      {"a", "b"},
@@ -392,6 +394,8 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 				HeaderDeferrals:                {"1"},
 				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
 				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 1, 750_003_000, time.UTC).UnixMicro(), 10)},
+				HeaderWaitReason:               {"limit 10/s:20"},
+				HeaderWaitUntil:                {"2025-06-01T12:00:01.750003Z"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:7:1"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:01.752Z"}, // slot + 1 ms, rounded up
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
@@ -413,15 +417,18 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
 				"Nats-Scheduler":               {"sched.JOBS_7"},
 			},
-			job:  Job{ID: "JOBS:7", Subject: "jobs.acme.send", Tenant: "acme", Deferrals: 1, Published: published},
-			now:  now.Add(time.Minute),
-			wait: 2 * time.Second,
+			job:    Job{ID: "JOBS:7", Subject: "jobs.acme.send", Tenant: "acme", Deferrals: 1, Published: published},
+			now:    now.Add(time.Minute),
+			wait:   2 * time.Second,
+			reason: "handler failed 1 of 5 times",
 			want: nats.Header{
 				HeaderJobID:                    {"JOBS:7"},
 				HeaderSubject:                  {"jobs.acme.send"},
 				HeaderDeferrals:                {"2"},
 				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
 				HeaderSlot:                     {strconv.FormatInt(now.Add(time.Minute+2*time.Second).UnixMicro(), 10)},
+				HeaderWaitReason:               {"handler failed 1 of 5 times"},
+				HeaderWaitUntil:                {"2025-06-01T12:01:02.25Z"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:7:2"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:01:02.251Z"},
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
@@ -432,14 +439,17 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 			subject: "jobs.b.x",
 			job: Job{ID: "JOBS:9", Subject: "jobs.b.x", Tenant: "b", Deferrals: 4,
 				Published: time.Date(2025, 6, 1, 11, 0, 0, 0, time.UTC)},
-			now:  time.Date(2025, 6, 1, 14, 0, 0, 0, time.FixedZone("+02:00", 2*3600)),
-			wait: 3 * time.Second,
+			now:    time.Date(2025, 6, 1, 14, 0, 0, 0, time.FixedZone("+02:00", 2*3600)),
+			wait:   3 * time.Second,
+			reason: "the slot it holds",
 			want: nats.Header{
 				HeaderJobID:                    {"JOBS:9"},
 				HeaderSubject:                  {"jobs.b.x"},
 				HeaderDeferrals:                {"5"},
 				HeaderPublished:                {"2025-06-01T11:00:00Z"},
 				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 3, 0, time.UTC).UnixMicro(), 10)},
+				HeaderWaitReason:               {"the slot it holds"},
+				HeaderWaitUntil:                {"2025-06-01T12:00:03Z"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:9:5"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:03.001Z"},
 				jetstream.ScheduleTargetHeader: {"jobs.b.x"},
@@ -451,12 +461,13 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 	last.name, last.maxWait, last.wait = "a wait past MaxWait comes back early, keeping its slot", 2*time.Second, 9*time.Second
 	last.want = cloneHeader(last.want)
 	last.want.Set(HeaderSlot, strconv.FormatInt(now.Add(9*time.Second).UnixMicro(), 10))
+	last.want.Set(HeaderWaitUntil, "2025-06-01T12:00:09.25Z")
 	last.want.Set(jetstream.ScheduleHeader, "@at 2025-06-01T12:00:02.251Z") // now + MaxWait + 1 ms
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := ScheduleDeferrer{MaxWait: tt.maxWait, Subjects: "sched"}
 			src := &deferTestMsg{subject: tt.subject, data: []byte("payload"), header: cloneHeader(tt.header)}
-			out := d.copyOf(Deferral{Msg: src, Job: tt.job, Wait: tt.wait}, tt.now)
+			out := d.copyOf(Deferral{Msg: src, Job: tt.job, Wait: tt.wait, Reason: tt.reason}, tt.now)
 
 			if want := subject.Schedules("sched").Copy(tt.job.Tenant, tt.job.OriginalSequence()); out.Subject != want {
 				t.Fatalf("Subject = %q, want %q", out.Subject, want)

@@ -59,10 +59,13 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
 		case res.Err == nil && res.Outcome == throttle.Admitted:
+			if res.ShadowWait > 0 {
+				w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
+			}
 			admitted = append(admitted, it)
 		case res.Err == nil:
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
-			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait})
+			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait, Reason: waitReason(res.Decision)})
 		case errors.Is(res.Err, throttle.ErrInvalid):
 			it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}
 		case ctx.Err() != nil:
@@ -176,6 +179,14 @@ func (w *Worker) settle(msg jetstream.Msg, f func(jetstream.Msg) error) {
 	if err := f(msg); err != nil {
 		w.log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", msg.Subject(), "err", err)
 	}
+}
+
+// waitReason says what held a limited job, for HeaderWaitReason.
+func waitReason(d throttle.Decision) string {
+	if d.HeldBy == (throttle.Limit{}) {
+		return "the slot it holds"
+	}
+	return "limit " + d.HeldBy.String()
 }
 
 // start runs the handler of an admitted job, its flight f already in

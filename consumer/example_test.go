@@ -37,8 +37,8 @@ func Example() {
 	}
 
 	limiter, err := throttle.New(rdb, throttle.Options{
-		Rules:   throttle.Rules{Default: throttle.Limits{throttle.PerSecond(100, 200)}},
-		Horizon: 10 * time.Minute,
+		Policies: throttle.Rules{Default: throttle.Enforce(throttle.PerSecond(100, 200))},
+		Horizon:  10 * time.Minute,
 	})
 	if err != nil {
 		log.Fatal(err)

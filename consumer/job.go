@@ -41,6 +41,11 @@ const (
 	HeaderReason = "Throttler-Reason"
 	// HeaderFailures carries the handler failures of a dead-lettered job.
 	HeaderFailures = "Throttler-Failures"
+	// HeaderWaitReason says why a moved job waits: "limit 20/s:40", the
+	// limit that held it, or a handler failure awaiting its retry.
+	HeaderWaitReason = "Throttler-Wait-Reason"
+	// HeaderWaitUntil carries when a moved job may run, RFC 3339 in UTC.
+	HeaderWaitUntil = "Throttler-Wait-Until"
 	// HeaderFast marks a job's fast copy, made by a Lane to take the job
 	// out of a backlog; its value says how the lane decided the job:
 	// FastAdmitted or FastReserved.

@@ -31,12 +31,18 @@ func MetricsHandler(w *Worker) http.Handler {
 			{"fast_laned", "Jobs the fast lane took out of a backlog.", func(s TenantStats) int64 { return s.FastLaned }},
 			{"dead_letters_cut", "Dead letters cut to fit the server's limits.", func(s TenantStats) int64 { return s.DeadLettersCut }},
 			{"moves_too_large", "Deferrals NAK'd because the job's copy would be too large to move.", func(s TenantStats) int64 { return s.MovesTooLarge }},
+			{"shadow_limited", "Jobs in shadow mode that enforcing would have deferred.", func(s TenantStats) int64 { return s.ShadowLimited }},
+			{"bad_limits", "Values of the tenant's key in the limits bucket that were ignored as invalid.", func(s TenantStats) int64 { return s.BadLimits }},
 		}
 		for _, m := range metrics {
 			fmt.Fprintf(rw, "# HELP throttler_%s_total %s\n# TYPE throttler_%s_total counter\n", m.name, m.help, m.name)
 			for _, t := range tenants {
 				fmt.Fprintf(rw, "throttler_%s_total{tenant=%q} %d\n", m.name, t, m.get(snap[t]))
 			}
+		}
+		fmt.Fprintf(rw, "# HELP throttler_shadow_wait_seconds_total Waits enforcing would have imposed on jobs in shadow mode.\n# TYPE throttler_shadow_wait_seconds_total counter\n")
+		for _, t := range tenants {
+			fmt.Fprintf(rw, "throttler_shadow_wait_seconds_total{tenant=%q} %g\n", t, snap[t].ShadowWait.Seconds())
 		}
 		fmt.Fprintf(rw, "# HELP throttler_held_jobs Jobs pulled and not yet decided or acted on.\n# TYPE throttler_held_jobs gauge\nthrottler_held_jobs %d\n", w.Held())
 		if w.ackPending != nil && w.ackPending.Count() >= 0 {

@@ -61,7 +61,7 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	// keep failing cannot fill MaxAckPending with them: past its share of
 	// NAK'd jobs (or for a long backoff) the retry leaves the consumer.
 	if f.settled.CompareAndSwap(false, true) {
-		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay}}
+		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay, Reason: fmt.Sprintf("handler failed %d of %d times", n, w.cfg.MaxFailures)}}
 		w.deferrer.Defer(workCtx, ds)
 		w.deferred(ds[0])
 	}

@@ -142,7 +142,7 @@ func fireAt(now time.Time, wait time.Duration) time.Time {
 }
 
 // copyFieldCount is how many headers a scheduled copy sets itself.
-const copyFieldCount = 8
+const copyFieldCount = 10
 
 // copyFields returns the subject of the scheduled copy of a deferred job
 // and the headers it sets itself, as (key, value) pairs; besides them it
@@ -157,6 +157,8 @@ func (d ScheduleDeferrer) copyFields(df Deferral, now time.Time) (string, [copyF
 		{HeaderDeferrals, move},
 		{HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano)},
 		{HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10)},
+		{HeaderWaitReason, df.Reason},
+		{HeaderWaitUntil, slot.UTC().Format(time.RFC3339Nano)},
 		{jetstream.MsgIDHeader, "sched:" + job.ID + ":" + move},
 		{jetstream.ScheduleHeader, "@at " + fireAt(now, d.stayFor(df.Wait)).Format(time.RFC3339Nano)},
 		{jetstream.ScheduleTargetHeader, job.Subject},

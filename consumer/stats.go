@@ -3,6 +3,7 @@ package consumer
 import (
 	"sort"
 	"sync"
+	"time"
 
 	tenantpkg "github.com/throttler/throttler/tenant"
 )
@@ -42,6 +43,14 @@ type TenantStats struct {
 	// MovesTooLarge counts deferrals NAK'd instead of moved because the
 	// job's copy would be over the server's limits.
 	MovesTooLarge int64
+	// ShadowLimited counts jobs of a tenant in shadow mode that enforcing
+	// would have deferred (each ran at once).
+	ShadowLimited int64
+	// ShadowWait sums the waits enforcing would have imposed on them.
+	ShadowWait time.Duration
+	// BadLimits counts values of the tenant's key in the limits bucket
+	// that could not be read, and were ignored.
+	BadLimits int64
 }
 
 // OtherTenants stands in for the tenants counted together once a worker

@@ -127,6 +127,48 @@ func TestLimitedJobIsNakedWithTheEnginesWait(t *testing.T) {
 	}
 }
 
+// TestShadowedJobRunsAndIsCounted: a job of a tenant in shadow mode that
+// enforcing would have held runs at once, and the worker counts the wait
+// it was spared.
+func TestShadowedJobRunsAndIsCounted(t *testing.T) {
+	e := setup(t)
+	e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
+		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Admitted, Shadow: true, ShadowWait: 1500 * time.Millisecond}}
+	}
+	e.start()
+	m := newMsg(1, "jobs.acme")
+	e.push(m)
+	e.waitSettled(m)
+	e.stop()
+
+	wantSettled(t, m, ack)
+	if got := e.ran.ids(); len(got) != 1 {
+		t.Errorf("handler ran %v, want the job", got)
+	}
+	if s := e.stats("acme"); s.Admitted != 1 || s.Deferred != 0 || s.ShadowLimited != 1 || s.ShadowWait != 1500*time.Millisecond {
+		t.Errorf("stats %+v, want one admitted, none deferred, one shadow-limited for 1.5s", s)
+	}
+}
+
+// TestLimitedJobSaysWhichLimitHeldIt: the deferral of a limited job names
+// the limit that held it, for the moved copy's HeaderWaitReason.
+func TestLimitedJobSaysWhichLimitHeldIt(t *testing.T) {
+	e := setup(t)
+	e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
+		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Reserved, Wait: time.Second, HeldBy: throttle.PerMinute(20, 5)}}
+	}
+	d := &fakeDeferrer{}
+	e.params.Deferrer = d
+	e.start()
+	m := newMsg(1, "jobs.acme")
+	e.push(m)
+	e.waitSettled(m)
+	e.stop()
+	if got := d.deferred(); len(got) != 1 || got[0].Reason != "limit 20/m:5" {
+		t.Fatalf("deferrals %+v, want one held by limit 20/m:5", got)
+	}
+}
+
 // TestDuplicateIsAckedWithoutRunning: another incarnation of the job ran.
 func TestDuplicateIsAckedWithoutRunning(t *testing.T) {
 	e := setup(t)

@@ -77,7 +77,7 @@ func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.
 	const stream, sched = crashStream, crashSched
 	_, cons := e.scheduleStream(ctx, ackWait)
 	rdb := e.redis.Client(t)
-	lim, err := throttle.New(rdb, throttle.Options{Rules: throttle.Rules{Default: throttle.Limits{limit}}, Horizon: time.Minute})
+	lim, err := throttle.New(rdb, throttle.Options{Policies: throttle.Rules{Default: throttle.Enforce(limit)}, Horizon: time.Minute})
 	must(t, err, "limiter")
 	copies, err := throttle.NewCopies(lim, time.Hour)
 	must(t, err, "copies")

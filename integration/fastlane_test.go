@@ -188,7 +188,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 		must(t, err, "stream")
 		seq = e.publish("jobs.b", nil, []byte("b"))
 		id = jobID(cfg.Stream, seq)
-		lim, err := throttle.New(e.redisClient(cfg), throttle.Options{Rules: cfg.Rules, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
+		lim, err := throttle.New(e.redisClient(cfg), throttle.Options{Policies: cfg.Rules, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
 		must(t, err, "limiter")
 		copies, err := throttle.NewCopies(lim, time.Hour)
 		must(t, err, "copies")

@@ -15,7 +15,8 @@ side by side (a rolling upgrade) each keep their own library.
 Every rule is written once, as a local function of the library, which
 Redis creates once, at FUNCTION LOAD, not on every call: the argument
 checks (num, whole, limit), the charge (charge), the state's TTL (fullIn),
-the tokens left (tokens), the stored-state checks (state), the reservation
+the tokens left (tokens), the stored-state checks and a changed limit's
+carry-over (state, rebase, save), the reservation
 and owner reads (stored), and the decisions a job's keys and its charge
 lead to (held, verdict). decide orchestrates them three ways, for cost
 only: one job under one limit (one), the worker's call of several jobs
@@ -27,8 +28,9 @@ rule. TestBatchMatchesSequential and the differential tests hold the paths
 to each other and to x/time/rate; scripts/lua-instructions.sh counts what
 a call costs.
 
-The stored formats and key names are those of the EVAL scripts of earlier
-versions, so both share live state during an upgrade.
+A bucket's key names its limit's period, not its rate: a limit whose rate
+or burst changes keeps its bucket (CHANGE below). Versions before live
+limits named the rate too, and stored 12 bytes: their buckets are not read.
 
 Model (the same as golang.org/x/time/rate): a limit adds `rate` tokens every
 `period` microseconds up to `burst`; a job of cost c takes c tokens. Each
@@ -41,8 +43,9 @@ is a debt that the job waits out: its slot is at E.
 
 Stored values (keys built by throttle/keys.go; a tenant's keys share its
 {tenant} hash tag):
-  state        12 bytes, struct.pack('<i8i4', Ei, Ef); lives until the
-               bucket is full again
+  state        16 bytes, struct.pack('<i8i4i4', Ei, Ef, rate): Ef is in
+               units of 1/rate µs of the rate it was stored for; lives
+               until the bucket is full again
   reservation  the job's slot, decimal µs (at most 16 digits)
   owner        the incarnation admitted, decimal (at most 16 digits)
   failures     the handler failures counted, decimal (at most 15 digits)
@@ -53,17 +56,34 @@ Arguments: every ARGV is a decimal whole number, digits only, in the range
 given ('1.5', '1e3', '-1', '', ' 1' and overflow are refused). Each is
 checked before the first write.
 
+CHANGE: a limit changes for a bucket at the first call that names the
+bucket with another rate than its state was stored for (a changed burst
+alone needs nothing: a stored state is never full, and the burst only caps
+it). A bucket in debt keeps its empty time, rounded up to the microsecond:
+the slots reserved keep their times, and new jobs queue behind them at the
+new rate. Any other keeps the tokens it holds at that moment, exactly
+(fractions included), at most the new burst, and fills at the new rate
+from then on. The state is written in the new rate's units at once,
+even by a call that charges nothing. So a change grants nothing by itself,
+and two workers that disagree for a moment about the rate charge the same
+bucket, each at its own.
+
 Replies: every job gets a tuple of 4 integers, one shape whatever its status:
-  {1, 0,     remaining, fromSlot}  ADMITTED: run the job now. fromSlot=1
-                                   when it came back for the slot it held (it
+  {1, wait,  remaining, flags}     ADMITTED: run the job now. flags bit 0:
+                                   it came back for the slot it held (it
                                    was charged then, not now; the buckets are
-                                   not read and remaining is 0).
-  {2, wait,  remaining, reserved}  LIMITED: come back in `wait` µs (rounded
-                                   up). reserved=1: a slot is held for the
-                                   job and it was charged (remaining is 0);
-                                   reserved=0: nothing was charged (no job
-                                   id, or the slot would lie past the
-                                   horizon: then wait = horizon).
+                                   not read and remaining is 0). wait is 0,
+                                   but for a shadow job that enforcing would
+                                   have held: the wait it was spared.
+  {2, wait,  remaining, flags}     LIMITED: come back in `wait` µs (rounded
+                                   up). flags bit 0, reserved: a slot is
+                                   held for the job and it was charged
+                                   (remaining is 0); else nothing was charged
+                                   (no job id, or the slot would lie past
+                                   the horizon: then wait = horizon).
+  When one of the job's limits set the wait, flags / 2 (bits 1 to 4) is
+  its position among them, counting from 1; 0 when none did (a job back
+  before the slot it holds).
   {3, code,  position, 0}          INVALID: an argument or a stored value is
                                    bad; nothing was written for this job.
                                    code is an E_* value below; position the
@@ -94,7 +114,7 @@ E_* codes (the same numbers as throttle.Code):
   14 E_INCARNATION  incarnation not in [0, 2^53)
   15 E_OWNER        stored owner malformed
   16 E_OWNER_TTL    stored owner has no TTL
-  17 E_FRESH        fresh flag not 0 or 1
+  17 E_FRESH        flags not 0, 1, 2 or 3
   18 E_TTL          TTL argument out of range
   19 E_GIVE_UP      give-up count not in [1, 1e6]
   20 E_FAILURES     stored failure counter malformed
@@ -122,6 +142,8 @@ local MAX_PERIOD = 366 * DAY
 local MAX_JOBS = 256
 local MAX_LIMITS = 8
 local MAX_N = 1000000000 -- the largest cost, rate and burst
+-- A job's flags argument: 1 fresh, 2 shadow, 3 both.
+local FLAGS = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3}
 
 -- While a library loads, Redis gives it no global but `redis`: the standard
 -- functions are bound on the first call (bind) and kept as upvalues, which
@@ -213,18 +235,59 @@ local function fullIn(a, f, r, q, m, now)
   return ceil(whole_ / 1000)
 end
 
--- state reads a stored bucket state v (or false) of a limit of rate r and
--- fill time fill: its empty time (a, f), (0, 0) when absent; or nil and an
+-- rebase expresses a bucket's empty time (a, f), kept in units of 1/r0 µs
+-- for a limit of rate r0, for the rate r of a changed limit of the same
+-- period p and burst b (see CHANGE): a bucket in debt keeps its empty time
+-- (rounded up to the microsecond), so the slots reserved keep their times
+-- and new jobs queue behind them; any other keeps its tokens exactly,
+-- fractions included, at most b.
+local function rebase(a, f, r0, r, p, b, now)
+  if a > now or (a == now and f > 0) then
+    if f > 0 then return a + 1, 0 end
+    return a, 0
+  end
+  -- d is the tokens held times p: (now - (a + f/r0)) * r0, exactly.
+  local d = (now - a) * r0 - f
+  if d > b * p then d = b * p end
+  a, f = now - floor(d / r), 0
+  local m = d % r
+  if m > 0 then a, f = a - 1, r - m end
+  return a, f
+end
+
+-- state reads a stored bucket state v (or false) of a limit of rate r,
+-- period p, burst b and fill time fill: its empty time (a, f), (0, 0) when
+-- absent, and whether it was stored for another rate and rebased (it must
+-- then be written, or the old rate would go on filling it); or nil and an
 -- E_* code when it is malformed or has no TTL.
-local function state(v, name, r, fill, now)
-  if not v then return 0, 0 end
-  if #v ~= 12 then return nil, E_STATE end
-  local a, f = sunpack('<i8i4', v)
-  if a < 0 or f < 0 or f >= r or a > now + MAX_HORIZON + fill then
+local function state(v, name, r, p, b, fill, now)
+  if not v then return 0, 0, false end
+  if #v ~= 16 then return nil, E_STATE end
+  local a, f, r0 = sunpack('<i8i4i4', v)
+  -- A state of another rate may lie further ahead: its fill time is
+  -- another's, so only its range is checked.
+  local far = now + MAX_HORIZON + fill
+  if r0 ~= r then far = EXACT end
+  if a < 0 or r0 < 1 or r0 > MAX_N or f < 0 or f >= r0 or a > far then
     return nil, E_STATE
   end
   if call('PTTL', name) < 0 then return nil, E_STATE_TTL end
-  return a, f
+  if r0 ~= r then
+    a, f = rebase(a, f, r0, r, p, b, now)
+    return a, f, true
+  end
+  return a, f, false
+end
+
+-- save stores a bucket's empty time (a, f) of a limit of rate r until it
+-- is full again, in ttl ms (its fullIn; text, ttl as text): a full bucket
+-- is the same as none.
+local function save(name, a, f, r, ttl, text)
+  if ttl > 0 then
+    call('SET', name, spack('<i8i4i4', a, f, r), 'PX', text)
+  else
+    call('DEL', name)
+  end
 end
 
 -- stored reads a stored reservation or owner v (or false) of key name: its
@@ -311,14 +374,20 @@ end
 -- verdict decides a job from the longest wait its charge would leave in
 -- its buckets: admitted (wait <= 0), given a slot (charged) within the
 -- horizon, or else limited uncharged: without a job id (K = 0) there is no
--- slot to hold, and past the horizon the job is told to come back then. It
--- returns the status, its first and last values, the job's slot and owner
--- after the decision, and whether the charge stands.
-local function verdict(wait, K, fresh, inc, own, horizon, now)
-  if wait <= 0 then
+-- slot to hold, and past the horizon the job is told to come back then. A
+-- shadow job is admitted whatever the wait, charged as a job with an id
+-- would be (within the horizon) and holding no slot; its first value is
+-- the wait it was spared. It returns the status, its first and last
+-- values, the job's slot and owner after the decision, and whether the
+-- charge stands.
+local function verdict(wait, K, fresh, inc, own, horizon, now, shadow)
+  if wait <= 0 or shadow then
     -- All but a fresh original record themselves as the owner (OWNER).
     if K == 2 and fresh == 0 then own = inc end
-    return ADMITTED, 0, 0, false, own, true
+    if wait <= 0 then return ADMITTED, 0, 0, false, own, true end
+    if wait <= horizon then return ADMITTED, wait, 0, false, own, true end
+    if horizon > 0 then wait = horizon end
+    return ADMITTED, wait, 0, false, own, false
   end
   if K > 0 and wait <= horizon then
     return LIMITED, wait, 1, now + wait, false, true -- deferred: see OWNER
@@ -348,9 +417,13 @@ ARGV:
     cost         [1, 1e9]; must not exceed any burst
     incarnation  [0, 2^53): unique to the message that carries the job
                  (read with K = 2)
-    fresh        0 or 1: 1 says the job was never decided before, so it
-                 holds no reservation and its reservation key is not read
-                 (read with K >= 1)
+    flags        0 to 3. Bit 0, fresh: the job was never decided before,
+                 so it holds no reservation and its reservation key is
+                 not read (read with K >= 1). Bit 1, shadow: the job is
+                 admitted whatever its buckets say, and charged as a job
+                 of this K would be, but within the horizon even with
+                 K = 0; it never gets a slot. Its state keys must be
+                 buckets of their own, apart from enforced ones.
     L_k          the number of its limits, [0, 8]; 0 = the limits of the
                  job before (not repeated: each argument costs Redis about
                  a thousand instructions), not allowed for the first job
@@ -375,7 +448,7 @@ deleted), since the worker may move it, and its copy must then be free to
 run.
 ]]
 
--- Jobs, JW slots each from offset o: cost, incarnation, fresh flag, LI
+-- Jobs, JW slots each from offset o: cost, incarnation, flags, LI
 -- offset of its first limit, its number of limits, and its entry (EN
 -- offset, or false). A job refused while its arguments are read has its
 -- code and position in BAD, at o and o + 1. (Every slot written costs Redis
@@ -387,7 +460,7 @@ local JW = 6
 local LW = 7
 -- Buckets, BW slots each: RK position (its name, read), empty time (a, f),
 -- status (0 not read, 1 read, 2 changed, WRONGTYPE, or the E_* code of a
--- bad state), LI offset of the limit that last charged it.
+-- bad state), LI offset of the limit in whose rate its empty time is.
 local BW = 5
 -- Entries (one per job id), EW slots each: KEYS position of the
 -- reservation (the owner's is the next), RK positions of both (false when
@@ -458,15 +531,14 @@ local function jobs(keys, args)
     end
     if cs ~= lcs then lcs, lc = cs, whole(cs, 1, MAX_N) end
     if is ~= lis then lis, li = is, whole(is, 0, EXACT - 1) end
-    local fresh = 0
-    if fs == '1' then fresh = 1 elseif fs ~= '0' then fresh = nil end
+    local flags = FLAGS[fs]
     -- The job's first bad argument, in ARGV order.
     local err, pos = 0, 0
     if lc == nil then
       err, pos = E_COST, at
     elseif li == nil then
       err, pos = E_INCARNATION, at + 1
-    elseif fresh == nil then
+    elseif flags == nil then
       err, pos = E_FRESH, at + 2
     elseif lerr ~= 0 then
       err, pos = lerr, lpos
@@ -482,7 +554,7 @@ local function jobs(keys, args)
       end
       err, pos = oerr, opos
     end
-    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5], J[o + 6] = lc, li, fresh, lo, L, false
+    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5], J[o + 6] = lc, li, flags or 0, lo, L, false
     if err ~= 0 then
       BAD = BAD or {}
       BAD[o], BAD[o + 1] = err, pos
@@ -520,13 +592,14 @@ local function one(keys, args, nargv, K)
   elseif not find(concat(args, ' '), ONE5) then
     return nil
   end
-  local now, horizon, c, inc, fresh = 0, 0, 1, 0, 0
+  local now, horizon, c, inc = 0, 0, 1, 0
   if sn ~= '0' then now = num(sn, 0, EXACT - 1) end
   if sh ~= '0' then horizon = num(sh, 0, MAX_HORIZON) end
   if sc ~= '1' then c = num(sc, 1, MAX_N) end
   if si ~= '0' then inc = num(si, 0, EXACT - 1) end
-  if sf == '1' then fresh = 1 elseif sf ~= '0' then fresh = nil end
-  if not (now and horizon and c and inc and fresh) then return nil end
+  local flags = FLAGS[sf]
+  if not (now and horizon and c and inc and flags) then return nil end
+  local fresh, shadow = flags % 2, flags >= 2
   local r, p, b, q, m, fill = limit(args, x, num)
   if not r or c > b then return nil end
   now = clock(now)
@@ -552,18 +625,20 @@ local function one(keys, args, nargv, K)
   st, a1, a3, slot, own = held(own, inc, slot, K, now)
   if not st then
     -- The bucket.
-    local a, f = get(name), nil
+    local a, f, rebased = get(name), nil, false
     if a == nil then return {WRONGTYPE, 1, 0, 0} end
-    a, f = state(a, name, r, fill, now)
+    a, f, rebased = state(a, name, r, p, b, fill, now)
     if a == nil then return {INVALID, f, 1, 0} end
     local na, nf, wait = charge(a, f, r, p, q, m, c, now)
     local charged
-    st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
-    if charged then
-      call('SET', name, spack('<i8i4', na, nf), 'PX', format('%d', fullIn(na, nf, r, q, m, now)))
-      a, f = na, nf
+    st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, shadow)
+    if charged then a, f = na, nf end
+    if charged or rebased then
+      local ttl = fullIn(a, f, r, q, m, now)
+      save(name, a, f, r, ttl, format('%d', ttl))
     end
     if a3 == 0 then a2 = tokens(a, f, r, p, b, now) end
+    if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
   end
   if slot ~= so or own ~= oo then
     local ttl = format('%d', ceil((horizon + fill) / 1000))
@@ -609,10 +684,10 @@ local function many(keys, args, nargv, nkeys)
 
   -- Limits, 7 slots each from offset 0, 7, ...: rate, period, burst, q, m,
   -- fill time, and the TTL of a job key (ms, as text). Jobs, 5 slots each:
-  -- cost, incarnation, fresh flag, offset of its limit, offset of its
+  -- cost, incarnation, flags, offset of its limit, offset of its
   -- bucket. Buckets, 6 slots each: KEYS position, RK position, empty time
   -- (a, f), status (0 not read, 1 read, 2 changed, or an E_* code or
-  -- WRONGTYPE), offset of the limit that last charged it. RK names the
+  -- WRONGTYPE), offset of the limit in whose rate its empty time is. RK names the
   -- buckets to read, JK the job keys (in job order: the reservation unless
   -- the job is fresh, and with K = 2 the owner).
   local LI, J, B, byName, RK, JK = {}, {}, {}, {}, {}, {}
@@ -644,9 +719,8 @@ local function many(keys, args, nargv, nkeys)
     end
     if cs ~= lcs then lcs, lc = cs, whole(cs, 1, MAX_N) end
     if is ~= lis then lis, li = is, whole(is, 0, EXACT - 1) end
-    local fresh = 0
-    if fs == '1' then fresh = 1 elseif fs ~= '0' then return nil end
-    if not (lc and li) or lc > LI[nl + 3] then return nil end
+    local flags = FLAGS[fs]
+    if not (lc and li and flags) or lc > LI[nl + 3] then return nil end
     local name = keys[kx]
     local bo = byName[name]
     if bo == nil then
@@ -661,7 +735,7 @@ local function many(keys, args, nargv, nkeys)
       local resv = keys[kx + 1]
       if seen[resv] then return nil end
       seen[resv] = true
-      if fresh == 0 then
+      if flags % 2 == 0 then
         nj = nj + 1
         JK[nj] = resv
       end
@@ -670,7 +744,7 @@ local function many(keys, args, nargv, nkeys)
         JK[nj] = keys[kx + 2]
       end
     end
-    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5] = lc, li, fresh, nl, bo
+    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5] = lc, li, flags, nl, bo
     o = o + 5
     kx = kx + 1 + K
   end
@@ -686,7 +760,8 @@ local function many(keys, args, nargv, nkeys)
   local n, nw, jx = 0, 0, 0
   o, kx = 0, 1
   for k = 1, M do
-    local c, inc, fresh, lo, bo = J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5]
+    local c, inc, flags, lo, bo = J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5]
+    local fresh = flags % 2
     o = o + 5
     local st, a1, a2, a3 = nil, 0, 0, 0
     local slot, own, code = false, false, nil
@@ -719,10 +794,11 @@ local function many(keys, args, nargv, nkeys)
         if wrong and wrong[x] then
           s = WRONGTYPE
         else
-          local a, f = 0, 0
-          if V[x] then a, f = state(V[x], RK[x], LI[lo + 1], LI[lo + 6], now) end
+          local a, f, rebased = 0, 0, false
+          if V[x] then a, f, rebased = state(V[x], RK[x], LI[lo + 1], LI[lo + 2], LI[lo + 3], LI[lo + 6], now) end
           if a then
-            B[bo + 3], B[bo + 4], s = a, f, 1
+            B[bo + 3], B[bo + 4], B[bo + 6], s = a, f, lo, 1
+            if rebased then s = 2 end
           else
             s = f
           end
@@ -734,12 +810,18 @@ local function many(keys, args, nargv, nkeys)
       elseif s ~= 1 and s ~= 2 then
         st, a1, a2 = INVALID, s, B[bo + 1]
       else
-        local r = LI[lo + 1]
+        local r, u = LI[lo + 1], B[bo + 6]
+        if u ~= lo and LI[u + 1] ~= r then
+          -- A job before, in this call, named the bucket at another rate.
+          B[bo + 3], B[bo + 4] = rebase(B[bo + 3], B[bo + 4], LI[u + 1], r, LI[lo + 2], LI[lo + 3], now)
+          B[bo + 5], B[bo + 6] = 2, lo
+        end
         local a, f, wait = charge(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
         local charged
-        st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
+        st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, flags >= 2)
         if charged then B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = a, f, 2, lo end
         if a3 == 0 then a2 = tokens(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 3], now) end
+        if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
       end
     end
     if st == WRONGTYPE or st == INVALID then
@@ -766,7 +848,7 @@ local function many(keys, args, nargv, nkeys)
       local l, a, f = B[bo + 6], B[bo + 3], B[bo + 4]
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
       if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-      call('SET', keys[B[bo + 1]], spack('<i8i4', a, f), 'PX', lts)
+      save(keys[B[bo + 1]], a, f, LI[l + 1], ttl, lts)
     end
   end
   for w = 0, nw - 3, 3 do
@@ -854,7 +936,7 @@ local function decide(keys, args)
           end
           EN[e + 1], EN[e + 2], EN[e + 3], EN[e + 4] = rk, false, ox, 0
         end
-        if J[o + 3] == 0 and not EN[e + 2] then
+        if J[o + 3] % 2 == 0 and not EN[e + 2] then
           nr = nr + 1
           RK[nr] = resv
           EN[e + 2] = nr
@@ -910,15 +992,17 @@ local function decide(keys, args)
     elseif es and es ~= 1 then
       if es == WRONGTYPE then st, a1 = WRONGTYPE, EN[e + 5] else a1, a2 = es, EN[e + 5] end
     else
-      local c, inc, fresh, lo = J[o + 1], J[o + 2], J[o + 3], J[o + 4]
+      local c, inc, flags, lo = J[o + 1], J[o + 2], J[o + 3], J[o + 4]
+      local fresh = flags % 2
       local slot, own = false, false
       if e then slot, own = EN[e + 5], EN[e + 6] end
       local so, oo = slot, own
       st, a1, a3, slot, own = held(own, inc, slot, K, now)
       if not st then
         -- Read each bucket once, and charge the job in every one, on paper
-        -- (CH), finding the longest wait.
-        local wait, i, l = 0, 0, lo
+        -- (CH), finding the longest wait and the limit (its position z)
+        -- that sets it.
+        local wait, wz, i, l = 0, 0, 0, lo
         for y = first, last do
           local bo = kb[y]
           local s = B[bo + 4]
@@ -927,10 +1011,11 @@ local function decide(keys, args)
             if wrong and wrong[x] then
               s = WRONGTYPE
             else
-              local a, f = 0, 0
-              if V[x] then a, f = state(V[x], keys[y], LI[l + 1], LI[l + 6], now) end
+              local a, f, rebased = 0, 0, false
+              if V[x] then a, f, rebased = state(V[x], keys[y], LI[l + 1], LI[l + 2], LI[l + 3], LI[l + 6], now) end
               if a then
-                B[bo + 2], B[bo + 3], s = a, f, 1
+                B[bo + 2], B[bo + 3], B[bo + 5], s = a, f, l, 1
+                if rebased then s = 2 end
               else
                 s = f
               end
@@ -942,15 +1027,22 @@ local function decide(keys, args)
             if s == WRONGTYPE then st, a1, a2 = WRONGTYPE, y, 0 end
             break
           end
-          local a, f, w = charge(B[bo + 2], B[bo + 3], LI[l + 1], LI[l + 2], LI[l + 4], LI[l + 5], c, now)
+          local r, u = LI[l + 1], B[bo + 5]
+          if u ~= l and LI[u + 1] ~= r then
+            -- A job before, in this call, named the bucket at another rate.
+            B[bo + 2], B[bo + 3] = rebase(B[bo + 2], B[bo + 3], LI[u + 1], r, LI[l + 2], LI[l + 3], now)
+            B[bo + 4], B[bo + 5] = 2, l
+          end
+          local a, f, w = charge(B[bo + 2], B[bo + 3], r, LI[l + 2], LI[l + 4], LI[l + 5], c, now)
           CH[i + 1], CH[i + 2] = a, f
+          if w > wait then wait, wz = w, i / 2 end
           i = i + 2
-          if w > wait then wait = w end
           l = l + LW
         end
         if not st then
           local charged
-          st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now)
+          st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, flags >= 2)
+          if a1 > 0 then a3 = a3 + 2 * (wz + 1) end
           if charged then
             i, l = 0, lo
             for y = first, last do
@@ -959,7 +1051,7 @@ local function decide(keys, args)
               i, l = i + 2, l + LW
             end
           end
-          if a3 == 0 then
+          if a3 % 2 == 0 then
             -- Remaining: the whole tokens left in the tightest bucket.
             l = lo
             for y = first, last do
@@ -992,7 +1084,7 @@ local function decide(keys, args)
       local l, a, f = B[bo + 5], B[bo + 2], B[bo + 3]
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
       if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-      call('SET', RK[B[bo + 1]], spack('<i8i4', a, f), 'PX', lts)
+      save(RK[B[bo + 1]], a, f, LI[l + 1], ttl, lts)
     end
   end
   if CHG then

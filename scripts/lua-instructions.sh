@@ -33,7 +33,7 @@ calls=3000
 port=$((20000 + RANDOM % 20000))
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-args=(1 'thr:{t__rand_int__}:l:10000:1000000' 0 1 10000 1000000 10000)
+args=(1 'thr:{t__rand_int__}:l:1000000' 0 1 10000 1000000 10000)
 
 # instructions FILE N: total instructions of a redis-server that ran FILE N
 # times: a library with FCALL, or with $eval set a script with EVALSHA.
@@ -84,7 +84,7 @@ worker_call() {
 	for i in $(seq 0 $((n - 1))); do
 		# shellcheck disable=SC2059 # the pattern is the caller's
 		t=$(printf "$pattern" "$i")
-		keys+=("thr:{$t}:l:$rate:1000000" "thr:{$t}:j:$((1000 + i))" "thr:{$t}:o:$((1000 + i))")
+		keys+=("thr:{$t}:l:1000000" "thr:{$t}:j:$((1000 + i))" "thr:{$t}:o:$((1000 + i))")
 		[ "$i" -eq 0 ] || rest+=(1 0 1 0) # cost, incarnation, fresh, L_k = 0: the limit of the job before
 	done
 	args=($((3 * n)) "${keys[@]}" 0 3600000000 1 0 1 1 "$rate" 1000000 "$burst" "${rest[@]}")

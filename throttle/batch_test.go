@@ -177,9 +177,9 @@ func TestBatchRejectsBadInput(t *testing.T) {
 			{name: "second cost over the burst", args: with(j2.cost, "6"), job: 2, code: eOverBurst, idx: int64(j2.burst)},
 			{name: "third incarnation 2^53", args: with(j3.inc, "9007199254740992"), job: 3, code: eIncarnation, idx: int64(j3.inc)},
 			{name: "third incarnation empty", args: with(j3.inc, ""), job: 3, code: eIncarnation, idx: int64(j3.inc)},
-			{name: "second fresh 2", args: with(j2.fresh, "2"), job: 2, code: eFresh, idx: int64(j2.fresh)},
-			{name: "second state 13 bytes", args: args, job: 2, code: eState, idx: 4, stored: map[int]string{4: packedState(t0.UnixMicro(), 0) + "x"}},
-			{name: "third state without TTL", args: args, job: 3, code: eStateTTL, idx: 7, stored: map[int]string{7: packedState(t0.UnixMicro(), 0)}, noTTL: 7},
+			{name: "second flags 4", args: with(j2.fresh, "4"), job: 2, code: eFresh, idx: int64(j2.fresh)},
+			{name: "second state 13 bytes", args: args, job: 2, code: eState, idx: 4, stored: map[int]string{4: packedState(t0.UnixMicro(), 0, 10) + "x"}},
+			{name: "third state without TTL", args: args, job: 3, code: eStateTTL, idx: 7, stored: map[int]string{7: packedState(t0.UnixMicro(), 0, 10)}, noTTL: 7},
 			{name: "second reservation abc", args: args, job: 2, code: eResv, idx: 5, stored: map[int]string{5: "abc"}},
 			{name: "second reservation without TTL", args: args, job: 2, code: eResvTTL, idx: 5, stored: map[int]string{5: nowMicros}, noTTL: 5},
 			{name: "third owner 1.5", args: args, job: 3, code: eOwner, idx: 9, stored: map[int]string{9: "1.5"}},
@@ -313,7 +313,7 @@ func TestBatchRejectsBadInput(t *testing.T) {
 		for k := range m {
 			want := []int64{1, 0, int64(4 - k), 0}
 			if k >= 5 {
-				want = []int64{2, int64(k-4) * 100000, 0, 1}
+				want = []int64{2, int64(k-4) * 100000, 0, 3} // reserved, by its limit
 			}
 			if !reflect.DeepEqual(got[4*k:4*k+4], want) {
 				t.Fatalf("256 jobs, job %d: %v, want %v", k, got[4*k:4*k+4], want)
@@ -337,7 +337,7 @@ func TestBadJobFailsAlone(t *testing.T) {
 	}
 	hook := &fcallHook{}
 	rdb.AddHook(hook)
-	if err := e.rdb.Set(ctx, e.prefix+":{bad}:l:10:1000000", "x", time.Minute).Err(); err != nil {
+	if err := e.rdb.Set(ctx, e.prefix+":{bad}:l:1000000", "x", time.Minute).Err(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}
 	if err := e.rdb.LPush(ctx, e.prefix+":{list}:j:j1", "x").Err(); err != nil {

@@ -336,7 +336,7 @@ func stateBytes(tb testing.TB, rdb *redis.Client, n int) []int64 {
 	pipe := rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, n)
 	for i := range cmds {
-		key := fmt.Sprintf("thr:{tenant-%06d}:l:100:1000000", i)
+		key := fmt.Sprintf("thr:{tenant-%06d}:l:1000000", i)
 		cmds[i] = pipe.MemoryUsage(ctx, key, 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -370,7 +370,7 @@ func TestMemoryPerLimit(t *testing.T) {
 	rdb := srv.Client(t)
 	sizes := stateBytes(t, rdb, 100)
 	if got := sizes[42]; got <= 0 || got > 150 {
-		t.Fatalf("MEMORY USAGE of thr:{tenant-000042}:l:100:1000000 = %d bytes, want at most 150", got)
+		t.Fatalf("MEMORY USAGE of thr:{tenant-000042}:l:1000000 = %d bytes, want at most 150", got)
 	}
 	var sum int64
 	for _, s := range sizes {

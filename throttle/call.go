@@ -90,6 +90,17 @@ type prepared struct {
 	ownerKey    string // owner key, or "" (Copies only)
 	incarnation string // with ownerKey
 	fresh       bool
+	shadow      bool // decided against the tenant's shadow buckets, always admitted
+	limits      Limits
+}
+
+// limit is the job's limit at position i counting from 1, as the
+// function names the one that set a wait; the zero Limit for 0 (none).
+func (p prepared) limit(i int64) Limit {
+	if i < 1 || i > int64(len(p.limits)) {
+		return Limit{}
+	}
+	return p.limits[i-1]
 }
 
 // call is one function call deciding one or more requests.
@@ -107,11 +118,15 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
-	limits := req.Limits
-	if len(limits) == 0 {
-		limits = l.rules.For(req.Tenant) // validated by New
-	} else if err := limits.Validate(); err != nil {
-		return prepared{}, &InvalidError{Code: CodeLimits, Detail: err.Error()}
+	pol := l.policies.Policy(req.Tenant) // valid (Policies)
+	limits := pol.Limits
+	if len(req.Limits) > 0 {
+		if err := req.Limits.Validate(); err != nil {
+			return prepared{}, &InvalidError{Code: CodeLimits, Detail: err.Error()}
+		}
+		limits = req.Limits
+	} else if len(limits) == 0 {
+		return prepared{}, &InvalidError{Code: CodeLimits, Detail: fmt.Sprintf("no limits for tenant %q", req.Tenant)}
 	}
 	cost := req.Cost
 	if cost == 0 {
@@ -135,13 +150,16 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		now:       strconv.FormatInt(now, 10),
 		cost:      strconv.FormatInt(cost, 10),
 		limitKeys: make([]string, 0, len(limits)),
+		shadow:    pol.Shadow,
+		limits:    limits,
 	}
 	for _, lim := range limits {
-		r, ok := l.rendered[lim]
-		if !ok {
-			r = render(lim)
+		r := l.render(lim)
+		suffix := r.keySuffix
+		if pol.Shadow {
+			suffix = r.shadowSuffix
 		}
-		p.limitKeys = append(p.limitKeys, l.keys.prefix+":"+tag+r.keySuffix)
+		p.limitKeys = append(p.limitKeys, l.keys.prefix+":"+tag+suffix)
 		if len(limits) == 1 {
 			p.limitArgs = r.args[:] // shared, never written
 			break
@@ -157,22 +175,28 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 	return p, nil
 }
 
-// renderedLimit is a limit as its state key and the function spell it.
+// renderedLimit is a limit as its state keys and the function spell it.
 type renderedLimit struct {
-	keySuffix string // ":l:RATE:PERIOD", after the tenant's tag
-	args      [3]any // rate, period µs, burst
+	keySuffix    string // ":l:PERIOD", after the tenant's tag
+	shadowSuffix string // ":s:PERIOD", in shadow mode
+	args         [3]any // rate, period µs, burst
 }
 
-// render spells lim for keys and the function.
-func render(lim Limit) *renderedLimit {
-	return &renderedLimit{
-		keySuffix: limitKeySuffix(lim),
+// render spells lim for keys and the function, once per limit.
+func (l *Limiter) render(lim Limit) *renderedLimit {
+	if r, ok := l.rendered.Load(lim); ok {
+		return r.(*renderedLimit)
+	}
+	r, _ := l.rendered.LoadOrStore(lim, &renderedLimit{
+		keySuffix:    limitKeySuffix(lim, false),
+		shadowSuffix: limitKeySuffix(lim, true),
 		args: [3]any{
 			strconv.FormatInt(lim.Rate, 10),
 			strconv.FormatInt(lim.periodMicros(), 10),
 			strconv.FormatInt(lim.Burst, 10),
 		},
-	}
+	})
+	return r.(*renderedLimit)
 }
 
 // arg is s as a function argument. Putting a string in an interface
@@ -195,7 +219,7 @@ func arg(s string) any {
 func (l *Limiter) build(c *call) {
 	c.fn = l.lib.decide
 	first := c.parts[0]
-	if len(c.parts) == 1 && first.resvKey == "" && len(first.limitKeys) == 1 {
+	if len(c.parts) == 1 && first.resvKey == "" && len(first.limitKeys) == 1 && !first.shadow {
 		c.keys = first.limitKeys
 		c.args = append(append(make([]any, 0, 5), arg(first.now), arg(first.cost)), first.limitArgs...)
 		return
@@ -212,14 +236,11 @@ func (l *Limiter) build(c *call) {
 		if p.ownerKey != "" {
 			c.keys = append(c.keys, p.ownerKey)
 		}
-		inc, fresh := any("0"), any("0")
+		inc := any("0")
 		if p.incarnation != "" {
 			inc = arg(p.incarnation)
 		}
-		if p.fresh {
-			fresh = "1"
-		}
-		c.args = append(c.args, arg(p.cost), inc, fresh)
+		c.args = append(c.args, arg(p.cost), inc, jobFlags[flag(p.fresh)+2*flag(p.shadow)])
 		if k > 0 && sameLimits(p.limitArgs, c.parts[k-1].limitArgs) {
 			c.args = append(c.args, "0")
 			continue
@@ -227,6 +248,18 @@ func (l *Limiter) build(c *call) {
 		c.args = append(c.args, arg(strconv.Itoa(len(p.limitKeys))))
 		c.args = append(c.args, p.limitArgs...)
 	}
+}
+
+// jobFlags are a job's flags argument (lua/library.lua, decide): 1 fresh,
+// 2 shadow.
+var jobFlags = [4]any{"0", "1", "2", "3"}
+
+// flag is 1 for true, else 0.
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // sameLimits reports whether two jobs' rendered limits (rate, period and
@@ -269,10 +302,14 @@ const (
 func (c *call) tuple(k int, t []int64) (Decision, error) {
 	switch t[0] {
 	case statusAdmitted:
-		return Decision{Outcome: Admitted, Remaining: t[2]}, nil
+		d := Decision{Outcome: Admitted, Remaining: t[2], Shadow: c.parts[k].shadow}
+		if t[1] > 0 {
+			d.ShadowWait, d.HeldBy = time.Duration(t[1])*time.Microsecond, c.parts[k].limit(t[3]>>1)
+		}
+		return d, nil
 	case statusLimited:
-		d := Decision{Outcome: Limited, Wait: time.Duration(t[1]) * time.Microsecond, Remaining: t[2]}
-		if t[3] == 1 {
+		d := Decision{Outcome: Limited, Wait: time.Duration(t[1]) * time.Microsecond, Remaining: t[2], HeldBy: c.parts[k].limit(t[3] >> 1)}
+		if t[3]&1 == 1 {
 			d.Outcome = Reserved
 		}
 		return d, nil

@@ -106,7 +106,7 @@ func (c *Copies) Claim(ctx context.Context, tenant, jobID string, incarnation in
 	if err != nil {
 		return false, 0, err
 	}
-	ttl := c.l.horizon + c.l.rules.For(tenant).longestFill()
+	ttl := c.l.horizon + c.l.policies.Policy(tenant).Limits.longestFill()
 	v, err := c.l.lib.call(ctx, c.l.lib.claim, []string{key},
 		strconv.FormatInt(incarnation, 10), strconv.FormatInt(max(1, ttl.Milliseconds()), 10))
 	if err != nil {

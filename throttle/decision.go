@@ -18,7 +18,8 @@ type Request struct {
 	// At is the time of the decision. Defaults to Redis TIME. Set it only
 	// for deterministic tests or replays.
 	At time.Time
-	// Limits overrides the Rules for this one request when non-empty.
+	// Limits overrides the tenant's limits for this one request when
+	// non-empty; whether they are shadowed still comes from its Policy.
 	Limits Limits
 }
 
@@ -71,6 +72,19 @@ type Decision struct {
 	Remaining int64
 	// Owner is the incarnation that ran, when Duplicate.
 	Owner int64
+	// HeldBy is the limit that set Wait (or ShadowWait): the one of the
+	// tenant's limits that would leave the job waiting longest. It is the
+	// zero Limit when there is no wait, and the tenant's first limit for a
+	// job that came back before the slot it holds.
+	HeldBy Limit
+	// Shadow says the tenant's policy is in shadow mode: the job is
+	// Admitted whatever its buckets say, which are the tenant's shadow
+	// buckets, never the enforced ones.
+	Shadow bool
+	// ShadowWait, in shadow mode, is the wait enforcing would have imposed
+	// (0 when it would have admitted the job): the job was charged for it
+	// in the shadow buckets as a Reserved job would have been.
+	ShadowWait time.Duration
 }
 
 // Result is the outcome of one request of a batch.

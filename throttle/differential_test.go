@@ -326,11 +326,11 @@ func runDifferential(t *testing.T, tenants []diffTenant, horizon time.Duration, 
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 
 	e := setup(t)
-	rules := throttle.Rules{Default: throttle.Limits{throttle.PerSecond(1, 1)}, Tenants: map[string]throttle.Limits{}}
+	rules := throttle.Rules{Default: throttle.Enforce(throttle.PerSecond(1, 1)), Tenants: map[string]throttle.Policy{}}
 	for _, ten := range tenants {
-		rules.Tenants[ten.name] = ten.limits
+		rules.Tenants[ten.name] = throttle.Policy{Limits: ten.limits}
 	}
-	l, err := throttle.New(e.rdb, throttle.Options{Rules: rules, Horizon: horizon, Prefix: e.prefix})
+	l, err := throttle.New(e.rdb, throttle.Options{Policies: rules, Horizon: horizon, Prefix: e.prefix})
 	if err != nil {
 		t.Fatalf("throttle.New: %v", err)
 	}

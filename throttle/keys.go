@@ -23,7 +23,8 @@ const MaxJobIDLen = 128
 // concatenates keys. All keys of one tenant share the hash tag {tenant}, so
 // one script call touches one Redis Cluster slot:
 //
-//	<prefix>:{<tenant>}:l:<rate>:<period µs>   state of one limit
+//	<prefix>:{<tenant>}:l:<period µs>          state of one limit
+//	<prefix>:{<tenant>}:s:<period µs>          state of one limit in shadow mode
 //	<prefix>:{<tenant>}:j:<job id>             slot reserved for one job
 //	<prefix>:{<tenant>}:f:<job id>             handler failures of one job
 //	<prefix>:{<tenant>}:o:<job id>             incarnation of a moved job that ran
@@ -66,10 +67,16 @@ func plainTenant(tenant string) bool {
 }
 
 // limitKeySuffix is what follows the tag in the state key of one limit,
-// prefix:{tag}:l:RATE:PERIOD. The key names the rate and period, so changing
-// a limit starts a new bucket.
-func limitKeySuffix(l Limit) string {
-	return ":l:" + strconv.FormatInt(l.Rate, 10) + ":" + strconv.FormatInt(l.periodMicros(), 10)
+// prefix:{tag}:l:PERIOD, or prefix:{tag}:s:PERIOD in shadow mode. The key
+// names the period alone, so a limit whose rate or burst changes keeps its
+// bucket and what it holds (lua/library.lua, CHANGE); a tenant has one
+// limit per period (Limits.Validate).
+func limitKeySuffix(l Limit, shadow bool) string {
+	kind := ":l:"
+	if shadow {
+		kind = ":s:"
+	}
+	return kind + strconv.FormatInt(l.periodMicros(), 10)
 }
 
 // reservation returns the key of the slot reserved for jobID.

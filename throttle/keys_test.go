@@ -111,8 +111,8 @@ func TestReservationKeyStaysInTenantSlot(t *testing.T) {
 func TestNoLeaks(t *testing.T) {
 	e := setup(t)
 	horizon := 200 * ms
-	single := throttle.Limits{throttle.PerSecond(1000, 5)}                            // fills in 5ms
-	multi := throttle.Limits{throttle.PerSecond(1000, 5), throttle.PerSecond(200, 5)} // fills in 5ms and 25ms
+	single := throttle.Limits{throttle.PerSecond(1000, 5)}                                        // fills in 5ms
+	multi := throttle.Limits{throttle.PerSecond(1000, 5), {Rate: 20, Period: 100 * ms, Burst: 5}} // fills in 5ms and 25ms
 	l := newLimiter(t, e.rdb, e.prefix, horizon, single)
 	ctx := context.Background()
 
@@ -209,8 +209,8 @@ func TestTTLWithinFillAndHorizon(t *testing.T) {
 		if got, ok := first.Val().([]any); !ok || !reflect.DeepEqual(got, []any{int64(1), int64(0), int64(0), int64(0)}) {
 			t.Fatalf("first call: reply %#v, want [1 0 0 0]", first.Val())
 		}
-		if got, ok := second.Val().([]any); !ok || !reflect.DeepEqual(got, []any{int64(2), int64(5000), int64(0), int64(1)}) {
-			t.Fatalf("second call: reply %#v, want [2 5000 0 1]: a slot 5000µs away", second.Val())
+		if got, ok := second.Val().([]any); !ok || !reflect.DeepEqual(got, []any{int64(2), int64(5000), int64(0), int64(3)}) {
+			t.Fatalf("second call: reply %#v, want [2 5000 0 3]: a slot 5000µs away, reserved by its limit", second.Val())
 		}
 		for j, p := range []time.Duration{pttl1.Val(), pttl2.Val(), pttl3.Val()} {
 			worst[j] = max(worst[j], p)

@@ -99,16 +99,17 @@ func (ls Limits) Validate() error {
 	if len(ls) > MaxLimits {
 		return fmt.Errorf("%d limits given, at most %d allowed", len(ls), MaxLimits)
 	}
-	seen := make(map[[2]int64]bool, len(ls))
-	for _, l := range ls {
+	for i, l := range ls {
 		if err := l.Validate(); err != nil {
 			return fmt.Errorf("limit %s: %w", l, err)
 		}
-		id := [2]int64{l.Rate, l.periodMicros()}
-		if seen[id] {
-			return fmt.Errorf("limit %s given twice", l)
+		// A tenant's bucket of a limit is named by its period, so that a
+		// changed rate keeps its bucket: one limit per period.
+		for _, o := range ls[:i] {
+			if o.Period == l.Period {
+				return fmt.Errorf("limits %s and %s have the same period: keep one", o, l)
+			}
 		}
-		seen[id] = true
 	}
 	return nil
 }
@@ -125,7 +126,7 @@ func (ls Limits) MinBurst() int64 {
 	return m
 }
 
-// String formats ls the way ParseLimits reads it, e.g. "100/s:200+50000/d:50000".
+// String formats ls the way ParsePolicy reads it, e.g. "100/s:200+50000/d:50000".
 func (ls Limits) String() string {
 	parts := make([]string, len(ls))
 	for i, l := range ls {
@@ -165,26 +166,6 @@ func ParseLimit(s string, defaultBurst int64) (Limit, error) {
 	return l, nil
 }
 
-// ParseLimits reads several limits joined by "+", such as
-// "100/s:200+50000/d". Each part is read by ParseLimit with defaultBurst.
-func ParseLimits(s string, defaultBurst int64) (Limits, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, errors.New("empty limit")
-	}
-	var ls Limits
-	for _, part := range strings.Split(s, "+") {
-		l, err := ParseLimit(part, defaultBurst)
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-	}
-	if err := ls.Validate(); err != nil {
-		return nil, fmt.Errorf("limits %q: %w", s, err)
-	}
-	return ls, nil
-}
-
 // parseCount reads a positive decimal integer with no sign, exponent or
 // fraction.
 func parseCount(s string) (int64, error) {
@@ -216,59 +197,4 @@ func parseUnit(u string) (time.Duration, error) {
 		return 0, fmt.Errorf("unit %q: want s, m, h, d or a duration such as 10s", u)
 	}
 	return d, nil
-}
-
-// Rules maps tenants to their limits, with a default for every other tenant.
-// Rules is read-only once built and safe for concurrent use.
-type Rules struct {
-	// Default applies to every tenant without an entry in Tenants.
-	Default Limits
-	// Tenants holds per-tenant limits that replace Default.
-	Tenants map[string]Limits
-}
-
-// For returns the limits that apply to tenant.
-func (r Rules) For(tenant string) Limits {
-	if ls, ok := r.Tenants[tenant]; ok {
-		return ls
-	}
-	return r.Default
-}
-
-// Validate reports whether every limit set in r can be enforced.
-func (r Rules) Validate() error {
-	if err := r.Default.Validate(); err != nil {
-		return fmt.Errorf("default limits: %w", err)
-	}
-	for t, ls := range r.Tenants {
-		if err := ls.Validate(); err != nil {
-			return fmt.Errorf("limits of tenant %q: %w", t, err)
-		}
-	}
-	return nil
-}
-
-// ParseTenantLimits reads per-tenant limits written as
-// "acme=50/s:100+10000/d,globex=5/m".
-func ParseTenantLimits(s string, defaultBurst int64) (map[string]Limits, error) {
-	out := map[string]Limits{}
-	if strings.TrimSpace(s) == "" {
-		return out, nil
-	}
-	for _, entry := range strings.Split(s, ",") {
-		tenant, spec, ok := strings.Cut(entry, "=")
-		tenant = strings.TrimSpace(tenant)
-		if !ok || tenant == "" {
-			return nil, fmt.Errorf("entry %q: want TENANT=LIMITS, e.g. acme=50/s:100", entry)
-		}
-		if _, dup := out[tenant]; dup {
-			return nil, fmt.Errorf("tenant %q given twice", tenant)
-		}
-		ls, err := ParseLimits(spec, defaultBurst)
-		if err != nil {
-			return nil, fmt.Errorf("tenant %q: %w", tenant, err)
-		}
-		out[tenant] = ls
-	}
-	return out, nil
 }

@@ -51,72 +51,77 @@ func TestParseLimitRejects(t *testing.T) {
 	}
 }
 
-func TestParseLimits(t *testing.T) {
+func TestParsePolicy(t *testing.T) {
 	tests := []struct {
 		in   string
-		want throttle.Limits
+		want throttle.Policy
 	}{
-		{"100/s", throttle.Limits{throttle.PerSecond(100, 100)}},
-		{"100/s:200+50000/d", throttle.Limits{throttle.PerSecond(100, 200), throttle.PerDay(50000, 50000)}},
-		{"10/s:5+50/m:20+1000/h", throttle.Limits{throttle.PerSecond(10, 5), throttle.PerMinute(50, 20), throttle.PerHour(1000, 1000)}},
+		{"100/s", throttle.Enforce(throttle.PerSecond(100, 100))},
+		{"100/s:200+50000/d", throttle.Enforce(throttle.PerSecond(100, 200), throttle.PerDay(50000, 50000))},
+		{"10/s:5+50/m:20+1000/h", throttle.Enforce(throttle.PerSecond(10, 5), throttle.PerMinute(50, 20), throttle.PerHour(1000, 1000))},
 		// Equal average rates over different periods are different buckets.
-		{"100/s+6000/m", throttle.Limits{throttle.PerSecond(100, 100), throttle.PerMinute(6000, 6000)}},
+		{"100/s+6000/m", throttle.Enforce(throttle.PerSecond(100, 100), throttle.PerMinute(6000, 6000))},
+		{"50/s:100+shadow", throttle.Policy{Limits: throttle.Limits{throttle.PerSecond(50, 100)}, Shadow: true}},
+		{"shadow + 5/m+10/d", throttle.Policy{Limits: throttle.Limits{throttle.PerMinute(5, 5), throttle.PerDay(10, 10)}, Shadow: true}},
 	}
 	for _, tt := range tests {
-		got, err := throttle.ParseLimits(tt.in, 0)
+		got, err := throttle.ParsePolicy(tt.in, 0)
 		if err != nil {
-			t.Fatalf("ParseLimits(%q): %v", tt.in, err)
+			t.Fatalf("ParsePolicy(%q): %v", tt.in, err)
 		}
 		if !reflect.DeepEqual(got, tt.want) {
-			t.Fatalf("ParseLimits(%q) = %v, want %v", tt.in, got, tt.want)
+			t.Fatalf("ParsePolicy(%q) = %v, want %v", tt.in, got, tt.want)
 		}
-		// String writes what ParseLimits reads back.
-		again, err := throttle.ParseLimits(got.String(), 0)
+		// String writes what ParsePolicy reads back.
+		again, err := throttle.ParsePolicy(got.String(), 0)
 		if err != nil || !reflect.DeepEqual(again, got) {
-			t.Fatalf("ParseLimits(%q.String() = %q) = %v, %v; want %v", tt.in, got.String(), again, err, got)
+			t.Fatalf("ParsePolicy(%q.String() = %q) = %v, %v; want %v", tt.in, got.String(), again, err, got)
 		}
 	}
 }
 
-func TestParseLimitsRejects(t *testing.T) {
+func TestParsePolicyRejects(t *testing.T) {
 	for _, in := range []string{
 		"", " ", "+", "100/s+", "+100/s", "100/s:200+100/s:300", "100/s+100/s",
-		"100/s+1.5/m", "1/s+2/s+3/s+4/s+5/s+6/s+7/s+8/s+9/s", "100/s,50/m",
+		"100/s+1.5/m", "1/s+2/m+3/h+4/d+5/2s+6/3s+7/4s+8/5s+9/6s", "100/s,50/m",
+		// One limit per period: a bucket is named by its period.
+		"10/s+100/s:5", "60/m+1/1m0s",
+		"shadow", "100/s+shadow+shadow", "100/s+shadows", "100/s+Shadow",
 	} {
-		if ls, err := throttle.ParseLimits(in, 0); err == nil {
-			t.Fatalf("ParseLimits(%q) = %v, want an error", in, ls)
+		if p, err := throttle.ParsePolicy(in, 0); err == nil {
+			t.Fatalf("ParsePolicy(%q) = %v, want an error", in, p)
 		}
 	}
 }
 
-func TestParseTenantLimits(t *testing.T) {
-	got, err := throttle.ParseTenantLimits("acme=50/s:100+10000/d, globex=5/m", 0)
+func TestParseTenantPolicies(t *testing.T) {
+	got, err := throttle.ParseTenantPolicies("acme=50/s:100+10000/d, globex=5/m+shadow", 0)
 	if err != nil {
-		t.Fatalf("ParseTenantLimits: %v", err)
+		t.Fatalf("ParseTenantPolicies: %v", err)
 	}
-	want := map[string]throttle.Limits{
-		"acme":   {throttle.PerSecond(50, 100), throttle.PerDay(10000, 10000)},
-		"globex": {throttle.PerMinute(5, 5)},
+	want := map[string]throttle.Policy{
+		"acme":   throttle.Enforce(throttle.PerSecond(50, 100), throttle.PerDay(10000, 10000)),
+		"globex": {Limits: throttle.Limits{throttle.PerMinute(5, 5)}, Shadow: true},
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("ParseTenantLimits = %v, want %v", got, want)
+		t.Fatalf("ParseTenantPolicies = %v, want %v", got, want)
 	}
 
-	got, err = throttle.ParseTenantLimits("", 0)
+	got, err = throttle.ParseTenantPolicies("", 0)
 	if err != nil || len(got) != 0 {
-		t.Fatalf("ParseTenantLimits(\"\") = %v, %v; want an empty map", got, err)
+		t.Fatalf("ParseTenantPolicies(\"\") = %v, %v; want an empty map", got, err)
 	}
 
-	got, err = throttle.ParseTenantLimits("a=3/s", 9)
-	if err != nil || !reflect.DeepEqual(got, map[string]throttle.Limits{"a": {throttle.PerSecond(3, 9)}}) {
-		t.Fatalf("ParseTenantLimits(a=3/s, 9) = %v, %v; want burst 9", got, err)
+	got, err = throttle.ParseTenantPolicies("a=3/s", 9)
+	if err != nil || !reflect.DeepEqual(got, map[string]throttle.Policy{"a": throttle.Enforce(throttle.PerSecond(3, 9))}) {
+		t.Fatalf("ParseTenantPolicies(a=3/s, 9) = %v, %v; want burst 9", got, err)
 	}
 
 	for _, in := range []string{
 		"acme", "=5/s", " =5/s", "acme=", "acme=5/s,acme=6/s", "acme=1.5/s", "acme=5/s,", "acme=5/s+5/s",
 	} {
-		if m, err := throttle.ParseTenantLimits(in, 0); err == nil {
-			t.Fatalf("ParseTenantLimits(%q) = %v, want an error", in, m)
+		if m, err := throttle.ParseTenantPolicies(in, 0); err == nil {
+			t.Fatalf("ParseTenantPolicies(%q) = %v, want an error", in, m)
 		}
 	}
 }

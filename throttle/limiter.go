@@ -23,10 +23,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,8 +36,10 @@ const MaxHorizon = 30 * 24 * time.Hour
 
 // Options configures a Limiter.
 type Options struct {
-	// Rules gives each tenant its limits. Required.
-	Rules Rules
+	// Policies gives each tenant its limits and whether they are enforced
+	// or shadowed: a Rules value, or a source that changes while the
+	// Limiter runs. Required.
+	Policies Policies
 	// Horizon is the furthest ahead a slot may be reserved for a job that
 	// must wait. A job whose slot would lie further is told to come back
 	// after Horizon, uncharged. 0 means never reserve: every call then
@@ -60,10 +61,10 @@ type Limiter struct {
 	keys        keyspace
 	horizon     time.Duration
 	horizonArg  any // horizon in µs, as the function reads it (boxed once)
-	rules       Rules
-	// rendered holds the key suffix and function arguments of every limit
-	// in rules, built once: they are the same for every job.
-	rendered map[Limit]*renderedLimit
+	policies    Policies
+	// rendered holds the key suffixes and function arguments of every limit
+	// met so far, built once: they are the same for every job.
+	rendered sync.Map // Limit → *renderedLimit
 }
 
 // New returns a Limiter over rdb. It does not talk to Redis: call Load at
@@ -72,8 +73,13 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 	if rdb == nil {
 		return nil, errors.New("throttle: nil redis client")
 	}
-	if err := opts.Rules.Validate(); err != nil {
-		return nil, fmt.Errorf("throttle: %w", err)
+	if opts.Policies == nil {
+		return nil, errors.New("throttle: no policies")
+	}
+	if r, ok := opts.Policies.(Rules); ok {
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("throttle: %w", err)
+		}
 	}
 	if opts.Horizon < 0 || opts.Horizon > MaxHorizon {
 		return nil, fmt.Errorf("throttle: horizon %s out of range [0, %s]", opts.Horizon, MaxHorizon)
@@ -88,20 +94,13 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 	// A single server takes keys of any slot in one call; a Cluster or Ring
 	// routes by key, so there a call holds one tenant's jobs.
 	_, single := rdb.(*redis.Client)
-	rendered := map[Limit]*renderedLimit{}
-	for _, ls := range append([]Limits{opts.Rules.Default}, slices.Collect(maps.Values(opts.Rules.Tenants))...) {
-		for _, lim := range ls {
-			rendered[lim] = render(lim)
-		}
-	}
 	return &Limiter{
 		lib:         newLibrary(rdb),
 		crossTenant: single,
 		keys:        keyspace{prefix: prefix},
 		horizon:     opts.Horizon,
 		horizonArg:  strconv.FormatInt(opts.Horizon.Microseconds(), 10),
-		rules:       opts.Rules,
-		rendered:    rendered,
+		policies:    opts.Policies,
 	}, nil
 }
 

@@ -31,10 +31,12 @@ const (
 var nowMicros = strconv.FormatInt(t0.UnixMicro(), 10)
 
 // packedState is a bucket's state as the function stores it: its empty
-// time, whole µs ei and remainder ef, as a little-endian int64 and int32.
-func packedState(ei int64, ef int32) string {
+// time, whole µs ei and remainder ef in units of 1/rate µs, and the rate
+// it is stored for, as a little-endian int64 and two int32.
+func packedState(ei int64, ef, rate int32) string {
 	b := binary.LittleEndian.AppendUint64(nil, uint64(ei))
-	return string(binary.LittleEndian.AppendUint32(b, uint32(ef)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(ef))
+	return string(binary.LittleEndian.AppendUint32(b, uint32(rate)))
 }
 
 // validArgs is a valid ARGV of one job under one limit of 10/s with a
@@ -88,8 +90,10 @@ func snap(t *testing.T, rdb *redis.Client, keys ...string) snapshot {
 // rawKeys returns the state keys of L limits and a reservation key of the
 // tenant name, in the engine's layout.
 func rawKeys(prefix, name string, limits int) (state []string, resv string) {
+	// The periods of the limits the tests send: 1 s, then 1 min, 1 h, ...
+	periods := []int64{1_000_000, 60_000_000, 3_600_000_000, 86_400_000_000}
 	for i := range limits {
-		state = append(state, fmt.Sprintf("%s:{%s}:l:%d:1000000", prefix, name, 10+i))
+		state = append(state, fmt.Sprintf("%s:{%s}:l:%d", prefix, name, periods[i]))
 	}
 	return state, fmt.Sprintf("%s:{%s}:j:job", prefix, name)
 }
@@ -141,7 +145,7 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		{3, "1000000001", eCost, 3},
 		{3, "6", eOverBurst, 9}, // cost > burst 5
 		{4, "9007199254740992", eIncarnation, 4},
-		{5, "2", eFresh, 5},
+		{5, "4", eFresh, 5},
 		{7, "0", eRate, 7},
 		{7, "1000000001", eRate, 7},
 		{8, "999", ePeriod, 8},
@@ -289,7 +293,7 @@ func TestScriptRejectsBadState(t *testing.T) {
 	l := newLimiter(t, e.rdb, e.prefix, time.Second, throttle.Limits{throttle.PerSecond(10, 5)})
 	// The engine's key for the tenant's limit of 10/s, as the script sees it.
 	now := t0.UnixMicro()
-	valid := packedState(now, 0)
+	valid := packedState(now, 0, 10)
 
 	type tc struct {
 		name      string
@@ -311,12 +315,18 @@ func TestScriptRejectsBadState(t *testing.T) {
 		{"state empty", []string{"<empty>"}, 0, "", false, eState, 1},
 		{"state 11 bytes", []string{valid[:11]}, 0, "", false, eState, 1},
 		{"state 13 bytes", []string{valid + "x"}, 0, "", false, eState, 1},
-		{"negative empty time", []string{packedState(-1, 0)}, 0, "", false, eState, 1},
-		{"negative remainder", []string{packedState(now, -1)}, 0, "", false, eState, 1},
-		{"remainder = rate", []string{packedState(now, 10)}, 0, "", false, eState, 1},
-		{"remainder > rate", []string{packedState(now, 11)}, 0, "", false, eState, 1},
-		{"far future", []string{packedState(now+31*24*3600*1_000_000, 0)}, 0, "", false, eState, 1},
-		{"huge", []string{packedState(math.MaxInt64, 0)}, 0, "", false, eState, 1},
+		{"state 12 bytes, as before live limits", []string{valid[:12]}, 0, "", false, eState, 1},
+		{"negative empty time", []string{packedState(-1, 0, 10)}, 0, "", false, eState, 1},
+		{"negative remainder", []string{packedState(now, -1, 10)}, 0, "", false, eState, 1},
+		{"remainder = rate", []string{packedState(now, 10, 10)}, 0, "", false, eState, 1},
+		{"remainder > rate", []string{packedState(now, 11, 10)}, 0, "", false, eState, 1},
+		{"remainder = its own rate", []string{packedState(now, 20, 20)}, 0, "", false, eState, 1},
+		{"rate 0", []string{packedState(now, 0, 0)}, 0, "", false, eState, 1},
+		{"rate -1", []string{packedState(now, 0, -1)}, 0, "", false, eState, 1},
+		{"rate over 1e9", []string{packedState(now, 0, 1_000_000_001)}, 0, "", false, eState, 1},
+		{"far future", []string{packedState(now+31*24*3600*1_000_000, 0, 10)}, 0, "", false, eState, 1},
+		{"huge", []string{packedState(math.MaxInt64, 0, 10)}, 0, "", false, eState, 1},
+		{"huge, of another rate", []string{packedState(math.MaxInt64, 0, 20)}, 0, "", false, eState, 1},
 		{"second state malformed", []string{valid, "x:y"}, 0, "", false, eState, 2},
 		{"state without TTL", []string{valid}, 1, "", false, eStateTTL, 1},
 		{"second state without TTL", []string{valid, valid}, 2, "", false, eStateTTL, 2},
@@ -391,7 +401,7 @@ func TestScriptRejectsBadState(t *testing.T) {
 	}
 
 	// Through the Go API: the tenant's state key is malformed.
-	if err := e.rdb.Set(ctx, e.prefix+":{acme}:l:10:1000000", "1:2:3", time.Minute).Err(); err != nil {
+	if err := e.rdb.Set(ctx, e.prefix+":{acme}:l:1000000", "1:2:3", time.Minute).Err(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}
 	_, err := l.Decide(ctx, throttle.Request{Tenant: "acme", JobID: "j1", At: t0})
@@ -540,7 +550,7 @@ func TestWrongTypeIsRedisError(t *testing.T) {
 	e := setup(t)
 	l := newLimiter(t, e.rdb, e.prefix, time.Second, throttle.Limits{throttle.PerSecond(10, 5)})
 	ctx := context.Background()
-	for _, key := range []string{e.prefix + ":{acme}:l:10:1000000", e.prefix + ":{globex}:j:j1"} {
+	for _, key := range []string{e.prefix + ":{acme}:l:1000000", e.prefix + ":{globex}:j:j1"} {
 		if err := e.rdb.LPush(ctx, key, "x").Err(); err != nil {
 			t.Fatalf("LPUSH %s: %v", key, err)
 		}

@@ -55,7 +55,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		return err // nil when stopped before set-up: nothing in flight
 	}
 
-	limiter, err := throttle.New(opts.Redis, throttle.Options{Rules: cfg.Rules, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
+	limiter, err := throttle.New(opts.Redis, throttle.Options{Policies: cfg.Rules, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
 	if err != nil {
 		return err
 	}

@@ -101,7 +101,8 @@ func reservedSubject(subj string) string {
 	return ""
 }
 
-// rules parses the default and per-tenant limits.
+// rules parses the default and per-tenant policies, all shadowed with
+// THROTTLER_SHADOW.
 func rules(cfg *config.Config, add func(name, text string), badBurst bool) throttle.Rules {
 	burst := cfg.DefaultBurst
 	if badBurst {
@@ -109,10 +110,11 @@ func rules(cfg *config.Config, add func(name, text string), badBurst bool) throt
 	}
 	var r throttle.Rules
 	var err error
-	if r.Default, err = throttle.ParseLimits(cfg.DefaultLimit, burst); err != nil {
+	if r.Default, err = throttle.ParsePolicy(cfg.DefaultLimit, burst); err != nil {
 		add("THROTTLER_DEFAULT_LIMIT", "must be limits such as 100/s, 6000/m+50000/d or 100/s:200: "+err.Error())
 	}
-	r.Tenants = map[string]throttle.Limits{}
+	r.Default.Shadow = r.Default.Shadow || cfg.Shadow
+	r.Tenants = map[string]throttle.Policy{}
 	for name, spec := range cfg.TenantLimitSpecs {
 		if err := tenant.Validate(name); err != nil {
 			// The worker dead-letters jobs of such a tenant: a limit for
@@ -120,12 +122,13 @@ func rules(cfg *config.Config, add func(name, text string), badBurst bool) throt
 			add("THROTTLER_TENANT_LIMITS", fmt.Sprintf("tenant %q must be 1 to %d letters, digits, _ or -, as the worker accepts them", name, tenant.MaxLen))
 			continue
 		}
-		ls, err := throttle.ParseLimits(spec, burst)
+		p, err := throttle.ParsePolicy(spec, burst)
 		if err != nil {
 			add("THROTTLER_TENANT_LIMITS", fmt.Sprintf("must be TENANT=LIMITS entries separated by commas, such as acme=50/s:100+10000/d: tenant %q: %v", name, err))
 			continue
 		}
-		r.Tenants[name] = ls
+		p.Shadow = p.Shadow || cfg.Shadow
+		r.Tenants[name] = p
 	}
 	return r
 }

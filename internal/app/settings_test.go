@@ -43,7 +43,7 @@ func mustSettle(t *testing.T, vars map[string]string) *Settings {
 func TestSettingsDefaults(t *testing.T) {
 	t.Parallel()
 	s := mustSettle(t, nil)
-	want := throttle.Rules{Default: throttle.Limits{throttle.PerSecond(100, 100)}, Tenants: map[string]throttle.Limits{}}
+	want := throttle.Rules{Default: throttle.Enforce(throttle.PerSecond(100, 100)), Tenants: map[string]throttle.Policy{}}
 	if !reflect.DeepEqual(s.Rules, want) {
 		t.Errorf("Rules = %+v, want %+v", s.Rules, want)
 	}
@@ -79,7 +79,7 @@ func TestSettingsValid(t *testing.T) {
 			name: "default burst applies",
 			vars: map[string]string{"THROTTLER_DEFAULT_LIMIT": "10/s+1000/d:5000", "THROTTLER_DEFAULT_BURST": "20"},
 			check: func(t *testing.T, s *Settings) {
-				want := throttle.Limits{throttle.PerSecond(10, 20), throttle.PerDay(1000, 5000)}
+				want := throttle.Enforce(throttle.PerSecond(10, 20), throttle.PerDay(1000, 5000))
 				if !reflect.DeepEqual(s.Rules.Default, want) {
 					t.Fatalf("Default = %v, want %v", s.Rules.Default, want)
 				}
@@ -89,16 +89,34 @@ func TestSettingsValid(t *testing.T) {
 			name: "tenant limits",
 			vars: map[string]string{"THROTTLER_TENANT_LIMITS": "acme=50/s:100+10000/d, globex=5/m,big_co-2=1/h"},
 			check: func(t *testing.T, s *Settings) {
-				want := map[string]throttle.Limits{
-					"acme":     {throttle.PerSecond(50, 100), throttle.PerDay(10000, 10000)},
-					"globex":   {throttle.PerMinute(5, 5)},
-					"big_co-2": {throttle.PerHour(1, 1)},
+				want := map[string]throttle.Policy{
+					"acme":     throttle.Enforce(throttle.PerSecond(50, 100), throttle.PerDay(10000, 10000)),
+					"globex":   throttle.Enforce(throttle.PerMinute(5, 5)),
+					"big_co-2": throttle.Enforce(throttle.PerHour(1, 1)),
 				}
 				if !reflect.DeepEqual(s.Rules.Tenants, want) {
 					t.Fatalf("Tenants = %v, want %v", s.Rules.Tenants, want)
 				}
-				if got := s.Rules.For("other"); !reflect.DeepEqual(got, s.Rules.Default) {
-					t.Fatalf("For(other) = %v, want default", got)
+				if got := s.Rules.Policy("other"); !reflect.DeepEqual(got, s.Rules.Default) {
+					t.Fatalf("Policy(other) = %v, want default", got)
+				}
+			},
+		},
+		{
+			name: "one tenant in shadow mode",
+			vars: map[string]string{"THROTTLER_TENANT_LIMITS": "acme=5/s+shadow,globex=5/s"},
+			check: func(t *testing.T, s *Settings) {
+				if !s.Rules.Policy("acme").Shadow || s.Rules.Policy("globex").Shadow || s.Rules.Default.Shadow {
+					t.Fatalf("Rules = %+v, want acme alone in shadow mode", s.Rules)
+				}
+			},
+		},
+		{
+			name: "every tenant in shadow mode",
+			vars: map[string]string{"THROTTLER_SHADOW": "true", "THROTTLER_TENANT_LIMITS": "acme=5/s"},
+			check: func(t *testing.T, s *Settings) {
+				if !s.Rules.Policy("acme").Shadow || !s.Rules.Default.Shadow {
+					t.Fatalf("Rules = %+v, want every policy in shadow mode", s.Rules)
 				}
 			},
 		},

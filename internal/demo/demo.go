@@ -172,7 +172,7 @@ func runWith(ctx context.Context, natsURL string, fl settings, out, logw io.Writ
 	s := &session{cfg: cfg, fl: fl, out: out, log: newLogger(cfg, logw), js: js, rec: newRecorder()}
 	s.tenants = workload()
 	for i := range s.tenants {
-		s.tenants[i].limits = cfg.Rules.For(s.tenants[i].name)
+		s.tenants[i].limits = cfg.Rules.Policy(s.tenants[i].name).Limits
 	}
 	return s.run(ctx, rdb)
 }

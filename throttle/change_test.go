@@ -1,0 +1,204 @@
+package throttle_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// livePolicies is a Policies whose policies a test changes while the
+// limiter runs, as a store of live limits does.
+type livePolicies struct {
+	mu  sync.Mutex
+	def throttle.Policy
+}
+
+func (p *livePolicies) Policy(string) throttle.Policy {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.def
+}
+
+// set makes pol every tenant's policy.
+func (p *livePolicies) set(pol throttle.Policy) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.def = pol
+}
+
+// newLiveLimiter returns a limiter whose policy starts as pol, and the
+// policies to change it with.
+func newLiveLimiter(t *testing.T, e env, horizon time.Duration, pol throttle.Policy) (*throttle.Limiter, *livePolicies) {
+	t.Helper()
+	live := &livePolicies{def: pol}
+	l, err := throttle.New(e.rdb, throttle.Options{Policies: live, Horizon: horizon, Prefix: e.prefix})
+	if err != nil {
+		t.Fatalf("throttle.New: %v", err)
+	}
+	return l, live
+}
+
+// reserveN reserves n jobs of tenant at at, named prefix-0 and on, and
+// returns their decisions.
+func reserveN(t *testing.T, l *throttle.Limiter, tenant, prefix string, n int, at time.Time) []throttle.Decision {
+	t.Helper()
+	out := make([]throttle.Decision, n)
+	for i := range n {
+		out[i] = decide(t, l, throttle.Request{Tenant: tenant, JobID: fmt.Sprintf("%s-%d", prefix, i), At: at})
+	}
+	return out
+}
+
+// Lowering a limit right after a burst admits nothing extra: the empty
+// bucket stays empty and fills at the new rate, where a fresh bucket of the
+// new limit would have admitted its whole burst at once.
+func TestLoweredLimitAfterABurstAdmitsNothingExtra(t *testing.T) {
+	e := setup(t)
+	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(100, 100)))
+	for i, d := range reserveN(t, l, "acme", "burst", 100, t0) {
+		if d.Outcome != throttle.Admitted {
+			t.Fatalf("burst job %d: %+v, want admitted", i, d)
+		}
+	}
+	live.set(throttle.Enforce(throttle.PerSecond(20, 20)))
+	// At the same instant, under 20/s: the next token comes in 50 ms.
+	sameDecision(t, "first job under 20/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "after-0", At: t0}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: 50 * ms})
+	sameDecision(t, "second job under 20/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "after-1", At: t0}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: 100 * ms})
+	// A second later the bucket holds what 20/s added since, less the two
+	// slots reserved: 20 - 2 = 18 tokens, never the old limit's 100.
+	at := t0.Add(time.Second)
+	admittedNow := 0
+	for admittedNow < 30 && decide(t, l, throttle.Request{Tenant: "acme", At: at}).Outcome == throttle.Admitted {
+		admittedNow++
+	}
+	if admittedNow != 18 {
+		t.Fatalf("a second after lowering to 20/s: %d admitted at once, want 18", admittedNow)
+	}
+}
+
+// A bucket in debt keeps its empty time: the slots already reserved keep
+// their times, and new jobs queue behind them at the new rate.
+func TestChangedLimitQueuesNewJobsBehindReservedSlots(t *testing.T) {
+	e := setup(t)
+	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(100, 10)))
+	ds := reserveN(t, l, "acme", "old", 30, t0)
+	// 10 admitted, then slots every 10 ms: the last at 200 ms.
+	if last := ds[29]; last.Outcome != throttle.Reserved || last.Wait != 200*ms {
+		t.Fatalf("30th job under 100/s: %+v, want reserved for 200ms", last)
+	}
+	live.set(throttle.Enforce(throttle.PerSecond(10, 10)))
+	sameDecision(t, "first job under 10/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-0", At: t0}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: 300 * ms})
+	// A job reserved under the old limit comes back at its slot and is
+	// admitted without a second charge.
+	sameDecision(t, "old job back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-29", At: t0.Add(200 * ms)}),
+		throttle.Decision{Outcome: throttle.Admitted})
+	sameDecision(t, "second job under 10/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-1", At: t0.Add(200 * ms)}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: 200 * ms})
+}
+
+// Raising a limit takes effect at once: the tokens left carry over and the
+// bucket fills at the new rate from the change on.
+func TestRaisedLimitTakesEffectAtOnce(t *testing.T) {
+	e := setup(t)
+	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(10, 10)))
+	reserveN(t, l, "acme", "burst", 10, t0)
+	// 100 ms later the old limit has added one token.
+	at := t0.Add(100 * ms)
+	live.set(throttle.Enforce(throttle.PerSecond(100, 100)))
+	sameDecision(t, "the token carried over", decide(t, l, throttle.Request{Tenant: "acme", JobID: "a", At: at}),
+		throttle.Decision{Outcome: throttle.Admitted})
+	sameDecision(t, "the next, at 100/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "b", At: at}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: 10 * ms})
+	// A raised burst fills up to the new burst at the new rate: half a
+	// second on, 50 tokens less the slot reserved.
+	at = at.Add(500 * ms)
+	n := 0
+	for decide(t, l, throttle.Request{Tenant: "acme", At: at}).Outcome == throttle.Admitted {
+		n++
+	}
+	if n != 49 {
+		t.Fatalf("half a second after raising to 100/s:100: %d admitted at once, want 49", n)
+	}
+}
+
+// A changed limit is written in the new rate's units by the first call
+// that names it, even one that charges nothing, so the old rate stops
+// filling the bucket at once.
+func TestChangedLimitIsWrittenByTheFirstCall(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(100, 100)))
+	reserveN(t, l, "acme", "burst", 100, t0)
+	key := e.prefix + ":{acme}:l:1000000"
+	rateOf := func() uint32 {
+		t.Helper()
+		v, err := e.rdb.Get(ctx, key).Bytes()
+		if err != nil || len(v) != 16 {
+			t.Fatalf("GET %s: %q, %v; want 16 bytes", key, v, err)
+		}
+		return binary.LittleEndian.Uint32(v[12:])
+	}
+	if r := rateOf(); r != 100 {
+		t.Fatalf("stored rate %d, want 100", r)
+	}
+	live.set(throttle.Enforce(throttle.PerSecond(20, 20)))
+	// Without a job id, a limited job is not charged.
+	if d := decide(t, l, throttle.Request{Tenant: "acme", At: t0}); d.Outcome != throttle.Limited {
+		t.Fatalf("job without id under 20/s: %+v, want limited", d)
+	}
+	if r := rateOf(); r != 20 {
+		t.Fatalf("stored rate after the uncharged call %d, want 20", r)
+	}
+}
+
+// Workers that disagree for a moment about a tenant's rate charge the same
+// bucket, each at its own, and the back and forth grants nothing: over a
+// second of alternating limits the tenant gets no more than the higher
+// limit alone would have given.
+func TestAlternatingLimitsGrantNothing(t *testing.T) {
+	e := setup(t)
+	high, low := throttle.Enforce(throttle.PerSecond(100, 10)), throttle.Enforce(throttle.PerSecond(20, 10))
+	l, live := newLiveLimiter(t, e, 0, high)
+	admitted := 0
+	for i := range 1000 {
+		if i%2 == 0 {
+			live.set(high)
+		} else {
+			live.set(low)
+		}
+		at := t0.Add(time.Duration(i) * ms)
+		if decide(t, l, throttle.Request{Tenant: "acme", At: at}).Outcome == throttle.Admitted {
+			admitted++
+		}
+	}
+	// 100/s:10 alone: the burst of 10 and 100 per second after it.
+	if admitted > 10+100 {
+		t.Fatalf("%d admitted in a second of alternating 100/s and 20/s, want at most 110", admitted)
+	}
+	if admitted < 10+20 {
+		t.Fatalf("%d admitted in a second of alternating 100/s and 20/s, want at least the lower limit's 30", admitted)
+	}
+}
+
+// Decision.HeldBy names the limit that set the wait.
+func TestDecisionNamesTheLimitThatHeldIt(t *testing.T) {
+	e := setup(t)
+	l := newLimiter(t, e.rdb, e.prefix, time.Hour, throttle.Limits{throttle.PerSecond(10, 10), throttle.PerMinute(15, 15)})
+	ds := reserveN(t, l, "acme", "a", 11, t0)
+	if d := ds[10]; d.Outcome != throttle.Reserved || d.HeldBy != throttle.PerSecond(10, 10) || d.Wait != 100*ms {
+		t.Fatalf("11th job: %+v, want reserved by 10/s for 100ms", d)
+	}
+	// A second later the second limit (15/min) binds: 11 taken, 4 left.
+	ds = reserveN(t, l, "acme", "b", 5, t0.Add(2*time.Second))
+	if d := ds[4]; d.Outcome != throttle.Reserved || d.HeldBy != throttle.PerMinute(15, 15) {
+		t.Fatalf("16th job: %+v, want reserved by 15/min", d)
+	}
+}
