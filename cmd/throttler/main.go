@@ -7,6 +7,7 @@
 //	throttler                run the worker (configured by environment variables)
 //	throttler check-config   validate the environment and print the effective configuration
 //	throttler demo           run an embedded NATS server, the worker and a three-tenant workload
+//	throttler limits ...     set, read, list, remove tenants' limits held in NATS (see limits.go)
 package main
 
 import (
@@ -27,6 +28,10 @@ import (
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/demo"
 )
+
+// usage is what `throttler help` prints.
+const usage = `usage: throttler [run | check-config | demo | limits | inspect TENANT [--json]]
+` + limitsUsage
 
 // Exit statuses.
 const (
@@ -50,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(stderr)
 	case "check-config":
 		return checkConfig(stdout, stderr)
+	case "limits":
+		return limitsCmd(args[1:], stdout, stderr)
 	case "demo":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
@@ -59,10 +66,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, "usage: throttler [run | check-config | demo]")
+		fmt.Fprintln(stdout, usage)
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "throttler: unknown command %q; usage: throttler [run | check-config | demo]\n", sub)
+		fmt.Fprintf(stderr, "throttler: unknown command %q\n%s\n", sub, usage)
 		return exitConfig
 	}
 }

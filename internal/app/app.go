@@ -55,7 +55,12 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		return err // nil when stopped before set-up: nothing in flight
 	}
 
-	limiter, err := throttle.New(opts.Redis, throttle.Options{Policies: cfg.Rules, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
+	stats := consumer.NewStats(cfg.MetricsTenants)
+	policies := livePolicies(ctx, opts.NATS, js, cfg, st.stream.CachedInfo().Config.Replicas, stats, log)
+	if policies == nil {
+		return nil // stopped before the limits were in: nothing in flight
+	}
+	limiter, err := throttle.New(opts.Redis, throttle.Options{Policies: policies, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
 	if err != nil {
 		return err
 	}
@@ -70,7 +75,6 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	}
 	cancel()
 
-	stats := consumer.NewStats(cfg.MetricsTenants)
 	ackPending := consumer.NewAckPending(st.jobs, 250*time.Millisecond)
 	lane, claims, err := st.lane(js, cfg, copies, stats, log)
 	if err != nil {

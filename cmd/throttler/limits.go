@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/limits"
+)
+
+// limitsUsage is the usage of `throttler limits`.
+const limitsUsage = `usage: throttler limits set TENANT SPEC   set a tenant's limits (or _default's), e.g. 50/s:100+10000/d
+       throttler limits get TENANT        the limits that apply to a tenant, and where they come from
+       throttler limits list [PREFIX]     the tenants with limits of their own
+       throttler limits rm TENANT         remove a tenant's limits from the bucket
+       throttler limits history TENANT    the values a tenant's key held, with times`
+
+// cliTimeout bounds each command's talk with NATS.
+const cliTimeout = 10 * time.Second
+
+// limitsCmd runs `throttler limits ARGS` and returns the exit status.
+func limitsCmd(args []string, stdout, stderr io.Writer) int {
+	fail := func(status int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "throttler limits: "+format+"\n", a...)
+		return status
+	}
+	want := map[string]int{"set": 2, "get": 1, "list": -1, "rm": 1, "history": 1}
+	if len(args) == 0 {
+		return fail(exitConfig, "no command\n%s", limitsUsage)
+	}
+	n, ok := want[args[0]]
+	if !ok || (n >= 0 && len(args)-1 != n) || (n < 0 && len(args) > 2) {
+		return fail(exitConfig, "%s\n%s", strings.Join(args, " "), limitsUsage)
+	}
+	cfg, ok := loadConfig(stderr)
+	if !ok {
+		return exitConfig
+	}
+	if cfg.LimitsBucket == config.LimitsOff {
+		return fail(exitConfig, "THROTTLER_LIMITS_BUCKET is off: the workers read no limits from NATS")
+	}
+	if args[0] != "list" {
+		if err := limits.CheckKey(args[1]); err != nil {
+			return fail(exitConfig, "%v", err)
+		}
+	}
+	if args[0] == "set" {
+		// The worker's own parser, before anything is written.
+		if _, err := limits.Spec(args[2], cfg.DefaultBurst, false); err != nil {
+			return fail(exitConfig, "%s: %v", args[2], err)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("throttler-limits"), nats.Timeout(cliTimeout))
+	if err != nil {
+		return fail(exitFailed, "connecting to NATS: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	kv, err := bucket(ctx, js, cfg, args[0] == "set")
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	c := limitsCLI{cfg: cfg, kv: kv, out: stdout}
+	switch args[0] {
+	case "set":
+		err = c.set(ctx, args[1], args[2])
+	case "get":
+		err = c.get(ctx, args[1])
+	case "list":
+		prefix := ""
+		if len(args) == 2 {
+			prefix = args[1]
+		}
+		err = c.list(ctx, prefix)
+	case "rm":
+		err = c.rm(ctx, args[1])
+	case "history":
+		err = c.history(ctx, args[1])
+	}
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	return exitOK
+}
+
+// bucket opens the limits bucket; set creates it when missing, with the
+// jobs stream's replicas, as a worker would.
+func bucket(ctx context.Context, js jetstream.JetStream, cfg *app.Settings, create bool) (jetstream.KeyValue, error) {
+	if !create {
+		kv, err := js.KeyValue(ctx, cfg.LimitsBucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, nil // no limits set yet: the environment's apply
+		}
+		return kv, err
+	}
+	replicas := 1
+	if s, err := js.Stream(ctx, cfg.Stream); err == nil {
+		replicas = s.CachedInfo().Config.Replicas
+	}
+	return limits.OpenBucket(ctx, js, cfg.LimitsBucket, replicas)
+}
+
+// limitsCLI carries out the `throttler limits` commands.
+type limitsCLI struct {
+	cfg *app.Settings
+	kv  jetstream.KeyValue // nil when the bucket does not exist
+	out io.Writer
+}
+
+// set writes spec, as given, to tenant's key.
+func (c limitsCLI) set(ctx context.Context, tenant, spec string) error {
+	rev, err := c.kv.PutString(ctx, tenant, strings.TrimSpace(spec))
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", tenant, err)
+	}
+	p, _ := limits.Spec(spec, c.cfg.DefaultBurst, c.cfg.Shadow)
+	fmt.Fprintf(c.out, "%s: %s (revision %d); every worker applies it within a second\n", tenant, p, rev)
+	return nil
+}
+
+// get prints the limits that apply to tenant and where they come from.
+func (c limitsCLI) get(ctx context.Context, tenant string) error {
+	e, err := limits.Resolve(ctx, c.kv, c.cfg.Rules, c.cfg.DefaultBurst, c.cfg.Shadow, tenant)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s: %s from %s\n", tenant, e.Policy, describe(e.Source))
+	if e.Source.Ignored != "" {
+		fmt.Fprintf(c.out, "ignored, as unreadable: %s\n", e.Source.Ignored)
+	}
+	return nil
+}
+
+// describe says where a policy comes from, in words.
+func describe(s limits.Source) string {
+	if s.Revision == 0 {
+		return s.Where
+	}
+	return fmt.Sprintf("%s (revision %d, written %s)", s.Where, s.Revision, s.Written.UTC().Format(time.RFC3339))
+}
+
+// list prints each tenant whose name starts with prefix and that has limits
+// of its own, in the bucket or in THROTTLER_TENANT_LIMITS, and the defaults.
+func (c limitsCLI) list(ctx context.Context, prefix string) error {
+	type row struct{ key, spec, source string }
+	rows := map[string]row{}
+	for t, p := range c.cfg.Rules.Tenants {
+		rows[t] = row{t, p.String(), "THROTTLER_TENANT_LIMITS"}
+	}
+	rows[limits.DefaultKey] = row{limits.DefaultKey, c.cfg.Rules.Default.String(), "THROTTLER_DEFAULT_LIMIT"}
+	if c.kv != nil {
+		// One watch reads every key's latest value in one pass.
+		w, err := c.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+		if err != nil {
+			return fmt.Errorf("reading the limits bucket: %w", err)
+		}
+		defer w.Stop()
+		for e := range w.Updates() {
+			if e == nil {
+				break
+			}
+			spec, source := string(e.Value()), fmt.Sprintf("bucket (revision %d)", e.Revision())
+			if p, err := limits.Spec(spec, c.cfg.DefaultBurst, c.cfg.Shadow); err == nil {
+				spec = p.String()
+			} else {
+				source += ", unreadable: ignored"
+			}
+			rows[e.Key()] = row{e.Key(), spec, source}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("reading the limits bucket: %w", ctx.Err())
+		}
+	}
+	keys := make([]string, 0, len(rows))
+	for k := range rows {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tLIMITS\tSOURCE")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", rows[k].key, rows[k].spec, rows[k].source)
+	}
+	return tw.Flush()
+}
+
+// rm deletes tenant's key, and says what applies now.
+func (c limitsCLI) rm(ctx context.Context, tenant string) error {
+	if c.kv == nil {
+		return fmt.Errorf("%s has no limits in the bucket: the bucket %s does not exist", tenant, c.cfg.LimitsBucket)
+	}
+	if err := c.kv.Delete(ctx, tenant); err != nil {
+		return fmt.Errorf("removing %s: %w", tenant, err)
+	}
+	fmt.Fprintf(c.out, "%s: removed from the bucket\n", tenant)
+	return c.get(ctx, tenant)
+}
+
+// history prints the values tenant's key held, oldest first.
+func (c limitsCLI) history(ctx context.Context, tenant string) error {
+	if c.kv == nil {
+		return fmt.Errorf("the bucket %s does not exist", c.cfg.LimitsBucket)
+	}
+	hist, err := c.kv.History(ctx, tenant)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		fmt.Fprintf(c.out, "%s: no values in the bucket\n", tenant)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s's history: %w", tenant, err)
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REVISION\tWRITTEN\tOPERATION\tVALUE")
+	for _, e := range hist {
+		value := string(e.Value())
+		switch {
+		case e.Operation() != jetstream.KeyValuePut:
+			value = "-"
+		default:
+			if _, err := limits.Spec(value, c.cfg.DefaultBurst, false); err != nil {
+				value += " (unreadable: ignored)"
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", e.Revision(), e.Created().UTC().Format(time.RFC3339Nano), operation(e.Operation()), value)
+	}
+	return tw.Flush()
+}
+
+// operation names a key-value operation in a word.
+func operation(op jetstream.KeyValueOp) string {
+	switch op {
+	case jetstream.KeyValuePut:
+		return "put"
+	case jetstream.KeyValueDelete:
+		return "delete"
+	case jetstream.KeyValuePurge:
+		return "purge"
+	}
+	return op.String()
+}

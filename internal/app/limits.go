@@ -1,0 +1,59 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/throttle"
+)
+
+// livePolicies returns the policies the limiter applies: with the limits
+// bucket on, the environment's replaced by the bucket's, watched until ctx
+// ends, once the bucket's values are in (a worker that decided before
+// would apply the environment's limits to tenants with limits of their
+// own); with it off, the environment's. It returns nil when ctx ends
+// first.
+func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, replicas int, stats *consumer.Stats, log *slog.Logger) throttle.Policies {
+	if cfg.LimitsBucket == config.LimitsOff {
+		return cfg.Rules
+	}
+	var kv jetstream.KeyValue
+	open := func() error {
+		var err error
+		kv, err = limits.OpenBucket(ctx, js, cfg.LimitsBucket, replicas)
+		return err
+	}
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond),
+		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
+	notify := func(err error, d time.Duration) {
+		log.Warn("opening the limits bucket failed; retrying", "bucket", cfg.LimitsBucket, "err", err, "retry_in", d)
+	}
+	if err := backoff.RetryNotify(open, backoff.WithContext(bo, ctx), notify); err != nil {
+		return nil // ctx ended
+	}
+	store := limits.NewStore(cfg.Rules)
+	w := &limits.Watcher{
+		Store:        store,
+		Bucket:       kv,
+		DefaultBurst: cfg.DefaultBurst,
+		ShadowAll:    cfg.Shadow,
+		Log:          log,
+		OnBad:        func(key string) { stats.Add(key, func(s *consumer.TenantStats) { s.BadLimits++ }) },
+		Conn:         nc,
+	}
+	go w.Run(ctx)
+	select {
+	case <-w.Ready():
+		return store
+	case <-ctx.Done():
+		return nil
+	}
+}

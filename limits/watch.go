@@ -1,0 +1,202 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// Watcher keeps a Store up to date with a bucket.
+type Watcher struct {
+	// Store receives what the bucket holds.
+	Store *Store
+	// Bucket is the key-value bucket of limits.
+	Bucket jetstream.KeyValue
+	// DefaultBurst and ShadowAll read values as Spec does.
+	DefaultBurst int64
+	ShadowAll    bool
+	// Log receives a line per change, and one per bad value.
+	Log *slog.Logger
+	// OnBad, if set, counts a value that could not be read: key is its
+	// tenant (or DefaultKey, or the key itself when it names no tenant).
+	OnBad func(key string)
+	// Conn, if set, is the bucket's connection: each time it reconnects
+	// the watch resumes at once, rather than when its consumer notices
+	// that the server it was on went away (tens of seconds later).
+	Conn *nats.Conn
+
+	once  sync.Once
+	ready chan struct{}
+}
+
+// Ready is closed once every value the bucket held when Run began has been
+// applied: a worker that decides before it would use the environment's
+// limits for tenants that have their own.
+func (w *Watcher) Ready() <-chan struct{} {
+	w.once.Do(func() { w.ready = make(chan struct{}) })
+	return w.ready
+}
+
+// Run applies the bucket's values, then every change, until ctx ends.
+// While NATS is unreachable the last values stay; the watch resumes where
+// it stopped, never reading the whole bucket again.
+func (w *Watcher) Run(ctx context.Context) {
+	w.Ready()
+	ready := w.ready
+	loaded, bad := 0, 0
+	var next uint64 // the revision to resume from; 0: the latest values
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	var reconnected chan nats.Status
+	if w.Conn != nil {
+		reconnected = w.Conn.StatusChanged(nats.CONNECTED)
+		defer w.Conn.RemoveStatusListener(reconnected)
+	}
+	for ctx.Err() == nil {
+		var opts []jetstream.WatchOpt
+		if next > 0 {
+			opts = append(opts, jetstream.IncludeHistory(), jetstream.ResumeFromRevision(next))
+		}
+		kw, err := w.Bucket.WatchAll(ctx, opts...)
+		if err != nil {
+			w.Log.Warn("watching the limits bucket failed; the last limits stay", "bucket", w.Bucket.Bucket(), "err", err)
+			if !sleep(ctx, bo.NextBackOff()) {
+				return
+			}
+			continue
+		}
+		bo.Reset()
+		resumeNow := false
+	read:
+		for {
+			var e jetstream.KeyValueEntry
+			var ok bool
+			select {
+			case e, ok = <-kw.Updates():
+			case <-reconnected:
+				resumeNow = true
+				break read
+			}
+			if !ok {
+				break read
+			}
+			if e == nil {
+				if !isClosed(ready) {
+					w.Log.Info("limits loaded", "bucket", w.Bucket.Bucket(), "values", loaded, "bad", bad, "tenants", w.Store.Overrides())
+					close(ready)
+				}
+				continue
+			}
+			next = e.Revision() + 1
+			initial := !isClosed(ready)
+			if initial {
+				loaded++
+			}
+			if !w.apply(ctx, e, initial) {
+				bad++
+			}
+		}
+		_ = kw.Stop()
+		if ctx.Err() == nil && !resumeNow {
+			w.Log.Warn("the limits watch ended; resuming it", "bucket", w.Bucket.Bucket(), "from_revision", next)
+			if !sleep(ctx, bo.NextBackOff()) {
+				return
+			}
+		}
+	}
+}
+
+// apply applies one entry, logging each change once the initial values are
+// in. It reports whether the entry could be read.
+func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry, initial bool) bool {
+	key := e.Key()
+	if e.Operation() == jetstream.KeyValueDelete || e.Operation() == jetstream.KeyValuePurge {
+		w.Store.Remove(key)
+		if !initial {
+			w.Log.Info("limit removed; the environment's applies", "key", key, "revision", e.Revision())
+		}
+		return true
+	}
+	p, err := w.read(key, string(e.Value()))
+	if err != nil {
+		w.Log.Warn("ignoring a bad value in the limits bucket; the tenant keeps its limit", "key", key,
+			"value", string(e.Value()), "revision", e.Revision(), "err", err)
+		if w.OnBad != nil {
+			w.OnBad(key)
+		}
+		if initial {
+			// The limit the tenant had before is the latest good value.
+			w.lastGood(ctx, key)
+		}
+		return false
+	}
+	w.Store.Set(key, string(e.Value()), p)
+	if !initial {
+		w.Log.Info("limit set", "key", key, "spec", p.String(), "revision", e.Revision())
+	}
+	return true
+}
+
+// read checks a key and reads its value.
+func (w *Watcher) read(key, value string) (p throttle.Policy, err error) {
+	if err := CheckKey(key); err != nil {
+		return p, err
+	}
+	return Spec(value, w.DefaultBurst, w.ShadowAll)
+}
+
+// lastGood applies the latest value of key that can be read, from its
+// history, if it has one.
+func (w *Watcher) lastGood(ctx context.Context, key string) {
+	if CheckKey(key) != nil {
+		return
+	}
+	hist, err := w.Bucket.History(ctx, key)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			w.Log.Warn("reading a bad key's history failed; the environment's limit applies", "key", key, "err", err)
+		}
+		return
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := hist[i]
+		if e.Operation() != jetstream.KeyValuePut {
+			return
+		}
+		if p, err := w.read(key, string(e.Value())); err == nil {
+			w.Store.Set(key, string(e.Value()), p)
+			w.Log.Info("applying the latest good value of a bad key", "key", key, "spec", p.String(), "revision", e.Revision())
+			return
+		}
+	}
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// isClosed reports whether c is closed.
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
