@@ -162,7 +162,7 @@ func TestBucketLimitsAcrossANATSRestart(t *testing.T) {
 func TestShadowCountsTheDeferralsEnforcingMakes(t *testing.T) {
 	e := setup(t)
 	cfg := e.config(map[string]string{
-		"THROTTLER_TENANT_LIMITS": "real=50/s:10,shadow=50/s:10+shadow",
+		"THROTTLER_TENANT_LIMITS":   "real=50/s:10,shadow=50/s:10+shadow",
 		"THROTTLER_MAX_ACK_PENDING": "5000",
 	})
 	w := e.startWorker(cfg, nil)
