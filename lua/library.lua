@@ -15,8 +15,8 @@ side by side (a rolling upgrade) each keep their own library.
 Every rule is written once, as a local function of the library, which
 Redis creates once, at FUNCTION LOAD, not on every call: the argument
 checks (num, whole, limit), the charge (charge), the state's TTL (fullIn),
-the tokens left (tokens), the stored-state checks and a changed limit's
-carry-over (state, rebase, save), the reservation
+the tokens left (tokens), the stored-state format (STATE) and checks and
+a changed limit's carry-over (state, rebase), the reservation
 and owner reads (stored), and the decisions a job's keys and its charge
 lead to (held, verdict). decide orchestrates them three ways, for cost
 only: one job under one limit (one), the worker's call of several jobs
@@ -142,6 +142,11 @@ local MAX_PERIOD = 366 * DAY
 local MAX_JOBS = 256
 local MAX_LIMITS = 8
 local MAX_N = 1000000000 -- the largest cost, rate and burst
+-- The stored state of a bucket: its empty time, whole µs and remainder,
+-- and the rate the remainder is in (struct.pack's format). A state is
+-- stored, until it is full again (fullIn), only when charged or rebased:
+-- never full, so its TTL is never 0.
+local STATE = '<i8i4i4'
 -- A job's flags argument: 1 fresh, 2 shadow, 3 both.
 local FLAGS = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3}
 
@@ -240,7 +245,8 @@ end
 -- period p and burst b (see CHANGE): a bucket in debt keeps its empty time
 -- (rounded up to the microsecond), so the slots reserved keep their times
 -- and new jobs queue behind them; any other keeps its tokens exactly,
--- fractions included, at most b.
+-- fractions included, at most b. It returns nil for a bucket full under
+-- the new limit: the same as none.
 local function rebase(a, f, r0, r, p, b, now)
   if a > now or (a == now and f > 0) then
     if f > 0 then return a + 1, 0 end
@@ -248,7 +254,7 @@ local function rebase(a, f, r0, r, p, b, now)
   end
   -- d is the tokens held times p: (now - (a + f/r0)) * r0, exactly.
   local d = (now - a) * r0 - f
-  if d > b * p then d = b * p end
+  if d >= b * p then return nil end
   a, f = now - floor(d / r), 0
   local m = d % r
   if m > 0 then a, f = a - 1, r - m end
@@ -263,7 +269,7 @@ end
 local function state(v, name, r, p, b, fill, now)
   if not v then return 0, 0, false end
   if #v ~= 16 then return nil, E_STATE end
-  local a, f, r0 = sunpack('<i8i4i4', v)
+  local a, f, r0 = sunpack(STATE, v)
   -- A state of another rate may lie further ahead: its fill time is
   -- another's, so only its range is checked.
   local far = now + MAX_HORIZON + fill
@@ -274,21 +280,12 @@ local function state(v, name, r, p, b, fill, now)
   if call('PTTL', name) < 0 then return nil, E_STATE_TTL end
   if r0 ~= r then
     a, f = rebase(a, f, r0, r, p, b, now)
+    if a == nil then return 0, 0, false end -- full: nothing to keep
     return a, f, true
   end
   return a, f, false
 end
 
--- save stores a bucket's empty time (a, f) of a limit of rate r until it
--- is full again, in ttl ms (its fullIn; text, ttl as text): a full bucket
--- is the same as none.
-local function save(name, a, f, r, ttl, text)
-  if ttl > 0 then
-    call('SET', name, spack('<i8i4i4', a, f, r), 'PX', text)
-  else
-    call('DEL', name)
-  end
-end
 
 -- stored reads a stored reservation or owner v (or false) of key name: its
 -- number, false when absent; or nil and the E_* code eShape or eTTL when it
@@ -634,8 +631,7 @@ local function one(keys, args, nargv, K)
     st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, shadow)
     if charged then a, f = na, nf end
     if charged or rebased then
-      local ttl = fullIn(a, f, r, q, m, now)
-      save(name, a, f, r, ttl, format('%d', ttl))
+      call('SET', name, spack(STATE, a, f, r), 'PX', format('%d', fullIn(a, f, r, q, m, now)))
     end
     if a3 == 0 then a2 = tokens(a, f, r, p, b, now) end
     if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
@@ -797,8 +793,11 @@ local function many(keys, args, nargv, nkeys)
           local a, f, rebased = 0, 0, false
           if V[x] then a, f, rebased = state(V[x], RK[x], LI[lo + 1], LI[lo + 2], LI[lo + 3], LI[lo + 6], now) end
           if a then
-            B[bo + 3], B[bo + 4], B[bo + 6], s = a, f, lo, 1
-            if rebased then s = 2 end
+            B[bo + 3], B[bo + 4], s = a, f, 1
+            -- Which limit's rate the state is in is written only when it
+            -- must be (a slot written costs Redis hundreds of
+            -- instructions): at a charge, or here when it was rebased.
+            if rebased then B[bo + 6], s = lo, 2 end
           else
             s = f
           end
@@ -811,7 +810,7 @@ local function many(keys, args, nargv, nkeys)
         st, a1, a2 = INVALID, s, B[bo + 1]
       else
         local r, u = LI[lo + 1], B[bo + 6]
-        if u ~= lo and LI[u + 1] ~= r then
+        if u and u ~= lo and LI[u + 1] ~= r then
           -- A job before, in this call, named the bucket at another rate.
           B[bo + 3], B[bo + 4] = rebase(B[bo + 3], B[bo + 4], LI[u + 1], r, LI[lo + 2], LI[lo + 3], now)
           B[bo + 5], B[bo + 6] = 2, lo
@@ -819,7 +818,11 @@ local function many(keys, args, nargv, nkeys)
         local a, f, wait = charge(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
         local charged
         st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, flags >= 2)
-        if charged then B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = a, f, 2, lo end
+        if charged then
+          B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = a, f, 2, lo
+        elseif not u then
+          B[bo + 6] = lo -- read in this limit's rate, and kept in it
+        end
         if a3 == 0 then a2 = tokens(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 3], now) end
         if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
       end
@@ -848,7 +851,7 @@ local function many(keys, args, nargv, nkeys)
       local l, a, f = B[bo + 6], B[bo + 3], B[bo + 4]
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
       if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-      save(keys[B[bo + 1]], a, f, LI[l + 1], ttl, lts)
+      call('SET', keys[B[bo + 1]], spack(STATE, a, f, LI[l + 1]), 'PX', lts)
     end
   end
   for w = 0, nw - 3, 3 do
@@ -1014,8 +1017,8 @@ local function decide(keys, args)
               local a, f, rebased = 0, 0, false
               if V[x] then a, f, rebased = state(V[x], keys[y], LI[l + 1], LI[l + 2], LI[l + 3], LI[l + 6], now) end
               if a then
-                B[bo + 2], B[bo + 3], B[bo + 5], s = a, f, l, 1
-                if rebased then s = 2 end
+                B[bo + 2], B[bo + 3], s = a, f, 1
+                if rebased then B[bo + 5], s = l, 2 end -- see many
               else
                 s = f
               end
@@ -1028,7 +1031,9 @@ local function decide(keys, args)
             break
           end
           local r, u = LI[l + 1], B[bo + 5]
-          if u ~= l and LI[u + 1] ~= r then
+          if not u then
+            B[bo + 5] = l -- read in this limit's rate
+          elseif u ~= l and LI[u + 1] ~= r then
             -- A job before, in this call, named the bucket at another rate.
             B[bo + 2], B[bo + 3] = rebase(B[bo + 2], B[bo + 3], LI[u + 1], r, LI[l + 2], LI[l + 3], now)
             B[bo + 4], B[bo + 5] = 2, l
@@ -1084,7 +1089,7 @@ local function decide(keys, args)
       local l, a, f = B[bo + 5], B[bo + 2], B[bo + 3]
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
       if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-      save(RK[B[bo + 1]], a, f, LI[l + 1], ttl, lts)
+      call('SET', RK[B[bo + 1]], spack(STATE, a, f, LI[l + 1]), 'PX', lts)
     end
   end
   if CHG then
