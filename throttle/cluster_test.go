@@ -21,10 +21,13 @@ func TestCluster(t *testing.T) {
 	rdb := cluster.Client(t)
 	prefix := testPrefix(t)
 	ctx := context.Background()
-	// 10/s with a burst of 5, and 50/min with a burst of 20: five jobs at
-	// once are admitted, the sixth waits 100ms for the first limit.
-	limits := throttle.Limits{throttle.PerSecond(10, 5), throttle.PerMinute(50, 20)}
-	l := newLimiter(t, rdb, prefix, time.Second, limits)
+	// 6/min with a burst of 5, and 50/h with a burst of 20: five jobs at
+	// once are admitted, the sixth waits 10s for the first limit. The
+	// requests all carry the time t0 but Redis expires a bucket by its own
+	// clock once it would be full again, so the rates are slow enough that
+	// no bucket expires while a slow machine runs the test.
+	limits := throttle.Limits{throttle.PerMinute(6, 5), throttle.PerHour(50, 20)}
+	l := newLimiter(t, rdb, prefix, time.Minute, limits)
 	if err := l.Load(ctx); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -64,7 +67,7 @@ func TestCluster(t *testing.T) {
 		if k < 5 {
 			return admitted(int64(4 - k))
 		}
-		return reserved(time.Duration(k-4) * 100 * ms)
+		return reserved(time.Duration(k-4) * 10 * time.Second)
 	}
 
 	// One by one: three jobs per tenant.
