@@ -39,7 +39,7 @@ const (
 	CodeIncarnation    Code = 14  // the incarnation is not in [0, 2^53)
 	CodeOwner          Code = 15  // stored owner is malformed
 	CodeOwnerTTL       Code = 16  // stored owner has no TTL
-	CodeFresh          Code = 17  // the fresh flag is not 0 or 1
+	CodeFresh          Code = 17  // a job's flags are not 0 to 3
 	CodeTTL            Code = 18  // a TTL argument out of range
 	CodeGiveUp         Code = 19  // the failure count that gives a job up is not in [1, 10^6]
 	CodeFailures       Code = 20  // stored failure counter is malformed

@@ -40,7 +40,8 @@ type shards interface {
 // version of the engine loads and calls it. Its library and function names
 // carry a hash of its source, so that two versions of the worker running
 // side by side during a rolling upgrade never replace each other's
-// functions; both read and write the same keys in the same formats.
+// functions. Whether two versions share buckets depends on their key
+// formats, which docs/operations.md lists per upgrade.
 type library struct {
 	rdb     Client
 	version string

@@ -8,6 +8,7 @@
 //	throttler check-config   validate the environment and print the effective configuration
 //	throttler demo           run an embedded NATS server, the worker and a three-tenant workload
 //	throttler limits ...     set, read, list, remove tenants' limits held in NATS (see limits.go)
+//	throttler inspect TENANT why a tenant's jobs wait, from what NATS and Redis hold (see inspect.go)
 package main
 
 import (
@@ -30,8 +31,8 @@ import (
 )
 
 // usage is what `throttler help` prints.
-const usage = `usage: throttler [run | check-config | demo | limits | inspect TENANT [--json]]
-` + limitsUsage
+const usage = `usage: throttler [run | check-config | demo | limits | inspect]
+` + limitsUsage + "\n" + inspectUsage
 
 // Exit statuses.
 const (
@@ -57,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return checkConfig(stdout, stderr)
 	case "limits":
 		return limitsCmd(args[1:], stdout, stderr)
+	case "inspect":
+		return inspectCmd(args[1:], stdout, stderr)
 	case "demo":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

@@ -24,24 +24,42 @@ import (
 // starts again (three times at most; then the last count, which may be
 // short by such bundles, is returned).
 func WaitingInSchedules(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules) (int, error) {
+	return waiting(ctx, js, stream, schedules, schedules.All())
+}
+
+// WaitingFor is WaitingInSchedules for one tenant's jobs.
+func WaitingFor(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, tenant string) (int, error) {
+	// A copy has two tokens after the prefix, the others three.
+	return waiting(ctx, js, stream, schedules, string(schedules)+"."+tenant+".*", string(schedules)+".*."+tenant+".*")
+}
+
+// waiting counts the moved jobs on the subjects filters match.
+func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, filters ...string) (int, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	var n int
-	for range 3 {
-		var moved bool
-		if n, moved, err = countSchedules(ctx, s, stream, schedules); err != nil || !moved {
-			break
+	total := 0
+	for _, filter := range filters {
+		var n int
+		for range 3 {
+			var moved bool
+			if n, moved, err = countSchedules(ctx, s, stream, schedules, filter); err != nil || !moved {
+				break
+			}
 		}
+		if err != nil {
+			return 0, err
+		}
+		total += n
 	}
-	return n, err
+	return total, nil
 }
 
-// countSchedules is one count of WaitingInSchedules; moved reports that a
-// bundle fired while it counted.
-func countSchedules(ctx context.Context, s jetstream.Stream, stream string, schedules subject.Schedules) (n int, moved bool, err error) {
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(schedules.All()))
+// countSchedules is one count of the subjects filter matches; moved
+// reports that a bundle fired while it counted.
+func countSchedules(ctx context.Context, s jetstream.Stream, stream string, schedules subject.Schedules, filter string) (n int, moved bool, err error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return 0, false, fmt.Errorf("stream %s info: %w", stream, err)
 	}

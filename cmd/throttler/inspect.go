@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/ops"
+	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/tenant"
+	"github.com/throttler/throttler/throttle"
+)
+
+// inspectUsage is the usage of `throttler inspect`.
+const inspectUsage = "usage: throttler inspect TENANT [--json]"
+
+// inspection is what `throttler inspect` reports: why a tenant's jobs wait.
+type inspection struct {
+	Tenant string        `json:"tenant"`
+	At     time.Time     `json:"at"`
+	Limits string        `json:"limits"`
+	Shadow bool          `json:"shadow"`
+	Source limits.Source `json:"source"`
+	// Buckets are the tenant's buckets now.
+	Buckets []bucketView `json:"buckets"`
+	// WaitSeconds is how long a new job would wait now, HeldBy the limit
+	// that sets it.
+	WaitSeconds float64 `json:"wait_seconds"`
+	HeldBy      string  `json:"held_by,omitempty"`
+	// Jobs counts the tenant's jobs that wait.
+	Jobs jobCounts `json:"jobs"`
+	// Failures maps each job whose handler failed, and that has not run
+	// since, to its failures.
+	Failures map[string]int64 `json:"handler_failures,omitempty"`
+}
+
+// bucketView is one bucket as inspect shows it.
+type bucketView struct {
+	Limit         string     `json:"limit"`
+	Tokens        float64    `json:"tokens"`
+	Burst         int64      `json:"burst"`
+	FullAt        time.Time  `json:"full_at"`
+	ReservedUntil *time.Time `json:"reserved_until,omitempty"`
+	WaitSeconds   float64    `json:"wait_seconds"`
+	StoredRate    int64      `json:"stored_rate,omitempty"`
+}
+
+// jobCounts are the tenant's waiting jobs, each count saying whether it is
+// exact.
+type jobCounts struct {
+	// Moved wait off the consumer, in schedules of the jobs stream: exact.
+	Moved count `json:"moved"`
+	// HoldingSlots hold a reserved slot in Redis, moved or NAK'd: exact.
+	HoldingSlots count `json:"holding_slots"`
+	// Naked wait on the consumer, NAK'd: an estimate, the slots held less
+	// the jobs moved (a job just back for its slot counts as NAK'd).
+	Naked count `json:"nakd"`
+}
+
+// count is a number and whether it is exact.
+type count struct {
+	N     int  `json:"n"`
+	Exact bool `json:"exact"`
+}
+
+// inspectCmd runs `throttler inspect ARGS` and returns the exit status.
+func inspectCmd(args []string, stdout, stderr io.Writer) int {
+	fail := func(status int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "throttler inspect: "+format+"\n", a...)
+		return status
+	}
+	asJSON := false
+	var rest []string
+	for _, a := range args {
+		if a == "--json" {
+			asJSON = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	if len(rest) != 1 {
+		return fail(exitConfig, "%s", inspectUsage)
+	}
+	t := rest[0]
+	if err := tenant.Validate(t); err != nil {
+		return fail(exitConfig, "%v", err)
+	}
+	cfg, ok := loadConfig(stderr)
+	if !ok {
+		return exitConfig
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	in, err := inspect(ctx, cfg, t)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(in); err != nil {
+			return fail(exitFailed, "%v", err)
+		}
+		return exitOK
+	}
+	printInspection(stdout, in)
+	return exitOK
+}
+
+// inspect gathers what the servers hold about tenant t. It only reads.
+func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, error) {
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("throttler-inspect"), nats.Timeout(cliTimeout))
+	if err != nil {
+		return inspection{}, fmt.Errorf("connecting to NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return inspection{}, err
+	}
+	var kv jetstream.KeyValue
+	if cfg.LimitsBucket != config.LimitsOff {
+		kv, err = js.KeyValue(ctx, cfg.LimitsBucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = nil, nil
+		}
+		if err != nil {
+			return inspection{}, fmt.Errorf("the limits bucket: %w", err)
+		}
+	}
+	eff, err := limits.Resolve(ctx, kv, cfg.Rules, cfg.DefaultBurst, cfg.Shadow, t)
+	if err != nil {
+		return inspection{}, err
+	}
+
+	ropts, err := app.RedisOptions(cfg.Config, 1)
+	if err != nil {
+		return inspection{}, err
+	}
+	rdb := redis.NewClient(ropts)
+	defer rdb.Close()
+	lim, err := throttle.New(rdb, throttle.Options{Policies: throttle.Rules{Default: eff.Policy}, Prefix: cfg.KeyPrefix})
+	if err != nil {
+		return inspection{}, err
+	}
+	snap, err := lim.Peek(ctx, t, time.Time{})
+	if err != nil {
+		return inspection{}, err
+	}
+
+	in := inspection{
+		Tenant: t, At: snap.At.UTC(), Limits: eff.Policy.Limits.String(), Shadow: eff.Policy.Shadow, Source: eff.Source,
+		WaitSeconds: snap.Wait.Seconds(), Failures: snap.Failures,
+	}
+	if snap.Wait > 0 {
+		in.HeldBy = snap.HeldBy.String()
+	}
+	for _, b := range snap.Buckets {
+		v := bucketView{Limit: b.Limit.String(), Tokens: b.Tokens, Burst: b.Limit.Burst, FullAt: b.FullAt.UTC(),
+			WaitSeconds: b.Wait.Seconds(), StoredRate: b.StoredRate}
+		if !b.ReservedUntil.IsZero() {
+			until := b.ReservedUntil.UTC()
+			v.ReservedUntil = &until
+		}
+		in.Buckets = append(in.Buckets, v)
+	}
+	moved, err := ops.WaitingFor(ctx, js, cfg.Stream, cfg.Schedules, t)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return inspection{}, err
+	}
+	in.Jobs = jobCounts{
+		Moved:        count{N: moved, Exact: true},
+		HoldingSlots: count{N: snap.Reserved, Exact: true},
+		Naked:        count{N: max(0, snap.Reserved-moved)},
+	}
+	return in, nil
+}
+
+// printInspection writes in for people.
+func printInspection(w io.Writer, in inspection) {
+	mode := "enforced"
+	if in.Shadow {
+		mode = "in shadow mode: every job runs; the buckets below count what enforcing would do"
+	}
+	fmt.Fprintf(w, "tenant %s at %s\n", in.Tenant, in.At.Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "limits %s from %s, %s\n", in.Limits, describe(in.Source), mode)
+	if in.Source.Ignored != "" {
+		fmt.Fprintf(w, "  ignored, as unreadable: %s\n", in.Source.Ignored)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LIMIT\tTOKENS\tFULL AGAIN\tRESERVED UNTIL\tA NEW JOB WAITS")
+	for _, b := range in.Buckets {
+		until := "-"
+		if b.ReservedUntil != nil {
+			until = fmt.Sprintf("in %s", b.ReservedUntil.Sub(in.At).Round(time.Millisecond))
+		}
+		tokens := fmt.Sprintf("%.2f of %d", b.Tokens, b.Burst)
+		if b.StoredRate != 0 {
+			tokens += fmt.Sprintf(" (stored at %d per period; carried over at the next decision)", b.StoredRate)
+		}
+		fmt.Fprintf(tw, "%s\t%s\tin %s\t%s\t%s\n", b.Limit, tokens, b.FullAt.Sub(in.At).Round(time.Millisecond), until,
+			(time.Duration(b.WaitSeconds * float64(time.Second))).Round(time.Microsecond))
+	}
+	_ = tw.Flush()
+	if in.WaitSeconds > 0 {
+		fmt.Fprintf(w, "a job arriving now waits %s, held by %s (exact)\n",
+			time.Duration(in.WaitSeconds*float64(time.Second)).Round(time.Microsecond), in.HeldBy)
+	} else {
+		fmt.Fprintln(w, "a job arriving now runs at once (exact)")
+	}
+	fmt.Fprintf(w, "jobs waiting: %d holding a reserved slot (exact), %d moved off the consumer into schedules (exact), about %d NAK'd on the consumer (estimate)\n",
+		in.Jobs.HoldingSlots.N, in.Jobs.Moved.N, in.Jobs.Naked.N)
+	if len(in.Failures) == 0 {
+		fmt.Fprintln(w, "handler failures in flight: none")
+		return
+	}
+	ids := make([]string, 0, len(in.Failures))
+	for id := range in.Failures {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	fmt.Fprintln(w, "handler failures in flight, by job:")
+	for _, id := range ids {
+		fmt.Fprintf(w, "  %s failed %d times\n", id, in.Failures[id])
+	}
+}

@@ -1,0 +1,256 @@
+package throttle
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Bucket is one of a tenant's buckets as a decision now would find it.
+type Bucket struct {
+	// Limit is the limit the bucket enforces now.
+	Limit Limit `json:"limit"`
+	// Key is its Redis key.
+	Key string `json:"key"`
+	// Stored is whether Redis holds a state for it; a bucket without one
+	// is full.
+	Stored bool `json:"stored"`
+	// StoredRate is the rate its state was stored for, when that is not
+	// Limit's: the limit changed, and the next decision carries the state
+	// over to the new rate (as Tokens and FullAt already show).
+	StoredRate int64 `json:"stored_rate,omitempty"`
+	// Tokens is what the bucket holds now, at most the burst; below 0 it
+	// is in debt: slots are reserved ahead until ReservedUntil.
+	Tokens float64 `json:"tokens"`
+	// FullAt is when the bucket is full again, left alone.
+	FullAt time.Time `json:"full_at"`
+	// ReservedUntil is the last slot reserved, when the bucket is in debt.
+	ReservedUntil time.Time `json:"reserved_until,omitzero"`
+	// Wait is how long a new job of cost 1 would wait for this bucket.
+	Wait time.Duration `json:"wait"`
+}
+
+// Snapshot is what the limiter holds for one tenant at one moment, read
+// without changing anything (Peek).
+type Snapshot struct {
+	// At is the moment: Redis TIME, unless Peek was given one.
+	At time.Time `json:"at"`
+	// Policy is the tenant's policy now.
+	Policy Policy `json:"-"`
+	// Buckets are its buckets, in the order of Policy.Limits.
+	Buckets []Bucket `json:"buckets"`
+	// Wait is how long a new job of cost 1 would wait now: the longest
+	// wait of the buckets; HeldBy is the limit that sets it.
+	Wait   time.Duration `json:"wait"`
+	HeldBy Limit         `json:"held_by,omitzero"`
+	// Reserved counts the tenant's jobs holding a reserved slot: jobs
+	// deferred, moved or NAK'd, waiting for their slot or just back.
+	Reserved int `json:"reserved"`
+	// Failures maps the id of each of the tenant's jobs whose handler
+	// failed, and that has not run since, to its failures counted.
+	Failures map[string]int64 `json:"failures,omitempty"`
+}
+
+// Peek reads what the limiter holds for tenant: its buckets, as the next
+// decision would find them, the wait a new job would get, the slots its
+// jobs hold and its handler failures. It only reads (GET, PTTL, SCAN and
+// TIME): nothing is charged or written. at sets the moment; the zero time
+// reads Redis TIME. Its scans read the whole keyspace of the tenant's node:
+// an operator's tool, not for every job.
+func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapshot, error) {
+	node, err := l.nodeOf(ctx, tenant)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	tag, err := l.keys.tag(tenant)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	s := Snapshot{Policy: l.policies.Policy(tenant), At: at}
+	if s.At.IsZero() {
+		if s.At, err = node.Time(ctx).Result(); err != nil {
+			return Snapshot{}, &RedisError{Op: "TIME", Err: err}
+		}
+	}
+	now := s.At.UnixMicro()
+	for _, lim := range s.Policy.Limits {
+		key := l.keys.prefix + ":" + tag + limitKeySuffix(lim, s.Policy.Shadow)
+		b, err := peekBucket(ctx, node, key, lim, now)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		if b.Wait > s.Wait {
+			s.Wait, s.HeldBy = b.Wait, lim
+		}
+		s.Buckets = append(s.Buckets, b)
+	}
+	if s.Reserved, err = countKeys(ctx, node, l.keys.reservation(tag, "*")); err != nil {
+		return Snapshot{}, err
+	}
+	if s.Failures, err = readFailures(ctx, node, l.keys.failures(tag, "*")); err != nil {
+		return Snapshot{}, err
+	}
+	return s, nil
+}
+
+// nodeOf returns the Redis node that holds tenant's keys.
+func (l *Limiter) nodeOf(ctx context.Context, tenant string) (redis.Cmdable, error) {
+	switch c := l.lib.rdb.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		tag, err := l.keys.tag(tenant)
+		if err != nil {
+			return nil, err
+		}
+		n, err := c.MasterForKey(ctx, tag)
+		if err != nil {
+			return nil, &RedisError{Op: "CLUSTER SLOTS", Err: err}
+		}
+		return n, nil
+	}
+	return nil, fmt.Errorf("throttle: Peek needs a *redis.Client or a *redis.ClusterClient, not %T", l.lib.rdb)
+}
+
+// peekBucket reads the bucket of lim at key at now (µs), as the function
+// would (lua/library.lua: state, rebase, tokens, charge).
+func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, now int64) (Bucket, error) {
+	b := Bucket{Limit: lim, Key: key}
+	r, p, burst := lim.Rate, lim.periodMicros(), lim.Burst
+	v, err := node.Get(ctx, key).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return b, &RedisError{Op: "GET " + key, Err: err}
+	case len(v) != 16:
+		return b, &InvalidError{Code: CodeState, Detail: fmt.Sprintf("%s holds %d bytes, not a state of 16", key, len(v))}
+	default:
+		b.Stored = true
+	}
+	var a, f int64 // the empty time: a + f/r µs
+	if b.Stored {
+		a = int64(binary.LittleEndian.Uint64(v))
+		f = int64(int32(binary.LittleEndian.Uint32(v[8:])))
+		r0 := int64(int32(binary.LittleEndian.Uint32(v[12:])))
+		if a < 0 || r0 < 1 || r0 > MaxRate || f < 0 || f >= r0 {
+			return b, &InvalidError{Code: CodeState, Detail: fmt.Sprintf("%s holds a malformed state", key)}
+		}
+		if r0 != r {
+			b.StoredRate = r0
+			var full bool
+			if a, f, full = rebase(a, f, r0, r, p, burst, now); full {
+				a, f = 0, 0
+			}
+		}
+	}
+	// A full bucket's empty time is burst*period/rate before now.
+	q, m := burst*p/r, burst*p%r
+	la, lf := now-q, int64(0)
+	if m > 0 {
+		la, lf = la-1, r-m
+	}
+	if a < la || (a == la && f < lf) {
+		a, f = la, lf
+	}
+	b.Tokens = (float64(now-a)*float64(r) - float64(f)) / float64(p)
+	full, frac := a+q, f+m // full again at the empty time plus the fill time
+	if frac >= r {
+		full, frac = full+1, frac-r
+	}
+	if frac > 0 {
+		full++ // rounded up, as the state's TTL
+	}
+	b.FullAt = time.UnixMicro(full)
+	if a > now || (a == now && f > 0) {
+		slot := a
+		if f > 0 {
+			slot++
+		}
+		b.ReservedUntil = time.UnixMicro(slot)
+	}
+	// A job of cost 1 moves the empty time on by period/rate.
+	na, nf := a+p/r, f+p%r
+	if nf >= r {
+		na, nf = na+1, nf-r
+	}
+	if wait := na - now; wait > 0 || (wait == 0 && nf > 0) {
+		if nf > 0 {
+			wait++
+		}
+		b.Wait = time.Duration(wait) * time.Microsecond
+	}
+	return b, nil
+}
+
+// rebase is the function's rebase: it carries an empty time (a, f) in
+// units of 1/r0 µs over to the rate r, for period p and burst b; full
+// reports a bucket full under the new limit.
+func rebase(a, f, r0, r, p, b, now int64) (na, nf int64, full bool) {
+	if a > now || (a == now && f > 0) {
+		if f > 0 {
+			return a + 1, 0, false
+		}
+		return a, 0, false
+	}
+	d := (now-a)*r0 - f
+	if d >= b*p {
+		return 0, 0, true
+	}
+	na, nf = now-d/r, 0
+	if m := d % r; m > 0 {
+		na, nf = na-1, r-m
+	}
+	return na, nf, false
+}
+
+// countKeys counts the keys matching pattern.
+func countKeys(ctx context.Context, node redis.Cmdable, pattern string) (int, error) {
+	n := 0
+	err := scan(ctx, node, pattern, func(string) error { n++; return nil })
+	return n, err
+}
+
+// readFailures reads the failure counters matching pattern, by job id.
+func readFailures(ctx context.Context, node redis.Cmdable, pattern string) (map[string]int64, error) {
+	out := map[string]int64{}
+	prefix := strings.TrimSuffix(pattern, "*")
+	err := scan(ctx, node, pattern, func(key string) error {
+		v, err := node.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil // expired since the scan
+		}
+		if err != nil {
+			return &RedisError{Op: "GET " + key, Err: err}
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return &InvalidError{Code: CodeFailures, Detail: fmt.Sprintf("%s holds %q", key, v)}
+		}
+		out[strings.TrimPrefix(key, prefix)] = n
+		return nil
+	})
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, err
+}
+
+// scan calls fn with each key matching pattern.
+func scan(ctx context.Context, node redis.Cmdable, pattern string, fn func(key string) error) error {
+	it := node.Scan(ctx, 0, pattern, 1000).Iterator()
+	for it.Next(ctx) {
+		if err := fn(it.Val()); err != nil {
+			return err
+		}
+	}
+	if err := it.Err(); err != nil {
+		return &RedisError{Op: "SCAN " + pattern, Err: err}
+	}
+	return nil
+}

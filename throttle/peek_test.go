@@ -1,0 +1,102 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// dumpAll returns every key of prefix with its DUMP and whether it has a
+// TTL: what Peek must leave byte for byte as it found it.
+func dumpAll(t *testing.T, e env) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, k := range keys(t, e.rdb, e.prefix) {
+		d, err := e.rdb.Dump(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("DUMP %s: %v", k, err)
+		}
+		ttl, err := e.rdb.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("PTTL %s: %v", k, err)
+		}
+		out[k] = fmt.Sprintf("%q ttl=%v", d, ttl > 0)
+	}
+	return out
+}
+
+// Peek finds the buckets as the next decision does: the wait it reports
+// is the wait the next job gets, set by the same limit, and it writes
+// nothing.
+func TestPeekSeesWhatTheNextDecisionSees(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	perSec, perMin := throttle.PerSecond(10, 5), throttle.PerMinute(20, 8)
+	l, live := newLiveLimiter(t, e, time.Hour, throttle.Enforce(perSec, perMin))
+	c := newCopies(t, l)
+	for i := range 7 {
+		decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("a", i), At: t0})
+	}
+	if _, _, err := c.Failed(ctx, "acme", "a3", 1, 5); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, at time.Time) {
+		t.Helper()
+		before := dumpAll(t, e)
+		s, err := l.Peek(ctx, "acme", at)
+		if err != nil {
+			t.Fatalf("%s: Peek: %v", what, err)
+		}
+		if after := dumpAll(t, e); !reflect.DeepEqual(before, after) {
+			t.Fatalf("%s: Peek wrote:\nbefore %v\nafter  %v", what, before, after)
+		}
+		d := decide(t, l, throttle.Request{Tenant: "acme", JobID: "probe-" + what, At: at})
+		if d.Wait != s.Wait || (d.Wait > 0 && d.HeldBy != s.HeldBy) {
+			t.Fatalf("%s: Peek says wait %s (by %v), the next job got %+v", what, s.Wait, s.HeldBy, d)
+		}
+		t.Logf("%s: %+v", what, s)
+	}
+	check("in-debt", t0)
+	check("later", t0.Add(700*time.Millisecond))
+
+	s, err := l.Peek(ctx, "acme", t0.Add(700*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 7 jobs at t0 (2 reserved) and two probes, both reserved; a3's
+	// handler failed once.
+	if s.Reserved != 4 || !reflect.DeepEqual(s.Failures, map[string]int64{"a3": 1}) {
+		t.Fatalf("Reserved %d, Failures %v; want 4 and a3 failed once", s.Reserved, s.Failures)
+	}
+
+	// A lowered limit: Peek carries the state over as the decision will.
+	live.set(throttle.Enforce(throttle.PerSecond(2, 5), perMin))
+	at := t0.Add(3 * time.Second)
+	s, err = l.Peek(ctx, "acme", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Buckets[0].StoredRate != 10 {
+		t.Fatalf("after the change: %+v, want the state noted as stored for 10/s", s.Buckets[0])
+	}
+	check("after-a-change", at)
+}
+
+// A tenant with nothing stored has full buckets and no wait.
+func TestPeekOfAnIdleTenant(t *testing.T) {
+	e := setup(t)
+	l := newLimiter(t, e.rdb, e.prefix, time.Hour, throttle.Limits{throttle.PerSecond(10, 5)})
+	s, err := l.Peek(context.Background(), "idle", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.Buckets[0]
+	if s.Wait != 0 || b.Stored || b.Tokens != 5 || !b.FullAt.Equal(t0) || s.Reserved != 0 || s.Failures != nil {
+		t.Fatalf("idle tenant: %+v", s)
+	}
+}
