@@ -1,0 +1,200 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+// forwardTimes records when each job of a tenant was forwarded, as a plain
+// subscription to done.> receives it.
+type forwardTimes struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+// add records one forward at now.
+func (f *forwardTimes) add(now time.Time) {
+	f.mu.Lock()
+	f.times = append(f.times, now)
+	f.mu.Unlock()
+}
+
+// between counts the forwards in [from, to).
+func (f *forwardTimes) between(from, to time.Time) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, at := range f.times {
+		if !at.Before(from) && at.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLiveLimitChangeAcrossProcesses: three worker processes of the binary
+// share a tenant published at 300/s under 100/s. `throttler limits set`
+// lowers its limit to 20/s mid-run, then raises it to 200/s. Within 1 s of
+// each change the fleet holds the tenant to the new limit; in the first
+// 200 ms after each, it admits no more than the slots reserved before the
+// change (at most THROTTLER_MAX_DEFER ahead, at the old rate) and what the
+// new limit allows from the carried-over level (an empty bucket: the
+// tenant is saturated), so a change never hands out a fresh burst.
+func TestLiveLimitChangeAcrossProcesses(t *testing.T) {
+	e := setup(t)
+	bin := buildThrottler(t)
+	const (
+		horizon = time.Second
+		oldRate = 100.0
+		low     = 20.0
+		high    = 200.0
+	)
+	vars := map[string]string{
+		"NATS_URL":                e.natsURL,
+		"REDIS_URL":               e.redis.URL(),
+		"THROTTLER_TENANT_LIMITS": "acme=100/s",
+		// Slots reserved under a limit keep their times when it changes:
+		// a short horizon bounds how long the old rate lasts.
+		"THROTTLER_MAX_DEFER":       horizon.String(),
+		"THROTTLER_MAX_ACK_PENDING": "5000",
+		"THROTTLER_LOG_LEVEL":       "info",
+	}
+	cfg := e.config(vars)
+	e.ensureStream(cfg)
+	e.limitsBucket(cfg.LimitsBucket)
+
+	var fwd forwardTimes
+	sub, err := e.nc.Subscribe("done.acme", func(*nats.Msg) { fwd.add(time.Now()) })
+	must(t, err, "subscribe done.acme")
+	must(t, sub.SetPendingLimits(-1, -1), "pending limits")
+	defer func() { _ = sub.Unsubscribe() }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs []*lockedBuffer
+	var addrs []string
+	for range 3 {
+		addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+		addrs = append(addrs, addr)
+		vars["THROTTLER_METRICS_ADDR"] = addr
+		cmd, _, stderr := throttlerCmd(ctx, bin, vars)
+		must(t, cmd.Start(), "start throttler")
+		logs = append(logs, stderr)
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+	testenv.Eventually(t, 30*time.Second, "three workers running", func() bool {
+		for _, l := range logs {
+			if !strings.Contains(l.String(), "worker running") {
+				return false
+			}
+		}
+		return true
+	})
+
+	// 3 jobs every 10 ms until the test ends.
+	pubDone := make(chan struct{})
+	var pubErr error
+	go func() {
+		defer close(pubDone)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for range 3 {
+				if _, err := e.js.PublishMsgAsync(&nats.Msg{Subject: "jobs.acme.x", Data: []byte("x")}); err != nil {
+					pubErr = err
+					return
+				}
+			}
+		}
+	}()
+
+	set := func(spec string) time.Time {
+		t.Helper()
+		at := time.Now()
+		if status, out, errOut := runCLI(t, bin, vars, "limits", "set", "acme", spec); status != 0 {
+			t.Fatalf("limits set acme %s: status %d\n%s%s", spec, status, out, errOut)
+		}
+		return at
+	}
+	rate := func(from time.Time, d time.Duration) float64 {
+		return float64(fwd.between(from, from.Add(d))) / d.Seconds()
+	}
+	waitUntil := func(at time.Time) { time.Sleep(time.Until(at)) }
+
+	// 3 s at 100/s: the tenant is saturated, its slots reserved 500 ms
+	// ahead.
+	time.Sleep(3 * time.Second)
+	before := rate(time.Now().Add(-2*time.Second), 2*time.Second)
+
+	lowered := set(fmt.Sprintf("%g/s", low))
+	waitUntil(lowered.Add(11 * time.Second))
+	first := fwd.between(lowered, lowered.Add(200*time.Millisecond))
+	held := rate(lowered.Add(time.Second), 10*time.Second)
+
+	raised := set(fmt.Sprintf("%g/s", high))
+	waitUntil(raised.Add(3 * time.Second))
+	firstHigh := fwd.between(raised, raised.Add(200*time.Millisecond))
+	risen := rate(raised.Add(time.Second), 2*time.Second)
+	for _, a := range addrs {
+		m, _ := scrape(a)
+		var keys []string
+		for k, v := range m {
+			if strings.Contains(k, "acme") || strings.Contains(k, "ack_pending") {
+				keys = append(keys, fmt.Sprintf("%s=%g", k, v))
+			}
+		}
+		t.Logf("DIAG %s: %v", a, keys)
+	}
+	cancel()
+	<-pubDone
+	if pubErr != nil {
+		t.Fatalf("publish: %v", pubErr)
+	}
+
+	t.Logf("before: %.1f/s; lowered to %g/s: %d in the first 200 ms, %.1f/s over [1 s, 11 s); raised to %g/s: %d in the first 200 ms, %.1f/s over [1 s, 3 s)",
+		before, low, first, held, high, firstHigh, risen)
+	for i, l := range logs {
+		for _, spec := range []string{"20/s:20", "200/s:200"} {
+			if !strings.Contains(l.String(), `msg="limit set" key=acme spec=`+spec) {
+				t.Errorf("worker %d did not log applying %s", i, spec)
+			}
+		}
+	}
+	if before < oldRate*0.9 || before > oldRate*1.1 {
+		t.Errorf("before the change: %.1f/s, want the tenant saturated at %g/s", before, oldRate)
+	}
+	if held < low*0.97 || held > low*1.03 {
+		t.Errorf("after lowering to %g/s: %.1f/s over the 10 s from 1 s after the change, want within 3%%", low, held)
+	}
+	if risen < high*0.95 || risen > high*1.05 {
+		t.Errorf("after raising to %g/s: %.1f/s over the 2 s from 1 s after the change, want within 5%%", high, risen)
+	}
+	// In its first 200 ms a change admits the slots reserved before it
+	// that fall there (at the old rate), then what the new rate gives an
+	// empty bucket once they are spent; one more for the edges of a
+	// window measured at the receiving end.
+	bound := func(oldRate, newRate float64) int {
+		reserved := oldRate * 0.2
+		return int(reserved+newRate*max(0, 0.2-horizon.Seconds())) + 1
+	}
+	if b := bound(oldRate, low); first > b {
+		t.Errorf("first 200 ms after lowering: %d admitted, want at most %d", first, b)
+	}
+	if b := bound(low, high); firstHigh > b {
+		t.Errorf("first 200 ms after raising: %d admitted, want at most %d", firstHigh, b)
+	}
+}
