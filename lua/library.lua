@@ -17,7 +17,7 @@ Redis creates once, at FUNCTION LOAD, not on every call: the argument
 checks (num, whole, limit), the charge (charge), the state's TTL (fullIn),
 the tokens left (tokens), the stored-state format (STATE) and checks and
 a changed limit's carry-over (state, rebase), the reservation
-and owner reads (stored), and the decisions a job's keys and its charge
+and owner reads (reserved, stored, regime), and the decisions a job's keys and its charge
 lead to (held, verdict). decide orchestrates them three ways, for cost
 only: one job under one limit (one), the worker's call of several jobs
 under one limit each (many), and any other call (the general path). What
@@ -46,7 +46,10 @@ Stored values (keys built by throttle/keys.go; a tenant's keys share its
   state        16 bytes, struct.pack('<i8i4i4', Ei, Ef, rate): Ef is in
                units of 1/rate µs of the rate it was stored for; lives
                until the bucket is full again
-  reservation  the job's slot, decimal µs (at most 16 digits)
+  reservation  the job's slot and the regime id of the limits it was
+               reserved under, '<slot µs>:<id>' (at most 16 and 10
+               digits); a slot alone (versions before live limits) is
+               of no regime: stale
   owner        the incarnation admitted, decimal (at most 16 digits)
   failures     the handler failures counted, decimal (at most 15 digits)
 Reservations and owners live for the horizon plus the longest time to
@@ -59,14 +62,20 @@ checked before the first write.
 CHANGE: a limit changes for a bucket at the first call that names the
 bucket with another rate than its state was stored for (a changed burst
 alone needs nothing: a stored state is never full, and the burst only caps
-it). A bucket in debt keeps its empty time, rounded up to the microsecond:
-the slots reserved keep their times, and new jobs queue behind them at the
-new rate. Any other keeps the tokens it holds at that moment, exactly
-(fractions included), at most the new burst, and fills at the new rate
-from then on. The state is written in the new rate's units at once,
+it). A bucket in debt is empty from then on: its debt is the slots
+reserved under the old limit, and every slot is stored with the regime id
+of the limits it was reserved under (regime), so a job that comes back to
+a slot of other limits gives it up and is decided again, charged under the
+limits of now. Any other bucket keeps the tokens it holds at that moment,
+exactly (fractions included), at most the new burst, and fills at the new
+rate from then on. The state is written in the new rate's units at once,
 even by a call that charges nothing. So a change grants nothing by itself,
-and two workers that disagree for a moment about the rate charge the same
-bucket, each at its own.
+a lowered limit holds at once (the jobs waiting for their slots included)
+and a raised one frees the tenant at once; two workers that disagree for a
+moment about the rate charge the same bucket, each at its own. Adding or
+removing a limit (rather than changing one) re-decides the slots too,
+charging them again in the buckets that did not change: they wait longer,
+never over-admitted.
 
 Replies: every job gets a tuple of 4 integers, one shape whatever its status:
   {1, wait,  remaining, flags}     ADMITTED: run the job now. flags bit 0:
@@ -153,11 +162,11 @@ local FLAGS = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3}
 -- While a library loads, Redis gives it no global but `redis`: the standard
 -- functions are bound on the first call (bind) and kept as upvalues, which
 -- are cheaper to reach than globals.
-local call, pcallr, find, tonum, format, concat, floor, ceil, spack, sunpack, unpk
+local call, pcallr, find, match, tonum, format, concat, floor, ceil, spack, sunpack, unpk
 
 local function bind()
   call, pcallr = redis.call, redis.pcall
-  find, format, tonum, concat = string.find, string.format, tonumber, table.concat
+  find, match, format, tonum, concat = string.find, string.match, string.format, tonumber, table.concat
   floor, ceil = math.floor, math.ceil
   spack, sunpack, unpk = struct.pack, struct.unpack, unpack
 end
@@ -242,16 +251,13 @@ end
 
 -- rebase expresses a bucket's empty time (a, f), kept in units of 1/r0 µs
 -- for a limit of rate r0, for the rate r of a changed limit of the same
--- period p and burst b (see CHANGE): a bucket in debt keeps its empty time
--- (rounded up to the microsecond), so the slots reserved keep their times
--- and new jobs queue behind them; any other keeps its tokens exactly,
--- fractions included, at most b. It returns nil for a bucket full under
--- the new limit: the same as none.
+-- period p and burst b (see CHANGE): a bucket in debt is empty now (its
+-- debt is the slots reserved under the old limit, and each of those jobs
+-- is charged again when it comes back: see regime); any other keeps its
+-- tokens exactly, fractions included, at most b. It returns nil for a
+-- bucket full under the new limit: the same as none.
 local function rebase(a, f, r0, r, p, b, now)
-  if a > now or (a == now and f > 0) then
-    if f > 0 then return a + 1, 0 end
-    return a, 0
-  end
+  if a > now or (a == now and f > 0) then return now, 0 end
   -- d is the tokens held times p: (now - (a + f/r0)) * r0, exactly.
   local d = (now - a) * r0 - f
   if d >= b * p then return nil end
@@ -287,14 +293,51 @@ local function state(v, name, r, p, b, fill, now)
 end
 
 
--- stored reads a stored reservation or owner v (or false) of key name: its
--- number, false when absent; or nil and the E_* code eShape or eTTL when it
--- is not at most 16 digits or has no TTL.
+-- stored reads a stored owner v (or false) of key name: its number, false
+-- when absent; or nil and the E_* code eShape or eTTL when it is not at
+-- most 16 digits or has no TTL.
 local function stored(v, name, eShape, eTTL)
   if not v then return false end
   if #v > 16 or not find(v, '^%d+$') then return nil, eShape end
   if call('PTTL', name) < 0 then return nil, eTTL end
   return tonum(v)
+end
+
+-- RID bounds a regime id.
+local RID = 2147483647
+
+-- regime1 is the regime id of one limit of rate r and period p; regime
+-- that of the L limits of a job at LI offset lo (LW slots each). A slot
+-- is stored with the regime id of the limits it was reserved under: a job
+-- that comes back to a slot of other limits (CHANGE) is decided again.
+-- (r * 1000003 + p stays below 2^53 for every valid limit.)
+local function regime1(r, p)
+  return (r * 1000003 + p) % RID
+end
+
+local function regime(LI, lo, L)
+  local id = 0
+  for l = lo, lo + 7 * (L - 1), 7 do
+    id = (id * 31 + regime1(LI[l + 1], LI[l + 2])) % RID
+  end
+  return id
+end
+
+-- reserved reads a stored reservation v (or false) of key name: its slot
+-- and regime id ('<slot µs>:<regime id>'), false when absent; or nil and
+-- the E_* code when it is malformed or has no TTL. A slot stored without
+-- a regime id (by a version before live limits) has regime -1: stale.
+local function reserved(v, name)
+  if not v then return false end
+  local s, i = match(v, '^(%d+):(%d+)$')
+  if s == nil then
+    if #v > 16 or not find(v, '^%d+$') then return nil, E_RESV end
+    s, i = v, '-1'
+  elseif #s > 16 or #i > 10 then
+    return nil, E_RESV
+  end
+  if call('PTTL', name) < 0 then return nil, E_RESV_TTL end
+  return tonum(s), tonum(i)
 end
 
 -- isWrongType reports whether err, an error redis.pcall returned, is
@@ -462,9 +505,10 @@ local BW = 5
 -- Entries (one per job id), EW slots each: KEYS position of the
 -- reservation (the owner's is the next), RK positions of both (false when
 -- not read), status (0 not checked, 1 checked, WRONGTYPE or an E_* code),
--- slot (µs, or false; the KEYS position at fault when bad), and owner
--- (incarnation, or false). What changed is kept apart, in CHG.
-local EW = 6
+-- slot (µs, or false; the KEYS position at fault when bad), owner
+-- (incarnation, or false), and the slot's regime id. What changed is kept
+-- apart, in CHG.
+local EW = 7
 
 -- jobs reads the layout of a decide call and checks every job's
 -- arguments: it returns M, the jobs (J), K, the limits (LI) and the jobs
@@ -603,12 +647,12 @@ local function one(keys, args, nargv, K)
 
   -- The job's reservation (unless it is fresh) and owner.
   local name, resv, okey = keys[1], keys[2], keys[3]
-  local slot, own, code = false, false, nil
+  local slot, own, code, sid = false, false, nil, nil
   if K > 0 and fresh == 0 then
     slot = get(resv)
     if slot == nil then return {WRONGTYPE, 2, 0, 0} end
-    slot, code = stored(slot, resv, E_RESV, E_RESV_TTL)
-    if slot == nil then return {INVALID, code, 2, 0} end
+    slot, sid = reserved(slot, resv)
+    if slot == nil then return {INVALID, sid, 2, 0} end
   end
   if K == 2 then
     own = get(okey)
@@ -617,6 +661,8 @@ local function one(keys, args, nargv, K)
     if own == nil then return {INVALID, code, 3, 0} end
   end
   local so, oo = slot, own
+  -- A slot reserved under other limits is given up: decided again.
+  if slot and sid ~= regime1(r, p) then slot, so = false, -1 end
   local st, a1, a3
   local a2 = 0
   st, a1, a3, slot, own = held(own, inc, slot, K, now)
@@ -639,7 +685,7 @@ local function one(keys, args, nargv, K)
   if slot ~= so or own ~= oo then
     local ttl = format('%d', ceil((horizon + fill) / 1000))
     if slot ~= so then
-      if slot then call('SET', resv, format('%d', slot), 'PX', ttl) else call('DEL', resv) end
+      if slot then call('SET', resv, format('%d:%d', slot, regime1(r, p)), 'PX', ttl) else call('DEL', resv) end
     end
     if own ~= oo then
       if own then call('SET', okey, format('%d', own), 'PX', ttl) else call('DEL', okey) end
@@ -760,14 +806,14 @@ local function many(keys, args, nargv, nkeys)
     local fresh = flags % 2
     o = o + 5
     local st, a1, a2, a3 = nil, 0, 0, 0
-    local slot, own, code = false, false, nil
+    local slot, own, code, sid = false, false, nil, nil
     if K > 0 and fresh == 0 then
       jx = jx + 1
       if jwrong and jwrong[jx] then
         st, a1 = WRONGTYPE, kx + 1
       elseif JV[jx] then
-        slot, code = stored(JV[jx], keys[kx + 1], E_RESV, E_RESV_TTL)
-        if slot == nil then st, a1, a2, slot = INVALID, code, kx + 1, false end
+        slot, sid = reserved(JV[jx], keys[kx + 1])
+        if slot == nil then st, a1, a2, slot = INVALID, sid, kx + 1, false end
       end
     end
     if K == 2 then
@@ -782,6 +828,8 @@ local function many(keys, args, nargv, nkeys)
       end
     end
     local so, oo = slot, own
+    -- A slot reserved under another limit is given up: decided again.
+    if slot and sid ~= regime1(LI[lo + 1], LI[lo + 2]) then slot, so = false, -1 end
     if not st and (slot or own) then st, a1, a3, slot, own = held(own, inc, slot, K, now) end
     if not st then
       local s = B[bo + 5]
@@ -831,11 +879,11 @@ local function many(keys, args, nargv, nkeys)
       slot, own = so, oo
     end
     if slot ~= so then
-      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, slot, LI[lo + 7]
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, slot and format('%d:%d', slot, regime1(LI[lo + 1], LI[lo + 2])), LI[lo + 7]
       nw = nw + 3
     end
     if own ~= oo then
-      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 2, own, LI[lo + 7]
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 2, own and format('%d', own), LI[lo + 7]
       nw = nw + 3
     end
     reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
@@ -857,7 +905,7 @@ local function many(keys, args, nargv, nkeys)
   for w = 0, nw - 3, 3 do
     local v = W[w + 2]
     if v then
-      call('SET', keys[W[w + 1]], format('%d', v), 'PX', W[w + 3])
+      call('SET', keys[W[w + 1]], v, 'PX', W[w + 3])
     else
       call('DEL', keys[W[w + 1]])
     end
@@ -980,8 +1028,8 @@ local function decide(keys, args)
         es, slot = WRONGTYPE, rk + 1
       else
         if rx and V[rx] then
-          slot, code = stored(V[rx], keys[rk], E_RESV, E_RESV_TTL)
-          if slot == nil then es, slot = code, rk end
+          slot, code = reserved(V[rx], keys[rk])
+          if slot == nil then es, slot = code, rk else EN[e + 7] = code end
         end
         if es == 1 and ox and V[ox] then
           own, code = stored(V[ox], keys[rk + 1], E_OWNER, E_OWNER_TTL)
@@ -1000,6 +1048,8 @@ local function decide(keys, args)
       local slot, own = false, false
       if e then slot, own = EN[e + 5], EN[e + 6] end
       local so, oo = slot, own
+      -- A slot reserved under other limits is given up: decided again.
+      if slot and EN[e + 7] ~= regime(LI, lo, L) then slot, so = false, -1 end
       st, a1, a3, slot, own = held(own, inc, slot, K, now)
       if not st then
         -- Read each bucket once, and charge the job in every one, on paper
@@ -1073,7 +1123,10 @@ local function decide(keys, args)
         local ttl = ceil((horizon + LI[lo + 7]) / 1000)
         if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
         CHG[e + 1] = lts
-        if slot ~= so then EN[e + 5], CHG[e + 2] = slot, true end
+        if slot ~= so then
+          EN[e + 5], CHG[e + 2] = slot, true
+          if slot then EN[e + 7] = regime(LI, lo, L) end
+        end
         if own ~= oo then EN[e + 6], CHG[e + 3] = own, true end
       end
     end
@@ -1099,7 +1152,7 @@ local function decide(keys, args)
         local rk = EN[e + 1]
         if CHG[e + 2] then
           if EN[e + 5] then
-            call('SET', keys[rk], format('%d', EN[e + 5]), 'PX', ttl)
+            call('SET', keys[rk], format('%d:%d', EN[e + 5], EN[e + 7]), 'PX', ttl)
           else
             call('DEL', keys[rk])
           end

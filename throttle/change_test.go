@@ -83,9 +83,11 @@ func TestLoweredLimitAfterABurstAdmitsNothingExtra(t *testing.T) {
 	}
 }
 
-// A bucket in debt keeps its empty time: the slots already reserved keep
-// their times, and new jobs queue behind them at the new rate.
-func TestChangedLimitQueuesNewJobsBehindReservedSlots(t *testing.T) {
+// A bucket in debt when its limit changes is empty at once: its debt was
+// the slots reserved under the old limit, and each job holding one is
+// decided again under the new limit when it comes back. So a lowered limit
+// holds at once, jobs already waiting included.
+func TestLoweredLimitDecidesReservedJobsAgain(t *testing.T) {
 	e := setup(t)
 	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(100, 10)))
 	ds := reserveN(t, l, "acme", "old", 30, t0)
@@ -95,13 +97,36 @@ func TestChangedLimitQueuesNewJobsBehindReservedSlots(t *testing.T) {
 	}
 	live.set(throttle.Enforce(throttle.PerSecond(10, 10)))
 	sameDecision(t, "first job under 10/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-0", At: t0}),
-		throttle.Decision{Outcome: throttle.Reserved, Wait: 300 * ms})
-	// A job reserved under the old limit comes back at its slot and is
-	// admitted without a second charge.
-	sameDecision(t, "old job back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-29", At: t0.Add(200 * ms)}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: 100 * ms})
+	// Jobs reserved under the old limit come back at their slots and are
+	// charged again, 100 ms apart.
+	sameDecision(t, "old-10 back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: t0.Add(10 * ms)}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: 190 * ms})
+	sameDecision(t, "old-29 back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-29", At: t0.Add(200 * ms)}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: 100 * ms})
+	// A slot reserved under the new limit is kept.
+	sameDecision(t, "old-10 back at its new slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: t0.Add(200 * ms)}),
 		throttle.Decision{Outcome: throttle.Admitted})
-	sameDecision(t, "second job under 10/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-1", At: t0.Add(200 * ms)}),
+	sameDecision(t, "next under 10/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-1", At: t0.Add(200 * ms)}),
 		throttle.Decision{Outcome: throttle.Reserved, Wait: 200 * ms})
+}
+
+// A raised limit frees a tenant in debt at once: new jobs do not queue
+// behind the slots reserved under the old limit, and the jobs holding them
+// are charged again when they come back.
+func TestRaisedLimitDoesNotQueueBehindOldSlots(t *testing.T) {
+	e := setup(t)
+	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(10, 10)))
+	ds := reserveN(t, l, "acme", "old", 30, t0)
+	if last := ds[29]; last.Outcome != throttle.Reserved || last.Wait != 2*time.Second {
+		t.Fatalf("30th job under 10/s: %+v, want reserved for 2s", last)
+	}
+	live.set(throttle.Enforce(throttle.PerSecond(100, 100)))
+	sameDecision(t, "first job under 100/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-0", At: t0}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: 10 * ms})
+	// At its old slot, 100 ms on, 9 tokens have come at 100/s.
+	sameDecision(t, "old-10 back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: t0.Add(100 * ms)}),
+		throttle.Decision{Outcome: throttle.Admitted, Remaining: 8})
 }
 
 // Raising a limit takes effect at once: the tokens left carry over and the
@@ -200,5 +225,43 @@ func TestDecisionNamesTheLimitThatHeldIt(t *testing.T) {
 	ds = reserveN(t, l, "acme", "b", 5, t0.Add(2*time.Second))
 	if d := ds[4]; d.Outcome != throttle.Reserved || d.HeldBy != throttle.PerMinute(15, 15) {
 		t.Fatalf("16th job: %+v, want reserved by 15/min", d)
+	}
+}
+
+// Jobs holding slots of a changed limit are decided again in a batch too,
+// on the worker's path (one limit each) and the general one (two limits).
+func TestChangedLimitInABatch(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		old, new throttle.Policy
+	}{
+		{"one limit each", throttle.Enforce(throttle.PerSecond(100, 10)), throttle.Enforce(throttle.PerSecond(10, 10))},
+		{"two limits", throttle.Enforce(throttle.PerSecond(100, 10), throttle.PerMinute(1000, 1000)),
+			throttle.Enforce(throttle.PerSecond(10, 10), throttle.PerMinute(1000, 1000))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := setup(t)
+			l, live := newLiveLimiter(t, e, time.Minute, c.old)
+			reserveN(t, l, "acme", "old", 30, t0) // old-10 at 10 ms, old-11 at 20 ms, …
+			live.set(c.new)
+			at := t0.Add(10 * ms)
+			reqs := []throttle.Request{
+				{Tenant: "acme", JobID: "old-10", At: at}, // at its slot
+				{Tenant: "acme", JobID: "new-0", At: at},
+				{Tenant: "acme", JobID: "old-11", At: at}, // early for its slot
+			}
+			want := []time.Duration{100 * ms, 200 * ms, 300 * ms}
+			for i, r := range l.DecideBatch(context.Background(), reqs) {
+				if r.Err != nil {
+					t.Fatalf("%s: %v", reqs[i].JobID, r.Err)
+				}
+				if r.Outcome != throttle.Reserved || r.Wait != want[i] {
+					t.Errorf("%s: %+v, want reserved for %v under 10/s, the debt of the old slots forgiven", reqs[i].JobID, r.Decision, want[i])
+				}
+			}
+			// The new slots hold.
+			sameDecision(t, "old-10 at its new slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: at.Add(100 * ms)}),
+				throttle.Decision{Outcome: throttle.Admitted})
+		})
 	}
 }

@@ -179,3 +179,14 @@ func decideFn() string {
 	_, decide, _, _, _ := throttle.Library()
 	return decide
 }
+
+// reservationValue is a reservation as the library stores it: the slot in
+// µs and the regime id of the limits it was reserved under.
+func reservationValue(slot time.Time, ls throttle.Limits) string {
+	const rid = 2147483647
+	var id int64
+	for _, l := range ls {
+		id = (id*31 + (l.Rate*1000003+l.Period.Microseconds())%rid) % rid
+	}
+	return fmt.Sprintf("%d:%d", slot.UnixMicro(), id)
+}

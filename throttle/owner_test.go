@@ -104,7 +104,7 @@ func TestOwnerGivesUpWhenDeferredAgain(t *testing.T) {
 			if err := e.rdb.Set(ctx, e.prefix+":{c}:o:m", "3", time.Minute).Err(); err != nil {
 				t.Fatalf("SET owner: %v", err)
 			}
-			if err := e.rdb.Set(ctx, e.prefix+":{c}:j:m", t0.Add(time.Second).UnixMicro(), time.Minute).Err(); err != nil {
+			if err := e.rdb.Set(ctx, e.prefix+":{c}:j:m", reservationValue(t0.Add(time.Second), limit), time.Minute).Err(); err != nil {
 				t.Fatalf("SET reservation: %v", err)
 			}
 			sameDecision(t, "m early", step(l, throttle.Copy{Request: throttle.Request{Tenant: "c", JobID: "m", At: at(0)}, Incarnation: 3}),
