@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Validate checks every variable field of c and returns every problem at
@@ -69,7 +67,8 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck := &checker{failed: failed}
 
 	ck.natsURLs(c.NATSURL)
-	ck.redisURL(c.RedisURL)
+	ck.natsSecurity(c)
+	c.RedisAddrs = ck.redis(c.RedisMode, c.RedisURL)
 	// The worker names streams and consumers after these, with suffixes
 	// of its own (_FORWARD, _arrivals, …), within JetStream's 255.
 	ck.name("THROTTLER_STREAM", c.Stream, 255-len("_FORWARD"))
@@ -188,21 +187,6 @@ func (ck *checker) natsURLs(s string) {
 				ck.addf(name, "%s, got %q in %q", want, maskNATSURLs(raw), maskNATSURLs(s))
 			}
 		}
-	}
-}
-
-// redisURL checks REDIS_URL.
-func (ck *checker) redisURL(s string) {
-	const name = "REDIS_URL"
-	const want = "must be a redis:// or rediss:// URL such as redis://user:password@host:6379/0"
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Hostname() == "" {
-		// Never echo err: url.Parse errors quote the URL, password included.
-		ck.addf(name, "%s, got %q", want, maskRedisURL(s))
-		return
-	}
-	if _, err := redis.ParseURL(s); err != nil {
-		ck.addf(name, "%s (%v), got %q", want, err, maskRedisURL(s))
 	}
 }
 

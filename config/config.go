@@ -25,10 +25,37 @@ type Config struct {
 	// Defaults to nats://127.0.0.1:4222.
 	NATSURL string `env:"NATS_URL" envDefault:"nats://127.0.0.1:4222"`
 
+	// NATSCreds is a credentials file (user JWT and nkey seed) to log in
+	// with, as nats.UserCredentials reads it; not with NATSNkey.
+	// Defaults to empty (none).
+	NATSCreds string `env:"NATS_CREDS"`
+
+	// NATSNkey is a file holding a user nkey seed to log in with, as
+	// nats.NkeyOptionFromSeed reads it. Defaults to empty (none).
+	NATSNkey string `env:"NATS_NKEY"`
+
+	// NATSTLSCA is a PEM file of the CA certificates the server's
+	// certificate must chain to; setting it requires TLS. Defaults to
+	// empty (the system's roots, TLS only if the server asks).
+	NATSTLSCA string `env:"NATS_TLS_CA"`
+
+	// NATSTLSCert is the PEM client certificate for mutual TLS, with
+	// NATSTLSKey. Defaults to empty (none).
+	NATSTLSCert string `env:"NATS_TLS_CERT"`
+
+	// NATSTLSKey is the PEM private key of NATSTLSCert. Defaults to empty
+	// (none).
+	NATSTLSKey string `env:"NATS_TLS_KEY"`
+
 	// RedisURL is the Redis server as a redis:// or rediss:// URL, with an
-	// optional user:password@ and /DB, as redis.ParseURL reads it.
+	// optional user:password@ and /DB, as redis.ParseURL reads it; with
+	// RedisMode cluster or sentinel, the form that mode takes (redis.go).
 	// Defaults to redis://127.0.0.1:6379.
 	RedisURL string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379"`
+
+	// RedisMode says what RedisURL names: one server, a Redis Cluster or
+	// a master watched by Redis Sentinel (redis.go). Defaults to single.
+	RedisMode RedisMode `env:"THROTTLER_REDIS_MODE" envDefault:"single"`
 
 	// Stream is the name of the JetStream stream holding the jobs.
 	// Defaults to JOBS.
@@ -179,6 +206,10 @@ type Config struct {
 	// metrics; tenants first seen after that many are counted together as
 	// "_other", so memory stays bounded. 1 to 1,000,000. Defaults to 10000.
 	MetricsTenants int `env:"THROTTLER_METRICS_TENANTS" envDefault:"10000"`
+
+	// RedisAddrs holds the addresses RedisURL names: the server, the
+	// cluster's seed nodes or the sentinels. Filled by Load.
+	RedisAddrs []string
 
 	// Subjects holds SubjectsSpec split at commas, trimmed. Filled by Load.
 	Subjects []string

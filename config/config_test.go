@@ -46,6 +46,8 @@ func TestDefaults(t *testing.T) {
 	want := Config{
 		NATSURL:          "nats://127.0.0.1:4222",
 		RedisURL:         "redis://127.0.0.1:6379",
+		RedisMode:        RedisSingle,
+		RedisAddrs:       []string{"127.0.0.1:6379"},
 		Stream:           "JOBS",
 		SubjectsSpec:     "jobs.>",
 		Consumer:         "throttler",
@@ -368,7 +370,15 @@ func TestPrintFormat(t *testing.T) {
 	if err := c.Print(&buf); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+		if !strings.HasPrefix(l, "# ") { // comments say what the variables mean together
+			lines = append(lines, l)
+		}
+	}
+	if !strings.HasSuffix(buf.String(), "\n# redis: single, server 127.0.0.1:6379\n") {
+		t.Errorf("Print does not end with the Redis summary:\n%s", buf.String())
+	}
 	if !slices.IsSorted(lines) {
 		t.Errorf("lines not sorted:\n%s", buf.String())
 	}

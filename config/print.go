@@ -10,7 +10,9 @@ import (
 )
 
 // Print writes the variables of c to w, one NAME=value a line, sorted by
-// name, with passwords and tokens in NATS_URL and REDIS_URL replaced by ****.
+// name, with passwords and tokens in NATS_URL and REDIS_URL replaced by
+// ****, then a comment line, "# redis: ...", saying what REDIS_URL names in
+// THROTTLER_REDIS_MODE: the mode, the addresses and the sentinels' master.
 func (c *Config) Print(w io.Writer) error {
 	var lines []string
 	v := reflect.ValueOf(c).Elem()
@@ -36,6 +38,9 @@ func (c *Config) Print(w io.Writer) error {
 		lines = append(lines, name+"="+value+"\n")
 	}
 	slices.Sort(lines)
+	if len(c.RedisAddrs) > 0 {
+		lines = append(lines, "# redis: "+c.redisSummary()+"\n")
+	}
 	_, err := io.WriteString(w, strings.Join(lines, ""))
 	return err
 }

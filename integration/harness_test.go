@@ -179,15 +179,14 @@ func (w *worker) held() int {
 	return w.w.Held()
 }
 
-// redisClient returns a client of e's Redis with the options the binary
-// uses for cfg; it is closed when the test ends.
-func (e *env) redisClient(cfg *app.Settings) *redis.Client {
+// redisClient returns the client the binary makes for cfg (app.NewRedis):
+// of e's Redis, unless cfg names another; it is closed when the test ends.
+func (e *env) redisClient(cfg *app.Settings) redis.UniversalClient {
 	e.t.Helper()
-	opts, err := app.RedisOptions(cfg.Config, 1)
+	c, err := app.NewRedis(cfg.Config, 1)
 	if err != nil {
-		e.t.Fatalf("redis options: %v", err)
+		e.t.Fatalf("redis client: %v", err)
 	}
-	c := redis.NewClient(opts)
 	e.t.Cleanup(func() { _ = c.Close() })
 	return c
 }

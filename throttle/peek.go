@@ -99,7 +99,8 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 	return s, nil
 }
 
-// nodeOf returns the Redis node that holds tenant's keys.
+// nodeOf returns the Redis node that holds tenant's keys. A client of a
+// master behind Sentinel (redis.NewFailoverClient) is a *redis.Client.
 func (l *Limiter) nodeOf(ctx context.Context, tenant string) (redis.Cmdable, error) {
 	switch c := l.lib.rdb.(type) {
 	case *redis.Client:

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/internal/app"
@@ -120,9 +119,9 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 
 // inspect gathers what the servers hold about tenant t. It only reads.
 func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, error) {
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("throttler-inspect"), nats.Timeout(cliTimeout))
+	nc, err := app.ConnectNATS(cfg.Config, "throttler-inspect", nats.Timeout(cliTimeout))
 	if err != nil {
-		return inspection{}, fmt.Errorf("connecting to NATS: %w", err)
+		return inspection{}, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -144,11 +143,10 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 		return inspection{}, err
 	}
 
-	ropts, err := app.RedisOptions(cfg.Config, 1)
+	rdb, err := app.NewRedis(cfg.Config, 1)
 	if err != nil {
 		return inspection{}, err
 	}
-	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
 	lim, err := throttle.New(rdb, throttle.Options{Policies: throttle.Rules{Default: eff.Policy}, Prefix: cfg.KeyPrefix})
 	if err != nil {

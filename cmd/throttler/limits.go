@@ -63,9 +63,9 @@ func limitsCmd(args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("throttler-limits"), nats.Timeout(cliTimeout))
+	nc, err := app.ConnectNATS(cfg.Config, "throttler-limits", nats.Timeout(cliTimeout))
 	if err != nil {
-		return fail(exitFailed, "connecting to NATS: %v", err)
+		return fail(exitFailed, "%v", err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -120,8 +120,7 @@ func serve(stderr io.Writer) int {
 	var stopping atomic.Int64 // UnixNano of the signal
 	context.AfterFunc(ctx, func() { stopping.Store(time.Now().UnixNano()) })
 
-	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name("throttler"),
+	nc, err := app.ConnectNATS(cfg.Config, "throttler",
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
@@ -138,12 +137,11 @@ func serve(stderr io.Writer) int {
 	}
 	defer nc.Close()
 
-	ropts, err := app.RedisOptions(cfg.Config, 1)
+	rdb, err := app.NewRedis(cfg.Config, 1)
 	if err != nil { // validated already; kept for safety
-		log.Error("redis options", "err", err)
+		log.Error("redis client", "err", err)
 		return exitConfig
 	}
-	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
 
 	if err := app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Logger: log}); err != nil {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/throttler/throttler/subject"
 	"github.com/throttler/throttler/tenant"
@@ -367,31 +366,5 @@ func TestOutputsOutsideSchedules(t *testing.T) {
 				t.Fatalf("problems name %v, want %v (all: %v)", named, tt.want, problems(t, err))
 			}
 		})
-	}
-}
-
-func TestRedisOptions(t *testing.T) {
-	c := mustSettle(t, map[string]string{
-		"REDIS_URL":               "redis://app:s3cret@redis.example:6380/2",
-		"THROTTLER_REDIS_TIMEOUT": "750ms",
-		"THROTTLER_CONCURRENCY":   "64",
-	})
-	o, err := RedisOptions(c.Config, 3)
-	if err != nil {
-		t.Fatalf("RedisOptions: %v", err)
-	}
-	if o.Addr != "redis.example:6380" || o.Username != "app" || o.Password != "s3cret" || o.DB != 2 {
-		t.Errorf("address %q user %q password %q db %d: not those of REDIS_URL", o.Addr, o.Username, o.Password, o.DB)
-	}
-	for name, d := range map[string]time.Duration{"dial": o.DialTimeout, "read": o.ReadTimeout, "write": o.WriteTimeout} {
-		if d != 750*time.Millisecond {
-			t.Errorf("%s timeout %s, want THROTTLER_REDIS_TIMEOUT 750ms", name, d)
-		}
-	}
-	// The worker retries with its own backoff and policy: go-redis dials
-	// once per attempt and retries a command once.
-	// Three workers of 64 handlers: 16 connections each.
-	if o.DialerRetries != 1 || o.MaxRetries != 1 || o.PoolSize != 48 {
-		t.Errorf("dialer retries %d, max retries %d, pool %d: want 1, 1, 48", o.DialerRetries, o.MaxRetries, o.PoolSize)
 	}
 }

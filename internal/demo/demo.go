@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
@@ -55,7 +54,8 @@ type settings struct {
 }
 
 // Run runs the demo: it starts an embedded NATS server, connects to Redis
-// at REDIS_URL (redis://127.0.0.1:6379 by default), runs the workers and
+// at REDIS_URL (redis://127.0.0.1:6379 by default; THROTTLER_REDIS_MODE
+// says what it names), runs the workers and
 // the workload for -duration, prints a table every second, shuts the
 // workers down gracefully and prints the verdict. Cancelling ctx ends the
 // demo early; the verdict is still printed. Run returns an error only when
@@ -149,7 +149,9 @@ type session struct {
 // to Redis and runs the demo.
 func runWith(ctx context.Context, natsURL string, fl settings, out, logw io.Writer) error {
 	redisURL := cmp.Or(os.Getenv("REDIS_URL"), defaultRedisURL)
-	cfg, err := app.LoadSettingsFrom(demoVars(natsURL, redisURL, time.Now()))
+	vars := demoVars(natsURL, redisURL, time.Now())
+	vars["THROTTLER_REDIS_MODE"] = os.Getenv("THROTTLER_REDIS_MODE") // empty: single
+	cfg, err := app.LoadSettingsFrom(vars)
 	if err != nil {
 		return fmt.Errorf("demo configuration: %w", err)
 	}
@@ -159,7 +161,7 @@ func runWith(ctx context.Context, natsURL string, fl settings, out, logw io.Writ
 	}
 	defer rdb.Close()
 
-	pub, err := nats.Connect(natsURL, nats.Name("throttler-demo-publisher"))
+	pub, err := app.ConnectNATS(cfg.Config, "throttler-demo-publisher")
 	if err != nil {
 		return fmt.Errorf("connect publisher to NATS: %w", err)
 	}
@@ -178,7 +180,7 @@ func runWith(ctx context.Context, natsURL string, fl settings, out, logw io.Writ
 }
 
 // run starts the workers, runs the workload, shuts down and reports.
-func (s *session) run(ctx context.Context, rdb *redis.Client) error {
+func (s *session) run(ctx context.Context, rdb redis.UniversalClient) error {
 	f, err := startFleet(ctx, fleetParams{n: s.fl.workers, cfg: s.cfg, rdb: rdb, handler: s.rec.handle, log: s.log})
 	if err != nil {
 		return err

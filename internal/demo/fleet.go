@@ -38,7 +38,7 @@ type fleet struct {
 type fleetParams struct {
 	n       int
 	cfg     *app.Settings
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	handler consumer.Handler
 	log     *slog.Logger
 }
@@ -48,7 +48,7 @@ type fleetParams struct {
 func startFleet(ctx context.Context, p fleetParams) (*fleet, error) {
 	conns := make([]*nats.Conn, 0, p.n)
 	for i := range p.n {
-		nc, err := nats.Connect(p.cfg.NATSURL, nats.Name(fmt.Sprintf("throttler-demo-worker-%d", i+1)))
+		nc, err := app.ConnectNATS(p.cfg.Config, fmt.Sprintf("throttler-demo-worker-%d", i+1))
 		if err != nil {
 			for _, c := range conns {
 				c.Close()

@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,28 +69,29 @@ func (n *natsServer) stop() error {
 	return nil
 }
 
-// connectRedis returns a client for cfg.RedisURL sized for workers workers,
-// after checking that Redis answers PING within redisPingTimeout.
-func connectRedis(ctx context.Context, cfg *app.Settings, workers int) (*redis.Client, error) {
-	opts, err := app.RedisOptions(cfg.Config, workers)
-	if err != nil {
-		return nil, err
-	}
-
+// connectRedis returns a client for cfg.RedisURL in cfg.RedisMode sized
+// for workers workers, after checking that Redis answers PING within
+// redisPingTimeout.
+func connectRedis(ctx context.Context, cfg *app.Settings, workers int) (redis.UniversalClient, error) {
 	pctx, cancel := context.WithTimeout(ctx, redisPingTimeout)
 	defer cancel()
 	// Dial once before the client does: when nothing listens, the client's
-	// pool retries and logs each failure on stderr.
+	// pool retries and logs each failure on stderr. The first address is
+	// the server, a seed node of the cluster or a sentinel.
+	addr := cfg.RedisAddrs[0]
 	var d net.Dialer
-	conn, err := d.DialContext(pctx, cmp.Or(opts.Network, "tcp"), opts.Addr)
+	conn, err := d.DialContext(pctx, "tcp", addr)
 	if err != nil {
-		return nil, unreachable(opts.Addr, err)
+		return nil, unreachable(addr, err)
 	}
 	_ = conn.Close()
-	rdb := redis.NewClient(opts)
+	rdb, err := app.NewRedis(cfg.Config, workers)
+	if err != nil {
+		return nil, err
+	}
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, unreachable(opts.Addr, err)
+		return nil, unreachable(addr, err)
 	}
 	return rdb, nil
 }

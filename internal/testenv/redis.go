@@ -231,12 +231,6 @@ func launchRedis(bin, dir string, port int, extra []string) (*redisProc, error) 
 // startRedisProc starts redis-server without waiting for it to be ready. Its
 // stdout and stderr (where it logs) go to dir/redis.log.
 func startRedisProc(bin, dir string, port int, extra []string) (*redisProc, error) {
-	logPath := filepath.Join(dir, "redis.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("create redis log: %w", err)
-	}
-	defer logFile.Close() // the child has its own descriptor
 	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", loopback,
@@ -248,6 +242,19 @@ func startRedisProc(bin, dir string, port int, extra []string) (*redisProc, erro
 		"--logfile", "", // log to stdout, i.e. logPath
 	}
 	args = append(args, extra...)
+	return spawnRedis(bin, dir, port, args)
+}
+
+// spawnRedis runs bin (redis-server) with args in dir, to listen on port,
+// without waiting for it to be ready. Its stdout and stderr go to
+// dir/redis.log.
+func spawnRedis(bin, dir string, port int, args []string) (*redisProc, error) {
+	logPath := filepath.Join(dir, "redis.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("create redis log: %w", err)
+	}
+	defer logFile.Close() // the child has its own descriptor
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Stdout = logFile

@@ -235,3 +235,21 @@ func TestMedian(t *testing.T) {
 		t.Fatalf("Median(nil) = %v, want 0", got)
 	}
 }
+
+func TestStartRedisSentinel(t *testing.T) {
+	t.Parallel()
+	s := StartRedisSentinel(t, 2)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.Addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through the sentinels: %v", err)
+	}
+	// The failover client found the master the sentinels watch.
+	direct := redis.NewClient(&redis.Options{Addr: s.Master})
+	t.Cleanup(func() { _ = direct.Close() })
+	if v, err := direct.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("GET on the master: %q, %v; want v", v, err)
+	}
+}
