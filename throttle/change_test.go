@@ -11,6 +11,21 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
+// tick is the period of the limits these tests change: a minute, so that
+// no bucket expires while a slow machine runs them (the tests pass fixed
+// times, but Redis expires a bucket by its own clock once it would be full).
+// The tests read as if the period were a second: "20/s" is per(20, …), and
+// "50 ms" is in(50 * ms).
+const tick = time.Minute
+
+// per is a limit of rate per tick with burst.
+func per(rate, burst int64) throttle.Limit {
+	return throttle.Limit{Rate: rate, Period: tick, Burst: burst}
+}
+
+// in scales d, a time under limits per second, to limits per tick.
+func in(d time.Duration) time.Duration { return d * (tick / time.Second) }
+
 // livePolicies is a Policies whose policies a test changes while the
 // limiter runs, as a store of live limits does.
 type livePolicies struct {
@@ -59,21 +74,21 @@ func reserveN(t *testing.T, l *throttle.Limiter, tenant, prefix string, n int, a
 // new limit would have admitted its whole burst at once.
 func TestLoweredLimitAfterABurstAdmitsNothingExtra(t *testing.T) {
 	e := setup(t)
-	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(100, 100)))
+	l, live := newLiveLimiter(t, e, time.Hour, throttle.Enforce(per(100, 100)))
 	for i, d := range reserveN(t, l, "acme", "burst", 100, t0) {
 		if d.Outcome != throttle.Admitted {
 			t.Fatalf("burst job %d: %+v, want admitted", i, d)
 		}
 	}
-	live.set(throttle.Enforce(throttle.PerSecond(20, 20)))
+	live.set(throttle.Enforce(per(20, 20)))
 	// At the same instant, under 20/s: the next token comes in 50 ms.
 	sameDecision(t, "first job under 20/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "after-0", At: t0}),
-		throttle.Decision{Outcome: throttle.Reserved, Wait: 50 * ms})
+		throttle.Decision{Outcome: throttle.Reserved, Wait: in(50 * ms)})
 	sameDecision(t, "second job under 20/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "after-1", At: t0}),
-		throttle.Decision{Outcome: throttle.Reserved, Wait: 100 * ms})
+		throttle.Decision{Outcome: throttle.Reserved, Wait: in(100 * ms)})
 	// A second later the bucket holds what 20/s added since, less the two
 	// slots reserved: 20 - 2 = 18 tokens, never the old limit's 100.
-	at := t0.Add(time.Second)
+	at := t0.Add(in(time.Second))
 	admittedNow := 0
 	for admittedNow < 30 && decide(t, l, throttle.Request{Tenant: "acme", At: at}).Outcome == throttle.Admitted {
 		admittedNow++
@@ -89,26 +104,26 @@ func TestLoweredLimitAfterABurstAdmitsNothingExtra(t *testing.T) {
 // holds at once, jobs already waiting included.
 func TestLoweredLimitDecidesReservedJobsAgain(t *testing.T) {
 	e := setup(t)
-	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(100, 10)))
+	l, live := newLiveLimiter(t, e, time.Hour, throttle.Enforce(per(100, 10)))
 	ds := reserveN(t, l, "acme", "old", 30, t0)
 	// 10 admitted, then slots every 10 ms: the last at 200 ms.
-	if last := ds[29]; last.Outcome != throttle.Reserved || last.Wait != 200*ms {
+	if last := ds[29]; last.Outcome != throttle.Reserved || last.Wait != in(200*ms) {
 		t.Fatalf("30th job under 100/s: %+v, want reserved for 200ms", last)
 	}
-	live.set(throttle.Enforce(throttle.PerSecond(10, 10)))
+	live.set(throttle.Enforce(per(10, 10)))
 	sameDecision(t, "first job under 10/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-0", At: t0}),
-		throttle.Decision{Outcome: throttle.Reserved, Wait: 100 * ms})
+		throttle.Decision{Outcome: throttle.Reserved, Wait: in(100 * ms)})
 	// Jobs reserved under the old limit come back at their slots and are
 	// charged again, 100 ms apart.
-	sameDecision(t, "old-10 back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: t0.Add(10 * ms)}),
-		throttle.Decision{Outcome: throttle.Reserved, Wait: 190 * ms})
-	sameDecision(t, "old-29 back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-29", At: t0.Add(200 * ms)}),
-		throttle.Decision{Outcome: throttle.Reserved, Wait: 100 * ms})
+	sameDecision(t, "old-10 back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: t0.Add(in(10 * ms))}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: in(190 * ms)})
+	sameDecision(t, "old-29 back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-29", At: t0.Add(in(200 * ms))}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: in(100 * ms)})
 	// A slot reserved under the new limit is kept.
-	sameDecision(t, "old-10 back at its new slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: t0.Add(200 * ms)}),
+	sameDecision(t, "old-10 back at its new slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: t0.Add(in(200 * ms))}),
 		throttle.Decision{Outcome: throttle.Admitted})
-	sameDecision(t, "next under 10/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-1", At: t0.Add(200 * ms)}),
-		throttle.Decision{Outcome: throttle.Reserved, Wait: 200 * ms})
+	sameDecision(t, "next under 10/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-1", At: t0.Add(in(200 * ms))}),
+		throttle.Decision{Outcome: throttle.Reserved, Wait: in(200 * ms)})
 }
 
 // A raised limit frees a tenant in debt at once: new jobs do not queue
@@ -116,16 +131,16 @@ func TestLoweredLimitDecidesReservedJobsAgain(t *testing.T) {
 // are charged again when they come back.
 func TestRaisedLimitDoesNotQueueBehindOldSlots(t *testing.T) {
 	e := setup(t)
-	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(10, 10)))
+	l, live := newLiveLimiter(t, e, time.Hour, throttle.Enforce(per(10, 10)))
 	ds := reserveN(t, l, "acme", "old", 30, t0)
-	if last := ds[29]; last.Outcome != throttle.Reserved || last.Wait != 2*time.Second {
+	if last := ds[29]; last.Outcome != throttle.Reserved || last.Wait != in(2*time.Second) {
 		t.Fatalf("30th job under 10/s: %+v, want reserved for 2s", last)
 	}
-	live.set(throttle.Enforce(throttle.PerSecond(100, 100)))
+	live.set(throttle.Enforce(per(100, 100)))
 	sameDecision(t, "first job under 100/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "new-0", At: t0}),
-		throttle.Decision{Outcome: throttle.Reserved, Wait: 10 * ms})
+		throttle.Decision{Outcome: throttle.Reserved, Wait: in(10 * ms)})
 	// At its old slot, 100 ms on, 9 tokens have come at 100/s.
-	sameDecision(t, "old-10 back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: t0.Add(100 * ms)}),
+	sameDecision(t, "old-10 back at its slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: t0.Add(in(100 * ms))}),
 		throttle.Decision{Outcome: throttle.Admitted, Remaining: 8})
 }
 
@@ -133,18 +148,18 @@ func TestRaisedLimitDoesNotQueueBehindOldSlots(t *testing.T) {
 // bucket fills at the new rate from the change on.
 func TestRaisedLimitTakesEffectAtOnce(t *testing.T) {
 	e := setup(t)
-	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(10, 10)))
+	l, live := newLiveLimiter(t, e, time.Hour, throttle.Enforce(per(10, 10)))
 	reserveN(t, l, "acme", "burst", 10, t0)
 	// 100 ms later the old limit has added one token.
-	at := t0.Add(100 * ms)
-	live.set(throttle.Enforce(throttle.PerSecond(100, 100)))
+	at := t0.Add(in(100 * ms))
+	live.set(throttle.Enforce(per(100, 100)))
 	sameDecision(t, "the token carried over", decide(t, l, throttle.Request{Tenant: "acme", JobID: "a", At: at}),
 		throttle.Decision{Outcome: throttle.Admitted})
 	sameDecision(t, "the next, at 100/s", decide(t, l, throttle.Request{Tenant: "acme", JobID: "b", At: at}),
-		throttle.Decision{Outcome: throttle.Reserved, Wait: 10 * ms})
+		throttle.Decision{Outcome: throttle.Reserved, Wait: in(10 * ms)})
 	// A raised burst fills up to the new burst at the new rate: half a
 	// second on, 50 tokens less the slot reserved.
-	at = at.Add(500 * ms)
+	at = at.Add(in(500 * ms))
 	n := 0
 	for decide(t, l, throttle.Request{Tenant: "acme", At: at}).Outcome == throttle.Admitted {
 		n++
@@ -160,9 +175,9 @@ func TestRaisedLimitTakesEffectAtOnce(t *testing.T) {
 func TestChangedLimitIsWrittenByTheFirstCall(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	l, live := newLiveLimiter(t, e, time.Minute, throttle.Enforce(throttle.PerSecond(100, 100)))
+	l, live := newLiveLimiter(t, e, time.Hour, throttle.Enforce(per(100, 100)))
 	reserveN(t, l, "acme", "burst", 100, t0)
-	key := e.prefix + ":{acme}:l:1000000"
+	key := e.prefix + ":{acme}:l:60000000"
 	rateOf := func() uint32 {
 		t.Helper()
 		v, err := e.rdb.Get(ctx, key).Bytes()
@@ -174,7 +189,7 @@ func TestChangedLimitIsWrittenByTheFirstCall(t *testing.T) {
 	if r := rateOf(); r != 100 {
 		t.Fatalf("stored rate %d, want 100", r)
 	}
-	live.set(throttle.Enforce(throttle.PerSecond(20, 20)))
+	live.set(throttle.Enforce(per(20, 20)))
 	// Without a job id, a limited job is not charged.
 	if d := decide(t, l, throttle.Request{Tenant: "acme", At: t0}); d.Outcome != throttle.Limited {
 		t.Fatalf("job without id under 20/s: %+v, want limited", d)
@@ -190,7 +205,7 @@ func TestChangedLimitIsWrittenByTheFirstCall(t *testing.T) {
 // limit alone would have given.
 func TestAlternatingLimitsGrantNothing(t *testing.T) {
 	e := setup(t)
-	high, low := throttle.Enforce(throttle.PerSecond(100, 10)), throttle.Enforce(throttle.PerSecond(20, 10))
+	high, low := throttle.Enforce(per(100, 10)), throttle.Enforce(per(20, 10))
 	l, live := newLiveLimiter(t, e, 0, high)
 	admitted := 0
 	for i := range 1000 {
@@ -199,7 +214,7 @@ func TestAlternatingLimitsGrantNothing(t *testing.T) {
 		} else {
 			live.set(low)
 		}
-		at := t0.Add(time.Duration(i) * ms)
+		at := t0.Add(in(time.Duration(i) * ms))
 		if decide(t, l, throttle.Request{Tenant: "acme", At: at}).Outcome == throttle.Admitted {
 			admitted++
 		}
@@ -235,22 +250,22 @@ func TestChangedLimitInABatch(t *testing.T) {
 		name     string
 		old, new throttle.Policy
 	}{
-		{"one limit each", throttle.Enforce(throttle.PerSecond(100, 10)), throttle.Enforce(throttle.PerSecond(10, 10))},
-		{"two limits", throttle.Enforce(throttle.PerSecond(100, 10), throttle.PerMinute(1000, 1000)),
-			throttle.Enforce(throttle.PerSecond(10, 10), throttle.PerMinute(1000, 1000))},
+		{"one limit each", throttle.Enforce(per(100, 10)), throttle.Enforce(per(10, 10))},
+		{"two limits", throttle.Enforce(per(100, 10), throttle.PerHour(60000, 60000)),
+			throttle.Enforce(per(10, 10), throttle.PerHour(60000, 60000))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := setup(t)
-			l, live := newLiveLimiter(t, e, time.Minute, c.old)
+			l, live := newLiveLimiter(t, e, time.Hour, c.old)
 			reserveN(t, l, "acme", "old", 30, t0) // old-10 at 10 ms, old-11 at 20 ms, …
 			live.set(c.new)
-			at := t0.Add(10 * ms)
+			at := t0.Add(in(10 * ms))
 			reqs := []throttle.Request{
 				{Tenant: "acme", JobID: "old-10", At: at}, // at its slot
 				{Tenant: "acme", JobID: "new-0", At: at},
 				{Tenant: "acme", JobID: "old-11", At: at}, // early for its slot
 			}
-			want := []time.Duration{100 * ms, 200 * ms, 300 * ms}
+			want := []time.Duration{in(100 * ms), in(200 * ms), in(300 * ms)}
 			for i, r := range l.DecideBatch(context.Background(), reqs) {
 				if r.Err != nil {
 					t.Fatalf("%s: %v", reqs[i].JobID, r.Err)
@@ -260,7 +275,7 @@ func TestChangedLimitInABatch(t *testing.T) {
 				}
 			}
 			// The new slots hold.
-			sameDecision(t, "old-10 at its new slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: at.Add(100 * ms)}),
+			sameDecision(t, "old-10 at its new slot", decide(t, l, throttle.Request{Tenant: "acme", JobID: "old-10", At: at.Add(in(100 * ms))}),
 				throttle.Decision{Outcome: throttle.Admitted})
 		})
 	}
