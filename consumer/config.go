@@ -122,6 +122,9 @@ type Params struct {
 	// ClaimSettler). Set it whenever a lane may have run on the jobs
 	// stream, its own or an earlier worker's.
 	Claims ClaimSettler
+	// Observer, when set, receives the worker's timings (batch decisions,
+	// queue waits, handler runs, throttle waits). Defaults to none.
+	Observer Observer
 	// Recreate, when set, sets up the stream and the consumers again. Run
 	// calls it when a pull finds its consumer deleted (or no one answers
 	// for it), so a worker outlives an operator's mistake.
