@@ -57,7 +57,9 @@ type verdict struct {
 }
 
 // newReadiness returns the readiness of a worker that runs until stop is
-// cancelled; it reads not ready until running is called.
+// cancelled; it reads not ready until running is called. rdb, the
+// worker's Redis client, is asked PING when it has that method (the
+// go-redis clients do); a client without it is not checked.
 func newReadiness(stop context.Context, nc *nats.Conn, rdb any, allowRedis bool) *readiness {
 	p, _ := rdb.(pinger)
 	return &readiness{stop: stop, nc: nc, redis: p, allowRedis: allowRedis, timeout: readyTimeout, every: readyEvery}
