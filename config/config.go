@@ -144,9 +144,13 @@ type Config struct {
 	OnRedisError string `env:"THROTTLER_ON_REDIS_ERROR" envDefault:"defer"`
 
 	// ShutdownTimeout is how long in-flight jobs may run after a shutdown
-	// signal before they are cancelled and handed back; more than 0.
-	// Defaults to 30s.
-	ShutdownTimeout time.Duration `env:"THROTTLER_SHUTDOWN_TIMEOUT" envDefault:"30s"`
+	// signal before they are cancelled and handed back; more than 0. The
+	// default fits Kubernetes' default grace period of 30 s with 5 s to
+	// spare for the jobs to return once cancelled, the hand-back, the last
+	// flush and the close, which a timeout of 30 s would leave to SIGKILL;
+	// a longer timeout needs terminationGracePeriodSeconds of at least the
+	// timeout plus that margin. Defaults to 25s.
+	ShutdownTimeout time.Duration `env:"THROTTLER_SHUTDOWN_TIMEOUT" envDefault:"25s"`
 
 	// LogLevel is the least severe level logged: debug, info, warn or error,
 	// as slog.Level's UnmarshalText reads it. Defaults to info.

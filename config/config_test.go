@@ -65,7 +65,7 @@ func TestDefaults(t *testing.T) {
 		DLQSubject:       "dlq.{tenant}",
 		MaxFailures:      5,
 		OnRedisError:     OnRedisErrorDefer,
-		ShutdownTimeout:  30 * time.Second,
+		ShutdownTimeout:  25 * time.Second,
 		LogLevel:         "info",
 		LogFormat:        "text",
 		Defer:            DeferAuto,
@@ -387,7 +387,7 @@ func TestPrintFormat(t *testing.T) {
 	}
 	for _, want := range []string{
 		"THROTTLER_MAX_DEFER=10m",
-		"THROTTLER_SHUTDOWN_TIMEOUT=30s",
+		"THROTTLER_SHUTDOWN_TIMEOUT=25s",
 		"THROTTLER_CONCURRENCY=16",
 		"THROTTLER_SUBJECTS=jobs.>",
 		"THROTTLER_TENANT_LIMITS=",

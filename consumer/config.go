@@ -35,7 +35,9 @@ type Config struct {
 	// RedisTimeout bounds one batch decision. Defaults to 2s.
 	RedisTimeout time.Duration
 	// ShutdownTimeout is how long in-flight jobs may run after Run's context
-	// is cancelled before their contexts are cancelled too. Defaults to 30s.
+	// is cancelled before their contexts are cancelled too. Defaults to
+	// 25s, which leaves the hand-back and the process's exit room within
+	// a 30 s grace period such as Kubernetes' default.
 	ShutdownTimeout time.Duration
 	// InProgressEvery is how often a running job tells JetStream it is alive
 	// (InProgress), so a long handler outlives AckWait. Defaults to 10s.
@@ -70,7 +72,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.RetryInitial, time.Second)
 	setDefault(&c.RetryMax, 5*time.Minute)
 	setDefault(&c.RedisTimeout, 2*time.Second)
-	setDefault(&c.ShutdownTimeout, 30*time.Second)
+	setDefault(&c.ShutdownTimeout, 25*time.Second)
 	setDefault(&c.InProgressEvery, 10*time.Second)
 	setDefault(&c.DLQSubject, "dlq.{tenant}")
 	setDefault(&c.StatsTenants, 10_000)
@@ -122,6 +124,9 @@ type Params struct {
 	// ClaimSettler). Set it whenever a lane may have run on the jobs
 	// stream, its own or an earlier worker's.
 	Claims ClaimSettler
+	// Observer, when set, receives the worker's timings (batch decisions,
+	// queue waits, handler runs, throttle waits). Defaults to none.
+	Observer Observer
 	// Recreate, when set, sets up the stream and the consumers again. Run
 	// calls it when a pull finds its consumer deleted (or no one answers
 	// for it), so a worker outlives an operator's mistake.

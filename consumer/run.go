@@ -12,7 +12,10 @@ import (
 
 // run calls the handler, keeps the job alive while it runs, and settles it.
 func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
+	w.observeStart(job)
+	began := time.Now()
 	err := w.callHandler(workCtx, job)
+	w.obs.ObserveHandler(time.Since(began))
 	if err == nil {
 		if f.settle(func(m jetstream.Msg) error { return m.Ack() }) {
 			w.stats.Add(job.Tenant, func(s *TenantStats) { s.Completed++ })
@@ -65,6 +68,16 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 		w.deferrer.Defer(workCtx, ds)
 		w.deferred(ds[0])
 	}
+}
+
+// observeStart records how long job waited for its handler, from its
+// first publish by the server's clock to now by the worker's wall clock:
+// clocks that disagree could make it negative, which counts as no wait.
+func (w *Worker) observeStart(job Job) {
+	if job.Published.IsZero() {
+		return // not read from a JetStream message
+	}
+	w.obs.ObserveQueueWait(max(0, time.Since(job.Published)))
 }
 
 // callHandler runs h, turning a panic into an error of that job; the stack

@@ -35,6 +35,7 @@ type Worker struct {
 	cfg        Config
 	log        *slog.Logger
 	stats      *Stats
+	obs        Observer
 
 	slots    chan struct{} // one token per running handler
 	credits  chan struct{} // one token per message pulled and not yet dispatched
@@ -77,6 +78,9 @@ func New(p Params) (*Worker, error) {
 	if p.Stats == nil {
 		p.Stats = NewStats(cfg.StatsTenants)
 	}
+	if p.Observer == nil {
+		p.Observer = nopObserver{}
+	}
 	// Options, not fields set afterwards: NewExponentialBackOff resets
 	// the current interval to the initial one it is given.
 	rb := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
@@ -97,6 +101,7 @@ func New(p Params) (*Worker, error) {
 		cfg:          cfg,
 		log:          cfg.Logger,
 		stats:        p.Stats,
+		obs:          p.Observer,
 		slots:        make(chan struct{}, cfg.Concurrency),
 		credits:      make(chan struct{}, 2*cfg.FetchBatch),
 		redisBackoff: rb,

@@ -422,8 +422,9 @@ func startNATSProcess(tb testing.TB, bin string) string {
 	return "nats://" + addr
 }
 
-// metricLine is one sample of the Prometheus text format.
-var metricLine = regexp.MustCompile(`^(\S+) (\d+)$`)
+// metricLine is one sample of the Prometheus text format; client_golang
+// writes large counts in exponent form (1.5e+06).
+var metricLine = regexp.MustCompile(`^(\S+) (\S+)$`)
 
 // scrape reads a worker's /metrics into name{labels} → value.
 func scrape(addr string) (map[string]float64, error) {
@@ -439,8 +440,9 @@ func scrape(addr string) (map[string]float64, error) {
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
 		if m := metricLine.FindStringSubmatch(line); m != nil {
-			v, _ := strconv.ParseFloat(m[2], 64)
-			out[m[1]] = v
+			if v, err := strconv.ParseFloat(m[2], 64); err == nil {
+				out[m[1]] = v
+			}
 		}
 	}
 	return out, nil

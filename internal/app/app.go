@@ -50,6 +50,11 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if err != nil {
 		return err
 	}
+	srv, err := startServer(ctx, cfg, opts, log)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
 	st, err := setUpWithRetry(ctx, opts.NATS, js, cfg, log)
 	if err != nil || st == nil {
 		return err // nil when stopped before set-up: nothing in flight
@@ -97,6 +102,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		Claims:     claims,
 		Stats:      stats,
 		Recreate:   st.recreate,
+		Observer:   srv.observer(),
 		Config:     st.path.workerConfig(cfg, log),
 	})
 	if err != nil {
@@ -105,9 +111,8 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if opts.OnWorker != nil {
 		opts.OnWorker(w)
 	}
-	if cfg.MetricsAddr != "" {
-		stop := serveMetrics(cfg.MetricsAddr, w, log)
-		defer stop()
+	if err := srv.running(w, ackPending, st.jobs); err != nil {
+		return err
 	}
 	log.Info("worker running", "stream", cfg.Stream, "consumer", cfg.Consumer, "subjects", cfg.Subjects,
 		"concurrency", cfg.Concurrency, "defer", st.path.mode, "fast_lane", lane != nil, "server", opts.NATS.ConnectedServerVersion())

@@ -1,30 +1,62 @@
 package app
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"time"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveMetrics serves /healthz and /metrics on addr until stop is called.
-func serveMetrics(addr string, w *consumer.Worker, log *slog.Logger) (stop func()) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })
-	mux.Handle("/metrics", consumer.MetricsHandler(w))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", "addr", addr, "err", err)
-		}
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}
+// metrics is one worker's Prometheus registry: its own, not the global
+// default, so that several workers in one process (the demo, the tests)
+// each serve their own. It holds the Go runtime's and the process's
+// collectors and the worker's histograms from the start; the per-tenant
+// counters join once the worker is built (watch).
+type metrics struct {
+	reg        *prometheus.Registry
+	histograms *histograms
 }
+
+// newMetrics returns a registry with the Go, process and histogram
+// collectors registered.
+func newMetrics() (*metrics, error) {
+	m := &metrics{reg: prometheus.NewRegistry(), histograms: newHistograms()}
+	cs := append([]prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}, m.histograms.collectors()...)
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// watch adds the worker's per-tenant counters and gauges, read from src
+// at each scrape.
+func (m *metrics) watch(src statsSource) error {
+	if err := m.reg.Register(newStatsCollector(src)); err != nil {
+		return fmt.Errorf("registering the worker's counters: %w", err)
+	}
+	return nil
+}
+
+// handler serves the registry in the format the scraper asks for.
+func (m *metrics) handler(log *slog.Logger) http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog: promLogger{log},
+		// A metric that fails is left out of the scrape; the rest are
+		// served.
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// promLogger writes promhttp's errors to the worker's log.
+type promLogger struct{ log *slog.Logger }
+
+// Println implements promhttp.Logger.
+func (l promLogger) Println(v ...any) { l.log.Warn("serving /metrics", "err", fmt.Sprint(v...)) }

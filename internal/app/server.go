@@ -1,0 +1,89 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/consumer"
+)
+
+// server is the worker's HTTP side on THROTTLER_METRICS_ADDR: /healthz,
+// /readyz and /metrics. A nil *server (the address is empty) does
+// nothing.
+type server struct {
+	metrics *metrics
+	ready   *readiness
+	stop    func()
+}
+
+// startServer serves /healthz, /readyz and /metrics on
+// THROTTLER_METRICS_ADDR, or returns nil when it is empty. It serves from
+// before the set-up, so that /healthz answers and /readyz says what is
+// missing while the set-up waits for NATS; ctx is the worker's.
+func startServer(ctx context.Context, cfg *Settings, opts Options, log *slog.Logger) (*server, error) {
+	if cfg.MetricsAddr == "" {
+		return nil, nil
+	}
+	m, err := newMetrics()
+	if err != nil {
+		return nil, err
+	}
+	ready := newReadiness(ctx, opts.NATS, opts.Redis, cfg.OnRedisError == config.OnRedisErrorAllow)
+	return &server{metrics: m, ready: ready, stop: serveHTTP(cfg.MetricsAddr, m, ready, log)}, nil
+}
+
+// observer is what the worker reports its timings to: the histograms, or
+// nil without a server.
+func (s *server) observer() consumer.Observer {
+	if s == nil {
+		return nil
+	}
+	return s.metrics.histograms
+}
+
+// running adds the worker's counters to /metrics and lets /readyz check
+// the jobs consumer it is about to pull from.
+func (s *server) running(w *consumer.Worker, ackPending *consumer.AckPending, jobs jetstream.Consumer) error {
+	if s == nil {
+		return nil
+	}
+	if err := s.metrics.watch(statsSource{stats: w.Stats, held: w.Held, ackPending: ackPending.Count}); err != nil {
+		return err
+	}
+	s.ready.running(jobs)
+	return nil
+}
+
+// close stops serving.
+func (s *server) close() {
+	if s != nil {
+		s.stop()
+	}
+}
+
+// serveHTTP serves /healthz (liveness: the process serves), /readyz (see
+// readiness) and /metrics on addr until stop is called.
+func serveHTTP(addr string, m *metrics, ready http.Handler, log *slog.Logger) (stop func()) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })
+	mux.Handle("/readyz", ready)
+	mux.Handle("/metrics", m.handler(log))
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "addr", addr, "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+}
