@@ -372,9 +372,11 @@ func TestRedisRestartedMidRun(t *testing.T) {
 		jobs    = 450 // 4.5 s of publishing at 2× the limit
 	)
 	e := setup(t)
-	// A decision waits at most 300 ms, so the 1 s outage fails some.
+	// A decision waits at most 300 ms, so the 1 s outage fails some. A
+	// job whose NAK is lost in the outage comes back after AckWait: 5 s,
+	// so that the test sees it.
 	cfg := e.config(map[string]string{"THROTTLER_TENANT_LIMITS": "steady=50/s", "THROTTLER_DEFER": "nak",
-		"THROTTLER_REDIS_TIMEOUT": "300ms"})
+		"THROTTLER_REDIS_TIMEOUT": "300ms", "THROTTLER_ACK_WAIT": "5s"})
 	e.ensureStream(cfg)
 	log := newCallLog()
 	w := e.startWorker(cfg, log.wrap(consumer.Forwarder(e.js, cfg.Forward)))
