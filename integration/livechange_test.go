@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -172,8 +173,15 @@ func TestLiveLimitChangeAcrossProcesses(t *testing.T) {
 	if held < low*0.97 || held > low*1.03 {
 		t.Errorf("after lowering to %g/s: %.1f/s over the 10 s from 1 s after the change, want within 3%%", low, held)
 	}
-	if risen < high*0.95 || risen > high*1.05 {
-		t.Errorf("after raising to %g/s: %.1f/s over the 2 s from 1 s after the change, want within 5%%", high, risen)
+	// Risen at once: near the new rate a second on. A bucket that filled
+	// while the workers lagged may let a window run above the rate, but
+	// never the three seconds from the change above what they allow from
+	// an empty bucket.
+	if risen < high*0.95 {
+		t.Errorf("after raising to %g/s: %.1f/s over the 2 s from 1 s after the change, want at least 95%%", high, risen)
+	}
+	if n, most := fwd.between(raised, raised.Add(3*time.Second)), int(math.Floor(high*3+low*0.03))+1; n > most {
+		t.Errorf("the 3 s after raising to %g/s: %d forwarded, the limit allows %d", high, n, most)
 	}
 	// In its first 200 ms a change admits what the new rate gives an
 	// empty bucket, and what the old rate admits while the workers apply
