@@ -569,8 +569,12 @@ func TestBundleOf(t *testing.T) {
 				"X-Multi": {"a", "b"}, "x-lower": {"c"},
 			}
 		}
+		reason := "limit 1/s:1"
+		if i == 1 {
+			reason = "the slot it holds"
+		}
 		ds = append(ds, Deferral{Msg: &deferTestMsg{subject: "jobs.acme", data: []byte(id), header: hdr},
-			Job: Job{ID: id, Tenant: "acme", Subject: "jobs.acme", Published: now, Deferrals: min(i, 1)}, Wait: wait})
+			Job: Job{ID: id, Tenant: "acme", Subject: "jobs.acme", Published: now, Deferrals: min(i, 1)}, Wait: wait, Reason: reason})
 	}
 	if n := d.bundleRun(ds, 0); n != 3 {
 		t.Fatalf("bundleRun = %d, want 3", n)
@@ -582,7 +586,9 @@ func TestBundleOf(t *testing.T) {
 	}
 	want := map[string]string{
 		HeaderBundle:                   "3",
-		jetstream.ScheduleHeader:       "@at 2026-01-02T03:04:06.601Z", // now + 1 s + 1 ms
+		HeaderWaitReason:               "limit 1/s:1; the slot it holds", // each reason once
+		HeaderWaitUntil:                "2026-01-02T03:04:08.6Z",         // the last slot
+		jetstream.ScheduleHeader:       "@at 2026-01-02T03:04:06.601Z",   // now + 1 s + 1 ms
 		jetstream.ScheduleTargetHeader: "sched.u.acme." + name,
 		jetstream.MsgIDHeader:          "bundle:" + name,
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -209,14 +210,18 @@ func (d ScheduleDeferrer) bundleRun(ds []Deferral, limit int64) int {
 // earliest of their slots onto its unpack subject, where RunUnbundler
 // publishes the copies it carries, each scheduled for its own slot.
 func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
-	soonest := d.stayFor(ds[0].Wait)
+	soonest, latest := d.stayFor(ds[0].Wait), ds[0].Wait
 	subjects := make([]string, len(ds))
 	own := make([][copyFieldCount][2]string, len(ds))
 	size := 0
+	var reasons []string
 	for k, df := range ds {
 		subjects[k], own[k] = d.copyFields(df, now)
 		size += copySize(subjects[k], df.Msg.Headers(), own[k][:], df.Msg.Data())
-		soonest = min(soonest, d.stayFor(df.Wait))
+		soonest, latest = min(soonest, d.stayFor(df.Wait)), max(latest, df.Wait)
+		if !slices.Contains(reasons, df.Reason) {
+			reasons = append(reasons, df.Reason)
+		}
 	}
 	data := appendBundleStart(make([]byte, 0, size+1+binary.MaxVarintLen32), len(ds))
 	for k, df := range ds {
@@ -232,6 +237,10 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
 	id := strings.ReplaceAll(job.ID, ":", "-") + "-" + bundleDigest(ds)
 	out := &nats.Msg{Subject: d.Subjects.Bundle(job.Tenant, id), Data: data, Header: nats.Header{}}
 	out.Header.Set(HeaderBundle, strconv.Itoa(len(ds)))
+	// What `nats stream get` shows of the bundle: why its jobs wait, and
+	// until when the last of them does (each copy inside says its own).
+	out.Header.Set(HeaderWaitReason, strings.Join(reasons, "; "))
+	out.Header.Set(HeaderWaitUntil, now.Add(latest).UTC().Format(time.RFC3339Nano))
 	out.Header.Set(HeaderJobID, job.ID)
 	out.Header.Set(HeaderSubject, job.Subject)
 	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+id)
