@@ -176,7 +176,9 @@ func (c limitsCLI) list(ctx context.Context, prefix string) error {
 				break
 			}
 			spec, source := string(e.Value()), fmt.Sprintf("bucket (revision %d)", e.Revision())
-			if p, err := limits.Spec(spec, c.cfg.DefaultBurst, c.cfg.Shadow); err == nil {
+			if err := limits.CheckKey(e.Key()); err != nil {
+				source += ", not a tenant: ignored"
+			} else if p, err := limits.Spec(spec, c.cfg.DefaultBurst, c.cfg.Shadow); err == nil {
 				spec = p.String()
 			} else {
 				source += ", unreadable: ignored"
