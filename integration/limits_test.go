@@ -206,3 +206,35 @@ func countTenant(msgs []collected, tenant string) int {
 	}
 	return n
 }
+
+// TestChangedPeriodCarriesTheBucketOver: a tenant's limit changed to
+// another period keeps the tokens its bucket held (at most the new burst)
+// rather than starting a full bucket of the new limit.
+func TestChangedPeriodCarriesTheBucketOver(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"})
+	kv := e.limitsBucket(cfg.LimitsBucket)
+	w, logs := e.startWorkerLogged(cfg, nil)
+	e.waitBuilt(w)
+	done := e.collect("done.>")
+
+	rev := put(t, kv, "acme", "10/m:10")
+	testenv.Eventually(t, 5*time.Second, "10/m:10 applied", func() bool {
+		return logs.contains(fmt.Sprintf(`msg="limit set" key=acme spec=10/m:10 revision=%d`, rev))
+	})
+	e.publishJobs(cfg.Stream, "jobs.acme.a", nil, 4)
+	done.waitCount(t, 4, 10*time.Second)
+
+	// 10 a minute is 600 an hour: the hour's bucket starts with the 6
+	// tokens left, not a burst of 10.
+	rev = put(t, kv, "acme", "600/h:10")
+	testenv.Eventually(t, 5*time.Second, "600/h:10 applied", func() bool {
+		return logs.contains(fmt.Sprintf(`msg="limit set" key=acme spec=600/h:10 revision=%d`, rev))
+	})
+	e.publishJobs(cfg.Stream, "jobs.acme.b", nil, 10)
+	done.waitCount(t, 4+6, 10*time.Second)
+	testenv.Eventually(t, 10*time.Second, "4 of acme's new jobs deferred", func() bool { return w.stats()["acme"].Deferred >= 4 })
+	if got := countTenant(done.all(), "acme"); got != 4+6 {
+		t.Fatalf("acme: %d forwarded, want 4 under 10/m:10 and the 6 tokens carried over to 600/h:10", got)
+	}
+}

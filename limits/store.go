@@ -80,6 +80,21 @@ func (s *Store) Policy(t string) throttle.Policy {
 	if ok {
 		return *p
 	}
+	return s.fallback(t, def)
+}
+
+// Fallback returns the policy that applies to t without a key of its own
+// in the bucket.
+func (s *Store) Fallback(t string) throttle.Policy {
+	s.mu.RLock()
+	def := s.def
+	s.mu.RUnlock()
+	return s.fallback(t, def)
+}
+
+// fallback is t's policy from the environment, or def (DefaultKey's) for
+// a tenant the environment does not list.
+func (s *Store) fallback(t string, def *throttle.Policy) throttle.Policy {
 	if p, ok := s.env.Tenants[t]; ok {
 		return p
 	}

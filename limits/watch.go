@@ -28,6 +28,11 @@ type Watcher struct {
 	// OnBad, if set, counts a value that could not be read: key is its
 	// tenant (or DefaultKey, or the key itself when it names no tenant).
 	OnBad func(key string)
+	// BeforeChange, if set, is called with a tenant's policy and the one
+	// replacing it, before the store applies it (not for the values read
+	// at start, nor for DefaultKey): the worker carries the tenant's
+	// buckets over to limits of other periods there (throttle.Carry).
+	BeforeChange func(ctx context.Context, tenant string, from, to throttle.Policy)
 	// Conn, if set, is the bucket's connection: each time it reconnects
 	// the watch resumes at once, rather than when its consumer notices
 	// that the server it was on went away (tens of seconds later).
@@ -119,6 +124,9 @@ func (w *Watcher) Run(ctx context.Context) {
 func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry, initial bool) bool {
 	key := e.Key()
 	if e.Operation() == jetstream.KeyValueDelete || e.Operation() == jetstream.KeyValuePurge {
+		if !initial {
+			w.beforeChange(ctx, key, w.Store.Fallback(key))
+		}
 		w.Store.Remove(key)
 		if !initial {
 			w.Log.Info("limit removed; the environment's applies", "key", key, "revision", e.Revision())
@@ -138,11 +146,23 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry, initial 
 		}
 		return false
 	}
+	if !initial {
+		w.beforeChange(ctx, key, p)
+	}
 	w.Store.Set(key, string(e.Value()), p)
 	if !initial {
 		w.Log.Info("limit set", "key", key, "spec", p.String(), "revision", e.Revision())
 	}
 	return true
+}
+
+// beforeChange calls BeforeChange for a tenant's key whose policy becomes
+// to.
+func (w *Watcher) beforeChange(ctx context.Context, key string, to throttle.Policy) {
+	if w.BeforeChange == nil || key == DefaultKey || CheckKey(key) != nil {
+		return
+	}
+	w.BeforeChange(ctx, key, w.Store.Policy(key), to)
 }
 
 // read checks a key and reads its value.

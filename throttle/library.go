@@ -47,7 +47,7 @@ type library struct {
 	version string
 	code    string // the source, with the version put in
 	// The functions' names.
-	decide, claim, release, failed string
+	decide, claim, release, failed, carry string
 }
 
 // newLibrary returns the library for rdb.
@@ -63,6 +63,7 @@ func newLibrary(rdb Client) *library {
 		claim:   name("claim"),
 		release: name("release"),
 		failed:  name("failed"),
+		carry:   name("carry"),
 	}
 }
 

@@ -61,7 +61,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	}
 
 	stats := consumer.NewStats(cfg.MetricsTenants)
-	policies := livePolicies(ctx, opts.NATS, js, cfg, st.stream.CachedInfo().Config.Replicas, stats, log)
+	policies := livePolicies(ctx, opts.NATS, js, opts.Redis, cfg, st.stream.CachedInfo().Config.Replicas, stats, log)
 	if policies == nil {
 		return nil // stopped before the limits were in: nothing in flight
 	}

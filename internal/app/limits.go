@@ -21,7 +21,7 @@ import (
 // would apply the environment's limits to tenants with limits of their
 // own); with it off, the environment's. It returns nil when ctx ends
 // first.
-func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, replicas int, stats *consumer.Stats, log *slog.Logger) throttle.Policies {
+func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rdb throttle.Client, cfg *Settings, replicas int, stats *consumer.Stats, log *slog.Logger) throttle.Policies {
 	if cfg.LimitsBucket == config.LimitsOff {
 		return cfg.Rules
 	}
@@ -40,6 +40,12 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		return nil // ctx ended
 	}
 	store := limits.NewStore(cfg.Rules)
+	// Carries a tenant's buckets over to limits of other periods; it needs
+	// the function library and the key prefix, no policies of its own.
+	carrier, err := throttle.New(rdb, throttle.Options{Policies: cfg.Rules, Prefix: cfg.KeyPrefix})
+	if err != nil {
+		log.Warn("a changed period will start a new bucket: no limiter to carry buckets over", "err", err)
+	}
 	w := &limits.Watcher{
 		Store:        store,
 		Bucket:       kv,
@@ -48,6 +54,16 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cf
 		Log:          log,
 		OnBad:        func(key string) { stats.Add(key, func(s *consumer.TenantStats) { s.BadLimits++ }) },
 		Conn:         nc,
+	}
+	if carrier != nil {
+		w.BeforeChange = func(ctx context.Context, tenant string, from, to throttle.Policy) {
+			cctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
+			defer cancel()
+			if err := carrier.Carry(cctx, tenant, from, to, time.Time{}); err != nil {
+				log.Warn("carrying a tenant's bucket over to its new limit failed; it starts a new bucket", "tenant", tenant,
+					"from", from.String(), "to", to.String(), "err", err)
+			}
+		}
 	}
 	go w.Run(ctx)
 	select {

@@ -1,0 +1,70 @@
+package throttle
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Carry carries a tenant's buckets over from policy from to policy to when
+// a limit's period changes. A bucket is named by its limit's period, so a
+// limit whose rate or burst changes keeps its bucket (the function rebases
+// it at the next decision), but one whose period changes would start a new
+// bucket, full: a fresh burst. Call Carry before deciding anything under
+// to, and the new bucket starts with the whole tokens the old one holds,
+// at most the new burst (none when it was in debt: the jobs holding its
+// slots are decided again when they come back).
+//
+// The limits of each policy are paired in order of their periods, and a
+// pair of equal periods needs nothing. A new bucket that already exists
+// (another worker carried it, or a decision under to made it) is left as
+// it is, so every worker may call Carry for the same change. Enforced and
+// shadow buckets are never carried into each other. at is the time of the
+// change; zero means Redis TIME, as for a Request.
+func (l *Limiter) Carry(ctx context.Context, tenant string, from, to Policy, at time.Time) error {
+	if from.Shadow != to.Shadow {
+		return nil
+	}
+	tag, err := l.keys.tag(tenant)
+	if err != nil {
+		return err
+	}
+	olds, news := byPeriod(from.Limits), byPeriod(to.Limits)
+	var errs []error
+	for i := range min(len(olds), len(news)) {
+		o, n := olds[i], news[i]
+		if o.Period == n.Period {
+			continue
+		}
+		if err := n.Validate(); err != nil {
+			return err
+		}
+		keys := []string{
+			l.keys.prefix + ":" + tag + limitKeySuffix(o, to.Shadow),
+			l.keys.prefix + ":" + tag + limitKeySuffix(n, to.Shadow),
+		}
+		now := "0"
+		if !at.IsZero() {
+			now = strconv.FormatInt(at.UnixMicro(), 10)
+		}
+		v, err := l.lib.call(ctx, l.lib.carry, keys, now, strconv.FormatInt(o.periodMicros(), 10),
+			strconv.FormatInt(n.Rate, 10), strconv.FormatInt(n.periodMicros(), 10), strconv.FormatInt(n.Burst, 10))
+		if err == nil {
+			err = ownerStatus(l.lib.carry, keys[0], v)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// byPeriod returns ls sorted by period, shortest first.
+func byPeriod(ls Limits) Limits {
+	out := slices.Clone(ls)
+	slices.SortFunc(out, func(a, b Limit) int { return cmp.Compare(a.Period, b.Period) })
+	return out
+}
