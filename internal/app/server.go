@@ -54,7 +54,9 @@ func (s *server) running(w *consumer.Worker, ackPending *consumer.AckPending, jo
 	if s == nil {
 		return nil
 	}
-	if err := s.metrics.watch(statsSource{stats: w.Stats, held: w.Held, ackPending: ackPending.Count}); err != nil {
+	src := statsSource{stats: w.Stats, held: w.Held, ackPending: ackPending.Count,
+		consumerPending: ackPending.Pending, maxAckPending: ackPending.MaxAckPending}
+	if err := s.metrics.watch(src); err != nil {
 		return err
 	}
 	s.ready.running(jobs)
