@@ -36,6 +36,9 @@ func startServer(ctx context.Context, cfg *Settings, opts Options, log *slog.Log
 		return nil, err
 	}
 	ready := newReadiness(ctx, opts.NATS, opts.Redis, cfg.OnRedisError == config.OnRedisErrorAllow)
+	if err := m.reg.Register(ready.gauge()); err != nil {
+		return nil, fmt.Errorf("registering the readiness gauge: %w", err)
+	}
 	return &server{metrics: m, ready: ready, stop: serveHTTP(cfg.MetricsAddr, m, ready, log)}, nil
 }
 
