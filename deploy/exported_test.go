@@ -56,8 +56,12 @@ func TestEveryMetricUsedIsExported(t *testing.T) {
 	if t.Failed() {
 		t.Logf("the worker exports: %v", slices.Sorted(maps.Keys(exported)))
 	}
-	if v := exported["throttler_ready"]; v == nil || v.GetMetric()[0].GetGauge().GetValue() != 1 {
+	// The gauges the rules and dashboard compare read what they say.
+	if v := gauge(exported, "throttler_ready"); v != 1 {
 		t.Errorf("throttler_ready %v on a worker that ran the jobs, want 1", v)
+	}
+	if v, want := gauge(exported, "throttler_max_ack_pending"), loadManifests(t).configMap.Data["THROTTLER_MAX_ACK_PENDING"]; fmt.Sprint(v) != want {
+		t.Errorf("throttler_max_ack_pending %v, want the ConfigMap's THROTTLER_MAX_ACK_PENDING %s", v, want)
 	}
 }
 
@@ -182,6 +186,14 @@ func scrapeWorker(t *testing.T) map[string]*dto.MetricFamily {
 			families["throttler_max_ack_pending"] != nil
 	})
 	return families
+}
+
+// gauge returns the value of family's one series, or -1.
+func gauge(families map[string]*dto.MetricFamily, family string) float64 {
+	if ms := families[family].GetMetric(); len(ms) == 1 {
+		return ms[0].GetGauge().GetValue()
+	}
+	return -1
 }
 
 // counter returns the value of family's series for tenant, or -1.
