@@ -22,11 +22,15 @@ const Crowded = 900
 // AckPending follows how many messages a consumer has delivered and not
 // had acked (its NumAckPending), reading its info every so often. The
 // worker runs it; a FairDeferrer reads it to move jobs rather than NAK
-// them once the consumer is crowded. Safe for concurrent use.
+// them once the consumer is crowded. The same read gives the consumer's
+// backlog (NumPending) and its MaxAckPending, kept for the worker's
+// metrics at no extra request. Safe for concurrent use.
 type AckPending struct {
-	cons  jetstream.Consumer
-	every time.Duration
-	n     atomic.Int64 // -1 until read
+	cons    jetstream.Consumer
+	every   time.Duration
+	n       atomic.Int64 // -1 until read
+	pending atomic.Int64 // NumPending; -1 until read
+	max     atomic.Int64 // Config.MaxAckPending; -1 until read
 }
 
 // NewAckPending returns an AckPending of cons, read every interval once
@@ -34,12 +38,23 @@ type AckPending struct {
 func NewAckPending(cons jetstream.Consumer, every time.Duration) *AckPending {
 	a := &AckPending{cons: cons, every: every}
 	a.n.Store(-1)
+	a.pending.Store(-1)
+	a.max.Store(-1)
 	return a
 }
 
 // Count is the consumer's ack-pending count as last read, or -1 before
 // the first read.
 func (a *AckPending) Count() int { return int(a.n.Load()) }
+
+// Pending is the consumer's messages not yet delivered (its NumPending)
+// as last read, or -1 before the first read.
+func (a *AckPending) Pending() int { return int(a.pending.Load()) }
+
+// MaxAckPending is the consumer's MaxAckPending as last read from the
+// server (which may differ from the setting while another version's
+// worker set it up), or -1 before the first read.
+func (a *AckPending) MaxAckPending() int { return int(a.max.Load()) }
 
 // Run reads the count every interval until ctx is cancelled; a failed
 // read keeps the last count.
@@ -53,6 +68,8 @@ func (a *AckPending) Run(ctx context.Context, log *slog.Logger) {
 		switch {
 		case err == nil:
 			a.n.Store(int64(info.NumAckPending))
+			a.pending.Store(int64(info.NumPending))
+			a.max.Store(int64(info.Config.MaxAckPending))
 		case ctx.Err() == nil:
 			log.Debug("reading the consumer's ack-pending count failed", "err", err)
 		}

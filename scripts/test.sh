@@ -4,7 +4,8 @@
 # Installs redis-server/redis-cli, Debian's nats-server (for the test of
 # servers without message schedules) and a C compiler for -race with apt-get
 # if missing; the tests start their own Redis and NATS servers on free ports.
-# Extra arguments replace the default package pattern ./..., e.g.
+# Without arguments it runs the worker's module and then deploy/'s; extra
+# arguments replace that with go test in the worker's module, e.g.
 #   scripts/test.sh ./internal/testenv/ -run Redis -v
 set -euo pipefail
 
@@ -17,7 +18,14 @@ ensure_nats_server
 ensure_cc
 export CGO_ENABLED=1
 
-if [ "$#" -eq 0 ]; then
-	set -- ./...
+if [ "$#" -gt 0 ]; then
+	exec go test -race -count=1 -timeout 20m "$@"
 fi
-go test -race -count=1 -timeout 20m "$@"
+status=0
+go test -race -count=1 -timeout 20m ./... || status=$?
+# deploy/ is a module of its own (its tests need k8s.io/api and
+# Prometheus, which the worker's module does not take): its manifests,
+# rules and dashboard checked against a running worker. Run even when
+# the worker's tests failed, so one run reports both.
+(cd deploy && go test -race -count=1 -timeout 10m ./...) || status=$?
+exit "$status"

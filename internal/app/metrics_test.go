@@ -35,7 +35,18 @@ func newTestMetrics(t *testing.T, stats *consumer.Stats, held, ackPending int) *
 	if err != nil {
 		t.Fatalf("newMetrics: %v", err)
 	}
-	src := statsSource{stats: stats.Snapshot, held: func() int { return held }, ackPending: func() int { return ackPending }}
+	// The backlog and MaxAckPending are read with ack-pending: known
+	// together or not at all.
+	other := func(n int) func() int {
+		return func() int {
+			if ackPending < 0 {
+				return -1
+			}
+			return n
+		}
+	}
+	src := statsSource{stats: stats.Snapshot, held: func() int { return held }, ackPending: func() int { return ackPending },
+		consumerPending: other(1234), maxAckPending: other(1000)}
 	if err := m.watch(src); err != nil {
 		t.Fatalf("watch: %v", err)
 	}
@@ -98,6 +109,8 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 		`throttler_shadow_wait_seconds_total{tenant="acme"} 1.5`,
 		"# TYPE throttler_held_jobs gauge", "throttler_held_jobs 7",
 		"# TYPE throttler_ack_pending gauge", "throttler_ack_pending 42",
+		"# TYPE throttler_consumer_pending gauge", "throttler_consumer_pending 1234",
+		"# TYPE throttler_max_ack_pending gauge", "throttler_max_ack_pending 1000",
 		"# TYPE go_goroutines gauge",
 		"# TYPE process_resident_memory_bytes gauge",
 	)
@@ -120,13 +133,15 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 	}
 }
 
-// TestMetricsAckPendingUnread: before the consumer's ack-pending count is
-// first read, its gauge is left out rather than shown as 0.
+// TestMetricsAckPendingUnread: before the consumer's info is first read,
+// its gauges are left out rather than shown as 0.
 func TestMetricsAckPendingUnread(t *testing.T) {
 	t.Parallel()
 	body := scrape(t, newTestMetrics(t, consumer.NewStats(10), 0, -1))
-	if strings.Contains(body, "throttler_ack_pending") {
-		t.Errorf("/metrics shows the ack-pending count before it was read:\n%s", body)
+	for _, name := range []string{"throttler_ack_pending", "throttler_consumer_pending", "throttler_max_ack_pending"} {
+		if strings.Contains(body, name) {
+			t.Errorf("/metrics shows %s before it was read:\n%s", name, body)
+		}
 	}
 	if !strings.Contains(body, "\nthrottler_held_jobs 0\n") {
 		t.Errorf("/metrics lacks held jobs at 0:\n%s", body)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttler/throttler/internal/testenv"
@@ -27,8 +28,9 @@ func (p *countingPinger) Ping(ctx context.Context) *redis.StatusCmd {
 }
 
 // TestReadinessChecksAtMostOncePerInterval: a storm of probes within one
-// interval costs Redis one PING; the probes all get its verdict. Before
-// the worker runs, /readyz says it is setting up.
+// interval costs Redis one PING; the probes and the throttler_ready gauge
+// all get its verdict. Before the worker runs, /readyz says it is setting
+// up.
 func TestReadinessChecksAtMostOncePerInterval(t *testing.T) {
 	t.Parallel()
 	n := testenv.StartNATS(t, "")
@@ -48,8 +50,12 @@ func TestReadinessChecksAtMostOncePerInterval(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// The gauge reads the same verdict, without another check.
+	if got := gaugeValue(t, ready.gauge()); got != 0 {
+		t.Errorf("throttler_ready = %v before the worker runs, want 0", got)
+	}
 	if got := ping.n.Load(); got != 1 {
-		t.Errorf("%d PINGs for 50 probes in one interval, want 1", got)
+		t.Errorf("%d PINGs for 50 probes and a scrape in one interval, want 1", got)
 	}
 }
 
@@ -65,4 +71,16 @@ func TestReadinessStopping(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "shutting down") {
 		t.Errorf("/readyz while stopping: %d %q, want 503 saying it is shutting down", rec.Code, rec.Body)
 	}
+}
+
+// gaugeValue gathers the one gauge c collects and returns its value.
+func gaugeValue(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 1 {
+		t.Fatalf("gathering one gauge: %v, %d families", err, len(mfs))
+	}
+	return mfs[0].GetMetric()[0].GetGauge().GetValue()
 }

@@ -36,6 +36,9 @@ func startServer(ctx context.Context, cfg *Settings, opts Options, log *slog.Log
 		return nil, err
 	}
 	ready := newReadiness(ctx, opts.NATS, opts.Redis, cfg.OnRedisError == config.OnRedisErrorAllow)
+	if err := m.reg.Register(ready.gauge()); err != nil {
+		return nil, fmt.Errorf("registering the readiness gauge: %w", err)
+	}
 	return &server{metrics: m, ready: ready, stop: serveHTTP(cfg.MetricsAddr, m, ready, log)}, nil
 }
 
@@ -54,7 +57,9 @@ func (s *server) running(w *consumer.Worker, ackPending *consumer.AckPending, jo
 	if s == nil {
 		return nil
 	}
-	if err := s.metrics.watch(statsSource{stats: w.Stats, held: w.Held, ackPending: ackPending.Count}); err != nil {
+	src := statsSource{stats: w.Stats, held: w.Held, ackPending: ackPending.Count,
+		consumerPending: ackPending.Pending, maxAckPending: ackPending.MaxAckPending}
+	if err := s.metrics.watch(src); err != nil {
 		return err
 	}
 	s.ready.running(jobs)

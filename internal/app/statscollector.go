@@ -16,6 +16,10 @@ type statsSource struct {
 	// ackPending returns the jobs consumer's ack-pending count as last
 	// read, or -1 before the first read; nil when nothing follows it.
 	ackPending func() int
+	// consumerPending and maxAckPending return the jobs consumer's
+	// NumPending and MaxAckPending as last read, or -1 before the first
+	// read; nil when nothing follows them.
+	consumerPending, maxAckPending func() int
 }
 
 // tenantCounter is one per-tenant counter of consumer.TenantStats.
@@ -34,6 +38,9 @@ type statsCollector struct {
 	counters   []tenantCounter
 	held       *prometheus.Desc
 	ackPending *prometheus.Desc
+	// consumerPending is the backlog the alerts and KEDA watch;
+	// maxAckPending is what ack-pending is held to, for the dashboard.
+	consumerPending, maxAckPending *prometheus.Desc
 }
 
 // newStatsCollector returns a collector reading src.
@@ -71,6 +78,9 @@ func newStatsCollector(src statsSource) *statsCollector {
 		},
 		held:       prometheus.NewDesc("throttler_held_jobs", "Jobs pulled and not yet decided or acted on.", nil, nil),
 		ackPending: prometheus.NewDesc("throttler_ack_pending", "The jobs consumer's messages delivered and not yet acked, as last read.", nil, nil),
+		consumerPending: prometheus.NewDesc("throttler_consumer_pending",
+			"The jobs consumer's messages not yet delivered (its NumPending), as last read.", nil, nil),
+		maxAckPending: prometheus.NewDesc("throttler_max_ack_pending", "The jobs consumer's MaxAckPending, as last read.", nil, nil),
 	}
 }
 
@@ -81,6 +91,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.held
 	ch <- c.ackPending
+	ch <- c.consumerPending
+	ch <- c.maxAckPending
 }
 
 // Collect implements prometheus.Collector. A metric that cannot be built
@@ -100,11 +112,17 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	send(c.held, prometheus.GaugeValue, float64(c.src.held()))
-	// Left out until first read, as before: a 0 would read as an idle
-	// consumer.
-	if c.src.ackPending != nil {
-		if n := c.src.ackPending(); n >= 0 {
-			send(c.ackPending, prometheus.GaugeValue, float64(n))
+	// The consumer's gauges are left out until first read, as before: a 0
+	// would read as an idle consumer.
+	for _, g := range []struct {
+		desc *prometheus.Desc
+		read func() int
+	}{{c.ackPending, c.src.ackPending}, {c.consumerPending, c.src.consumerPending}, {c.maxAckPending, c.src.maxAckPending}} {
+		if g.read == nil {
+			continue
+		}
+		if n := g.read(); n >= 0 {
+			send(g.desc, prometheus.GaugeValue, float64(n))
 		}
 	}
 }
