@@ -17,7 +17,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
@@ -111,11 +110,10 @@ func scrapeWorker(t *testing.T) map[string]*dto.MetricFamily {
 	if err != nil {
 		t.Fatalf("settings: %v", err)
 	}
-	opts, err := app.RedisOptions(cfg.Config, 1)
+	rdb, err := app.NewRedis(cfg.Config, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
 
 	ctx, cancel := context.WithCancel(context.Background())
