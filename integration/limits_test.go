@@ -32,6 +32,14 @@ func put(t *testing.T, kv jetstream.KeyValue, key, value string) uint64 {
 	return rev
 }
 
+// waitApplied waits until the worker logging to logs has applied spec for
+// key at revision rev.
+func waitApplied(t *testing.T, logs *logBuffer, key, spec string, rev uint64) {
+	t.Helper()
+	line := fmt.Sprintf(`msg="limit set" key=%s spec=%s revision=%d`, key, spec, rev)
+	testenv.Eventually(t, 5*time.Second, "the worker applies "+key+"="+spec, func() bool { return logs.contains(line) })
+}
+
 // TestBucketLimitsApplyLive: a worker applies a tenant's limit from the
 // bucket at once, ignores a bad value (keeping the limit, naming the key in
 // its log and counting it), gives the tenant back the environment's limit
@@ -50,9 +58,7 @@ func TestBucketLimitsApplyLive(t *testing.T) {
 
 	// A limit set while the worker runs: 3 at once, then one a minute.
 	rev := put(t, kv, "acme", "1/m:3")
-	testenv.Eventually(t, 5*time.Second, "the worker applies acme's limit", func() bool {
-		return logs.contains(fmt.Sprintf(`msg="limit set" key=acme spec=1/m:3 revision=%d`, rev))
-	})
+	waitApplied(t, logs, "acme", "1/m:3", rev)
 	e.publishJobs(cfg.Stream, "jobs.acme.a", nil, 10)
 	done.waitCount(t, 3, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, "7 of acme's jobs deferred", func() bool { return w.stats()["acme"].Deferred >= 7 })
@@ -84,9 +90,7 @@ func TestBucketLimitsApplyLive(t *testing.T) {
 	// _default: a tenant without a limit of its own takes it; one listed
 	// in THROTTLER_TENANT_LIMITS keeps its own.
 	rev = put(t, kv, limits.DefaultKey, "1/m:1")
-	testenv.Eventually(t, 5*time.Second, "the default applied", func() bool {
-		return logs.contains(fmt.Sprintf(`msg="limit set" key=_default spec=1/m:1 revision=%d`, rev))
-	})
+	waitApplied(t, logs, "_default", "1/m:1", rev)
 	e.publishJobs(cfg.Stream, "jobs.zed.a", nil, 3)
 	e.publishJobs(cfg.Stream, "jobs.globex.a", nil, 3)
 	done.waitCount(t, 3+5+1+3, 10*time.Second)
@@ -150,9 +154,7 @@ func TestBucketLimitsAcrossANATSRestart(t *testing.T) {
 		rev = r
 		return err == nil
 	})
-	testenv.Eventually(t, 5*time.Second, "the worker applies the change made after the restart", func() bool {
-		return logs.contains(fmt.Sprintf(`msg="limit set" key=acme spec=2/m:2 revision=%d`, rev))
-	})
+	waitApplied(t, logs, "acme", "2/m:2", rev)
 }
 
 // TestShadowCountsTheDeferralsEnforcingMakes: the same workload published
@@ -219,18 +221,14 @@ func TestChangedPeriodCarriesTheBucketOver(t *testing.T) {
 	done := e.collect("done.>")
 
 	rev := put(t, kv, "acme", "10/m:10")
-	testenv.Eventually(t, 5*time.Second, "10/m:10 applied", func() bool {
-		return logs.contains(fmt.Sprintf(`msg="limit set" key=acme spec=10/m:10 revision=%d`, rev))
-	})
+	waitApplied(t, logs, "acme", "10/m:10", rev)
 	e.publishJobs(cfg.Stream, "jobs.acme.a", nil, 4)
 	done.waitCount(t, 4, 10*time.Second)
 
 	// 10 a minute is 600 an hour: the hour's bucket starts with the 6
 	// tokens left, not a burst of 10.
 	rev = put(t, kv, "acme", "600/h:10")
-	testenv.Eventually(t, 5*time.Second, "600/h:10 applied", func() bool {
-		return logs.contains(fmt.Sprintf(`msg="limit set" key=acme spec=600/h:10 revision=%d`, rev))
-	})
+	waitApplied(t, logs, "acme", "600/h:10", rev)
 	e.publishJobs(cfg.Stream, "jobs.acme.b", nil, 10)
 	done.waitCount(t, 4+6, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, "4 of acme's new jobs deferred", func() bool { return w.stats()["acme"].Deferred >= 4 })
