@@ -84,6 +84,9 @@ func (r *fleetReport) String() string {
 		}
 		b.WriteByte('\n')
 	}
+	for _, t := range fleetTenants {
+		fmt.Fprintf(&b, "%-5s forwards per second:%s\n", t.name, r.perSecond(r.forwards[t.name]))
+	}
 	for _, name := range []string{"redis_errors", "deferred", "moved", "duplicates", "dead_lettered"} {
 		var sum float64
 		for k, v := range r.counters {
@@ -95,6 +98,24 @@ func (r *fleetReport) String() string {
 	}
 	for _, l := range append(r.exited, r.warnings...) {
 		fmt.Fprintln(&b, l)
+	}
+	return b.String()
+}
+
+// perSecond renders how many of sorted ts fall in each second from the
+// first publish, ten to a group.
+func (r *fleetReport) perSecond(ts []time.Time) string {
+	if len(ts) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	last := int(ts[len(ts)-1].Sub(r.start) / time.Second)
+	for s := 0; s <= last; s++ {
+		if s%10 == 0 {
+			fmt.Fprintf(&b, " |%d:", s)
+		}
+		from := r.start.Add(time.Duration(s) * time.Second)
+		fmt.Fprintf(&b, " %d", countIn(ts, from, from.Add(time.Second)))
 	}
 	return b.String()
 }
