@@ -67,6 +67,14 @@ func (r *fleetReport) String() string {
 		r.published, r.unacked, r.retries, r.pubDuplicates, r.publishedFor.Round(time.Millisecond), r.drained.Round(time.Second), r.idle)
 	fmt.Fprintf(&b, "ledger: %d forwarded + %d dead-lettered, %d lost; stored twice in JOBS_FORWARD %d; on done.>: %d seen, %d distinct, %d ran twice; %d forwarded never acked\n",
 		a.forwarded, a.deadLettered, len(a.lost), a.storedTwice, a.seen, a.distinct, a.ranTwice, a.strangers)
+	for _, row := range r.rows() {
+		fmt.Fprintf(&b, "%-5s limit %g/s: %.2f/s outside the windows (%d jobs over %s, %+.2f%%)",
+			row.tenant.name, row.tenant.limit, row.rate, row.jobs, row.span.Round(time.Millisecond), 100*(row.rate/row.tenant.limit-1))
+		for i, w := range r.windows {
+			fmt.Fprintf(&b, "; %s: %d admitted, bound %.0f, excess %+.0f", strings.Fields(w.name)[0], row.admitted[i], row.bound[i], row.excess[i])
+		}
+		b.WriteByte('\n')
+	}
 	fmt.Fprintf(&b, "nats: leader %s stopped at %s, cluster whole again after %s, leader now %s\n",
 		r.natsLeader, r.at(r.windows[0].from), r.natsRecovered.Round(time.Millisecond), r.natsNewLeader)
 	if len(r.windows) > 1 {
@@ -75,14 +83,6 @@ func (r *fleetReport) String() string {
 	}
 	for _, w := range r.windows {
 		fmt.Fprintf(&b, "window %s: [%s, %s)\n", w.name, r.at(w.from), r.at(w.to))
-	}
-	for _, row := range r.rows() {
-		fmt.Fprintf(&b, "%-5s limit %g/s: %.2f/s outside the windows (%d jobs over %s, %+.2f%%)",
-			row.tenant.name, row.tenant.limit, row.rate, row.jobs, row.span.Round(time.Millisecond), 100*(row.rate/row.tenant.limit-1))
-		for i, w := range r.windows {
-			fmt.Fprintf(&b, "; %s: %d admitted, bound %.0f, excess %+.0f", strings.Fields(w.name)[0], row.admitted[i], row.bound[i], row.excess[i])
-		}
-		b.WriteByte('\n')
 	}
 	for _, t := range fleetTenants {
 		fmt.Fprintf(&b, "%-5s forwards per second:%s\n", t.name, r.perSecond(r.forwards[t.name]))
