@@ -43,9 +43,10 @@ var fleetTenants = []fleetTenant{{"slow", 20}, {"mid", 50}, {"fast", 100}}
 
 // BenchmarkFleet runs the fleet on clustered servers, every part a process
 // as in production: three nats-server processes in a cluster (built from
-// the module; the jobs, forward and dead-letter streams with 3 replicas),
-// a Redis Cluster of 3 masters with a replica each (cluster-node-timeout
-// 1 s), and four throttler binaries in cluster mode. Three tenants are
+// the module; the jobs stream with 3 replicas, the forward and dead-letter
+// streams the workers create with as many), a Redis Cluster of 3 masters
+// with a replica each (cluster-node-timeout 1 s), and four throttler
+// binaries in cluster mode. Three tenants are
 // published at 3× their limits (20/s, 50/s, 100/s) for 30 s, with retries,
 // so the publisher loses nothing. At 8 s the jobs stream's leader gets
 // SIGTERM and is started again at 12 s; at 20 s the Redis master of
@@ -96,8 +97,7 @@ func runFleet(b *testing.B, throttler, natsServer string) *fleetReport {
 	b.Cleanup(nc.Close)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxAsyncPublishes), jetstream.WithPublishAsyncTimeout(5*time.Second))
 	must(b, err, "jetstream")
-	createFleetStreams(b, js)
-	ledger := startFleetLedger(b, nc, js, "JOBS_FORWARD", "JOBS_DLQ")
+	createJobsStream(b, js)
 
 	var limits []string
 	for _, t := range fleetTenants {
@@ -111,6 +111,13 @@ func runFleet(b *testing.B, throttler, natsServer string) *fleetReport {
 		"THROTTLER_LOG_LEVEL":     "warn",
 	}
 	workers := startFleetWorkers(b, throttler, vars)
+	// The workers created the output streams, as replicated as the jobs.
+	for _, name := range []string{"JOBS_FORWARD", "JOBS_DLQ"} {
+		if r := streamReplicas(b, js, name); r != 3 {
+			b.Errorf("the workers created %s with %d replicas, want the jobs stream's 3", name, r)
+		}
+	}
+	ledger := startFleetLedger(b, nc, js, "JOBS_FORWARD", "JOBS_DLQ")
 
 	rep := &fleetReport{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -196,27 +203,35 @@ func runFleet(b *testing.B, throttler, natsServer string) *fleetReport {
 	return rep
 }
 
-// createFleetStreams creates the jobs stream and the forward and dead-letter
-// streams with 3 replicas, retrying while the cluster elects its meta
-// leader. The workers add to JOBS what they need (the schedule subjects,
-// message schedules) and use the output streams they find.
-func createFleetStreams(tb testing.TB, js jetstream.JetStream) {
+// createJobsStream creates the jobs stream with 3 replicas, retrying while
+// the cluster elects its meta leader. The workers add what they need (the
+// schedule subjects, message schedules), and create the forward and
+// dead-letter streams with its replicas.
+func createJobsStream(tb testing.TB, js jetstream.JetStream) {
 	tb.Helper()
-	for _, sc := range []jetstream.StreamConfig{
-		{Name: "JOBS", Subjects: []string{"jobs.>"}, AllowDirect: true},
-		{Name: "JOBS_FORWARD", Subjects: []string{"done.*"}},
-		{Name: "JOBS_DLQ", Subjects: []string{"dlq.*"}},
-	} {
-		sc.Replicas, sc.Storage, sc.Retention = 3, jetstream.FileStorage, jetstream.LimitsPolicy
-		sc.Duplicates = 2 * time.Minute
-		var err error
-		testenv.Eventually(tb, 30*time.Second, "stream "+sc.Name+" created", func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err = js.CreateStream(ctx, sc)
-			return err == nil
-		})
+	sc := jetstream.StreamConfig{
+		Name: "JOBS", Subjects: []string{"jobs.>"}, Replicas: 3, AllowDirect: true,
+		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy,
+		// The publisher's retries stop within it (fleetGiveUp).
+		Duplicates: 2 * time.Minute,
 	}
+	var err error
+	testenv.Eventually(tb, 30*time.Second, "stream JOBS created", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = js.CreateStream(ctx, sc)
+		return err == nil
+	})
+}
+
+// streamReplicas returns the replicas stream is configured with.
+func streamReplicas(tb testing.TB, js jetstream.JetStream, stream string) int {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	must(tb, err, "stream %s", stream)
+	return s.CachedInfo().Config.Replicas
 }
 
 // startFleetWorkers starts fleetWorkers throttler processes with vars, each
