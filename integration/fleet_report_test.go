@@ -19,7 +19,7 @@ type fleetReport struct {
 	published, unacked     int
 	retries, pubDuplicates int64
 	publishedFor, drained  time.Duration
-	idle                   bool // the jobs consumer settled at the end
+	busy                   string // what the workers still had to do at the end; "" settled
 
 	account  fleetAccount
 	forwards map[string][]time.Time // tenant → stored forward times
@@ -63,8 +63,8 @@ func (r *fleetReport) rows() []fleetRow {
 func (r *fleetReport) String() string {
 	var b strings.Builder
 	a := r.account
-	fmt.Fprintf(&b, "published and acked %d (%d never acked, %d publishes sent again, %d of them already stored) over %s; all accounted for at %s, consumer idle: %v\n",
-		r.published, r.unacked, r.retries, r.pubDuplicates, r.publishedFor.Round(time.Millisecond), r.drained.Round(time.Second), r.idle)
+	fmt.Fprintf(&b, "published and acked %d (%d never acked, %d publishes sent again, %d of them already stored) over %s; all accounted for at %s, still busy: %q\n",
+		r.published, r.unacked, r.retries, r.pubDuplicates, r.publishedFor.Round(time.Millisecond), r.drained.Round(time.Second), r.busy)
 	fmt.Fprintf(&b, "ledger: %d forwarded + %d dead-lettered, %d lost; stored twice in JOBS_FORWARD %d; on done.>: %d seen, %d distinct, %d ran twice; %d forwarded never acked\n",
 		a.forwarded, a.deadLettered, len(a.lost), a.storedTwice, a.seen, a.distinct, a.ranTwice, a.strangers)
 	for _, row := range r.rows() {

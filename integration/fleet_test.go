@@ -15,7 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/subject"
 )
 
 // The fleet benchmark's timeline, from the first publish.
@@ -176,12 +178,11 @@ func runFleet(b *testing.B, throttler, natsServer string) *fleetReport {
 		time.Sleep(time.Second) // polling the ledger, bounded by deadline
 	}
 	rep.drained = time.Since(rep.start)
-	// Then the consumer settles: nothing pending, nothing unacked.
+	// Then the workers settle: their consumers idle, no schedule waiting.
 	settleBy := time.Now().Add(30 * time.Second)
-	for !consumerIdle(js, "JOBS", "throttler") && time.Now().Before(settleBy) {
-		time.Sleep(100 * time.Millisecond)
+	for rep.busy = fleetBusy(js); rep.busy != "" && time.Now().Before(settleBy); rep.busy = fleetBusy(js) {
+		time.Sleep(100 * time.Millisecond) // polling, bounded by settleBy
 	}
-	rep.idle = consumerIdle(js, "JOBS", "throttler")
 	rep.account = ledger.account(acked)
 	rep.forwards = ledger.forwardTimesOf()
 	rep.counters = scrapeFleet(workers)
@@ -193,6 +194,9 @@ func runFleet(b *testing.B, throttler, natsServer string) *fleetReport {
 	}
 	if len(rep.account.lost) > 0 {
 		b.Errorf("%d acknowledged jobs neither forwarded nor dead-lettered, e.g. %v", len(rep.account.lost), rep.account.lost[:min(10, len(rep.account.lost))])
+	}
+	if rep.busy != "" {
+		b.Errorf("the workers did not settle within 30 s of the last job accounted for: %s", rep.busy)
 	}
 	if rep.account.storedTwice > 0 {
 		b.Errorf("%d jobs stored twice in JOBS_FORWARD", rep.account.storedTwice)
@@ -318,17 +322,37 @@ func replicasCurrent(js jetstream.JetStream, stream string, replicas int) bool {
 	return true
 }
 
-// consumerIdle reports whether the durable consumer has nothing pending
-// and nothing awaiting an ack.
-func consumerIdle(js jetstream.JetStream, stream, name string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+// fleetBusy says what the workers still have to do, or "": a consumer of
+// theirs (jobs, bundles, fast-lane copies; one not there has nothing) with
+// jobs pending or awaiting an ack, or moved jobs waiting in the default
+// schedule subjects.
+func fleetBusy(js jetstream.JetStream) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := js.Consumer(ctx, stream, name)
-	if err != nil {
-		return false
+	for _, name := range []string{"throttler", "throttler_bundles", "throttler_fast"} {
+		c, err := js.Consumer(ctx, "JOBS", name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Sprintf("consumer %s: %v", name, err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return fmt.Sprintf("consumer %s: %v", name, err)
+		}
+		if info.NumPending > 0 || info.NumAckPending > 0 {
+			return fmt.Sprintf("consumer %s: %d pending, %d awaiting an ack", name, info.NumPending, info.NumAckPending)
+		}
 	}
-	info, err := c.Info(ctx)
-	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	waiting, err := ops.WaitingInSchedules(ctx, js, "JOBS", subject.Schedules("sched"))
+	if err != nil {
+		return fmt.Sprintf("schedules: %v", err)
+	}
+	if waiting > 0 {
+		return fmt.Sprintf("%d moved jobs wait in schedules", waiting)
+	}
+	return ""
 }
 
 // scrapeFleet sums the workers' counters (name{labels} → value); a worker
