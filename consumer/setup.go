@@ -127,9 +127,11 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 
 // EnsureCaptured makes sure some stream stores messages published to
 // subject (a pattern such as "done.*"): if none does, it creates a stream
-// named fallback for it. A stream that already exists, whoever made it, is
-// never an error.
-func EnsureCaptured(ctx context.Context, js jetstream.JetStream, subject, fallback string) (string, error) {
+// named fallback for it, with replicas replicas (at least 1: the worker
+// passes the jobs stream's, so that a job acked once forwarded is as safe
+// as it was in the jobs stream). A stream that already exists, whoever made
+// it, is never an error.
+func EnsureCaptured(ctx context.Context, js jetstream.JetStream, subject, fallback string, replicas int) (string, error) {
 	name, err := js.StreamNameBySubject(ctx, subject)
 	if err == nil {
 		return name, nil
@@ -142,6 +144,7 @@ func EnsureCaptured(ctx context.Context, js jetstream.JetStream, subject, fallba
 		Subjects:  []string{subject},
 		Storage:   jetstream.FileStorage,
 		Retention: jetstream.LimitsPolicy,
+		Replicas:  max(1, replicas),
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return "", fmt.Errorf("creating stream %s for %s: %w", fallback, subject, err)

@@ -33,6 +33,9 @@ func TestNewRedisEveryMode(t *testing.T) {
 			if len(o.Addrs) != 3 || o.Addrs[2] != "h3:6379" {
 				t.Errorf("addresses %q: not those of REDIS_URL", o.Addrs)
 			}
+			if o.ClusterStateReloadInterval != clusterReloadInterval {
+				t.Errorf("slot map read again every %s, want %s: a failed-over master's tenants would wait that long", o.ClusterStateReloadInterval, clusterReloadInterval)
+			}
 			return redisTuned{o.Username, o.Password, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.DialerRetries, o.MaxRetries, o.PoolSize, o.TLSConfig != nil}
 		}},
 		{"sentinel", "rediss://s1:26379/2?master_name=jobs&addr=s2:26379&username=app&password=s3cret", func(t *testing.T, c redis.UniversalClient) redisTuned {

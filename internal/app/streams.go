@@ -80,7 +80,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	}
 	lane := path.mode != config.DeferNak && cfg.FastLane != config.FastLaneOff && laneAvailable(ctx, stream, cfg, log)
 
-	if err := captureOutputs(ctx, js, cfg, log); err != nil {
+	if err := captureOutputs(ctx, js, cfg, stream.CachedInfo().Config.Replicas, log); err != nil {
 		return nil, err
 	}
 	specs := consumerSpecs(cfg, path.movesBack, lane)
@@ -141,15 +141,16 @@ func choosePath(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg 
 }
 
 // captureOutputs makes sure a stream stores the forward and dead-letter
-// subjects, which are published with publish acks.
-func captureOutputs(ctx context.Context, js jetstream.JetStream, cfg *Settings, log *slog.Logger) error {
+// subjects, which are published with publish acks; one it creates gets the
+// jobs stream's replicas.
+func captureOutputs(ctx context.Context, js jetstream.JetStream, cfg *Settings, replicas int, log *slog.Logger) error {
 	for _, o := range []struct {
 		pattern, stream string
 	}{
 		{cfg.Forward.Pattern(), cfg.Stream + "_FORWARD"},
 		{cfg.DLQ.Pattern(), cfg.Stream + "_DLQ"},
 	} {
-		name, err := consumer.EnsureCaptured(ctx, js, o.pattern, o.stream)
+		name, err := consumer.EnsureCaptured(ctx, js, o.pattern, o.stream, replicas)
 		if err != nil {
 			return refusedIsConfig(err, "a stream for "+o.pattern, "THROTTLER_FORWARD_SUBJECT, THROTTLER_DLQ_SUBJECT and THROTTLER_STREAM")
 		}

@@ -26,13 +26,26 @@ const (
 	clusterReadyTimeout = 30 * time.Second
 )
 
-// Cluster is a Redis Cluster of master-only redis-server processes owned by
-// one test.
+// Cluster is a Redis Cluster of redis-server processes owned by one test:
+// masters, and replicas of them when started with ClusterOptions.Replicas.
 type Cluster struct {
-	// Addrs holds the "127.0.0.1:port" address of every master.
+	// Addrs holds the "127.0.0.1:port" address of every node, masters first
+	// as they were started; after a failover a replica may be a master.
 	Addrs []string
 
-	nodes []*redisProc
+	replicas int // replicas per master
+	nodes    []*redisProc
+}
+
+// ClusterOptions shapes a cluster started by StartRedisClusterWith.
+type ClusterOptions struct {
+	// Masters is the number of masters, at least 3 (redis-cli's minimum).
+	Masters int
+	// Replicas is the number of replicas of each master; 0 for none.
+	Replicas int
+	// NodeTimeout is the cluster-node-timeout: how long a master may be
+	// unreachable before its replica fails it over. Zero means 2 s.
+	NodeTimeout time.Duration
 }
 
 // StartRedisCluster starts masters redis-server processes (at least 3, the
@@ -43,14 +56,30 @@ type Cluster struct {
 // or the cluster does not form.
 func StartRedisCluster(tb testing.TB, masters int) *Cluster {
 	tb.Helper()
-	if masters < 3 {
-		tb.Fatalf("testenv: start redis cluster: need at least 3 masters, got %d", masters)
+	return StartRedisClusterWith(tb, ClusterOptions{Masters: masters})
+}
+
+// StartRedisClusterWith starts a cluster as StartRedisCluster does, with
+// opts.Replicas replicas of each master, and waits, besides, until every
+// master has its replicas attached and in sync, so that killing a master
+// (KillNode) promotes one of them.
+func StartRedisClusterWith(tb testing.TB, opts ClusterOptions) *Cluster {
+	tb.Helper()
+	if opts.Masters < 3 {
+		tb.Fatalf("testenv: start redis cluster: need at least 3 masters, got %d", opts.Masters)
+	}
+	if opts.Replicas < 0 {
+		tb.Fatalf("testenv: start redis cluster: %d replicas per master", opts.Replicas)
+	}
+	nodeTimeout := opts.NodeTimeout
+	if nodeTimeout <= 0 {
+		nodeTimeout = 2 * time.Second
 	}
 	serverBin := lookBinary(tb, "redis-server")
 	cliBin := lookBinary(tb, "redis-cli")
 	baseDir := tb.TempDir()
 
-	c := &Cluster{}
+	c := &Cluster{replicas: opts.Replicas}
 	tb.Cleanup(func() {
 		var errs []error
 		for _, n := range c.nodes {
@@ -67,13 +96,14 @@ func StartRedisCluster(tb testing.TB, masters int) *Cluster {
 		return []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
-			"--cluster-node-timeout", "2000",
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 		}
 	}
-	for i := range masters {
+	total := opts.Masters * (1 + opts.Replicas)
+	for i := range total {
 		proc, err := launchOnFreePort(serverBin, baseDir, pick, extra)
 		if err != nil {
-			tb.Fatalf("testenv: start redis cluster node %d of %d: %v", i+1, masters, err)
+			tb.Fatalf("testenv: start redis cluster node %d of %d: %v", i+1, total, err)
 		}
 		c.nodes = append(c.nodes, proc)
 		c.Addrs = append(c.Addrs, proc.addr)
@@ -106,7 +136,7 @@ func (c *Cluster) create(cliBin string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), clusterCreateTimeout)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(c.replicas), "--cluster-yes")
 	out, err := exec.CommandContext(ctx, cliBin, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %w\n%s", cliBin, strings.Join(args, " "), err, out)
@@ -115,7 +145,8 @@ func (c *Cluster) create(cliBin string) error {
 }
 
 // waitReady waits until every node reports a healthy cluster that knows all
-// nodes and has every slot assigned.
+// nodes and has every slot assigned, and every replica is in sync with its
+// master (a replica still loading would not be promoted).
 func (c *Cluster) waitReady() error {
 	err := waitUntil(clusterReadyTimeout, nil, func() error {
 		for _, n := range c.nodes {
@@ -138,7 +169,7 @@ func (c *Cluster) waitReady() error {
 				}
 			}
 		}
-		return nil
+		return c.replicasInSync()
 	})
 	if err != nil {
 		return fmt.Errorf("wait for cluster_state:ok: %w", err)
