@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -82,9 +83,16 @@ func TestBatchMatchesSequential(t *testing.T) {
 						req.Tenant = fmt.Sprintf("t%d", n%3)
 					}
 					// Tenant t2 has one limit of its own, the others two:
-					// jobs with different limits share calls.
-					if req.Tenant == "t2" {
+					// jobs with different limits share calls. Every
+					// other ten rounds t1's first limit has another rate
+					// (CHANGE): its debt is forgiven and the slots
+					// reserved under the other are decided again.
+					switch {
+					case req.Tenant == "t2":
 						req.Limits = throttle.Limits{throttle.PerSecond(5, 3)}
+					case req.Tenant == "t1" && round%20 >= 10:
+						req.Limits = slices.Clone(limits)
+						req.Limits[0] = throttle.PerSecond(8, 4)
 					}
 					reqs = append(reqs, req)
 				}
