@@ -31,10 +31,10 @@ func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, deci
 				sleep(ctx, d)
 			}
 		}
-		if d := g.pause(); d > 0 {
+		if g.redisWait > 0 {
 			// Give Redis time to come back instead of pulling more jobs only
 			// to defer them again.
-			sleep(ctx, d)
+			sleep(ctx, g.redisWait)
 		}
 	}
 }
@@ -89,24 +89,8 @@ type decidedGroup struct {
 	results []throttle.Result // one per item that is not bad
 	credits int               // fetch credits the group holds
 	// redisWait, when Redis failed under DeferOnRedisError, is how long
-	// the jobs it failed for are put off, and the pulling with them when
-	// it failed for all (pause).
+	// the jobs it failed for are put off, and the pulling with them.
 	redisWait time.Duration
-	// redisFailedAll is set when Redis failed for every job it was asked
-	// about.
-	redisFailedAll bool
-}
-
-// pause is how long to wait before pulling more after g: the Redis
-// backoff when Redis failed for every job of g. When it failed for some
-// only (one master of a Redis Cluster away, say), the others' tenants
-// keep being pulled and decided: the failed jobs wait out the backoff on
-// their own.
-func (g decidedGroup) pause() time.Duration {
-	if !g.redisFailedAll {
-		return 0
-	}
-	return g.redisWait
 }
 
 // deferred counts the group's jobs that were decided and must wait, and
@@ -156,14 +140,13 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 	g.results = w.decider.DecideBatch(dctx, reqs)
 	w.obs.ObserveDecision(time.Since(began))
 	cancel()
-	failed := 0
+	redisFailed := false
 	for _, res := range g.results {
 		if res.Err != nil && !errors.Is(res.Err, throttle.ErrInvalid) && ctx.Err() == nil {
-			failed++
+			redisFailed = true
+			break
 		}
 	}
-	redisFailed := failed > 0
-	g.redisFailedAll = failed == len(g.results)
 	switch {
 	case !redisFailed:
 		w.redisBackoff.Reset()

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
@@ -335,41 +333,5 @@ func TestAdmittedGroupStartsTenantsInTurn(t *testing.T) {
 
 	if got, want := e.ran.ids(), []string{"JOBS:1", "JOBS:2", "JOBS:5", "JOBS:3", "JOBS:4"}; !slices.Equal(got, want) {
 		t.Errorf("handlers started %v, want %v", got, want)
-	}
-}
-
-// TestPullingPausesOnlyWhenRedisFailedForAll: a batch Redis failed to
-// decide as a whole pauses the pulling for the Redis backoff; one it failed
-// for in part (a Redis Cluster master away, its tenants' jobs failing)
-// does not, so the other tenants keep their pace while the failed jobs
-// wait out the backoff on their own.
-func TestPullingPausesOnlyWhenRedisFailedForAll(t *testing.T) {
-	e := setup(t)
-	e.decider.decide = func(_ context.Context, c throttle.Copy) throttle.Result {
-		if c.Tenant == "down" {
-			return redisFailure(errors.New("connection refused"))
-		}
-		return result(throttle.Admitted, 0)
-	}
-	w, err := New(e.params)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	decideOne := func(tenants ...string) decidedGroup {
-		t.Helper()
-		var msgs []jetstream.Msg
-		for i, tn := range tenants {
-			msgs = append(msgs, newMsg(uint64(i+1), "jobs."+tn))
-		}
-		return w.decide(context.Background(), msgs)
-	}
-	if g := decideOne("down", "down"); g.redisWait <= 0 || g.pause() != g.redisWait {
-		t.Errorf("every job failed: pause %v, redisWait %v; want a pause of the backoff", g.pause(), g.redisWait)
-	}
-	if g := decideOne("down", "up"); g.redisWait <= 0 || g.pause() != 0 {
-		t.Errorf("one of two failed: pause %v, redisWait %v; want the failed job put off, no pause", g.pause(), g.redisWait)
-	}
-	if g := decideOne("up"); g.redisWait != 0 || g.pause() != 0 {
-		t.Errorf("none failed: pause %v, redisWait %v; want neither", g.pause(), g.redisWait)
 	}
 }
