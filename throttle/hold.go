@@ -55,3 +55,9 @@ func (l *Limiter) HoldAt(ctx context.Context, tenant string, at, until time.Time
 	}
 	return ownerStatus(l.lib.hold, at0, v)
 }
+
+// Hold is the Limiter's Hold, so that Copies can both hold a tenant and
+// release the owner record of the job that was told to wait.
+func (c *Copies) Hold(ctx context.Context, tenant string, until time.Time) error {
+	return c.l.Hold(ctx, tenant, until)
+}
