@@ -62,9 +62,6 @@ func (w *Worker) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter
 		until = latest
 	}
 	wait := max(0, until.Sub(now))
-	w.stats.Add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
-	w.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,
-		"until", until.UTC().Format(time.RFC3339Nano), "wait", wait, "reason", ra.Reason)
 	released := false // the owner record is known not to name this incarnation
 	if w.holder != nil {
 		hctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
@@ -80,6 +77,10 @@ func (w *Worker) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter
 		}
 		released = err == nil
 	}
+	// Counted once the tenant is held, so a count seen means the hold is in.
+	w.stats.Add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
+	w.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,
+		"until", until.UTC().Format(time.RFC3339Nano), "wait", wait, "reason", ra.Reason)
 	if !released {
 		// The owner record may still name this incarnation, and a moved
 		// copy would then be taken for a duplicate: NAK.
