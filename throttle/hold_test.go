@@ -74,6 +74,22 @@ func TestHold(t *testing.T) {
 		}
 	})
 
+	t.Run("a key of another type", func(t *testing.T) {
+		e := setup(t)
+		l := newLimiter(t, e.rdb, e.prefix, time.Hour, limits)
+		// The per-hour bucket (keys.go: <prefix>:{tenant}:l:<period µs>).
+		if err := e.rdb.LPush(ctx, e.prefix+":{acme}:l:3600000000", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := l.HoldAt(ctx, "acme", t0, t0.Add(time.Minute))
+		if !errors.Is(err, throttle.ErrRedis) {
+			t.Fatalf("a hold over a list: %v, want ErrRedis", err)
+		}
+		if n := len(keys(t, e.rdb, e.prefix)); n != 1 {
+			t.Fatalf("%d keys after a refused hold, want the list alone", n)
+		}
+	})
+
 	t.Run("shadowed tenant holds nothing", func(t *testing.T) {
 		e := setup(t)
 		l, err := throttle.New(e.rdb, throttle.Options{Policies: throttle.Rules{Default: throttle.Policy{Limits: limits, Shadow: true}}, Horizon: time.Hour, Prefix: e.prefix})
