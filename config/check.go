@@ -41,6 +41,7 @@ var durBounds = map[string]struct{ min, max time.Duration }{
 	"THROTTLER_ACK_WAIT":         {time.Second, 0},
 	"THROTTLER_REDIS_TIMEOUT":    {1, 0},
 	"THROTTLER_SCHEDULE_AFTER":   {time.Second, 0},
+	"THROTTLER_HTTP_TIMEOUT":     {1, 0},
 }
 
 // intWant says what whole-number variable name accepts.
@@ -99,7 +100,8 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck.durIn("THROTTLER_REDIS_TIMEOUT", c.RedisTimeout)
 	ck.durIn("THROTTLER_SCHEDULE_AFTER", c.ScheduleAfter)
 
-	ck.oneOf("THROTTLER_HANDLER", c.Handler, HandlerForward)
+	ck.oneOf("THROTTLER_HANDLER", c.Handler, HandlerForward, HandlerHTTP)
+	c.HTTPHeaderList = ck.httpSettings(c)
 	ck.oneOf("THROTTLER_ON_REDIS_ERROR", c.OnRedisError, OnRedisErrorDefer, OnRedisErrorAllow)
 	ck.oneOf("THROTTLER_LOG_LEVEL", c.LogLevel, "debug", "info", "warn", "error")
 	ck.oneOf("THROTTLER_LOG_FORMAT", c.LogFormat, "text", "json")

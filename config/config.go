@@ -119,9 +119,31 @@ type Config struct {
 	// reserve. Defaults to 10m.
 	MaxDefer time.Duration `env:"THROTTLER_MAX_DEFER" envDefault:"10m"`
 
-	// Handler is what the worker does with an admitted job; only forward
-	// (publish it to ForwardSubject) exists. Defaults to forward.
+	// Handler is what the worker does with an admitted job: forward
+	// (publish it to ForwardSubject) or http (send it to HTTPURL).
+	// Defaults to forward.
 	Handler string `env:"THROTTLER_HANDLER" envDefault:"forward"`
+
+	// HTTPURL is the URL template the http handler sends each job to;
+	// {tenant} and {subject} are replaced by the job's, path-escaped. It
+	// must be an absolute http:// or https:// URL. Required with Handler
+	// http. Defaults to empty.
+	HTTPURL string `env:"THROTTLER_HTTP_URL"`
+
+	// HTTPMethod is the HTTP method of the http handler's requests.
+	// Defaults to POST.
+	HTTPMethod string `env:"THROTTLER_HTTP_METHOD" envDefault:"POST"`
+
+	// HTTPTimeout bounds each request of the http handler, from connecting
+	// to the response's headers; more than 0. Defaults to 30s.
+	HTTPTimeout time.Duration `env:"THROTTLER_HTTP_TIMEOUT" envDefault:"30s"`
+
+	// HTTPHeaders holds static headers added to every request of the http
+	// handler, as NAME=VALUE entries separated by commas (a value cannot
+	// hold a comma), such as Authorization=Bearer x,X-Env=prod.
+	// HTTPHeaderList holds it split. Print masks the values. Defaults to
+	// empty.
+	HTTPHeaders string `env:"THROTTLER_HTTP_HEADERS"`
 
 	// ForwardSubject is the subject template admitted jobs are published to;
 	// {tenant} is replaced by the job's tenant. Defaults to done.{tenant}.
@@ -225,6 +247,9 @@ type Config struct {
 	// by Load.
 	TenantFromHeader string
 
+	// HTTPHeaderList holds HTTPHeaders split, in order. Filled by Load.
+	HTTPHeaderList []HeaderField
+
 	// TenantLimitSpecs holds TenantLimits split: each tenant's limits as
 	// written, not yet parsed. Filled by Load.
 	TenantLimitSpecs map[string]string
@@ -262,8 +287,19 @@ const (
 	FastLaneOff FastLaneMode = "off"
 )
 
-// HandlerForward is the only THROTTLER_HANDLER: publish to ForwardSubject.
-const HandlerForward = "forward"
+// The values of THROTTLER_HANDLER.
+const (
+	// HandlerForward publishes each admitted job to ForwardSubject.
+	HandlerForward = "forward"
+	// HandlerHTTP sends each admitted job to HTTPURL.
+	HandlerHTTP = "http"
+)
+
+// HeaderField is one static header of THROTTLER_HTTP_HEADERS.
+type HeaderField struct {
+	// Name is the header's name, Value its value.
+	Name, Value string
+}
 
 // LimitsOff is the THROTTLER_LIMITS_BUCKET that reads no limits from NATS.
 const LimitsOff = "off"

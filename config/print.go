@@ -10,7 +10,8 @@ import (
 )
 
 // Print writes the variables of c to w, one NAME=value a line, sorted by
-// name, with passwords and tokens in NATS_URL and REDIS_URL replaced by
+// name, with passwords and tokens in NATS_URL, REDIS_URL and
+// THROTTLER_HTTP_URL, and the values of THROTTLER_HTTP_HEADERS, replaced by
 // ****, then a comment line, "# redis: ...", saying what REDIS_URL names in
 // THROTTLER_REDIS_MODE: the mode, the addresses and the sentinels' master.
 func (c *Config) Print(w io.Writer) error {
@@ -32,8 +33,10 @@ func (c *Config) Print(w io.Writer) error {
 		switch name {
 		case "NATS_URL":
 			value = maskNATSURLs(value)
-		case "REDIS_URL":
+		case "REDIS_URL", "THROTTLER_HTTP_URL":
 			value = maskRedisURL(value)
+		case "THROTTLER_HTTP_HEADERS":
+			value = maskHeaders(value)
 		}
 		lines = append(lines, name+"="+value+"\n")
 	}

@@ -47,6 +47,9 @@ type Config struct {
 	// TermWithReason sends the dead-letter reason with Term; servers before
 	// 2.10 do not know it. Defaults to false (plain Term).
 	TermWithReason bool
+	// MaxHold caps how long a RetryAfter from a handler defers its job
+	// and holds its tenant back. Defaults to 10m.
+	MaxHold time.Duration
 	// StatsTenants caps the tenants Stats (and /metrics) count one by one;
 	// the counts of tenants first seen after that many go to OtherTenants,
 	// so memory stays bounded however many tenants come and go. Defaults
@@ -75,6 +78,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ShutdownTimeout, 25*time.Second)
 	setDefault(&c.InProgressEvery, 10*time.Second)
 	setDefault(&c.DLQSubject, "dlq.{tenant}")
+	setDefault(&c.MaxHold, 10*time.Minute)
 	setDefault(&c.StatsTenants, 10_000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -104,6 +108,11 @@ type Params struct {
 	Failures FailureCounter
 	// Handler runs admitted jobs. Required.
 	Handler Handler
+	// Holder, when set, holds a tenant back fleet-wide when a handler
+	// returns RetryAfter, and lets the job's deferred copy leave the
+	// consumer; without one the job is NAK'd until then and only this
+	// job waits. *throttle.Copies satisfies it.
+	Holder Holder
 	// Deferrer puts off limited jobs. Defaults to NakDeferrer.
 	Deferrer Deferrer
 	// Bundles, when set, is the consumer of fired bundles of moved jobs

@@ -104,7 +104,8 @@ func (j Job) OriginalSequence() uint64 {
 
 // Handler runs an admitted job. A nil error acks the job; an error is a
 // failure of that job, retried with backoff and dead-lettered after
-// Config.MaxFailures failures (at once when it is Permanent). A panic
+// Config.MaxFailures failures (at once when it is Permanent); a
+// *RetryAfter is no failure: the job waits, its tenant held. A panic
 // counts as an error. The context is cancelled when the worker stops and
 // the shutdown timeout has passed.
 type Handler func(ctx context.Context, job Job) error

@@ -27,6 +27,11 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 		f.settle(func(m jetstream.Msg) error { return m.Nak() })
 		return
 	}
+	if ra := asRetryAfter(err); ra != nil {
+		// The destination asked to wait: not a failure of the job.
+		w.holdOff(workCtx, f, job, ra)
+		return
+	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Failed++ })
 	if IsPermanent(err) {
 		// Retrying cannot help: dead-letter it now. Its failure count in

@@ -51,6 +51,9 @@ type TenantStats struct {
 	// BadLimits counts values of the tenant's key in the limits bucket
 	// that could not be read, and were ignored.
 	BadLimits int64
+	// DownstreamHolds counts jobs whose handler said the destination asked
+	// to wait (RetryAfter): each deferred, and its tenant held back.
+	DownstreamHolds int64
 }
 
 // OtherTenants stands in for the tenants counted together once a worker

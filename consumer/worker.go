@@ -29,6 +29,7 @@ type Worker struct {
 	recreate   func(context.Context) error
 	decider    Decider
 	failures   FailureCounter
+	holder     Holder // nil without one
 	handler    Handler
 	deferrer   Deferrer
 	dlq        deadLetter
@@ -95,6 +96,7 @@ func New(p Params) (*Worker, error) {
 		recreate:     p.Recreate,
 		decider:      p.Decider,
 		failures:     p.Failures,
+		holder:       p.Holder,
 		handler:      p.Handler,
 		deferrer:     p.Deferrer,
 		dlq:          deadLetter{js: p.JetStream, template: cfg.DLQSubject},

@@ -101,6 +101,7 @@ func TestBinary(t *testing.T) {
 			"REDIS_URL":               "redis://127.0.0.1:" + strconv.Itoa(closedPort(t)),
 			"THROTTLER_CONCURRENCY":   "0",
 			"THROTTLER_DEFAULT_LIMIT": "abc",
+			"THROTTLER_HANDLER":       "http", // without THROTTLER_HTTP_URL
 		})
 		start := time.Now()
 		err := cmd.Run()
@@ -111,7 +112,7 @@ func TestBinary(t *testing.T) {
 		if took := time.Since(start); took > 3*time.Second {
 			t.Errorf("took %s to refuse a bad configuration; it must not try to connect", took)
 		}
-		for _, name := range []string{"THROTTLER_CONCURRENCY", "THROTTLER_DEFAULT_LIMIT"} {
+		for _, name := range []string{"THROTTLER_CONCURRENCY", "THROTTLER_DEFAULT_LIMIT", "THROTTLER_HTTP_URL"} {
 			if !strings.Contains(stderr.String(), name) {
 				t.Errorf("stderr does not name %s:\n%s", name, stderr)
 			}

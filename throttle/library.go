@@ -47,7 +47,7 @@ type library struct {
 	version string
 	code    string // the source, with the version put in
 	// The functions' names.
-	decide, claim, release, failed, carry string
+	decide, claim, release, failed, carry, hold string
 }
 
 // newLibrary returns the library for rdb.
@@ -64,6 +64,7 @@ func newLibrary(rdb Client) *library {
 		release: name("release"),
 		failed:  name("failed"),
 		carry:   name("carry"),
+		hold:    name("hold"),
 	}
 }
 

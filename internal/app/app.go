@@ -28,7 +28,8 @@ type Options struct {
 	NATS *nats.Conn
 	// Redis is the Redis client. Required.
 	Redis throttle.Client
-	// Handler runs admitted jobs. Defaults to the forward handler.
+	// Handler runs admitted jobs. Defaults to the one THROTTLER_HANDLER
+	// names (NewHandler).
 	Handler consumer.Handler
 	// Logger receives logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -87,13 +88,18 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	}
 	handler := opts.Handler
 	if handler == nil {
-		handler = consumer.Forwarder(js, cfg.Forward)
+		var closeHandler func()
+		if handler, closeHandler, err = NewHandler(js, cfg); err != nil {
+			return err
+		}
+		defer closeHandler()
 	}
 	w, err := consumer.New(consumer.Params{
 		JetStream:  js,
 		Consumer:   st.jobs,
 		Decider:    copies,
 		Failures:   copies,
+		Holder:     copies,
 		Handler:    handler,
 		Deferrer:   st.path.deferrer(js, cfg, ackPending),
 		AckPending: ackPending,

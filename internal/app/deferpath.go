@@ -77,7 +77,10 @@ func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		InProgressEvery: max(100*time.Millisecond, cfg.AckWait/3),
 		DLQSubject:      cfg.DLQ,
-		StatsTenants:    cfg.MetricsTenants,
-		Logger:          log,
+		// A downstream's wait is capped like a reservation; with
+		// THROTTLER_MAX_DEFER=0 the worker's default (10m) caps it.
+		MaxHold:      cfg.MaxDefer,
+		StatsTenants: cfg.MetricsTenants,
+		Logger:       log,
 	}
 }

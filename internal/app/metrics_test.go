@@ -86,7 +86,7 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 	stats.Add("acme", func(s *consumer.TenantStats) {
 		s.Delivered, s.Admitted, s.Deferred, s.Moved, s.Completed, s.Failed, s.DeadLettered = 1, 2, 3, 4, 5, 6, 7
 		s.RedisErrors, s.AllowedOnRedisError, s.Duplicates, s.RedisCalls, s.FastLaned = 8, 9, 10, 11, 12
-		s.DeadLettersCut, s.MovesTooLarge, s.ShadowLimited, s.BadLimits = 13, 14, 15, 16
+		s.DeadLettersCut, s.MovesTooLarge, s.ShadowLimited, s.BadLimits, s.DownstreamHolds = 13, 14, 15, 16, 17
 		s.ShadowWait = 1500 * time.Millisecond
 	})
 	m := newTestMetrics(t, stats, 7, 42)
@@ -98,7 +98,7 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 
 	counters := []string{"delivered", "admitted", "deferred", "moved", "completed", "failed", "dead_lettered",
 		"redis_errors", "allowed_on_redis_error", "duplicates", "redis_calls", "fast_laned", "dead_letters_cut",
-		"moves_too_large", "shadow_limited", "bad_limits"}
+		"moves_too_large", "shadow_limited", "bad_limits", "downstream_holds"}
 	var want []string
 	for i, name := range counters {
 		want = append(want, fmt.Sprintf("# TYPE throttler_%s_total counter", name),

@@ -73,6 +73,8 @@ func newStatsCollector(src statsSource) *statsCollector {
 				func(s consumer.TenantStats) float64 { return n(s.ShadowLimited) }),
 			counter("bad_limits_total", "Values of the tenant's key in the limits bucket that were ignored as invalid.",
 				func(s consumer.TenantStats) float64 { return n(s.BadLimits) }),
+			counter("downstream_holds_total", "Jobs whose destination asked the worker to wait (HTTP 429, or 503 with Retry-After); each held its tenant back.",
+				func(s consumer.TenantStats) float64 { return n(s.DownstreamHolds) }),
 			counter("shadow_wait_seconds_total", "Waits enforcing would have imposed on jobs in shadow mode.",
 				func(s consumer.TenantStats) float64 { return s.ShadowWait.Seconds() }),
 		},

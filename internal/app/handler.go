@@ -1,0 +1,35 @@
+package app
+
+import (
+	"net/http"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/httphandler"
+)
+
+// NewHandler returns the handler THROTTLER_HANDLER names, built from the
+// settings, and a function that releases what it holds (the http
+// handler's idle connections), to call once the worker has stopped.
+func NewHandler(js jetstream.JetStream, cfg *Settings) (consumer.Handler, func(), error) {
+	if cfg.Handler != config.HandlerHTTP {
+		return consumer.Forwarder(js, cfg.Forward), func() {}, nil
+	}
+	headers := http.Header{}
+	for _, f := range cfg.HTTPHeaderList {
+		headers.Add(f.Name, f.Value)
+	}
+	h, err := httphandler.New(httphandler.Options{
+		URL:     cfg.HTTPURL,
+		Method:  cfg.HTTPMethod,
+		Timeout: cfg.HTTPTimeout,
+		Headers: headers,
+		Conns:   cfg.Concurrency,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return h.Handle, h.Close, nil
+}

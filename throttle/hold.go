@@ -1,0 +1,63 @@
+package throttle
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// Hold holds tenant back until until, fleet-wide: every enforced bucket of
+// the tenant's current policy is set to be empty at until at the earliest,
+// so that no Limiter sharing this Redis admits another of its jobs before
+// then (a bucket already in debt past until keeps its debt). Jobs already
+// holding slots before until keep them: they were charged when they got
+// them. The worker calls it when a tenant's downstream asks it to wait.
+//
+// A shadowed tenant has no enforced buckets: nothing is held. An until
+// not after Redis' clock holds nothing; one more than 30 days ahead is
+// refused (ErrInvalid).
+func (l *Limiter) Hold(ctx context.Context, tenant string, until time.Time) error {
+	return l.HoldAt(ctx, tenant, time.Time{}, until)
+}
+
+// HoldAt is Hold with now given: at is the time of the call, zero meaning
+// Redis TIME, as for a Request's At. Tests use it with fixed times.
+func (l *Limiter) HoldAt(ctx context.Context, tenant string, at, until time.Time) error {
+	tag, err := l.keys.tag(tenant)
+	if err != nil {
+		return err
+	}
+	pol := l.policies.Policy(tenant)
+	if pol.Shadow || len(pol.Limits) == 0 {
+		return nil
+	}
+	if until.UnixMicro() < 0 || until.UnixMicro() >= maxExact {
+		return &InvalidError{Code: CodeHorizon, Detail: "hold until " + until.String() + " out of range"}
+	}
+	now := "0"
+	if !at.IsZero() {
+		now = strconv.FormatInt(at.UnixMicro(), 10)
+	}
+	keys := make([]string, 0, len(pol.Limits))
+	args := make([]any, 0, 2+3*len(pol.Limits))
+	args = append(args, now, strconv.FormatInt(until.UnixMicro(), 10))
+	for _, lim := range pol.Limits {
+		keys = append(keys, l.keys.prefix+":"+tag+limitKeySuffix(lim, false))
+		args = append(args, strconv.FormatInt(lim.Rate, 10), strconv.FormatInt(lim.periodMicros(), 10), strconv.FormatInt(lim.Burst, 10))
+	}
+	v, err := l.lib.call(ctx, l.lib.hold, keys, args...)
+	if err != nil {
+		return err
+	}
+	at0 := keys[0]
+	if v[0] == statusWrongType && v[1] >= 1 && int(v[1]) <= len(keys) {
+		at0 = keys[v[1]-1]
+	}
+	return ownerStatus(l.lib.hold, at0, v)
+}
+
+// Hold is the Limiter's Hold, so that Copies can both hold a tenant and
+// release the owner record of the job that was told to wait.
+func (c *Copies) Hold(ctx context.Context, tenant string, until time.Time) error {
+	return c.l.Hold(ctx, tenant, until)
+}
