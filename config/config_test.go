@@ -345,24 +345,10 @@ func TestPrintMasksSecrets(t *testing.T) {
 		"NATS_URL":  "nats://alice:s3cret@n1:4222,nats://t0ken@n2:4222,n3:4222",
 		"REDIS_URL": "redis://bob:hunter2@r:6379/1",
 	})
-	var buf bytes.Buffer
-	if err := c.Print(&buf); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	for _, secret := range []string{"s3cret", "t0ken", "hunter2"} {
-		if strings.Contains(out, secret) {
-			t.Errorf("Print shows secret %q:\n%s", secret, out)
-		}
-	}
-	for _, want := range []string{
+	checkPrint(t, c, []string{"s3cret", "t0ken", "hunter2"}, []string{
 		"NATS_URL=nats://alice:****@n1:4222,nats://****@n2:4222,n3:4222\n",
 		"REDIS_URL=redis://bob:****@r:6379/1\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("Print lacks %q:\n%s", want, out)
-		}
-	}
+	})
 }
 
 func TestPrintFormat(t *testing.T) {
@@ -448,6 +434,27 @@ func TestMask(t *testing.T) {
 		}
 		if got := maskRedisURL(tt.in); got != tt.redis {
 			t.Errorf("maskRedisURL(%q) = %q, want %q", tt.in, got, tt.redis)
+		}
+	}
+}
+
+// checkPrint fails unless Print of c shows none of secrets and every line
+// of wants.
+func checkPrint(t *testing.T, c *Config, secrets, wants []string) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := c.Print(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, secret := range secrets {
+		if strings.Contains(out, secret) {
+			t.Errorf("Print shows secret %q:\n%s", secret, out)
+		}
+	}
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("Print lacks %q:\n%s", want, out)
 		}
 	}
 }

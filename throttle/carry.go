@@ -53,7 +53,7 @@ func (l *Limiter) Carry(ctx context.Context, tenant string, from, to Policy, at 
 		v, err := l.lib.call(ctx, l.lib.carry, keys, now, strconv.FormatInt(o.periodMicros(), 10),
 			strconv.FormatInt(n.Rate, 10), strconv.FormatInt(n.periodMicros(), 10), strconv.FormatInt(n.Burst, 10))
 		if err == nil {
-			err = ownerStatus(l.lib.carry, keys[0], v)
+			err = replyStatus(l.lib.carry, keys[0], v)
 		}
 		if err != nil {
 			errs = append(errs, err)

@@ -112,7 +112,7 @@ func (c *Copies) Claim(ctx context.Context, tenant, jobID string, incarnation in
 	if err != nil {
 		return false, 0, err
 	}
-	if err := ownerStatus(c.l.lib.claim, key, v); err != nil {
+	if err := replyStatus(c.l.lib.claim, key, v); err != nil {
 		return false, 0, err
 	}
 	return v[1] == 1, v[2], nil
@@ -129,7 +129,7 @@ func (c *Copies) Release(ctx context.Context, tenant, jobID string, incarnation 
 	if err != nil {
 		return false, err
 	}
-	if err := ownerStatus(c.l.lib.release, key, v); err != nil {
+	if err := replyStatus(c.l.lib.release, key, v); err != nil {
 		return false, err
 	}
 	return v[1] == 1, nil
@@ -169,8 +169,10 @@ func (c *Copies) ownerKey(tenant, jobID string, incarnation int64) (string, erro
 	return c.l.keys.owner(tag, jobID), nil
 }
 
-// ownerStatus reads the status of a claim or release reply.
-func ownerStatus(fn, key string, v []int64) error {
+// replyStatus reads the status of a reply of one of the functions outside
+// decide (claim, release, carry, hold): nil when it did its work, else the
+// error its status names; key is the key named in a WRONGTYPE error.
+func replyStatus(fn, key string, v []int64) error {
 	switch v[0] {
 	case statusAdmitted:
 		return nil

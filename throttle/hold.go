@@ -53,7 +53,7 @@ func (l *Limiter) HoldAt(ctx context.Context, tenant string, at, until time.Time
 	if v[0] == statusWrongType && v[1] >= 1 && int(v[1]) <= len(keys) {
 		at0 = keys[v[1]-1]
 	}
-	return ownerStatus(l.lib.hold, at0, v)
+	return replyStatus(l.lib.hold, at0, v)
 }
 
 // Hold is the Limiter's Hold, so that Copies can both hold a tenant and
