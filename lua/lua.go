@@ -12,7 +12,8 @@ package lua
 import _ "embed"
 
 // Library is the source of library.lua: the token-bucket decision, the
-// owner claim and release, and the failure count, as Redis functions. The
+// owner claim and release, the failure count, the carry of a bucket to a
+// new period and the hold of a tenant, as Redis functions. The
 // placeholder Version stands, in the library's name and in every function's
 // name, for a version the loader puts in.
 //
