@@ -1,7 +1,7 @@
 #!lua name=throttle___VERSION__
 --[[
 library.lua: the throttle engine's Redis Functions library (Redis 7.0 or
-later). Six functions, each atomic:
+later). Eight functions, each atomic:
 
   decide___VERSION__   decide M jobs against their token buckets
   claim___VERSION__    make an incarnation the owner of a job that has none
@@ -9,6 +9,8 @@ later). Six functions, each atomic:
   failed___VERSION__   count a handler failure, and give the owner record up
   carry___VERSION__    carry a bucket's tokens over to a limit of another period
   hold___VERSION__     push a tenant's buckets' empty time to a later instant
+  admit___VERSION__    decide one job under a running cap (RUNNING CAPS)
+  lease___VERSION__    renew, release or hand on a running cap's leases
 
 __VERSION__ stands for a short hash of this source, put in by package
 throttle before FUNCTION LOAD, so that two versions of the worker running
@@ -1437,3 +1439,311 @@ local function hold(keys, args)
 end
 
 redis.register_function('hold___VERSION__', hold)
+
+--[[
+RUNNING CAPS: admit___VERSION__ and lease___VERSION__ keep a tenant (or the
+whole fleet) to at most N jobs running at once. Each run holds a lease: a
+member of the cap's lease set (a sorted set), named by an owner token
+unique to that run, scored by the instant (µs) it expires. A worker renews
+its leases while their jobs run, and deletes each by its own token when the
+job ends (compare and delete: ZREM of a member only this run names), so a
+late worker can never free a lease given to someone else; the lease of a
+worker that died expires by itself. A lease counts while its score is
+after now.
+
+A job that finds the cap full does not run, and is not charged: it joins
+the cap's waiting list (a sorted set of job ids, scored by the instant it
+first joined: first come, first served) and the worker parks it. When a
+lease frees, the call that frees it hands the room to the head of the list:
+each job called gets a placeholder lease, member 'c:<job id>', that holds
+its place for the call TTL, and its id is returned for the caller to wake
+it. The job, back, finds its placeholder and turns it into its own lease.
+A placeholder whose job does not come back in time expires like a lease;
+the job then comes back when its parked copy fires, and joins the list
+again.
+
+Rate and cap together: the cap is decided first. A job that may have a
+lease is then decided by decide (same arguments, same rules, same reply):
+admitted, it takes the lease; told to wait for a rate slot, it takes no
+lease (a job that was called keeps its placeholder until its slot plus the
+call TTL, so its turn is not lost). A job waiting for a lease holds no rate
+slot and burns none.
+
+admit___VERSION__: decide one job under a running cap.
+
+KEYS[1]     the cap's lease set
+KEYS[2]     the cap's waiting list
+KEYS[3..]   the job's keys for decide: its buckets, reservation and owner
+            (with no limits: its reservation and owner); none for the
+            fleet's cap, which decides no rate
+ARGV[1]     N, the cap, [1, 1e6]
+ARGV[2]     the run's owner token, 1 to 64 of [0-9a-zA-Z_-]
+ARGV[3]     the lease TTL, ms, [1, 30 days]
+ARGV[4]     the call TTL, ms, [1, 30 days]
+ARGV[5]     the TTL of the sets and of an owner record written, ms,
+            [1, 31 days]: at least the horizon plus the call and lease TTLs
+ARGV[6]     the job's member in the waiting list, 1 to 300 bytes without
+            spaces: its job id (in the fleet's list, '<tenant>/<job id>')
+ARGV[7..]   decide's arguments for the one job, in its general form: now,
+            horizon, cost, incarnation, flags, number of limits n (0 to
+            8), and 3n limit arguments; for the fleet's cap, now alone
+
+Reply: decide's tuple for the job, then the members called, as strings:
+  {1, ...}, {2, ...}, {3, ...}, {4, ...}, {5, ...} as decide, positions
+                           counted in admit's KEYS and ARGV; ADMITTED holds
+                           the lease ARGV[2] until now + lease TTL
+  {6, ahead, running, 0}   CAPPED: the cap is full; the job waits in the
+                           list behind `ahead` jobs; `running` leases
+                           count. Nothing is charged; an owner record
+                           naming this incarnation is given up (it did not
+                           run: its parked copy must be free to).
+E_* codes of the caps (besides decide's):
+  21 E_CAP     N not in [1, 1e6]
+  22 E_TOKEN   the owner token malformed
+  23 E_MEMBER  the waiting-list member malformed
+  24 E_OP      lease's operation unknown
+At most MAX_CALLS jobs are called per call; the rest are called by later
+calls as leases free.
+]]
+local CAPPED = 6
+-- The E_* codes whose position names a key (a stored value), not an
+-- argument.
+local STORED = {[E_STATE] = true, [E_STATE_TTL] = true, [E_RESV] = true, [E_RESV_TTL] = true,
+  [E_OWNER] = true, [E_OWNER_TTL] = true, [E_FAILURES] = true}
+local E_CAP, E_TOKEN, E_MEMBER, E_OP = 21, 22, 23, 24
+local MAX_CALLS = 64
+local MAX_TTL_MS = 31 * 86400000
+
+-- zread runs a read command on a sorted set, or returns nil when the key
+-- holds another type.
+local function zread(...)
+  local v = pcallr(...)
+  if type(v) == 'table' and v.err and isWrongType(v) then return nil end
+  return v
+end
+
+-- callWaiters hands room for n jobs to the head of the waiting list W:
+-- each gets a placeholder lease in L until deadline (µs); it returns their
+-- members, for the caller to wake.
+local function callWaiters(L, W, n, deadline)
+  if n <= 0 then return {} end
+  if n > MAX_CALLS then n = MAX_CALLS end
+  local ids = call('ZRANGE', W, 0, n - 1)
+  local nid = #ids
+  if nid == 0 then return ids end
+  local d = format('%d', deadline)
+  for i = 1, nid do
+    call('ZADD', L, d, 'c:' .. ids[i])
+  end
+  call('ZREM', W, unpk(ids, 1, nid))
+  return ids
+end
+
+-- capArgs checks the arguments admit and lease share: N, the TTLs (ms)
+-- and the time. It returns them, or nil, an E_* code and its position.
+local function capArgs(n, leaseTTL, callTTL, recordTTL, now, at)
+  local N = whole(n, 1, 1000000)
+  if N == nil then return nil, E_CAP, at[1] end
+  local lt = whole(leaseTTL, 1, MAX_HORIZON / 1000)
+  if lt == nil then return nil, E_TTL, at[2] end
+  local ct = whole(callTTL, 1, MAX_HORIZON / 1000)
+  if ct == nil then return nil, E_TTL, at[3] end
+  local rt = whole(recordTTL, 1, MAX_TTL_MS)
+  if rt == nil then return nil, E_TTL, at[4] end
+  local t = whole(now, 0, EXACT - 1)
+  if t == nil then return nil, E_NOW, at[5] end
+  return N, lt * 1000, ct * 1000, rt, t
+end
+
+-- validToken reports whether s may name a lease: 1 to 64 of [0-9a-zA-Z_-],
+-- so that no token can be taken for a placeholder ('c:...').
+local function validToken(s)
+  return s ~= nil and #s >= 1 and #s <= 64 and find(s, '^[%w_%-]+$') ~= nil
+end
+
+local function admit(keys, args)
+  if not call then bind() end
+  local nk, na = #keys, #args
+  if nk < 2 or na < 7 then return badcall('admit takes at least 2 keys and 7 arguments') end
+  local N, leaseUs, callUs, recordTTL, now = capArgs(args[1], args[3], args[4], args[5], args[7], {1, 3, 4, 5, 7})
+  if N == nil then return {INVALID, leaseUs, callUs, 0} end
+  local token, member = args[2], args[6]
+  if not validToken(token) then return {INVALID, E_TOKEN, 2, 0} end
+  if #member < 1 or #member > 300 or find(member, '%s') then return {INVALID, E_MEMBER, 6, 0} end
+  local L, W = keys[1], keys[2]
+  local rated, inc, fresh, ownerAt = false, 0, false, nil
+  if na > 7 then
+    if na < 12 then return badcall('admit takes 7 arguments, or 12 and 3 per limit') end
+    local n = whole(args[12], 0, MAX_LIMITS)
+    if n == nil or na ~= 12 + 3 * n or nk ~= 4 + n then
+      return badcall('admit takes 4 keys and 12 arguments, and one key and 3 arguments per limit')
+    end
+    if whole(args[8], 0, MAX_HORIZON) == nil then return {INVALID, E_HORIZON, 8, 0} end
+    if whole(args[9], 1, MAX_N) == nil then return {INVALID, E_COST, 9, 0} end
+    inc = whole(args[10], 0, EXACT - 1)
+    if inc == nil then return {INVALID, E_INCARNATION, 10, 0} end
+    local fl = FLAGS[args[11]]
+    if fl == nil then return {INVALID, E_FRESH, 11, 0} end
+    fresh = fl % 2 == 1
+    for x = 13, na, 3 do
+      local r, code, at = limit(args, x, whole)
+      if r == nil then return {INVALID, code, at, 0} end
+    end
+    rated, ownerAt = n > 0, nk
+  elseif nk ~= 2 then
+    return badcall('admit for the fleet takes 2 keys')
+  end
+  local t = clock(now)
+  local tArg = format('(%d', t)
+
+  -- Every read before the first write.
+  local live = zread('ZCOUNT', L, tArg, '+inf')
+  if live == nil then return {WRONGTYPE, 1, 0, 0} end
+  local ph = 'c:' .. member
+  local mine = call('ZSCORE', L, ph)
+  mine = mine and tonum(mine) > t
+  local rank = zread('ZRANK', W, member)
+  if rank == nil then return {WRONGTYPE, 2, 0, 0} end
+  local nw = call('ZCARD', W)
+  local own = false
+  if ownerAt then
+    local refused
+    own, refused = owner(keys, ownerAt)
+    if own == nil then return refused end
+    if own and own ~= inc then return {DUPLICATE, own, 0, 0} end
+  end
+
+  call('ZREMRANGEBYSCORE', L, '-inf', t)
+  local ahead = rank or nw
+  local free = N - live
+  if mine then free, ahead = free + 1, 0 end
+  local reply, called
+  if free > ahead then
+    if rated then
+      local da = {unpk(args, 7, na)}
+      da[1] = format('%d', t)
+      reply = decide({unpk(keys, 3, nk)}, da)
+      if reply.err then return reply end
+      if reply[1] == WRONGTYPE then
+        reply[2] = reply[2] + 2
+      elseif reply[1] == INVALID then
+        reply[3] = reply[3] + (STORED[reply[2]] and 2 or 6)
+      end
+    else
+      reply = {ADMITTED, 0, 0, 0}
+      if ownerAt and not fresh then
+        call('SET', keys[ownerAt], format('%d', inc), 'PX', args[5])
+      end
+    end
+    local st = reply[1]
+    if st == ADMITTED then
+      if mine then call('ZREM', L, ph) end
+      if rank then call('ZREM', W, member) end
+      call('ZADD', L, format('%d', t + leaseUs), token)
+      called = callWaiters(L, W, ahead, t + callUs)
+    elseif st == LIMITED then
+      if mine then
+        call('ZADD', L, format('%d', t + reply[2] + callUs), ph)
+      else
+        if rank then call('ZREM', W, member) end
+        called = callWaiters(L, W, free, t + callUs)
+      end
+    else
+      return reply
+    end
+  else
+    if own and own == inc then call('DEL', keys[ownerAt]) end
+    if not rank then call('ZADD', W, 'NX', format('%d', t), member) end
+    called = callWaiters(L, W, free, t + callUs)
+    reply = {CAPPED, ahead, live, 0}
+  end
+  call('PEXPIRE', L, args[5])
+  if call('EXISTS', W) == 1 then call('PEXPIRE', W, args[5]) end
+  if called then
+    for i = 1, #called do reply[4 + i] = called[i] end
+  end
+  return reply
+end
+
+--[[
+lease___VERSION__: renew, release or hand on a cap's leases.
+
+KEYS[1]   the cap's lease set
+KEYS[2]   the cap's waiting list
+ARGV[1]   the operation: 1 release, 2 renew, 3 poke
+ARGV[2]   now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
+ARGV[3]   N, the cap now, [1, 1e6]
+ARGV[4]   the lease TTL, ms, [1, 30 days]
+ARGV[5]   the call TTL, ms, [1, 30 days]
+ARGV[6]   the sets' TTL, ms, [1, 31 days]
+ARGV[7..] release: the one token (or placeholder 'c:<member>') to delete;
+          renew: the tokens to renew; poke: none
+
+release deletes the lease named by the token, and only that one (compare
+and delete), then hands the room free to the head of the waiting list, as
+admit does. renew moves each named lease that still counts to now + lease
+TTL; a lease that expired is not renewed (its room may be another run's).
+poke drops expired leases and hands the room free to the head of the list:
+a lease that expired frees no room until a call sees it.
+
+Reply: {1, n, 0, 0, members...}: release: n is 1 when the lease was
+deleted, then the members called; renew: n leases renewed, then the tokens
+not renewed; poke: 0, then the members called. {3, code, position, 0}:
+INVALID, nothing written; {5, position, 0, 0}: WRONGTYPE.
+]]
+local function lease(keys, args)
+  if not call then bind() end
+  local na = #args
+  if #keys ~= 2 or na < 6 then return badcall('lease takes 2 keys and at least 6 arguments') end
+  local op = whole(args[1], 1, 3)
+  if op == nil then return {INVALID, E_OP, 1, 0} end
+  if (op == 1 and na ~= 7) or (op == 2 and na < 7) or (op == 3 and na ~= 6) then
+    return badcall('lease: release takes 1 token, renew at least 1, poke none')
+  end
+  local N, leaseUs, callUs, _, now = capArgs(args[3], args[4], args[5], args[6], args[2], {3, 4, 5, 6, 2})
+  if N == nil then return {INVALID, leaseUs, callUs, 0} end
+  for x = 7, na do
+    local tk = args[x]
+    if not (validToken(tk) or (op == 1 and #tk > 2 and #tk <= 302 and find(tk, '^c:%S+$'))) then
+      return {INVALID, E_TOKEN, x, 0}
+    end
+  end
+  local L, W = keys[1], keys[2]
+  local t = clock(now)
+  local live = zread('ZCOUNT', L, format('(%d', t), '+inf')
+  if live == nil then return {WRONGTYPE, 1, 0, 0} end
+  if zread('ZCARD', W) == nil then return {WRONGTYPE, 2, 0, 0} end
+  local reply = {1, 0, 0, 0}
+  if op == 2 then
+    local d, lost = format('%d', t + leaseUs), 4
+    for x = 7, na do
+      local s = call('ZSCORE', L, args[x])
+      if s and tonum(s) > t then
+        call('ZADD', L, 'XX', d, args[x])
+        reply[2] = reply[2] + 1
+      else
+        lost = lost + 1
+        reply[lost] = args[x]
+      end
+    end
+    if reply[2] > 0 then call('PEXPIRE', L, args[6]) end
+    return reply
+  end
+  call('ZREMRANGEBYSCORE', L, '-inf', t)
+  if op == 1 then
+    local s = call('ZSCORE', L, args[7])
+    if s then
+      call('ZREM', L, args[7])
+      reply[2], live = 1, live - 1
+    end
+  end
+  local called = callWaiters(L, W, N - live, t + callUs)
+  if #called > 0 then
+    call('PEXPIRE', L, args[6])
+    for i = 1, #called do reply[4 + i] = called[i] end
+  end
+  return reply
+end
+
+redis.register_function('admit___VERSION__', admit)
+redis.register_function('lease___VERSION__', lease)

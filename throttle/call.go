@@ -25,6 +25,12 @@ func (l *Limiter) decideOne(ctx context.Context, p prepared) (Decision, error) {
 
 // decideBatch decides n jobs prepared by prep, as DecideBatch.
 func (l *Limiter) decideBatch(ctx context.Context, n int, prep func(i int) (prepared, error)) []Result {
+	return l.decideBatchWith(ctx, n, prep, nil)
+}
+
+// decideBatchWith is decideBatch sending the calls extra in the same
+// pipeline, after the decisions; their replies are left in their cmd.
+func (l *Limiter) decideBatchWith(ctx context.Context, n int, prep func(i int) (prepared, error), extra []fcall) []Result {
 	results := make([]Result, n)
 	var calls []call
 	// open maps a group key to the call its next jobs may join; last maps a
@@ -55,19 +61,21 @@ func (l *Limiter) decideBatch(ctx context.Context, n int, prep func(i int) (prep
 		last[p.tag] = len(calls)
 		calls = append(calls, call{parts: []prepared{p}, reqs: []int{i}})
 	}
-	if len(calls) == 0 {
+	if len(calls) == 0 && len(extra) == 0 {
 		return results
 	}
-	fcalls := make([]fcall, len(calls))
+	fcalls := make([]fcall, len(calls), len(calls)+len(extra))
 	for k := range calls {
 		l.build(&calls[k])
 		fcalls[k] = calls[k].fcall
 	}
+	fcalls = append(fcalls, extra...)
 	l.lib.run(ctx, fcalls)
 	for k := range calls {
 		calls[k].fcall = fcalls[k]
 		calls[k].results(results)
 	}
+	copy(extra, fcalls[len(calls):])
 	return results
 }
 
@@ -92,6 +100,7 @@ type prepared struct {
 	fresh       bool
 	shadow      bool // decided against the tenant's shadow buckets, always admitted
 	limits      Limits
+	cap         *capCall // the running cap it is admitted under, or nil
 }
 
 // limit is the job's limit at position i counting from 1, as the

@@ -28,6 +28,7 @@ import (
 type Copies struct {
 	l          *Limiter
 	failureTTL any // the failure counter's TTL in ms, as the function reads it
+	caps       CapOptions
 }
 
 // NewCopies returns the Copies of l's jobs. failureTTL is how long a job's
@@ -40,7 +41,30 @@ func NewCopies(l *Limiter, failureTTL time.Duration) (*Copies, error) {
 	if failureTTL < time.Millisecond || failureTTL > MaxHorizon {
 		return nil, fmt.Errorf("throttle: failure TTL %s out of range [1ms, %s]", failureTTL, MaxHorizon)
 	}
-	return &Copies{l: l, failureTTL: strconv.FormatInt(failureTTL.Milliseconds(), 10)}, nil
+	return &Copies{l: l, failureTTL: strconv.FormatInt(failureTTL.Milliseconds(), 10),
+		caps: CapOptions{LeaseTTL: DefaultLeaseTTL, CallTTL: DefaultCallTTL}}, nil
+}
+
+// WithCaps returns Copies that enforce running caps with o: a tenant's
+// Policy.Running, and o.MaxRunning over all tenants (see Decide).
+func (c *Copies) WithCaps(o CapOptions) (*Copies, error) {
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.CallTTL == 0 {
+		o.CallTTL = DefaultCallTTL
+	}
+	switch {
+	case o.MaxRunning < 0 || o.MaxRunning > MaxRunning:
+		return nil, fmt.Errorf("throttle: max running %d out of range [0, %d]", o.MaxRunning, MaxRunning)
+	case o.LeaseTTL < time.Millisecond || o.LeaseTTL > MaxHorizon:
+		return nil, fmt.Errorf("throttle: lease TTL %s out of range [1ms, %s]", o.LeaseTTL, MaxHorizon)
+	case o.CallTTL < time.Millisecond || o.CallTTL > MaxHorizon:
+		return nil, fmt.Errorf("throttle: call TTL %s out of range [1ms, %s]", o.CallTTL, MaxHorizon)
+	}
+	out := *c
+	out.caps = o
+	return &out, nil
 }
 
 // Copy is one incarnation of a job to decide. JobID is required: it names
@@ -60,21 +84,40 @@ type Copy struct {
 	Fresh bool
 }
 
-// Decide decides one copy in one function call.
+// Decide decides one copy, as DecideBatch does.
 func (c *Copies) Decide(ctx context.Context, cp Copy) (Decision, error) {
-	p, err := c.prepare(cp)
-	if err != nil {
-		return Decision{}, err
-	}
-	return c.l.decideOne(ctx, p)
+	r := c.DecideBatch(ctx, []Copy{cp})
+	return r[0].Decision, r[0].Err
 }
 
 // DecideBatch decides many copies in one pipelined round trip, with the
 // same outcome as deciding them one by one in the order given, grouped into
 // function calls as Limiter.DecideBatch groups requests. The results match
 // copies by index.
+//
+// A copy of a tenant whose policy caps its running jobs (Policy.Running)
+// is decided by a call of its own that takes a lease in the same atomic
+// call as the rate decision: Admitted holding Decision.Leases, which the
+// caller renews while the job runs (Renew) and gives back when it ends
+// (Finish); or Capped, queued for a lease. With CapOptions.MaxRunning,
+// every copy first takes a lease of the fleet's cap, in one more round
+// trip, and gives it back in a third when it is not admitted. Result.Wake
+// names the waiting jobs whose turn a call made: the caller wakes them.
 func (c *Copies) DecideBatch(ctx context.Context, copies []Copy) []Result {
-	return c.l.decideBatch(ctx, len(copies), func(i int) (prepared, error) { return c.prepare(copies[i]) })
+	if c.caps.MaxRunning == 0 && !c.anyCapped(copies) {
+		return c.l.decideBatch(ctx, len(copies), func(i int) (prepared, error) { return c.prepare(copies[i]) })
+	}
+	return c.decideCapped(ctx, copies)
+}
+
+// anyCapped reports whether some copy's tenant has a running cap.
+func (c *Copies) anyCapped(copies []Copy) bool {
+	for _, cp := range copies {
+		if p := c.l.policies.Policy(cp.Tenant); p.Running > 0 && !p.Shadow {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare validates cp and builds the pieces of its function call.
@@ -93,6 +136,57 @@ func (c *Copies) prepare(cp Copy) (prepared, error) {
 	p.incarnation = strconv.FormatInt(cp.Incarnation, 10)
 	p.fresh = cp.Fresh
 	return p, nil
+}
+
+// prepareCapped prepares a copy of a tenant whose policy caps its running
+// jobs at pol.Running: it may have no limits.
+func (c *Copies) prepareCapped(cp Copy, pol Policy) (prepared, error) {
+	var p prepared
+	var err error
+	if len(pol.Limits) == 0 && len(cp.Limits) == 0 {
+		p, err = c.prepare(Copy{Request: Request{Tenant: cp.Tenant, JobID: cp.JobID, Cost: cp.Cost, At: cp.At,
+			Limits: Limits{{Rate: 1, Period: time.Second, Burst: MaxBurst}}}, Incarnation: cp.Incarnation, Fresh: cp.Fresh})
+		p.limitKeys, p.limitArgs, p.limits = nil, nil, nil
+	} else {
+		p, err = c.prepare(cp)
+	}
+	if err != nil {
+		return prepared{}, err
+	}
+	leases, queue, err := c.l.keys.capKeys(cp.Tenant)
+	if err != nil {
+		return prepared{}, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return prepared{}, err
+	}
+	p.cap = &capCall{n: pol.Running, leases: leases, queue: queue, member: cp.JobID, token: token}
+	return p, nil
+}
+
+// prepareFleet prepares the fleet's cap call of a copy.
+func (c *Copies) prepareFleet(cp Copy) (prepared, error) {
+	if cp.JobID == "" {
+		return prepared{}, &InvalidError{Code: CodeJobID, Detail: "a copy needs a job id"}
+	}
+	if err := validJobID(cp.JobID); err != nil {
+		return prepared{}, err
+	}
+	member, err := c.l.keys.fleetMember(cp.Tenant, cp.JobID)
+	if err != nil {
+		return prepared{}, err
+	}
+	leases, queue, _ := c.l.keys.capKeys("")
+	token, err := newToken()
+	if err != nil {
+		return prepared{}, err
+	}
+	now := "0"
+	if !cp.At.IsZero() {
+		now = strconv.FormatInt(cp.At.UnixMicro(), 10)
+	}
+	return prepared{now: now, cap: &capCall{n: c.caps.MaxRunning, leases: leases, queue: queue, member: member, token: token, fleet: true}}, nil
 }
 
 // Claim makes incarnation the owner of the tenant's job if no incarnation

@@ -41,6 +41,12 @@ const (
 	// Duplicate: another incarnation of the job ran (Decision.Owner names
 	// it); this one must not. Only Copies decides this.
 	Duplicate
+	// Capped: wait for a lease. The tenant (or the fleet) runs as many jobs
+	// as its running cap allows; the job joined the cap's waiting list,
+	// behind Decision.Ahead others, and nothing was charged. It is woken in
+	// its turn: another call names it in Result.Wake. Only Copies decides
+	// this.
+	Capped
 )
 
 // String names o.
@@ -54,6 +60,8 @@ func (o Outcome) String() string {
 		return "limited"
 	case Duplicate:
 		return "duplicate"
+	case Capped:
+		return "capped"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -85,6 +93,29 @@ type Decision struct {
 	// (0 when it would have admitted the job): the job was charged for it
 	// in the shadow buckets as a Reserved job would have been.
 	ShadowWait time.Duration
+	// Lease and FleetLease are the places an Admitted job holds under its
+	// tenant's running cap and under the fleet's, each the zero Lease when
+	// there is no such cap, until given back with Copies.Finish.
+	Lease, FleetLease Lease
+	// CappedBy names the cap that held a Capped job: "running:N", or
+	// "max running:N" for the fleet's.
+	CappedBy string
+	// Ahead, when Capped, is how many jobs wait before this one.
+	Ahead int64
+	// Running, when Capped, is how many leases of the cap counted.
+	Running int64
+}
+
+// Leases returns the leases d holds, the tenant's first.
+func (d Decision) Leases() []Lease {
+	var out []Lease
+	if d.Lease.Token != "" {
+		out = append(out, d.Lease)
+	}
+	if d.FleetLease.Token != "" {
+		out = append(out, d.FleetLease)
+	}
+	return out
 }
 
 // Result is the outcome of one request of a batch.
@@ -92,4 +123,7 @@ type Result struct {
 	Decision
 	// Err is nil, or an error matching ErrInvalid or ErrRedis.
 	Err error
+	// Wake names the jobs waiting for a lease whose turn this decision
+	// made (Copies only): the caller must wake them, whatever Err says.
+	Wake []Waiter
 }

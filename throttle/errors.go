@@ -16,7 +16,7 @@ var ErrInvalid = errors.New("throttle: invalid input")
 // Such a call may succeed when retried; nothing is known about its outcome.
 var ErrRedis = errors.New("throttle: redis error")
 
-// Code says what was invalid about a call. Codes 2 to 20 are the E_* codes
+// Code says what was invalid about a call. Codes 2 to 24 are the E_* codes
 // of the engine's Redis functions (see lua/library.lua); code 1 is a call
 // the functions refused whole (a BADCALL error reply); codes from 100 are
 // found in Go before any round trip.
@@ -43,6 +43,10 @@ const (
 	CodeTTL            Code = 18  // a TTL argument out of range
 	CodeGiveUp         Code = 19  // the failure count that gives a job up is not in [1, 10^6]
 	CodeFailures       Code = 20  // stored failure counter is malformed
+	CodeCap            Code = 21  // a running cap not in [1, 10^6]
+	CodeToken          Code = 22  // a lease's owner token is malformed
+	CodeMember         Code = 23  // a waiting-list member is malformed
+	CodeLeaseOp        Code = 24  // an unknown lease operation
 	CodeTenant         Code = 100 // tenant empty or too long
 	CodeJobID          Code = 101 // job id too long or not printable ASCII
 	CodeLimits         Code = 102 // the limits themselves do not validate

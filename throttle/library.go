@@ -47,7 +47,7 @@ type library struct {
 	version string
 	code    string // the source, with the version put in
 	// The functions' names.
-	decide, claim, release, failed, carry, hold string
+	decide, claim, release, failed, carry, hold, admit, lease string
 }
 
 // newLibrary returns the library for rdb.
@@ -65,6 +65,8 @@ func newLibrary(rdb Client) *library {
 		failed:  name("failed"),
 		carry:   name("carry"),
 		hold:    name("hold"),
+		admit:   name("admit"),
+		lease:   name("lease"),
 	}
 }
 

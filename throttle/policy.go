@@ -3,12 +3,20 @@ package throttle
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
 // ShadowTerm is the term of a policy's spec that puts it in shadow mode, as
 // in "50/s:100+shadow".
 const ShadowTerm = "shadow"
+
+// RunningTerm starts the term of a policy's spec that caps how many of the
+// tenant's jobs run at once, as in "50/s:100+running:5".
+const RunningTerm = "running:"
+
+// MaxRunning is the largest cap a policy's Running may set.
+const MaxRunning = 1_000_000
 
 // Policy is everything the limiter applies to one tenant. Policy is a
 // value type; its Limits must not be changed once it is shared.
@@ -21,22 +29,44 @@ type Policy struct {
 	// enforcing would have done (Shadow, ShadowWait). Turning it off finds
 	// the enforced buckets as shadow mode left them.
 	Shadow bool
+	// Running, when positive, caps how many of the tenant's jobs run at
+	// once, fleet-wide: a job runs only holding one of Running leases
+	// (Copies.Admit). 0 means no cap. A policy may have a cap and no
+	// Limits: its jobs are then bounded in number, not in rate.
+	Running int64
 }
 
 // Validate reports whether p can be applied.
-func (p Policy) Validate() error { return p.Limits.Validate() }
-
-// String formats p the way ParsePolicy reads it, e.g. "100/s:200+shadow".
-func (p Policy) String() string {
-	if p.Shadow {
-		return p.Limits.String() + "+" + ShadowTerm
+func (p Policy) Validate() error {
+	if p.Running < 0 || p.Running > MaxRunning {
+		return fmt.Errorf("running cap %d out of range [1, %d]", p.Running, MaxRunning)
 	}
-	return p.Limits.String()
+	if len(p.Limits) == 0 && p.Running > 0 {
+		return nil
+	}
+	return p.Limits.Validate()
+}
+
+// String formats p the way ParsePolicy reads it, e.g.
+// "100/s:200+running:5+shadow".
+func (p Policy) String() string {
+	var terms []string
+	if len(p.Limits) > 0 {
+		terms = append(terms, p.Limits.String())
+	}
+	if p.Running > 0 {
+		terms = append(terms, RunningTerm+strconv.FormatInt(p.Running, 10))
+	}
+	if p.Shadow {
+		terms = append(terms, ShadowTerm)
+	}
+	return strings.Join(terms, "+")
 }
 
 // ParsePolicy reads a tenant's spec: limits joined by "+" as ParseLimits
-// reads them, and optionally the term "shadow" among them, such as
-// "50/s:100+10000/d" or "50/s:100+shadow".
+// reads them, and optionally the terms "running:N" (a cap on the jobs
+// running at once) and "shadow" among them, such as "50/s:100+10000/d",
+// "50/s:100+running:5", "running:2" or "50/s:100+shadow".
 func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 	if strings.TrimSpace(s) == "" {
 		return Policy{}, errors.New("empty limit")
@@ -48,6 +78,17 @@ func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 				return Policy{}, fmt.Errorf("%q given twice", ShadowTerm)
 			}
 			p.Shadow = true
+			continue
+		}
+		if n, ok := strings.CutPrefix(strings.TrimSpace(part), RunningTerm); ok {
+			if p.Running > 0 {
+				return Policy{}, fmt.Errorf("%qN given twice", RunningTerm)
+			}
+			v, err := parseCount(n)
+			if err != nil || v > MaxRunning {
+				return Policy{}, fmt.Errorf("%q: want running:N, N a whole number from 1 to %d", part, MaxRunning)
+			}
+			p.Running = v
 			continue
 		}
 		l, err := ParseLimit(part, defaultBurst)
