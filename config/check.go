@@ -31,6 +31,7 @@ var intBounds = map[string]struct{ min, max int64 }{
 	"THROTTLER_FETCH_BATCH":     {1, 1_000},
 	"THROTTLER_METRICS_TENANTS": {1, 1_000_000},
 	"THROTTLER_LANE_MOVE_RATE":  {0, 1_000_000},
+	"THROTTLER_MAX_RUNNING":     {0, 1_000_000},
 }
 
 // durBounds holds the accepted range of each duration variable; a max of 0
@@ -42,6 +43,7 @@ var durBounds = map[string]struct{ min, max time.Duration }{
 	"THROTTLER_REDIS_TIMEOUT":    {1, 0},
 	"THROTTLER_SCHEDULE_AFTER":   {time.Second, 0},
 	"THROTTLER_HTTP_TIMEOUT":     {1, 0},
+	"THROTTLER_LEASE_TTL":        {time.Second, 30 * 24 * time.Hour},
 }
 
 // intWant says what whole-number variable name accepts.
@@ -93,12 +95,16 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck.intIn("THROTTLER_FETCH_BATCH", int64(c.FetchBatch))
 	ck.intIn("THROTTLER_METRICS_TENANTS", int64(c.MetricsTenants))
 	ck.intIn("THROTTLER_LANE_MOVE_RATE", int64(c.LaneMoveRate))
+	if ck.intIn("THROTTLER_MAX_RUNNING", c.MaxRunning) && c.MaxRunning > 0 && c.Handler == HandlerForward {
+		ck.addf("THROTTLER_MAX_RUNNING", "needs THROTTLER_HANDLER=http: the forward handler's job ends when it is published, so the worker cannot see how many run; got %d", c.MaxRunning)
+	}
 
 	ck.durIn("THROTTLER_MAX_DEFER", c.MaxDefer)
 	ck.durIn("THROTTLER_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
 	ck.durIn("THROTTLER_ACK_WAIT", c.AckWait)
 	ck.durIn("THROTTLER_REDIS_TIMEOUT", c.RedisTimeout)
 	ck.durIn("THROTTLER_SCHEDULE_AFTER", c.ScheduleAfter)
+	ck.durIn("THROTTLER_LEASE_TTL", c.LeaseTTL)
 
 	ck.oneOf("THROTTLER_HANDLER", c.Handler, HandlerForward, HandlerHTTP)
 	c.HTTPHeaderList = ck.httpSettings(c)

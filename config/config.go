@@ -119,6 +119,15 @@ type Config struct {
 	// reserve. Defaults to 10m.
 	MaxDefer time.Duration `env:"THROTTLER_MAX_DEFER" envDefault:"10m"`
 
+	// MaxRunning caps how many jobs of all tenants run at once, fleet-wide,
+	// 0 to 1000000; 0 means no such cap. Needs Handler http. Defaults to 0.
+	MaxRunning int64 `env:"THROTTLER_MAX_RUNNING" envDefault:"0"`
+
+	// LeaseTTL is how long a running job's place under a running cap
+	// (running:N, MaxRunning) outlives its worker: a worker that dies frees
+	// its places within it. 1s to 30 days. Defaults to 30s.
+	LeaseTTL time.Duration `env:"THROTTLER_LEASE_TTL" envDefault:"30s"`
+
 	// Handler is what the worker does with an admitted job: forward
 	// (publish it to ForwardSubject) or http (send it to HTTPURL).
 	// Defaults to forward.

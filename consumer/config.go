@@ -50,6 +50,14 @@ type Config struct {
 	// MaxHold caps how long a RetryAfter from a handler defers its job
 	// and holds its tenant back. Defaults to 10m.
 	MaxHold time.Duration
+	// LeaseTTL is the lease TTL of running caps (throttle.CapOptions): the
+	// worker renews the leases of running jobs every LeaseTTL/3. Defaults
+	// to throttle.DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// ParkFor is how long a job waiting for a lease stays parked if it is
+	// never woken (its waker died between calling it and waking it): then
+	// it comes back by itself and queues again. Defaults to 10m.
+	ParkFor time.Duration
 	// StatsTenants caps the tenants Stats (and /metrics) count one by one;
 	// the counts of tenants first seen after that many go to OtherTenants,
 	// so memory stays bounded however many tenants come and go. Defaults
@@ -80,6 +88,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.DLQSubject, "dlq.{tenant}")
 	setDefault(&c.MaxHold, 10*time.Minute)
 	setDefault(&c.StatsTenants, 10_000)
+	setDefault(&c.LeaseTTL, throttle.DefaultLeaseTTL)
+	setDefault(&c.ParkFor, 10*time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -140,6 +150,15 @@ type Params struct {
 	// calls it when a pull finds its consumer deleted (or no one answers
 	// for it), so a worker outlives an operator's mistake.
 	Recreate func(context.Context) error
+	// Leases, when set, renews and gives back the leases of jobs admitted
+	// under running caps, and hands their turn to waiting jobs (see
+	// throttle.Copies.DecideBatch); *throttle.Copies satisfies it. Set it
+	// whenever the Decider may apply caps.
+	Leases Leaser
+	// Waker, when set, brings back a parked job (one the Decider told to
+	// wait for a lease) when its turn comes. Without one, a parked job
+	// comes back after Config.ParkFor and finds its turn held if it came.
+	Waker Waker
 	// Config tunes the worker.
 	Config Config
 }

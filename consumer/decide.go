@@ -45,6 +45,9 @@ type item struct {
 	job  Job
 	bad  *badJobError
 	slot int64 // the slot a moved copy was scheduled for, µs; 0 otherwise
+	// leases are the leases the job was admitted holding, under running
+	// caps.
+	leases []throttle.Lease
 }
 
 // readGroup reads the jobs of a group. Copies of moved jobs that fired

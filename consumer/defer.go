@@ -18,6 +18,11 @@ type Deferral struct {
 	// Reason says why the job waits, for people reading a moved copy
 	// (HeaderWaitReason): the limit that held it, or a handler failure.
 	Reason string
+	// Park says the job waits for a lease of a running cap, not for a
+	// time: a Deferrer that moves jobs moves it on its own (never in a
+	// bundle) to Schedules.Copy, where a Waker finds it in its turn; Wait
+	// is how long it stays if never woken.
+	Park bool
 	// Moved is set by the Deferrer when the job left the consumer.
 	Moved bool
 	// NakedInstead is set by a Deferrer that meant to move the job but

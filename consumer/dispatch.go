@@ -44,9 +44,11 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		redisFailed int   // jobs Redis failed to decide
 		redisErr    error // the first such failure
 	)
+	var wake []throttle.Waiter
 	for k, i := range g.idx {
 		it := &items[i]
 		res := g.results[k]
+		wake = append(wake, res.Wake...)
 		w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
 		case res.Err == nil && res.Outcome == throttle.Duplicate && IsFastCopy(res.Owner):
@@ -58,10 +60,13 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 				"incarnation", incarnation(it.job), "moves", it.job.Deferrals, "owner", res.Owner)
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
+		case res.Err == nil && res.Outcome == throttle.Capped:
+			deferrals = append(deferrals, w.park(it, res.Decision))
 		case res.Err == nil && res.Outcome == throttle.Admitted:
 			if res.ShadowWait > 0 {
 				w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
 			}
+			it.leases = res.Leases()
 			admitted = append(admitted, it)
 		case res.Err == nil:
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
@@ -114,9 +119,13 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	flights := make([]*flight, len(order))
 	now := w.now()
 	for i, it := range order {
-		flights[i] = &flight{msg: it.msg, started: now, log: w.log}
+		flights[i] = &flight{msg: it.msg, started: now, log: w.log, leases: it.leases}
+		if len(it.leases) > 0 {
+			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Running++ })
+		}
 		w.inflight.Store(flights[i], struct{}{})
 	}
+	w.wake(workCtx, wake)
 	for i, it := range order {
 		w.start(ctx, workCtx, flights[i], it.job)
 	}
@@ -161,6 +170,7 @@ type flight struct {
 	started time.Time
 	settled atomic.Bool
 	log     *slog.Logger
+	leases  []throttle.Lease // held under running caps until the job ends
 }
 
 // settle applies f once; it reports whether this call did.
@@ -200,6 +210,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 	case <-ctx.Done():
 		w.inflight.Delete(f)
 		f.settle(func(m jetstream.Msg) error { return m.Nak() })
+		w.finishLeases(workCtx, f, job.Tenant)
 		return
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
@@ -208,6 +219,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 		defer w.handlers.Done()
 		defer func() { <-w.slots }()
 		defer w.inflight.Delete(f)
+		defer w.finishLeases(workCtx, f, job.Tenant)
 		w.run(workCtx, f, job)
 	}()
 }

@@ -186,7 +186,8 @@ const maxBundleBytes = 256 << 10
 // following jobs of the same tenant, up to Bundle jobs, maxBundleBytes of
 // copies and half the server's limit (when known).
 func (d ScheduleDeferrer) bundleRun(ds []Deferral, limit int64) int {
-	if d.Bundle < 2 {
+	if d.Bundle < 2 || ds[0].Park {
+		// A parked job is woken by its own subject (Waker): never bundled.
 		return 1
 	}
 	most := maxBundleBytes
@@ -195,7 +196,7 @@ func (d ScheduleDeferrer) bundleRun(ds []Deferral, limit int64) int {
 	}
 	size := func(df Deferral) int { return copySize(df.Job.Subject, df.Msg.Headers(), nil, df.Msg.Data()) }
 	n, total := 1, size(ds[0])
-	for n < len(ds) && n < d.Bundle && ds[n].Job.Tenant == ds[0].Job.Tenant {
+	for n < len(ds) && n < d.Bundle && ds[n].Job.Tenant == ds[0].Job.Tenant && !ds[n].Park {
 		total += size(ds[n])
 		if total > most {
 			break

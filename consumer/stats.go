@@ -54,6 +54,15 @@ type TenantStats struct {
 	// DownstreamHolds counts jobs whose handler said the destination asked
 	// to wait (RetryAfter): each deferred, and its tenant held back.
 	DownstreamHolds int64
+	// CapDeferred counts jobs parked to wait for a lease of a running cap.
+	CapDeferred int64
+	// Woken counts parked jobs this worker brought back in their turn.
+	Woken int64
+	// Running is how many of the tenant's jobs this worker runs (or holds
+	// for a handler slot) under a running cap, holding leases: a gauge.
+	Running int64
+	// LeasesLost counts leases of running jobs found expired when renewed.
+	LeasesLost int64
 }
 
 // OtherTenants stands in for the tenants counted together once a worker

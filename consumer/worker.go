@@ -30,6 +30,9 @@ type Worker struct {
 	decider    Decider
 	failures   FailureCounter
 	holder     Holder // nil without one
+	leases     Leaser // nil without one
+	waker      Waker  // nil without one
+	parked     parkedCaps
 	handler    Handler
 	deferrer   Deferrer
 	dlq        deadLetter
@@ -97,6 +100,8 @@ func New(p Params) (*Worker, error) {
 		decider:      p.Decider,
 		failures:     p.Failures,
 		holder:       p.Holder,
+		leases:       p.Leases,
+		waker:        p.Waker,
 		handler:      p.Handler,
 		deferrer:     p.Deferrer,
 		dlq:          deadLetter{js: p.JetStream, template: cfg.DLQSubject},
@@ -153,6 +158,8 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	stopKeepAlive := w.startKeepAlive()
 	defer stopKeepAlive()
+	stopLeases := w.startLeaseLoop(work)
+	defer stopLeases()
 	w.startUnbundler(ctx)
 	w.startAckPending(ctx)
 	stopLane := w.startLane(ctx)

@@ -158,6 +158,12 @@ func (l *Lane) onArrival(m jetstream.Msg) {
 		return
 	}
 	seq := meta.Sequence.Stream
+	if l.cfg.Capped != nil && l.cfg.Capped(t) {
+		// A job under a running cap runs only holding a lease, which the
+		// jobs consumer's decision takes: left to it.
+		l.backlog.leave(t, seq)
+		return
+	}
 	if seq < l.readFrom.Load() || now.Sub(meta.Timestamp) > l.cfg.Deadline {
 		// Part of the backlog the lane read first (stored before it began
 		// reading), or read too late to be taken: left to the jobs

@@ -83,8 +83,13 @@ type Config struct {
 	Tenant tenant.Source
 	// CostHeader names the header carrying a job's cost. Required.
 	CostHeader string
-	// Owners decides and claims jobs for their copies. Required.
+	// Owners decides and claims jobs for their copies, without running
+	// caps (its admissions take no lease). Required.
 	Owners Owners
+	// Capped, when set, reports whether a tenant's jobs run under a running
+	// cap: the lane leaves them to the jobs consumer, whose decision takes
+	// their leases.
+	Capped func(tenant string) bool
 	// OtherReaders, when set, names a consumer of the jobs stream, besides
 	// the workers', that reads job subjects, or returns "". The lane takes
 	// nothing while there is one: it would never see the jobs the lane

@@ -23,6 +23,9 @@ type Watcher struct {
 	// DefaultBurst and ShadowAll read values as Spec does.
 	DefaultBurst int64
 	ShadowAll    bool
+	// NoCaps refuses a value with a running cap (running:N) as a bad
+	// value: the worker's handler cannot see when a job ends (forward).
+	NoCaps bool
 	// Log receives a line per change, and one per bad value.
 	Log *slog.Logger
 	// OnBad, if set, counts a value that could not be read: key is its
@@ -170,8 +173,16 @@ func (w *Watcher) read(key, value string) (p throttle.Policy, err error) {
 	if err := CheckKey(key); err != nil {
 		return p, err
 	}
-	return Spec(value, w.DefaultBurst, w.ShadowAll)
+	p, err = Spec(value, w.DefaultBurst, w.ShadowAll)
+	if err == nil && w.NoCaps && p.Running > 0 {
+		return throttle.Policy{}, ErrCapNeedsHTTP
+	}
+	return p, err
 }
+
+// ErrCapNeedsHTTP refuses a running cap to a worker whose handler cannot
+// see when a job ends.
+var ErrCapNeedsHTTP = errors.New("running:N needs THROTTLER_HANDLER=http: a forwarded job ends when it is published, so the worker cannot see how many run")
 
 // lastGood applies the latest value of key that can be read, from its
 // history, if it has one.

@@ -70,7 +70,13 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if err != nil {
 		return err
 	}
-	copies, err := throttle.NewCopies(limiter, failureTTL)
+	laneCopies, err := throttle.NewCopies(limiter, failureTTL)
+	if err != nil {
+		return err
+	}
+	// The worker's decisions take the leases of running caps; the fast
+	// lane's take none, as it leaves capped tenants to the worker.
+	copies, err := laneCopies.WithCaps(throttle.CapOptions{MaxRunning: cfg.MaxRunning, LeaseTTL: cfg.LeaseTTL})
 	if err != nil {
 		return err
 	}
@@ -82,7 +88,11 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	cancel()
 
 	ackPending := consumer.NewAckPending(st.jobs, 250*time.Millisecond)
-	lane, claims, err := st.lane(js, cfg, copies, stats, log)
+	capped := func(tenant string) bool {
+		p := policies.Policy(tenant)
+		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow)
+	}
+	lane, claims, err := st.lane(js, cfg, laneCopies, capped, stats, log)
 	if err != nil {
 		return err
 	}
@@ -100,6 +110,8 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		Decider:    copies,
 		Failures:   copies,
 		Holder:     copies,
+		Leases:     copies,
+		Waker:      st.path.waker(js, cfg),
 		Handler:    handler,
 		Deferrer:   st.path.deferrer(js, cfg, ackPending),
 		AckPending: ackPending,

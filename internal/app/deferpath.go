@@ -54,7 +54,33 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings, ackPending *c
 func (p deferPath) workerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 	c := WorkerConfig(cfg, log)
 	c.TermWithReason = p.termWithReason
+	if p.mode == config.DeferNak {
+		// No parked copy to wake: a job waiting for a lease comes back
+		// often, to find its turn held while it lasts (the call TTL).
+		c.ParkFor = nakParkFor
+	}
 	return c
+}
+
+// nakParkFor is how long a job waiting for a lease is NAK'd for when the
+// worker cannot move jobs: well within throttle.DefaultCallTTL.
+const nakParkFor = time.Second
+
+// waker is the worker's Waker on this path: none when it cannot move jobs.
+func (p deferPath) waker(js jetstream.JetStream, cfg *Settings) consumer.Waker {
+	if p.mode == config.DeferNak {
+		return nil
+	}
+	return &consumer.StreamWaker{JetStream: js, Subjects: cfg.Schedules}
+}
+
+// parkFor is how long a job waiting for a lease stays parked if never
+// woken: the horizon, or the worker's default with none.
+func parkFor(maxDefer time.Duration) time.Duration {
+	if maxDefer == 0 {
+		return 10 * time.Minute
+	}
+	return maxDefer
 }
 
 // WorkerConfig maps the settings onto the worker's configuration.
@@ -80,6 +106,8 @@ func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 		// A downstream's wait is capped like a reservation; with
 		// THROTTLER_MAX_DEFER=0 the worker's default (10m) caps it.
 		MaxHold:      cfg.MaxDefer,
+		LeaseTTL:     cfg.LeaseTTL,
+		ParkFor:      parkFor(cfg.MaxDefer),
 		StatsTenants: cfg.MetricsTenants,
 		Logger:       log,
 	}

@@ -77,7 +77,8 @@ func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *Settin
 // lane builds the fast lane, when it runs, and the settler of the jobs a
 // lane claimed, whenever moved jobs may come back (a lane of an earlier
 // worker may have claimed some).
-func (st *jobStreams) lane(js jetstream.JetStream, cfg *Settings, copies *throttle.Copies, stats *consumer.Stats, log *slog.Logger) (consumer.Lane, consumer.ClaimSettler, error) {
+func (st *jobStreams) lane(js jetstream.JetStream, cfg *Settings, copies *throttle.Copies, capped func(tenant string) bool,
+	stats *consumer.Stats, log *slog.Logger) (consumer.Lane, consumer.ClaimSettler, error) {
 	if !st.path.movesBack {
 		return nil, nil, nil
 	}
@@ -102,6 +103,7 @@ func (st *jobStreams) lane(js jetstream.JetStream, cfg *Settings, copies *thrott
 		Tenant:      cfg.TenantFrom,
 		CostHeader:  cfg.CostHeader,
 		Owners:      copies,
+		Capped:      capped,
 		OtherReaders: func(ctx context.Context) (string, error) {
 			return otherJobsConsumer(ctx, st.stream, cfg)
 		},

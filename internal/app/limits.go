@@ -51,6 +51,7 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rd
 		Bucket:       kv,
 		DefaultBurst: cfg.DefaultBurst,
 		ShadowAll:    cfg.Shadow,
+		NoCaps:       cfg.Handler == config.HandlerForward,
 		Log:          log,
 		OnBad:        func(key string) { stats.Add(key, func(s *consumer.TenantStats) { s.BadLimits++ }) },
 		Conn:         nc,

@@ -85,6 +85,17 @@ func settle(cfg *config.Config, failed config.Problems) (*Settings, config.Probl
 	}
 
 	s.Rules = rules(cfg, add, failed.Has("THROTTLER_DEFAULT_BURST"))
+	if cfg.Handler == config.HandlerForward {
+		const why = "running:N needs THROTTLER_HANDLER=http: a forwarded job ends when it is published, so the worker cannot see how many run"
+		if s.Rules.Default.Running > 0 {
+			add("THROTTLER_DEFAULT_LIMIT", fmt.Sprintf("%s; got %q", why, cfg.DefaultLimit))
+		}
+		for name, p := range s.Rules.Tenants {
+			if p.Running > 0 {
+				add("THROTTLER_TENANT_LIMITS", fmt.Sprintf("%s; tenant %q has %q", why, name, cfg.TenantLimitSpecs[name]))
+			}
+		}
+	}
 	s.Forward, s.DLQ = outputs(cfg, subjects, add)
 	return s, ps
 }

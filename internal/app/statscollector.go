@@ -22,10 +22,12 @@ type statsSource struct {
 	consumerPending, maxAckPending func() int
 }
 
-// tenantCounter is one per-tenant counter of consumer.TenantStats.
+// tenantCounter is one per-tenant counter (or gauge) of
+// consumer.TenantStats.
 type tenantCounter struct {
 	desc *prometheus.Desc
 	get  func(consumer.TenantStats) float64
+	vt   prometheus.ValueType
 }
 
 // statsCollector exposes the worker's per-tenant counters and its gauges,
@@ -46,7 +48,12 @@ type statsCollector struct {
 // newStatsCollector returns a collector reading src.
 func newStatsCollector(src statsSource) *statsCollector {
 	counter := func(name, help string, get func(consumer.TenantStats) float64) tenantCounter {
-		return tenantCounter{desc: prometheus.NewDesc("throttler_"+name, help, []string{"tenant"}, nil), get: get}
+		return tenantCounter{desc: prometheus.NewDesc("throttler_"+name, help, []string{"tenant"}, nil), get: get, vt: prometheus.CounterValue}
+	}
+	gauge := func(name, help string, get func(consumer.TenantStats) float64) tenantCounter {
+		g := counter(name, help, get)
+		g.vt = prometheus.GaugeValue
+		return g
 	}
 	n := func(v int64) float64 { return float64(v) }
 	return &statsCollector{
@@ -77,6 +84,14 @@ func newStatsCollector(src statsSource) *statsCollector {
 				func(s consumer.TenantStats) float64 { return n(s.DownstreamHolds) }),
 			counter("shadow_wait_seconds_total", "Waits enforcing would have imposed on jobs in shadow mode.",
 				func(s consumer.TenantStats) float64 { return s.ShadowWait.Seconds() }),
+			counter("cap_deferrals_total", "Jobs parked to wait for a lease of a running cap (running:N, THROTTLER_MAX_RUNNING).",
+				func(s consumer.TenantStats) float64 { return n(s.CapDeferred) }),
+			counter("woken_total", "Parked jobs this worker brought back when a lease freed for them.",
+				func(s consumer.TenantStats) float64 { return n(s.Woken) }),
+			counter("leases_lost_total", "Leases of running jobs found expired when renewed (the worker stalled past THROTTLER_LEASE_TTL).",
+				func(s consumer.TenantStats) float64 { return n(s.LeasesLost) }),
+			gauge("running", "Jobs this worker runs, or holds for a handler slot, under a running cap.",
+				func(s consumer.TenantStats) float64 { return n(s.Running) }),
 		},
 		held:       prometheus.NewDesc("throttler_held_jobs", "Jobs pulled and not yet decided or acted on.", nil, nil),
 		ackPending: prometheus.NewDesc("throttler_ack_pending", "The jobs consumer's messages delivered and not yet acked, as last read.", nil, nil),
@@ -110,7 +125,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	snap := c.src.stats()
 	for _, m := range c.counters {
 		for tenant, s := range snap {
-			send(m.desc, prometheus.CounterValue, m.get(s), tenant)
+			send(m.desc, m.vt, m.get(s), tenant)
 		}
 	}
 	send(c.held, prometheus.GaugeValue, float64(c.src.held()))

@@ -1,0 +1,237 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// Leaser gives back, renews and hands on the leases of running caps;
+// *throttle.Copies satisfies it.
+type Leaser interface {
+	// Finish gives back the leases of a run that ended and returns the
+	// waiting jobs whose turn that made.
+	Finish(ctx context.Context, leases []throttle.Lease) ([]throttle.Waiter, error)
+	// Renew extends the leases of running jobs and returns those that had
+	// expired.
+	Renew(ctx context.Context, leases []throttle.Lease) ([]throttle.Lease, error)
+	// Poke hands the room of expired leases of each tenant's cap ("" for
+	// the fleet's) to waiting jobs, and returns them.
+	Poke(ctx context.Context, tenants []string) ([]throttle.Waiter, error)
+	// Forfeit gives up the turn of a waiting job that cannot be woken, and
+	// returns the next in line.
+	Forfeit(ctx context.Context, w throttle.Waiter, fleet bool) ([]throttle.Waiter, error)
+}
+
+// Waker brings a parked job back to the jobs consumer at once. Wake
+// reports found=false when the job has no parked copy (it came back by
+// itself, or was never parked): its turn then goes to the next in line.
+type Waker interface {
+	Wake(ctx context.Context, tenant, jobID string) (found bool, err error)
+}
+
+// pokeEvery is how often the worker hands the room of expired leases on,
+// for the caps it parked jobs under: a lease of a worker that died frees
+// no room until a call sees it expired.
+const pokeEvery = time.Second
+
+// parkedCaps are the caps this worker parked jobs under lately, each with
+// when it last did ("" is the fleet's cap). Safe for concurrent use.
+type parkedCaps struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// add records a job parked under tenant's cap at at.
+func (p *parkedCaps) add(tenant string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last == nil {
+		p.last = map[string]time.Time{}
+	}
+	p.last[tenant] = at
+}
+
+// since returns the caps a job was parked under at or after t, and forgets
+// the others: their parked jobs have come back by themselves.
+func (p *parkedCaps) since(t time.Time) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for c, at := range p.last {
+		if at.Before(t) {
+			delete(p.last, c)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// capOf is the cap a Capped decision waits under: its tenant's, or ""
+// for the fleet's.
+func capOf(job Job, d throttle.Decision) string {
+	if len(d.CappedBy) > len(throttle.RunningTerm) && d.CappedBy[:len(throttle.RunningTerm)] == throttle.RunningTerm {
+		return job.Tenant
+	}
+	return ""
+}
+
+// park defers a job the Decider told to wait for a lease: it is moved
+// off the consumer, on its own, until it is woken.
+func (w *Worker) park(it *item, d throttle.Decision) Deferral {
+	w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.CapDeferred++ })
+	w.parked.add(capOf(it.job, d), w.now())
+	return Deferral{Msg: it.msg, Job: it.job, Wait: w.cfg.ParkFor, Park: true,
+		Reason: "waiting for a lease under " + d.CappedBy}
+}
+
+// leaseCtx bounds a lease call; it outlives the worker's cancellation, so
+// that leases are given back during shutdown.
+func (w *Worker) leaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RedisTimeout)
+}
+
+// finishLeases gives back the leases of a job that ended, and wakes the
+// jobs whose turn that made. A failure leaves the leases to expire after
+// LeaseTTL: the cap runs fewer jobs meanwhile, never more.
+func (w *Worker) finishLeases(ctx context.Context, f *flight, tenant string) {
+	if len(f.leases) == 0 || w.leases == nil {
+		return
+	}
+	w.stats.Add(tenant, func(s *TenantStats) { s.Running-- })
+	lctx, cancel := w.leaseCtx(ctx)
+	wake, err := w.leases.Finish(lctx, f.leases)
+	cancel()
+	if err != nil {
+		w.log.Warn("giving back a lease failed; it expires by itself", "tenant", tenant, "err", err)
+	}
+	w.wake(ctx, wake)
+}
+
+// wake brings back each waiting job whose turn came, in goroutines of its
+// own. A job without a parked copy gives its turn to the next in line;
+// one that could not be woken keeps its turn until the call TTL ends.
+func (w *Worker) wake(ctx context.Context, ws []throttle.Waiter) {
+	if len(ws) == 0 || w.leases == nil {
+		return
+	}
+	if w.waker == nil {
+		return // the parked jobs come back by themselves and find their turn
+	}
+	for _, wt := range ws {
+		w.handlers.Add(1)
+		go func() {
+			defer w.handlers.Done()
+			w.wakeOne(ctx, wt)
+		}()
+	}
+}
+
+// wakeOne wakes one waiting job, as wake does.
+func (w *Worker) wakeOne(ctx context.Context, wt throttle.Waiter) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RedisTimeout+3*time.Second)
+	defer cancel()
+	found, err := w.waker.Wake(lctx, wt.Tenant, wt.JobID)
+	switch {
+	case found:
+		if err != nil {
+			w.log.Warn("woke a parked job; its parked copy is left to come back as a duplicate", "tenant", wt.Tenant, "job", wt.JobID, "err", err)
+		}
+		w.stats.Add(wt.Tenant, func(s *TenantStats) { s.Woken++ })
+		return
+	case err != nil:
+		w.log.Warn("waking a parked job failed; it keeps its turn for a while, then comes back by itself",
+			"tenant", wt.Tenant, "job", wt.JobID, "err", err)
+		return
+	}
+	// Forfeit on both caps the job may be waiting under: only the one that
+	// called it holds its turn, the other has nothing to give up.
+	var next []throttle.Waiter
+	for _, fleet := range []bool{false, true} {
+		ws, err := w.leases.Forfeit(lctx, wt, fleet)
+		if err != nil {
+			w.log.Warn("handing on the turn of a job without a parked copy failed", "tenant", wt.Tenant, "job", wt.JobID, "err", err)
+		}
+		next = append(next, ws...)
+	}
+	w.wake(ctx, next)
+}
+
+// leaseLoop renews the leases of the running jobs every LeaseTTL/3 and
+// pokes the caps this worker parked jobs under every pokeEvery, until done
+// is closed.
+func (w *Worker) leaseLoop(ctx context.Context, done <-chan struct{}) {
+	renew := time.NewTicker(max(10*time.Millisecond, w.cfg.LeaseTTL/3))
+	defer renew.Stop()
+	poke := time.NewTicker(pokeEvery)
+	defer poke.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-renew.C:
+			w.renewLeases(ctx)
+		case <-poke.C:
+			caps := w.parked.since(w.now().Add(-w.cfg.ParkFor))
+			if len(caps) == 0 {
+				continue
+			}
+			lctx, cancel := w.leaseCtx(ctx)
+			ws, err := w.leases.Poke(lctx, caps)
+			cancel()
+			if err != nil {
+				w.log.Debug("poking running caps failed", "err", err)
+			}
+			w.wake(ctx, ws)
+		}
+	}
+}
+
+// renewLeases renews the leases of every job running or waiting for a
+// handler slot, in one round trip. A lease found expired is logged: its
+// job runs on, but its place may be another run's.
+func (w *Worker) renewLeases(ctx context.Context) {
+	var leases []throttle.Lease
+	w.inflight.Range(func(k, _ any) bool {
+		f := k.(*flight)
+		if !f.settled.Load() {
+			leases = append(leases, f.leases...)
+		}
+		return true
+	})
+	if len(leases) == 0 {
+		return
+	}
+	lctx, cancel := w.leaseCtx(ctx)
+	lost, err := w.leases.Renew(lctx, leases)
+	cancel()
+	if err != nil {
+		w.log.Warn("renewing leases failed; they expire after the lease TTL unless renewed in time", "err", err)
+	}
+	for _, ls := range lost {
+		w.log.Warn("a running job's lease had expired; its cap may run one more job until it ends",
+			"tenant", ls.Tenant)
+		w.stats.Add(ls.Tenant, func(s *TenantStats) { s.LeasesLost++ })
+	}
+}
+
+// startLeaseLoop runs leaseLoop, when the worker has a Leaser, until stop
+// is called; stop returns once the loop has ended.
+func (w *Worker) startLeaseLoop(ctx context.Context) (stop func()) {
+	if w.leases == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		w.leaseLoop(ctx, done)
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
