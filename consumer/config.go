@@ -56,7 +56,9 @@ type Config struct {
 	LeaseTTL time.Duration
 	// ParkFor is how long a job waiting for a lease stays parked if it is
 	// never woken (its waker died between calling it and waking it): then
-	// it comes back by itself and queues again. Defaults to 10m.
+	// it comes back by itself and queues again. Defaults to 10m, or to 1s
+	// without a Waker: the job then comes back that often, and finds its
+	// turn held for it when its turn came (throttle.CapOptions.CallTTL).
 	ParkFor time.Duration
 	// StatsTenants caps the tenants Stats (and /metrics) count one by one;
 	// the counts of tenants first seen after that many go to OtherTenants,
@@ -150,10 +152,10 @@ type Params struct {
 	// calls it when a pull finds its consumer deleted (or no one answers
 	// for it), so a worker outlives an operator's mistake.
 	Recreate func(context.Context) error
-	// Leases, when set, renews and gives back the leases of jobs admitted
-	// under running caps, and hands their turn to waiting jobs (see
-	// throttle.Copies.DecideBatch); *throttle.Copies satisfies it. Set it
-	// whenever the Decider may apply caps.
+	// Leases renews and gives back the leases of jobs admitted under
+	// running caps, and hands their turn to waiting jobs (see
+	// throttle.Copies.DecideBatch); *throttle.Copies satisfies it.
+	// Defaults to the Decider, when it is a Leaser.
 	Leases Leaser
 	// Waker, when set, brings back a parked job (one the Decider told to
 	// wait for a lease) when its turn comes. Without one, a parked job

@@ -17,9 +17,10 @@ import (
 )
 
 // This example embeds the worker in a program of your own: it throttles jobs
-// published to jobs.<tenant>.… to 100/s per tenant (bursts of 200) and runs
-// each admitted job through sendMail, until SIGINT or SIGTERM. It needs a
-// Redis and a NATS server with JetStream, so it is compiled but not run.
+// published to jobs.<tenant>.… to 100/s per tenant (bursts of 200), runs at
+// most 5 of acme's at once and 50 of all tenants', and runs each admitted
+// job through sendMail, until SIGINT or SIGTERM. It needs a Redis and a
+// NATS server with JetStream, so it is compiled but not run.
 func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -37,7 +38,10 @@ func Example() {
 	}
 
 	limiter, err := throttle.New(rdb, throttle.Options{
-		Policies: throttle.Rules{Default: throttle.Enforce(throttle.PerSecond(100, 200))},
+		Policies: throttle.Rules{
+			Default: throttle.Enforce(throttle.PerSecond(100, 200)),
+			Tenants: map[string]throttle.Policy{"acme": {Limits: throttle.Limits{throttle.PerSecond(100, 200)}, Running: 5}},
+		},
 		Horizon:  10 * time.Minute,
 	})
 	if err != nil {
@@ -55,6 +59,12 @@ func Example() {
 		log.Print(err) // loaded on first use
 	}
 	copies, err := throttle.NewCopies(limiter, 24*time.Hour)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Running caps: a job runs holding a lease, which the worker renews
+	// while it runs and gives back when it ends (copies is the Leaser).
+	copies, err = copies.WithCaps(throttle.CapOptions{MaxRunning: 50, LeaseTTL: 30 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

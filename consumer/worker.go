@@ -75,6 +75,15 @@ func New(p Params) (*Worker, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("consumer: missing %w", errors.Join(missing...))
 	}
+	if p.Leases == nil {
+		// A Decider that applies caps gives the leases back itself.
+		p.Leases, _ = p.Decider.(Leaser)
+	}
+	if p.Waker == nil && p.Config.ParkFor == 0 {
+		// No parked copy is woken: a job waiting for a lease comes back
+		// often, to find its turn held while it lasts (the call TTL).
+		p.Config.ParkFor = time.Second
+	}
 	cfg := p.Config.withDefaults()
 	if p.Deferrer == nil {
 		p.Deferrer = NakDeferrer{}

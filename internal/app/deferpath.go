@@ -55,16 +55,11 @@ func (p deferPath) workerConfig(cfg *Settings, log *slog.Logger) consumer.Config
 	c := WorkerConfig(cfg, log)
 	c.TermWithReason = p.termWithReason
 	if p.mode == config.DeferNak {
-		// No parked copy to wake: a job waiting for a lease comes back
-		// often, to find its turn held while it lasts (the call TTL).
-		c.ParkFor = nakParkFor
+		// No parked copy to wake (waker): consumer.Config's default.
+		c.ParkFor = 0
 	}
 	return c
 }
-
-// nakParkFor is how long a job waiting for a lease is NAK'd for when the
-// worker cannot move jobs: well within throttle.DefaultCallTTL.
-const nakParkFor = time.Second
 
 // waker is the worker's Waker on this path: none when it cannot move jobs.
 func (p deferPath) waker(js jetstream.JetStream, cfg *Settings) consumer.Waker {
