@@ -42,7 +42,7 @@ func Example() {
 			Default: throttle.Enforce(throttle.PerSecond(100, 200)),
 			Tenants: map[string]throttle.Policy{"acme": {Limits: throttle.Limits{throttle.PerSecond(100, 200)}, Running: 5}},
 		},
-		Horizon:  10 * time.Minute,
+		Horizon: 10 * time.Minute,
 	})
 	if err != nil {
 		log.Fatal(err)
