@@ -80,11 +80,11 @@ func appendCopy(b []byte, subject string, hdr nats.Header, asCopy bool, own [][2
 }
 
 // replacedInCopy reports whether a scheduled copy leaves out the source's
-// header k: a header JetStream acts on, the fast copy's mark (a moved copy
-// is a copy of its own, with an incarnation of its own), or one the copy
-// sets itself.
+// header k: a header JetStream acts on, the fast copy's or woken job's
+// mark (a moved copy is a copy of its own, with an incarnation of its own,
+// back on the job's subject), or one the copy sets itself.
 func replacedInCopy(k string, own [][2]string) bool {
-	if strings.HasPrefix(k, "Nats-") || k == HeaderFast {
+	if strings.HasPrefix(k, "Nats-") || k == HeaderFast || k == HeaderWoken {
 		return true
 	}
 	for _, kv := range own {

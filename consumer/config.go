@@ -161,6 +161,10 @@ type Params struct {
 	// wait for a lease) when its turn comes. Without one, a parked job
 	// comes back after Config.ParkFor and finds its turn held if it came.
 	Waker Waker
+	// Woken, when set, is the consumer of the jobs the Waker brings back
+	// (StreamWaker publishes them on Schedules.Woken): Run pulls from it
+	// beside the jobs consumer, so a woken job passes any backlog there.
+	Woken jetstream.Consumer
 	// Config tunes the worker.
 	Config Config
 }

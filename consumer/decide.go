@@ -59,7 +59,7 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 	var lastSeq uint64
 	for _, m := range group {
 		job, err := readJob(m, w.cfg.Tenant, w.cfg.CostHeader)
-		if w.lane != nil && job.Sequence > lastSeq && m.Headers().Get(HeaderFast) == "" {
+		if w.lane != nil && job.Sequence > lastSeq && m.Headers().Get(HeaderFast) == "" && m.Headers().Get(HeaderWoken) == "" {
 			last, lastSeq = m, job.Sequence
 		}
 		w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })

@@ -35,6 +35,15 @@ func (w *Worker) startFetching(ctx, work context.Context) (msgs <-chan jetstream
 			_ = w.fetchLoop(ctx, w.lane.Copies(), min(8, w.cfg.FetchBatch), out, direct)
 		}()
 	}
+	if w.woken != nil {
+		// Woken jobs are few, and each holds its tenant's turn: small
+		// pulls, from the same credits, past the jobs consumer's backlog.
+		pulls.Add(1)
+		go func() {
+			defer pulls.Done()
+			_ = w.fetchLoop(ctx, w.woken, min(8, w.cfg.FetchBatch), out, nil)
+		}()
+	}
 	done := make(chan struct{})
 	go func() {
 		pulls.Wait()

@@ -50,6 +50,10 @@ const (
 	// out of a backlog; its value says how the lane decided the job:
 	// FastAdmitted or FastReserved.
 	HeaderFast = "Throttler-Fast"
+	// HeaderWoken marks a job brought back in its turn under a running
+	// cap (StreamWaker): delivered by the consumer of woken jobs, not the
+	// jobs consumer.
+	HeaderWoken = "Throttler-Woken"
 )
 
 // Values of HeaderFast.

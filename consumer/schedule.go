@@ -172,6 +172,7 @@ func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
 	out := &nats.Msg{Subject: subject, Data: df.Msg.Data(), Header: nats.Header{}}
 	CopyHeaders(out.Header, df.Msg.Headers())
 	out.Header.Del(HeaderFast) // see replacedInCopy
+	out.Header.Del(HeaderWoken)
 	for _, kv := range own {
 		out.Header.Set(kv[0], kv[1])
 	}

@@ -17,7 +17,8 @@ import (
 // StreamWaker wakes jobs that a ScheduleDeferrer parked (Deferral.Park):
 // it reads the job's parked copy, the last message on its copy subject
 // (Schedules.Copy of its tenant and original sequence), publishes it at
-// once on the subject its schedule targets, and deletes the parked copy.
+// once on Schedules.Woken (read by Params.Woken), and deletes the parked
+// copy.
 // The job then comes back to the jobs consumer as a new incarnation, so
 // that a parked copy left by a failed delete, firing later, is found to be
 // a duplicate. Safe for concurrent use.
@@ -65,13 +66,15 @@ func (s *StreamWaker) Wake(ctx context.Context, tenant, jobID string) (bool, err
 			return false, ctx.Err()
 		}
 	}
-	target := raw.Header.Get(jetstream.ScheduleTargetHeader)
-	if target == "" {
+	if raw.Header.Get(jetstream.ScheduleTargetHeader) == "" {
 		return false, nil // not a parked copy
 	}
-	out := &nats.Msg{Subject: target, Data: raw.Data, Header: nats.Header{}}
+	// Brought back past the jobs consumer's backlog, on the woken jobs'
+	// subject; the job's own subject is in its HeaderSubject.
+	out := &nats.Msg{Subject: s.Subjects.Woken(tenant, seq), Data: raw.Data, Header: nats.Header{}}
 	CopyHeaders(out.Header, raw.Header)
 	out.Header.Del(HeaderSlot)
+	out.Header.Set(HeaderWoken, "1")
 	// One publish per parked copy, however many wakers call for it.
 	out.Header.Set(jetstream.MsgIDHeader, "wake:"+jobID+":"+raw.Header.Get(HeaderDeferrals))
 	if _, err := s.JetStream.PublishMsg(ctx, out); err != nil {

@@ -29,9 +29,10 @@ type Worker struct {
 	recreate   func(context.Context) error
 	decider    Decider
 	failures   FailureCounter
-	holder     Holder // nil without one
-	leases     Leaser // nil without one
-	waker      Waker  // nil without one
+	holder     Holder             // nil without one
+	leases     Leaser             // nil without one
+	waker      Waker              // nil without one
+	woken      jetstream.Consumer // nil without one
 	parked     parkedCaps
 	handler    Handler
 	deferrer   Deferrer
@@ -111,6 +112,7 @@ func New(p Params) (*Worker, error) {
 		holder:       p.Holder,
 		leases:       p.Leases,
 		waker:        p.Waker,
+		woken:        p.Woken,
 		handler:      p.Handler,
 		deferrer:     p.Deferrer,
 		dlq:          deadLetter{js: p.JetStream, template: cfg.DLQSubject},

@@ -512,7 +512,7 @@ func (e *env) waitSettled(t *testing.T, cfg *app.Settings, timeout time.Duration
 		}
 	}()
 	testenv.Eventually(t, timeout, "the jobs of "+cfg.Stream+" to settle", func() bool {
-		busy = e.settled(cfg.Stream, cfg.Schedules, cfg.Consumer, cfg.Consumer+"_bundles", cfg.Consumer+"_fast")
+		busy = e.settled(cfg.Stream, cfg.Schedules, cfg.Consumer, cfg.Consumer+"_bundles", cfg.Consumer+"_fast", cfg.Consumer+"_woken")
 		return busy == ""
 	})
 }

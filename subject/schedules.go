@@ -13,6 +13,7 @@ import (
 //	<prefix>.b.<tenant>.<id>       a bundle of moved jobs, waiting to fire
 //	<prefix>.u.<tenant>.<id>       a fired bundle, to unpack
 //	<prefix>.f.<tenant>.<seq>      a job the fast lane took out of a backlog
+//	<prefix>.k.<tenant>.<seq>      a job woken in its turn under a running cap
 //
 // A copy's subject has two tokens after the prefix and the others three,
 // so no copy's subject is ever another kind's. seq is the stream sequence
@@ -38,6 +39,13 @@ func (s Schedules) Fast(tenant string, seq uint64) string {
 	return string(s) + ".f." + tenant + "." + strconv.FormatUint(seq, 10)
 }
 
+// Woken is the subject a parked job of the tenant, first stored at seq,
+// is brought back on when its turn under a running cap comes: a consumer
+// of its own, so that it passes any backlog of the jobs consumer.
+func (s Schedules) Woken(tenant string, seq uint64) string {
+	return string(s) + ".k." + tenant + "." + strconv.FormatUint(seq, 10)
+}
+
 // All is the pattern of every subject under the prefix.
 func (s Schedules) All() string { return string(s) + ".>" }
 
@@ -46,6 +54,9 @@ func (s Schedules) Unpacks() string { return string(s) + ".u.*.*" }
 
 // Fasts is the pattern of the fast lane's copies.
 func (s Schedules) Fasts() string { return string(s) + ".f.*.*" }
+
+// Wokens is the pattern of woken jobs.
+func (s Schedules) Wokens() string { return string(s) + ".k.*.*" }
 
 // Kind says which of the subjects above subject is.
 type Kind int
@@ -62,6 +73,8 @@ const (
 	UnpackKind
 	// FastKind is a fast lane copy.
 	FastKind
+	// WokenKind is a job woken under a running cap.
+	WokenKind
 )
 
 // Parse says which kind of subject under the prefix subject is, and the
@@ -83,6 +96,8 @@ func (s Schedules) Parse(subject string) (Kind, string) {
 		return UnpackKind, tokens[1]
 	case tokens[0] == "f":
 		return FastKind, tokens[1]
+	case tokens[0] == "k":
+		return WokenKind, tokens[1]
 	}
 	return Other, ""
 }

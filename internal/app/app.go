@@ -112,6 +112,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		Holder:     copies,
 		Leases:     copies,
 		Waker:      st.path.waker(js, cfg),
+		Woken:      st.woken,
 		Handler:    handler,
 		Deferrer:   st.path.deferrer(js, cfg, ackPending),
 		AckPending: ackPending,

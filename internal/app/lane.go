@@ -44,7 +44,7 @@ func laneAvailable(ctx context.Context, stream jetstream.Stream, cfg *Settings, 
 // is none. Such a consumer would never see the jobs the fast lane takes,
 // whose originals it deletes.
 func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *Settings) (string, error) {
-	ours := []string{cfg.Consumer, bundlesConsumer(cfg), copiesConsumer(cfg), arrivalsConsumer(cfg)}
+	ours := []string{cfg.Consumer, bundlesConsumer(cfg), copiesConsumer(cfg), arrivalsConsumer(cfg), wokenConsumer(cfg)}
 	list := stream.ListConsumers(ctx)
 	other := ""
 	// Read to the end: the lister's goroutine blocks until every consumer

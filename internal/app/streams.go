@@ -28,6 +28,9 @@ type jobStreams struct {
 	bundles jetstream.Consumer
 	// copies delivers the fast lane's copies; nil when the lane is off.
 	copies jetstream.Consumer
+	// woken delivers jobs woken under running caps; nil when the worker
+	// cannot move jobs (nothing is parked to wake).
+	woken jetstream.Consumer
 	// recreate sets the stream and the consumers up again as chosen, for
 	// a worker that finds them deleted.
 	recreate func(context.Context) error
@@ -83,7 +86,8 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	if err := captureOutputs(ctx, js, cfg, stream.CachedInfo().Config.Replicas, log); err != nil {
 		return nil, err
 	}
-	specs := consumerSpecs(cfg, path.movesBack, lane)
+	wakes := path.mode != config.DeferNak
+	specs := consumerSpecs(cfg, path.movesBack, lane, wakes)
 	handles := make([]jetstream.Consumer, len(specs))
 	for i, c := range specs {
 		if handles[i], err = consumer.EnsureConsumer(ctx, js, c); err != nil {
@@ -95,7 +99,10 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 		st.bundles = handles[1]
 	}
 	if lane {
-		st.copies = handles[len(handles)-1]
+		st.copies = handles[1+b2i(path.movesBack)]
+	}
+	if wakes {
+		st.woken = handles[len(handles)-1]
 	}
 	st.recreate = func(ctx context.Context) error { return recreate(ctx, js, cfg, spec, specs, log) }
 	return st, nil
@@ -159,10 +166,19 @@ func captureOutputs(ctx context.Context, js jetstream.JetStream, cfg *Settings, 
 	return nil
 }
 
+// b2i is 1 for true, else 0.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // consumerSpecs are the consumers the workers share: the jobs consumer
 // first, then the bundles consumer when moved jobs may come back, then the
-// fast lane's copies consumer when the lane runs.
-func consumerSpecs(cfg *Settings, movesBack, lane bool) []consumer.ConsumerSpec {
+// fast lane's copies consumer when the lane runs, then the consumer of
+// woken jobs when jobs may be parked under running caps.
+func consumerSpecs(cfg *Settings, movesBack, lane, wakes bool) []consumer.ConsumerSpec {
 	specs := []consumer.ConsumerSpec{{
 		Stream:         cfg.Stream,
 		Name:           cfg.Consumer,
@@ -188,12 +204,22 @@ func consumerSpecs(cfg *Settings, movesBack, lane bool) []consumer.ConsumerSpec 
 			AckWait:        cfg.AckWait,
 		})
 	}
+	if wakes {
+		specs = append(specs, consumer.ConsumerSpec{
+			Stream:         cfg.Stream,
+			Name:           wokenConsumer(cfg),
+			FilterSubjects: []string{cfg.Schedules.Wokens()},
+			MaxAckPending:  cfg.MaxAckPending,
+			AckWait:        cfg.AckWait,
+		})
+	}
 	return specs
 }
 
 // The names of the workers' consumers besides the jobs consumer.
 func bundlesConsumer(cfg *Settings) string  { return cfg.Consumer + "_bundles" }
 func copiesConsumer(cfg *Settings) string   { return cfg.Consumer + "_fast" }
+func wokenConsumer(cfg *Settings) string    { return cfg.Consumer + "_woken" }
 func arrivalsConsumer(cfg *Settings) string { return cfg.Consumer + "_arrivals" }
 
 // recreate sets up the jobs stream and the consumers of specs again.
