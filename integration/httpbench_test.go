@@ -48,10 +48,12 @@ import (
 // Each side is timed at the server (the no-HTTP handler for the third),
 // from the first request to arrive to the last; for the workers, also to
 // the last ack. It reports the median, lowest and highest ratio worker /
-// plain, the median jobs/s of each side, the median ratio worker /
-// worker-no-http, the cores busy over each side's span (this process,
-// which holds nats-server, the HTTP server, the client and the worker,
-// plus redis-server), and the TCP connections each side opened per round.
+// plain and the median ratio worker / worker-no-http; per side, the
+// median jobs/s, CPU time per job and cores busy over the span (of this
+// process, which holds nats-server, the HTTP server, the client and the
+// worker, and of redis-server); and the most TCP connections the server
+// accepted from a side in one round, and held open at once. Each round
+// logs its own figures.
 //
 //	go test -run '^$' -bench HTTPHandlerRatio -benchtime 1x ./integration/
 func BenchmarkHTTPHandlerRatio(b *testing.B) {
@@ -114,13 +116,12 @@ const (
 // publishing connection.
 type httpBench struct {
 	nats *testenv.NATS
-	rdb  *redis.Client // reads redis-server's CPU time
-	wrdb redis.UniversalClient
-	js   jetstream.JetStream // publishes the jobs, reads the consumer
+	rdb  *redis.Client         // reads redis-server's CPU time
+	wrdb redis.UniversalClient // the worker's, as the binary makes it
+	js   jetstream.JetStream   // publishes the jobs, reads the consumer
 	cfg  *app.Settings
-	srv  *httptest.Server
 	sink *httpSink
-	url  string // the server's URL for tenant t0; others replace the tenant
+	url  string // the server's URL up to the tenant: the plain loop's THROTTLER_HTTP_URL
 	log  *slog.Logger
 }
 
@@ -167,7 +168,7 @@ func newHTTPBench(b *testing.B) *httpBench {
 	_, err = consumer.EnsureStream(ctx, js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects})
 	must(b, err, "stream")
 	return &httpBench{
-		nats: ns, rdb: rs.Client(b), wrdb: wrdb, js: js, cfg: cfg, srv: srv, sink: sink,
+		nats: ns, rdb: rs.Client(b), wrdb: wrdb, js: js, cfg: cfg, sink: sink,
 		url: srv.URL + "/jobs/", log: slog.New(slog.NewTextHandler(logSink(), &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 }
