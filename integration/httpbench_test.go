@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -318,7 +318,7 @@ func (h *httpBench) runWorker(b *testing.B, handler consumer.Handler) httpBenchR
 		must(b, err, "consumer")
 	}
 	rs := meter.wait(b)
-	waitAcked(b, cons)
+	testenv.WaitAcked(b, cons, httpBenchSettle)
 	rs.acked = time.Since(time.Unix(0, meter.c.start.Load()))
 
 	stop()
@@ -379,7 +379,13 @@ func (h *httpBench) publish(b *testing.B) {
 type httpMeter struct {
 	h     *httpBench
 	c     *httpCount
-	begun chan time.Duration // CPU time at the first arrival
+	begun chan cpuReading // CPU time at the first arrival
+}
+
+// cpuReading is a reading of httpBench.cpu.
+type cpuReading struct {
+	d   time.Duration
+	err error
 }
 
 // start resets the sink for a side of httpBenchJobs jobs and starts
@@ -389,13 +395,14 @@ func (h *httpBench) start(b *testing.B) *httpMeter {
 	// The previous side's connections close as it ends; the server may
 	// see them close a little later.
 	testenv.Eventually(b, 10*time.Second, "no connection open on the server", func() bool { return h.sink.open.Load() == 0 })
-	m := &httpMeter{h: h, c: h.sink.reset(httpBenchJobs), begun: make(chan time.Duration, 1)}
+	m := &httpMeter{h: h, c: h.sink.reset(httpBenchJobs), begun: make(chan cpuReading, 1)}
 	go func() {
 		select {
 		case <-m.c.first:
-			m.begun <- h.cpu(b)
+			d, err := h.cpu()
+			m.begun <- cpuReading{d, err}
 		case <-time.After(httpBenchSettle):
-			m.begun <- 0
+			m.begun <- cpuReading{err: errors.New("no job arrived")}
 		}
 	}()
 	return m
@@ -410,37 +417,25 @@ func (m *httpMeter) wait(b *testing.B) httpBenchRun {
 	case <-time.After(httpBenchSettle):
 		b.Fatalf("%d of %d jobs arrived in %s", m.c.n.Load(), httpBenchJobs, httpBenchSettle)
 	}
-	cpu := m.h.cpu(b) - <-m.begun
+	begun := <-m.begun
+	end, err := m.h.cpu()
+	if err = cmp.Or(begun.err, err); err != nil {
+		b.Fatal(err)
+	}
 	if bad := m.c.bad.Load(); bad > 0 {
 		b.Fatalf("%d requests without a tenant or an idempotency key", bad)
 	}
-	return httpBenchRun{span: time.Duration(m.c.last.Load() - m.c.start.Load()), cpu: cpu, conns: m.c.conns.Load(), peak: m.c.peak.Load()}
+	return httpBenchRun{span: time.Duration(m.c.last.Load() - m.c.start.Load()), cpu: end - begun.d, conns: m.c.conns.Load(), peak: m.c.peak.Load()}
 }
 
 // cpu is the CPU time used so far by this process and by redis-server.
-func (h *httpBench) cpu(b *testing.B) time.Duration {
-	b.Helper()
+func (h *httpBench) cpu() (time.Duration, error) {
 	proc, err := testenv.ProcessCPU()
 	if err != nil {
-		b.Error(err)
+		return 0, err
 	}
-	info, err := h.rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Errorf("INFO cpu: %v", err)
-	}
-	total := proc
-	for line := range strings.Lines(info) {
-		for _, field := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), field); ok {
-				secs, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Errorf("INFO cpu: %s %q: %v", field, v, err)
-				}
-				total += time.Duration(secs * float64(time.Second))
-			}
-		}
-	}
-	return total
+	redis, err := testenv.RedisCPU(context.Background(), h.rdb)
+	return proc + redis, err
 }
 
 // httpSink counts the jobs arriving at the server, or at the worker's
@@ -505,27 +500,4 @@ func (s *httpSink) arrive(tenant, id string) {
 func (s *httpSink) handle(_ context.Context, job consumer.Job) error {
 	s.arrive(job.Tenant, job.ID)
 	return nil
-}
-
-// waitAcked polls cons until nothing is pending or awaiting an ack.
-func waitAcked(b *testing.B, cons jetstream.Consumer) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), httpBenchSettle)
-	defer cancel()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		info, err := cons.Info(ctx)
-		if err != nil && !errors.Is(err, nats.ErrTimeout) {
-			b.Fatalf("consumer info: %v", err)
-		}
-		if err == nil && info.NumAckPending == 0 && info.NumPending == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			b.Fatalf("jobs still unacked after %s: %+v", httpBenchSettle, info)
-		case <-tick.C:
-		}
-	}
 }
