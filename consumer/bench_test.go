@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
@@ -433,7 +432,7 @@ func (e *throughputEnv) runBare(b *testing.B, cons jetstream.Consumer, batch int
 			b.Fatalf("fetch after %d acks: %v", acked, err)
 		}
 	}
-	waitAcked(b, cons)
+	testenv.WaitAcked(b, cons, throughputSettle)
 	return e.since(b, start)
 }
 
@@ -479,7 +478,7 @@ func (e *throughputEnv) runWorker(b *testing.B, cons jetstream.Consumer, decider
 	case <-time.After(throughputSettle):
 		b.Fatalf("worker handled %d of %d jobs in %s", handled.Load(), throughputJobs, throughputSettle)
 	}
-	waitAcked(b, cons)
+	testenv.WaitAcked(b, cons, throughputSettle)
 	rs := e.since(b, start)
 	rs.deciding, rs.decisions, rs.decided = timed.busy, timed.decisions, timed.decided
 	rs.pulls, rs.asked = counted.pulls.Load(), counted.asked.Load()
@@ -512,27 +511,14 @@ func (e *throughputEnv) resetRedisStats(b *testing.B) {
 	}
 }
 
-// redisCPU returns the user and system CPU time redis-server has used, from
-// INFO cpu.
+// redisCPU returns the CPU time redis-server has used (testenv.RedisCPU).
 func (e *throughputEnv) redisCPU(b *testing.B) time.Duration {
 	b.Helper()
-	info, err := e.rdb.Info(context.Background(), "cpu").Result()
+	d, err := testenv.RedisCPU(context.Background(), e.rdb)
 	if err != nil {
-		b.Fatalf("INFO cpu: %v", err)
+		b.Fatal(err)
 	}
-	var total time.Duration
-	for line := range strings.Lines(info) {
-		for _, field := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), field); ok {
-				secs, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu: %s %q: %v", field, v, err)
-				}
-				total += time.Duration(secs * float64(time.Second))
-			}
-		}
-	}
-	return total
+	return d
 }
 
 // redisUsecPerCall reads Redis' CPU time per EVALSHA since the last reset
@@ -560,27 +546,4 @@ func (e *throughputEnv) redisUsecPerCall(b *testing.B) float64 {
 	}
 	b.Fatalf("INFO commandstats has no evalsha line:\n%s", info)
 	return 0
-}
-
-// waitAcked polls the consumer until nothing is pending or awaiting an ack.
-func waitAcked(b *testing.B, cons jetstream.Consumer) {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), throughputSettle)
-	defer cancel()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		info, err := cons.Info(ctx)
-		if err != nil && !errors.Is(err, nats.ErrTimeout) {
-			b.Fatalf("consumer info: %v", err)
-		}
-		if err == nil && info.NumAckPending == 0 && info.NumPending == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			b.Fatalf("jobs still unacked after %s: %+v", throughputSettle, info)
-		case <-tick.C:
-		}
-	}
 }

@@ -1,11 +1,14 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ProcessCPU returns the user and system CPU time this process has used,
@@ -30,4 +33,26 @@ func ProcessCPU() (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// RedisCPU returns the user and system CPU time the redis-server rdb is
+// connected to has used, from INFO cpu.
+func RedisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("INFO cpu: %w", err)
+	}
+	var total time.Duration
+	for line := range strings.Lines(info) {
+		for _, field := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), field); ok {
+				secs, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("INFO cpu: %s %q: %w", field, v, err)
+				}
+				total += time.Duration(secs * float64(time.Second))
+			}
+		}
+	}
+	return total, nil
 }
