@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,7 +88,7 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 				b.ReportMetric(float64(total.asked)/float64(total.pulls), "asked/pull")
 			}
 			if v.decider == limiter || v.decider == noop {
-				b.ReportMetric(env.redisUsecPerCall(b), "evalsha-µs")
+				b.ReportMetric(env.redisUsecPerCall(b), "fcall-µs")
 			}
 		})
 	}
@@ -521,29 +519,17 @@ func (e *throughputEnv) redisCPU(b *testing.B) time.Duration {
 	return d
 }
 
-// redisUsecPerCall reads Redis' CPU time per EVALSHA since the last reset
-// from INFO commandstats.
+// redisUsecPerCall reads Redis' CPU time per FCALL (the engine's
+// function calls) since the last reset from INFO commandstats.
 func (e *throughputEnv) redisUsecPerCall(b *testing.B) float64 {
 	b.Helper()
-	info, err := e.rdb.Info(context.Background(), "commandstats").Result()
+	stats, err := testenv.CommandStats(context.Background(), e.rdb)
 	if err != nil {
-		b.Fatalf("INFO commandstats: %v", err)
+		b.Fatal(err)
 	}
-	for line := range strings.Lines(info) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
-		if !ok {
-			continue
-		}
-		for field := range strings.SplitSeq(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO commandstats: evalsha usec_per_call %q: %v", v, err)
-				}
-				return f
-			}
-		}
+	st, ok := stats["fcall"]
+	if !ok {
+		b.Fatalf("INFO commandstats has no fcall line: %v", stats)
 	}
-	b.Fatalf("INFO commandstats has no evalsha line:\n%s", info)
-	return 0
+	return st.UsecPerCall
 }

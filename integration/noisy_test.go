@@ -8,7 +8,6 @@ import (
 	"math"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -198,7 +197,7 @@ func runNoisy(tb testing.TB, sc noisyScenario) noisyReport {
 	}
 	maxPending, passedAt := sampler.stop()
 	stopWorkers()
-	scriptCalls := evalCalls(tb, rs.Client(tb))
+	scriptCalls := functionCalls(tb, rs.Client(tb))
 
 	rep := noisyReport{maxAckPending: maxPending, ackPendingLimit: sc.maxAckPending, runFor: runFor, scriptCalls: scriptCalls}
 	if !passedAt.IsZero() {
@@ -547,25 +546,15 @@ func countPending(tb testing.TB, js jetstream.JetStream, cfg *app.Settings) int 
 	return n + info.NumAckPending + int(info.NumPending)
 }
 
-// evalCalls is how many EVALSHA and EVAL calls Redis has served.
-func evalCalls(tb testing.TB, rdb *redis.Client) int {
+// functionCalls is how many calls of the engine's functions (FCALL) Redis
+// has served.
+func functionCalls(tb testing.TB, rdb *redis.Client) int {
 	tb.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	stats, err := testenv.CommandStats(context.Background(), rdb)
 	if err != nil {
-		tb.Fatalf("INFO commandstats: %v", err)
+		tb.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-				if i := strings.IndexByte(rest, ','); i > 0 {
-					c, _ := strconv.Atoi(rest[:i])
-					n += c
-				}
-			}
-		}
-	}
-	return n
+	return int(stats["fcall"].Calls)
 }
 
 // String formats a report as table rows.

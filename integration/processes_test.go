@@ -276,7 +276,7 @@ func runNoisyProcesses(tb testing.TB, natsServer, throttler string, v noisyVaria
 	}
 	stopWorkers()
 
-	rep := noisyReport{maxAckPending: maxPending, ackPendingLimit: 1000, runFor: runFor, scriptCalls: evalCalls(tb, rs.Client(tb))}
+	rep := noisyReport{maxAckPending: maxPending, ackPendingLimit: 1000, runFor: runFor, scriptCalls: functionCalls(tb, rs.Client(tb))}
 	if !passedAt.IsZero() {
 		rep.burstPassed = passedAt.Sub(stored)
 	}
