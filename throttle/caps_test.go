@@ -15,6 +15,7 @@ import (
 // capEnv is a Copies with running caps at a clock the test moves.
 type capEnv struct {
 	env
+	l   *throttle.Limiter
 	c   *throttle.Copies
 	now time.Time
 }
@@ -28,6 +29,7 @@ func newCapEnv(t *testing.T, rules throttle.Rules, o throttle.CapOptions) *capEn
 	if err != nil {
 		t.Fatal(err)
 	}
+	ce.l = l
 	c, err := throttle.NewCopies(l, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +111,10 @@ func TestCapAdmitsInTurn(t *testing.T) {
 
 	if woke := ce.finish(t, j1); !slices.Equal(woke, []string{"j3"}) {
 		t.Fatalf("j1 done woke %v, want [j3]", woke)
+	}
+	snap, err := ce.l.Peek(context.Background(), "acme", ce.now)
+	if err != nil || snap.Cap == nil || *snap.Cap != (throttle.CapSnapshot{Running: 1, Called: 1, Waiting: 2}) {
+		t.Fatalf("Peek: %+v, %v; want 1 running, 1 called, 2 waiting", snap.Cap, err)
 	}
 	// j1 again frees nothing: its lease is gone.
 	if woke := ce.finish(t, j1); len(woke) != 0 {

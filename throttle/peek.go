@@ -55,6 +55,19 @@ type Snapshot struct {
 	// Failures maps the id of each of the tenant's jobs whose handler
 	// failed, and that has not run since, to its failures counted.
 	Failures map[string]int64 `json:"failures,omitempty"`
+	// Cap is the tenant's running cap, when its policy has one.
+	Cap *CapSnapshot `json:"cap,omitempty"`
+}
+
+// CapSnapshot is a running cap at one moment.
+type CapSnapshot struct {
+	// Running counts the leases of running jobs that count now.
+	Running int `json:"running"`
+	// Called counts the places held for waiting jobs whose turn came and
+	// that are on their way back.
+	Called int `json:"called"`
+	// Waiting counts the jobs in the waiting list.
+	Waiting int `json:"waiting"`
 }
 
 // Peek reads what the limiter holds for tenant: its buckets, as the next
@@ -96,7 +109,43 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 	if s.Failures, err = readFailures(ctx, node, l.keys.failures(tag, "*")); err != nil {
 		return Snapshot{}, err
 	}
+	if s.Policy.Running > 0 {
+		if s.Cap, err = peekCap(ctx, node, l.keys, tenant, now); err != nil {
+			return Snapshot{}, err
+		}
+	}
 	return s, nil
+}
+
+// peekCap reads tenant's running cap at now (µs): the leases and places
+// that count, and the waiting list.
+func peekCap(ctx context.Context, node redis.Cmdable, k keyspace, tenant string, now int64) (*CapSnapshot, error) {
+	leases, queue, err := k.capKeys(tenant)
+	if err != nil {
+		return nil, err
+	}
+	from := "(" + strconv.FormatInt(now, 10)
+	all, err := node.ZCount(ctx, leases, from, "+inf").Result()
+	if err != nil {
+		return nil, &RedisError{Op: "ZCOUNT " + leases, Err: err}
+	}
+	called, err := node.ZRangeArgs(ctx, redis.ZRangeArgs{Key: leases, Start: from, Stop: "+inf", ByScore: true}).Result()
+	if err != nil {
+		return nil, &RedisError{Op: "ZRANGE " + leases, Err: err}
+	}
+	c := &CapSnapshot{}
+	for _, m := range called {
+		if strings.HasPrefix(m, "c:") {
+			c.Called++
+		}
+	}
+	c.Running = int(all) - c.Called
+	n, err := node.ZCard(ctx, queue).Result()
+	if err != nil {
+		return nil, &RedisError{Op: "ZCARD " + queue, Err: err}
+	}
+	c.Waiting = int(n)
+	return c, nil
 }
 
 // nodeOf returns the Redis node that holds tenant's keys. A client of a

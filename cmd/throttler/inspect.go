@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,10 @@ type inspection struct {
 	HeldBy      string  `json:"held_by,omitempty"`
 	// Jobs counts the tenant's jobs that wait.
 	Jobs jobCounts `json:"jobs"`
+	// Running is the tenant's running cap (running:N), 0 for none; Cap
+	// what it holds now.
+	Running int64                 `json:"running_cap,omitempty"`
+	Cap     *throttle.CapSnapshot `json:"cap,omitempty"`
 	// Failures maps each job whose handler failed, and that has not run
 	// since, to its failures.
 	Failures map[string]int64 `json:"handler_failures,omitempty"`
@@ -158,8 +163,8 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 	}
 
 	in := inspection{
-		Tenant: t, At: snap.At.UTC(), Limits: eff.Policy.Limits.String(), Shadow: eff.Policy.Shadow, Source: eff.Source,
-		WaitSeconds: snap.Wait.Seconds(), Failures: snap.Failures,
+		Tenant: t, At: snap.At.UTC(), Limits: cmp.Or(eff.Policy.Limits.String(), "none (no rate limit)"), Shadow: eff.Policy.Shadow, Source: eff.Source,
+		WaitSeconds: snap.Wait.Seconds(), Failures: snap.Failures, Running: eff.Policy.Running, Cap: snap.Cap,
 	}
 	if snap.Wait > 0 {
 		in.HeldBy = snap.HeldBy.String()
@@ -219,6 +224,10 @@ func printInspection(w io.Writer, in inspection) {
 	}
 	fmt.Fprintf(w, "jobs waiting: %d holding a reserved slot (exact), %d moved off the consumer into schedules (exact), about %d NAK'd on the consumer (estimate)\n",
 		in.Jobs.HoldingSlots.N, in.Jobs.Moved.N, in.Jobs.Naked.N)
+	if in.Cap != nil {
+		fmt.Fprintf(w, "running cap %d: %d running, %d called back to run, %d waiting for a lease (exact, fleet-wide)\n",
+			in.Running, in.Cap.Running, in.Cap.Called, in.Cap.Waiting)
+	}
 	if len(in.Failures) == 0 {
 		fmt.Fprintln(w, "handler failures in flight: none")
 		return
