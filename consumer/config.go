@@ -50,6 +50,12 @@ type Config struct {
 	// MaxHold caps how long a RetryAfter from a handler defers its job
 	// and holds its tenant back. Defaults to 10m.
 	MaxHold time.Duration
+	// HoldSubject, when set, is the core NATS subject the fleet's workers
+	// tell each other on when a tenant's downstream asked to wait
+	// (RetryAfter), so that none starts a job of it admitted before then.
+	// Every worker of the fleet must use the same one, and no stream may
+	// bind it. Defaults to "" (each worker knows its own holds only).
+	HoldSubject string
 	// LeaseTTL is the lease TTL of running caps (throttle.CapOptions): the
 	// worker renews the leases of running jobs every LeaseTTL/3. Defaults
 	// to throttle.DefaultLeaseTTL.

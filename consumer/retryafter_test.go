@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -66,6 +67,7 @@ func TestRetryAfterDefersWithoutAFailure(t *testing.T) {
 	first := m
 	e.push(m)
 	e.waitSettled(m)
+	clock.advance(2 * time.Second) // the first hold is over
 	m = m.redelivered()
 	e.push(m)
 	e.waitSettled(m)
@@ -81,7 +83,7 @@ func TestRetryAfterDefersWithoutAFailure(t *testing.T) {
 		t.Errorf("reason %q, want %q", ds[0].Reason, want)
 	}
 	holds, releases := holder.recorded()
-	if strings.Join(holds, ",") != "acme 2026-12-02T05:00:02Z,acme 2026-12-02T05:01:00Z" {
+	if strings.Join(holds, ",") != "acme 2026-12-02T05:00:02Z,acme 2026-12-02T05:01:02Z" {
 		t.Errorf("holds %v", holds)
 	}
 	if strings.Join(releases, ",") != "acme JOBS:5 5,acme JOBS:5 5" {
@@ -128,5 +130,54 @@ func TestRetryAfterWithoutReleaseIsNaked(t *testing.T) {
 				t.Errorf("stats %+v, want 1 downstream hold, no failure", s)
 			}
 		})
+	}
+}
+
+// A job admitted while its tenant is held (its downstream asked to wait
+// after the job was admitted) does not start: it is deferred until the
+// hold ends, uncounted; another tenant's job runs.
+func TestHeldTenantsAdmittedJobWaits(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)}
+	e := setup(t)
+	deferrer := &fakeDeferrer{}
+	e.params.Deferrer = deferrer
+	e.params.Holder = &fakeHolder{}
+	e.params.Config.Now = clock.Now
+	var ran []string
+	var mu sync.Mutex
+	e.params.Handler = func(_ context.Context, job Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, job.ID)
+		if job.ID == "JOBS:1" {
+			return &RetryAfter{Until: clock.Now().Add(3 * time.Second), Reason: "HTTP 429"}
+		}
+		return nil
+	}
+	e.start()
+	first := newMsg(1, "jobs.acme")
+	e.push(first)
+	e.waitSettled(first)
+	held, other := newMsg(2, "jobs.acme"), newMsg(3, "jobs.globex")
+	e.push(held, other)
+	e.waitSettled(held, other)
+	clock.advance(3 * time.Second)
+	after := newMsg(4, "jobs.acme")
+	e.push(after)
+	e.waitSettled(after)
+	e.stop()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(ran, []string{"JOBS:1", "JOBS:3", "JOBS:4"}) {
+		t.Errorf("ran %v, want JOBS:1, JOBS:3 and, after the hold, JOBS:4", ran)
+	}
+	wantSettled(t, held, nakAfter(3*time.Second+time.Millisecond))
+	ds := deferrer.deferred()
+	if len(ds) != 2 || !strings.HasPrefix(ds[1].Reason, "tenant held") {
+		t.Errorf("deferrals %+v, want the 429'd job and then the held one", ds)
+	}
+	if s := e.stats("acme"); s.HeldBack != 1 || s.DownstreamHolds != 1 || s.Failed != 0 {
+		t.Errorf("stats %+v, want 1 held back, 1 downstream hold, no failure", s)
 	}
 }

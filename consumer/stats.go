@@ -63,6 +63,9 @@ type TenantStats struct {
 	Running int64
 	// LeasesLost counts leases of running jobs found expired when renewed.
 	LeasesLost int64
+	// HeldBack counts admitted jobs deferred instead of started because
+	// their tenant's downstream had asked to wait since.
+	HeldBack int64
 }
 
 // OtherTenants stands in for the tenants counted together once a worker

@@ -34,6 +34,7 @@ type Worker struct {
 	waker      Waker              // nil without one
 	woken      jetstream.Consumer // nil without one
 	parked     parkedCaps
+	holds      heldTenants
 	handler    Handler
 	deferrer   Deferrer
 	dlq        deadLetter
@@ -171,6 +172,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopKeepAlive()
 	stopLeases := w.startLeaseLoop(work)
 	defer stopLeases()
+	stopHolds := w.listenForHolds()
+	defer stopHolds()
 	w.startUnbundler(ctx)
 	w.startAckPending(ctx)
 	stopLane := w.startLane(ctx)

@@ -118,9 +118,11 @@ func TestCapHoldsAcrossFleet(t *testing.T) {
 
 // TestMaxRunningCapsAllTenants: three worker processes with
 // THROTTLER_MAX_RUNNING=6 and three tenants with backlogs of 150 jobs and
-// no cap of their own. The sum over tenants in flight never exceeds 6,
-// and is 6 most of the time (at least 85 %) while the backlogs last;
-// every job is sent once.
+// no cap of their own, published one tenant after the other. The sum over
+// tenants in flight never exceeds 6, and is 6 most of the time (at least
+// 85 %) while the backlogs last; the tenants take turns (the last
+// published starts within the first tenth of the run, not behind the
+// others' backlogs); every job is sent once.
 func TestMaxRunningCapsAllTenants(t *testing.T) {
 	const (
 		maxRunning = 6
@@ -148,6 +150,10 @@ func TestMaxRunningCapsAllTenants(t *testing.T) {
 		from, to := spanOf(calls, tenant)
 		t.Logf("%s: requests from %s to %s, at most %d in flight", tenant, from.Sub(first).Round(time.Millisecond),
 			to.Sub(first).Round(time.Millisecond), f.ds.maxInFlight(tenant))
+		if from.Sub(first) > last.Sub(first)/10 {
+			t.Errorf("%s's first request %s into a run of %s: it waited behind other tenants' backlogs", tenant,
+				from.Sub(first).Round(time.Millisecond), last.Sub(first).Round(time.Millisecond))
+		}
 	}
 	t.Logf("all tenants: at most %d in flight, %.1f%% of %s at %d; %v cap deferrals", most, busy*100, last.Sub(first).Round(time.Millisecond), maxRunning, deferrals)
 	if most > maxRunning {

@@ -1474,8 +1474,8 @@ admit___VERSION__: decide one job under a running cap.
 KEYS[1]     the cap's lease set
 KEYS[2]     the cap's waiting list
 KEYS[3..]   the job's keys for decide: its buckets, reservation and owner
-            (with no limits: its reservation and owner); none for the
-            fleet's cap, which decides no rate
+            (with no limits: its reservation and owner); for the fleet's
+            cap, which decides no rate, its fair-queue hash (FAIR)
 ARGV[1]     N, the cap, [1, 1e6]
 ARGV[2]     the run's owner token, 1 to 64 of [0-9a-zA-Z_-]
 ARGV[3]     the lease TTL, ms, [1, 30 days]
@@ -1483,7 +1483,8 @@ ARGV[4]     the call TTL, ms, [1, 30 days]
 ARGV[5]     the TTL of the sets and of an owner record written, ms,
             [1, 31 days]: at least the horizon plus the call and lease TTLs
 ARGV[6]     the job's member in the waiting list, 1 to 300 bytes without
-            spaces: its job id (in the fleet's list, '<tenant>/<job id>')
+            spaces: its job id (in the fleet's list, '<tenant>/<job id>';
+            the fleet's places are fair, FAIR, not times)
 ARGV[7..]   decide's arguments for the one job, in its general form: now,
             horizon, cost, incarnation, flags, number of limits n (0 to
             8), and 3n limit arguments; for the fleet's cap, now alone
@@ -1514,7 +1515,7 @@ local E_CAP, E_TOKEN, E_MEMBER, E_OP = 21, 22, 23, 24
 local MAX_CALLS = 64
 local MAX_TTL_MS = 31 * 86400000
 
--- zread runs a read command on a sorted set, or returns nil when the key
+-- zread runs a read command on a key, or returns nil when the key
 -- holds another type.
 local function zread(...)
   local v = pcallr(...)
@@ -1524,19 +1525,45 @@ end
 
 -- callWaiters hands room for n jobs to the head of the waiting list W:
 -- each gets a placeholder lease in L until deadline (µs); it returns their
--- members, for the caller to wake.
-local function callWaiters(L, W, n, deadline)
+-- members, for the caller to wake. With the fair-queue hash V (the fleet's
+-- list), it records the place of the last one called as the list's
+-- virtual time (FAIR).
+local function callWaiters(L, W, n, deadline, V)
   if n <= 0 then return {} end
   if n > MAX_CALLS then n = MAX_CALLS end
-  local ids = call('ZRANGE', W, 0, n - 1)
-  local nid = #ids
-  if nid == 0 then return ids end
+  local ids = call('ZRANGE', W, 0, n - 1, 'WITHSCORES')
+  local nid = #ids / 2
+  if nid == 0 then return {} end
   local d = format('%d', deadline)
+  local out = {}
   for i = 1, nid do
-    call('ZADD', L, d, 'c:' .. ids[i])
+    out[i] = ids[2 * i - 1]
+    call('ZADD', L, d, 'c:' .. out[i])
   end
-  call('ZREM', W, unpk(ids, 1, nid))
-  return ids
+  call('ZREM', W, unpk(out, 1, nid))
+  if V then
+    call('HSET', V, '', ids[2 * nid])
+    call('PEXPIRE', V, call('PTTL', W) > 0 and call('PTTL', W) or 86400000)
+  end
+  return out
+end
+
+--[[
+FAIR: the fleet's waiting list holds every tenant's jobs, and first come,
+first served would let one tenant's backlog make every other tenant wait
+behind all of it. So its places are virtual start times (start-time fair
+queueing): a tenant's job joins at max(V, F[tenant]) + 1, where V is the
+place of the job called last and F[tenant] the place of the tenant's job
+that joined last (both in the hash KEYS[3]). The tenants with jobs waiting
+are then called in turn, one job each, and each tenant's jobs in the order
+they came.
+]]
+
+-- fairPlace is where the fleet's job of tenant ten joins the list with
+-- the fair-queue hash V.
+local function fairPlace(V, ten)
+  local v = call('HMGET', V, '', ten)
+  return math.max(tonum(v[1] or 0) or 0, tonum(v[2] or 0) or 0) + 1
 end
 
 -- capArgs checks the arguments admit and lease share: N, the TTLs (ms)
@@ -1590,8 +1617,13 @@ local function admit(keys, args)
       if r == nil then return {INVALID, code, at, 0} end
     end
     rated, ownerAt = n > 0, nk
-  elseif nk ~= 2 then
-    return badcall('admit for the fleet takes 2 keys')
+  elseif nk ~= 3 then
+    return badcall('admit for the fleet takes 3 keys')
+  end
+  local V, ten = nil, nil
+  if na == 7 then
+    V, ten = keys[3], match(member, '^([^/]+)/.')
+    if not ten then return {INVALID, E_MEMBER, 6, 0} end
   end
   local t = clock(now)
   local tArg = format('(%d', t)
@@ -1605,6 +1637,7 @@ local function admit(keys, args)
   local rank = zread('ZRANK', W, member)
   if rank == nil then return {WRONGTYPE, 2, 0, 0} end
   local nw = call('ZCARD', W)
+  if V and zread('HLEN', V) == nil then return {WRONGTYPE, 3, 0, 0} end
   local own = false
   if ownerAt then
     local refused
@@ -1615,6 +1648,12 @@ local function admit(keys, args)
 
   call('ZREMRANGEBYSCORE', L, '-inf', t)
   local ahead = rank or nw
+  local place = t
+  if V and not rank then
+    place = fairPlace(V, ten)
+    -- A job at the same place is counted ahead: one of them goes first.
+    ahead = call('ZCOUNT', W, '-inf', format('%d', place))
+  end
   local free = N - live
   if mine then free, ahead = free + 1, 0 end
   local reply, called
@@ -1640,21 +1679,27 @@ local function admit(keys, args)
       if mine then call('ZREM', L, ph) end
       if rank then call('ZREM', W, member) end
       call('ZADD', L, format('%d', t + leaseUs), token)
-      called = callWaiters(L, W, ahead, t + callUs)
+      called = callWaiters(L, W, ahead, t + callUs, V)
     elseif st == LIMITED then
       if mine then
         call('ZADD', L, format('%d', t + reply[2] + callUs), ph)
       else
         if rank then call('ZREM', W, member) end
-        called = callWaiters(L, W, free, t + callUs)
+        called = callWaiters(L, W, free, t + callUs, V)
       end
     else
       return reply
     end
   else
     if own and own == inc then call('DEL', keys[ownerAt]) end
-    if not rank then call('ZADD', W, 'NX', format('%d', t), member) end
-    called = callWaiters(L, W, free, t + callUs)
+    if not rank then
+      call('ZADD', W, 'NX', format('%d', place), member)
+      if V then
+        call('HSET', V, ten, format('%d', place))
+        call('PEXPIRE', V, args[5])
+      end
+    end
+    called = callWaiters(L, W, free, t + callUs, V)
     reply = {CAPPED, ahead, live, 0}
   end
   call('PEXPIRE', L, args[5])
@@ -1670,6 +1715,7 @@ lease___VERSION__: renew, release or hand on a cap's leases.
 
 KEYS[1]   the cap's lease set
 KEYS[2]   the cap's waiting list
+KEYS[3]   the fleet's cap only: its fair-queue hash (FAIR)
 ARGV[1]   the operation: 1 release, 2 renew, 3 poke
 ARGV[2]   now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
 ARGV[3]   N, the cap now, [1, 1e6]
@@ -1694,7 +1740,8 @@ INVALID, nothing written; {5, position, 0, 0}: WRONGTYPE.
 local function lease(keys, args)
   if not call then bind() end
   local na = #args
-  if #keys ~= 2 or na < 6 then return badcall('lease takes 2 keys and at least 6 arguments') end
+  local nk = #keys
+  if (nk ~= 2 and nk ~= 3) or na < 6 then return badcall('lease takes 2 or 3 keys and at least 6 arguments') end
   local op = whole(args[1], 1, 3)
   if op == nil then return {INVALID, E_OP, 1, 0} end
   if (op == 1 and na ~= 7) or (op == 2 and na < 7) or (op == 3 and na ~= 6) then
@@ -1713,6 +1760,7 @@ local function lease(keys, args)
   local live = zread('ZCOUNT', L, format('(%d', t), '+inf')
   if live == nil then return {WRONGTYPE, 1, 0, 0} end
   if zread('ZCARD', W) == nil then return {WRONGTYPE, 2, 0, 0} end
+  if nk == 3 and zread('HLEN', keys[3]) == nil then return {WRONGTYPE, 3, 0, 0} end
   local reply = {1, 0, 0, 0}
   if op == 2 then
     local d, lost = format('%d', t + leaseUs), 4
@@ -1737,7 +1785,7 @@ local function lease(keys, args)
       reply[2], live = 1, live - 1
     end
   end
-  local called = callWaiters(L, W, N - live, t + callUs)
+  local called = callWaiters(L, W, N - live, t + callUs, keys[3])
   if #called > 0 then
     call('PEXPIRE', L, args[6])
     for i = 1, #called do reply[4 + i] = called[i] end

@@ -67,7 +67,7 @@ type capCall struct {
 }
 
 // capKeys returns the lease set and waiting list of tenant's cap, or of
-// the fleet's when tenant is "".
+// the fleet's when tenant is "" (see fairKey).
 func (k keyspace) capKeys(tenant string) (leases, queue string, err error) {
 	tag := fleetTag
 	if tenant != "" {
@@ -77,6 +77,10 @@ func (k keyspace) capKeys(tenant string) (leases, queue string, err error) {
 	}
 	return k.prefix + ":" + tag + ":r", k.prefix + ":" + tag + ":w", nil
 }
+
+// fairKey is the fair-queue hash of the fleet's waiting list
+// (lua/library.lua, FAIR).
+func (k keyspace) fairKey() string { return k.prefix + ":" + fleetTag + ":v" }
 
 // fleetTag is the hash tag of the fleet's cap: no tenant's tag can be it,
 // as an encoded tenant is never empty.
@@ -147,6 +151,7 @@ func (c *Copies) admitCall(p prepared, tenant string) fcall {
 	f.keys = []string{p.cap.leases, p.cap.queue}
 	f.args = []any{strconv.FormatInt(p.cap.n, 10), p.cap.token, lt, ct, rt, p.cap.member, arg(p.now)}
 	if p.cap.fleet {
+		f.keys = append(f.keys, c.l.keys.fairKey())
 		return f
 	}
 	f.keys = append(append(f.keys, p.limitKeys...), p.resvKey, p.ownerKey)
@@ -251,7 +256,11 @@ func (c *Copies) leaseCall(op, tenant string, tokens ...string) (fcall, error) {
 	for _, t := range tokens {
 		args = append(args, t)
 	}
-	return fcall{fn: c.l.lib.lease, keys: []string{leases, queue}, args: args}, nil
+	keys := []string{leases, queue}
+	if tenant == "" {
+		keys = append(keys, c.l.keys.fairKey())
+	}
+	return fcall{fn: c.l.lib.lease, keys: keys, args: args}, nil
 }
 
 // leaseReply reads the reply of a lease call: its count and the members

@@ -319,3 +319,31 @@ func TestParsePolicyRunning(t *testing.T) {
 		}
 	}
 }
+
+// The fleet's waiting list calls the tenants in turn: a tenant's backlog
+// does not make a tenant that came later wait behind all of it.
+func TestFleetCapIsFair(t *testing.T) {
+	rules := throttle.Rules{Default: throttle.Policy{Limits: throttle.Limits{throttle.PerMinute(1000, 1000)}}}
+	ce := newCapEnv(t, rules, throttle.CapOptions{MaxRunning: 1})
+	running := ce.job(t, "a", "a1")
+	for _, id := range []string{"a2", "a3", "a4"} {
+		wantOutcome(t, id, ce.job(t, "a", id), throttle.Capped)
+	}
+	if b1 := ce.job(t, "b", "b1"); b1.Outcome != throttle.Capped || b1.Ahead != 1 {
+		t.Fatalf("b1: %+v, want Capped behind a2 only", b1.Decision)
+	}
+	var order []string
+	for range 4 {
+		w := ce.finish(t, running)
+		if len(w) != 1 {
+			t.Fatalf("woke %v after %v, want one job", w, order)
+		}
+		order = append(order, w[0])
+		tenant := w[0][:1]
+		running = ce.job(t, tenant, w[0])
+		wantOutcome(t, w[0]+" back", running, throttle.Admitted)
+	}
+	if want := []string{"a2", "b1", "a3", "a4"}; !slices.Equal(order, want) {
+		t.Fatalf("called %v, want %v: the tenants in turn", order, want)
+	}
+}

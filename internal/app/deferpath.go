@@ -69,6 +69,17 @@ func (p deferPath) waker(js jetstream.JetStream, cfg *Settings) consumer.Waker {
 	return &consumer.StreamWaker{JetStream: js, Subjects: cfg.Schedules}
 }
 
+// holdPrefix starts the core NATS subjects the workers tell each other
+// about holds on: THROTTLER_SUBJECTS may not overlap it.
+const holdPrefix = "_THROTTLER"
+
+// HoldSubject is the subject the workers of cfg's fleet (one jobs stream
+// and consumer) tell each other on that a tenant's downstream asked to
+// wait.
+func HoldSubject(cfg *Settings) string {
+	return holdPrefix + "." + cfg.Stream + "." + cfg.Consumer + ".holds"
+}
+
 // parkFor is how long a job waiting for a lease stays parked if never
 // woken: the horizon, or the worker's default with none.
 func parkFor(maxDefer time.Duration) time.Duration {
@@ -102,6 +113,7 @@ func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 		// THROTTLER_MAX_DEFER=0 the worker's default (10m) caps it.
 		MaxHold:      cfg.MaxDefer,
 		LeaseTTL:     cfg.LeaseTTL,
+		HoldSubject:  HoldSubject(cfg),
 		ParkFor:      parkFor(cfg.MaxDefer),
 		StatsTenants: cfg.MetricsTenants,
 		Logger:       log,

@@ -68,6 +68,9 @@ func settle(cfg *config.Config, failed config.Problems) (*Settings, config.Probl
 		if reserved := reservedSubject(subj); reserved != "" {
 			add("THROTTLER_SUBJECTS", fmt.Sprintf("%q overlaps %s, which NATS keeps for itself and JetStream will not store; choose job subjects such as jobs.>", subj, reserved))
 		}
+		if subject.Overlap(subj, holdPrefix+".>") {
+			add("THROTTLER_SUBJECTS", fmt.Sprintf("%q overlaps %s.>, where the workers tell each other about held tenants; choose job subjects such as jobs.>", subj, holdPrefix))
+		}
 		subjects = append(subjects, subj)
 	}
 

@@ -155,6 +155,7 @@ func TestSettingsInvalidValues(t *testing.T) {
 		{"THROTTLER_SUBJECTS", "jobs.a*", "whole tokens"},
 		{"THROTTLER_SUBJECTS", "$JS.API.>", "NATS keeps for itself"},
 		{"THROTTLER_SUBJECTS", "$SYS.*.x", "$SYS.>"},
+		{"THROTTLER_SUBJECTS", "_THROTTLER.*.x", "held tenants"},
 		{"THROTTLER_TENANT_FROM", "subject:3", `"jobs.*" in THROTTLER_SUBJECTS has only 2 tokens`},
 		{"THROTTLER_DEFAULT_LIMIT", "100", "RATE/UNIT"},
 		{"THROTTLER_DEFAULT_LIMIT", " ", "such as 100/s"},
