@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,9 +27,8 @@ const fleetSize = 3
 // they arrive and sent at once, so every acme request in the window was
 // decided under the hold, but for those decided in the moment between the
 // 429's answer and the hold reaching Redis: requests arriving in the
-// first holdGrace are let be. (A backlog would blur the check: jobs that
-// reserved slots before the hold keep them, by design, and jobs admitted
-// and waiting for a handler slot are sent when one frees.)
+// first holdGrace are let be. TestHTTPFleetRetryAfterHoldsBacklog has
+// jobs admitted before the hold.
 func TestHTTPFleetRetryAfterHoldsTenant(t *testing.T) {
 	const (
 		rate      = 25 // jobs a second, each tenant
@@ -64,43 +64,10 @@ func TestHTTPFleetRetryAfterHoldsTenant(t *testing.T) {
 	ids := f.publishPaced(map[string]int{"acme": rate, "globex": rate}, publish).wait(t)
 	f.waitAnsweredOK(append(slices.Clone(ids["acme"]), ids["globex"]...), 30*time.Second)
 
-	calls := f.ds.calls()
-	var held call
-	for _, c := range calls {
-		if c.Status == 429 {
-			if !held.Arrived.IsZero() {
-				t.Fatalf("two 429s: %+v and %+v", held, c)
-			}
-			held = c
-		}
-	}
-	if held.Arrived.IsZero() {
-		t.Fatalf("the downstream never answered 429 (%d requests)", len(calls))
-	}
-	at := held.Ended
-	before, after := map[string]int{}, map[string]int{} // acme's requests per worker
-	var inGrace, inHold int
-	for _, c := range calls {
-		if c.Tenant != "acme" || c.Key == held.Key && c.Attempt == held.Attempt {
-			continue
-		}
-		since := c.Arrived.Sub(at)
-		switch {
-		case since < 0:
-			before[c.Worker]++
-		case since < holdGrace:
-			inGrace++
-		case since < holdFor-clockSlack:
-			inHold++
-			t.Errorf("acme's job %s reached the downstream from worker %s %s after the 429, within the %s hold",
-				c.Key, c.Worker, since.Round(time.Millisecond), holdFor)
-		default:
-			after[c.Worker]++
-		}
-	}
-	globex := f.ds.requestsIn("globex", at, at.Add(holdFor))
-	t.Logf("acme: 429 to worker %s; requests per worker before it %v, in the first %s after it %d, during the hold %d, after it %v; globex: %d requests during the hold",
-		held.Worker, before, holdGrace, inGrace, inHold, after, globex)
+	w := checkHoldWindow(t, f.ds.calls(), "acme", holdGrace, holdFor-clockSlack)
+	globex := f.ds.requestsIn("globex", w.at, w.at.Add(holdFor))
+	t.Logf("%s; globex: %d requests during the hold", w, globex)
+	before, after := w.before, w.after
 	// Every worker was sending acme's jobs before and after: the hold
 	// stopped the fleet, not the worker that heard the 429.
 	for i := range fleetSize {
@@ -116,6 +83,109 @@ func TestHTTPFleetRetryAfterHoldsTenant(t *testing.T) {
 	if holds, failed := f.tenantMetric("throttler_downstream_holds_total", "acme"), f.tenantMetric("throttler_failed_total", "acme"); holds != 1 || failed != 0 {
 		t.Errorf("acme: %v downstream holds and %v failures, want 1 and 0", holds, failed)
 	}
+}
+
+// TestHTTPFleetRetryAfterHoldsBacklog is TestHTTPFleetRetryAfterHoldsTenant
+// with a backlog: acme's 150 jobs are published before the workers start,
+// at a limit of 20/s:5, and each worker runs 2 handlers at once, so when
+// the 429 comes some of acme's jobs are admitted and waiting for a handler
+// slot, and others hold slots reserved before the hold. None of them
+// reaches the downstream during the hold either: the worker that hears the
+// 429 tells the others, and each checks just before it starts a job.
+func TestHTTPFleetRetryAfterHoldsBacklog(t *testing.T) {
+	const (
+		jobs      = 150
+		holdFor   = 2 * time.Second
+		holdGrace = 250 * time.Millisecond
+		// clockSlack: the hold ends by the worker's reading of the 429
+		// plus Retry-After; the 429's end is recorded just before it.
+		clockSlack = 100 * time.Millisecond
+	)
+	var (
+		mu        sync.Mutex
+		firstAcme time.Time
+		answered  bool
+	)
+	f := startHTTPFleet(t, downstreamOptions{Answer: func(c call) (reply, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstAcme.IsZero() {
+			firstAcme = c.Arrived
+		}
+		if !answered && c.Arrived.Sub(firstAcme) >= time.Second {
+			answered = true
+			return reply{Status: 429, RetryAfter: strconv.Itoa(int(holdFor / time.Second))}, true
+		}
+		return reply{}, false
+	}}, map[string]string{"THROTTLER_HTTP_TIMEOUT": "5s", "THROTTLER_CONCURRENCY": "2",
+		"THROTTLER_TENANT_LIMITS": "acme=20/s:5"})
+	f.e.ensureStream(f.cfg)
+	ids := f.publish("acme", jobs)
+	f.start(fleetSize)
+	f.waitAnsweredOK(ids, 60*time.Second)
+
+	w := checkHoldWindow(t, f.ds.calls(), "acme", holdGrace, holdFor-clockSlack)
+	t.Logf("%s; %v jobs held back after their admission", w, f.tenantMetric("throttler_held_back_total", "acme"))
+	// The job answered 429 is sent again after the hold; no other twice.
+	dups := f.ds.duplicates()
+	if dups[w.held.Key] != 2 {
+		t.Errorf("the job answered 429 was sent %d times, want 2", dups[w.held.Key])
+	}
+	delete(dups, w.held.Key)
+	if len(dups) != 0 {
+		t.Errorf("keys sent more than once: %v", dups)
+	}
+}
+
+// holdWindow is how a tenant's requests fell around the one 429 it got.
+type holdWindow struct {
+	held            call
+	at              time.Time      // when the 429 was answered
+	before, after   map[string]int // requests per worker
+	inGrace, inHold int
+}
+
+func (w holdWindow) String() string {
+	return fmt.Sprintf("429 to worker %s; requests per worker before it %v, in the grace after it %d, during the hold %d, after it %v",
+		w.held.Worker, w.before, w.inGrace, w.inHold, w.after)
+}
+
+// checkHoldWindow finds the one 429 among calls and fails t for every
+// request of tenant that arrived from grace to holdEnd after it.
+func checkHoldWindow(t *testing.T, calls []call, tenant string, grace, holdEnd time.Duration) holdWindow {
+	t.Helper()
+	w := holdWindow{before: map[string]int{}, after: map[string]int{}}
+	for _, c := range calls {
+		if c.Status == 429 {
+			if !w.held.Arrived.IsZero() {
+				t.Fatalf("two 429s: %+v and %+v", w.held, c)
+			}
+			w.held = c
+		}
+	}
+	if w.held.Arrived.IsZero() {
+		t.Fatalf("the downstream never answered 429 (%d requests)", len(calls))
+	}
+	w.at = w.held.Ended
+	for _, c := range calls {
+		if c.Tenant != tenant || c.Key == w.held.Key && c.Attempt == w.held.Attempt {
+			continue
+		}
+		since := c.Arrived.Sub(w.at)
+		switch {
+		case since < 0:
+			w.before[c.Worker]++
+		case since < grace:
+			w.inGrace++
+		case since < holdEnd:
+			w.inHold++
+			t.Errorf("%s's job %s reached the downstream from worker %s %s after the 429, within the hold",
+				tenant, c.Key, c.Worker, since.Round(time.Millisecond))
+		default:
+			w.after[c.Worker]++
+		}
+	}
+	return w
 }
 
 // TestHTTPFleetFailures: three worker processes (THROTTLER_MAX_FAILURES=3,

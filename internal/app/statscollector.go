@@ -90,6 +90,8 @@ func newStatsCollector(src statsSource) *statsCollector {
 				func(s consumer.TenantStats) float64 { return n(s.Woken) }),
 			counter("leases_lost_total", "Leases of running jobs found expired when renewed (the worker stalled past THROTTLER_LEASE_TTL).",
 				func(s consumer.TenantStats) float64 { return n(s.LeasesLost) }),
+			counter("held_back_total", "Admitted jobs deferred instead of started because their downstream had asked to wait since (a 429 heard by any worker).",
+				func(s consumer.TenantStats) float64 { return n(s.HeldBack) }),
 			gauge("running", "Jobs this worker runs, or holds for a handler slot, under a running cap.",
 				func(s consumer.TenantStats) float64 { return n(s.Running) }),
 		},
