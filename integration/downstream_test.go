@@ -86,7 +86,7 @@ type step struct {
 
 // startDownstream starts a downstream on a free port; it is closed when the
 // test ends, after everything cleaned up later (the workers) has stopped.
-func startDownstream(t *testing.T, opts downstreamOptions) *downstream {
+func startDownstream(t testing.TB, opts downstreamOptions) *downstream {
 	t.Helper()
 	d := &downstream{opts: opts, closing: make(chan struct{}),
 		attempts: map[string]int{}, answered: map[string]bool{}, inFlight: map[string]int{}, series: map[string][]step{}}

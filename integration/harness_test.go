@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 
 // env is one test's servers and connections.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	nats    *testenv.NATS // nil when the test runs a legacy nats-server
 	natsURL string
 	redis   *testenv.Redis
@@ -453,7 +453,7 @@ func (e *env) idleConsumers(stream string, names []string) (delivered []uint64, 
 
 // waitIdle waits until the named consumers of stream have nothing pending
 // and nothing awaiting an ack (see idleConsumers).
-func (e *env) waitIdle(t *testing.T, timeout time.Duration, stream string, consumers ...string) {
+func (e *env) waitIdle(t testing.TB, timeout time.Duration, stream string, consumers ...string) {
 	t.Helper()
 	busy := "not read yet"
 	defer func() {
@@ -503,7 +503,7 @@ func (e *env) settled(stream string, schedules subject.Schedules, consumers ...s
 // and no moved job waits in a schedule. What a test counts after that is
 // final, but for messages on their way to its own readers (see
 // collector.waitAll).
-func (e *env) waitSettled(t *testing.T, cfg *app.Settings, timeout time.Duration) {
+func (e *env) waitSettled(t testing.TB, cfg *app.Settings, timeout time.Duration) {
 	t.Helper()
 	busy := "not read yet"
 	defer func() {

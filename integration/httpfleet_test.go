@@ -25,7 +25,7 @@ import (
 // An in-process nats-server would run under the race detector with the
 // test, slower than in production.
 type httpFleet struct {
-	t       *testing.T
+	t       testing.TB
 	e       *env // the test's NATS and Redis, and a client connection
 	ds      *downstream
 	bin     string
@@ -36,7 +36,7 @@ type httpFleet struct {
 
 // startHTTPFleet starts the servers and the downstream; no worker yet (see
 // start). vars are the workers' variables over the fleet's defaults.
-func startHTTPFleet(t *testing.T, opts downstreamOptions, vars map[string]string) *httpFleet {
+func startHTTPFleet(t testing.TB, opts downstreamOptions, vars map[string]string) *httpFleet {
 	t.Helper()
 	bin, natsServer := buildThrottler(t), buildNATSServer(t)
 	e := &env{t: t, natsURL: startNATSProcess(t, natsServer), redis: testenv.StartRedis(t)}
@@ -227,7 +227,7 @@ func (f *httpFleet) publishPaced(perSecond map[string]int, d time.Duration) *pac
 
 // wait waits until the publisher has finished and returns the ids it
 // published, per tenant.
-func (p *pacedPublisher) wait(t *testing.T) map[string][]string {
+func (p *pacedPublisher) wait(t testing.TB) map[string][]string {
 	t.Helper()
 	<-p.done
 	p.mu.Lock()

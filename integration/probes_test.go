@@ -13,7 +13,7 @@ import (
 
 // probe GETs path from the worker's HTTP server at addr and returns the
 // status code and body; code 0 when it could not be asked.
-func probe(t *testing.T, addr, path string) (code int, body string) {
+func probe(t testing.TB, addr, path string) (code int, body string) {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + path)
 	if err != nil {
