@@ -13,7 +13,9 @@ import (
 // BenchmarkCaps measures what a running cap costs: three worker processes
 // send acme's backlog (CAP_BACKLOG jobs, default 1,000, published before
 // they start) to a downstream that takes 200 ms a request, and the run
-// reports acme's deliveries per job and per cap-deferred job, the Redis
+// reports acme's deliveries per job and per cap-deferred job (a job's
+// deliveries are 1, plus one per deferral by its rate, plus one per park:
+// per cap-deferred job, 1 plus the deliveries its parks added), the Redis
 // function calls (FCALL: decisions, leases given back and renewed, pokes)
 // per job, and how much of the time the cap was full. Variants:
 //
@@ -63,7 +65,7 @@ type capBenchRun struct {
 	busy       float64       // the share of span with 5 in flight
 	deliveries float64       // acme's deliveries a job
 	parked     float64       // acme's cap deferrals
-	perParked  float64       // deliveries a parked job: 1 + (deliveries - jobs) / parked
+	perParked  float64       // deliveries a parked job: 1 + (deliveries - jobs - rate deferrals) / parked
 	fcalls     float64       // FCALLs a job
 }
 
@@ -93,7 +95,8 @@ func runCapBench(b *testing.B, spec string, jobs int) capBenchRun {
 		fcalls: float64(after["fcall"].Calls-before["fcall"].Calls) / float64(jobs),
 	}
 	if parked > 0 {
-		r.perParked = 1 + (delivered-float64(jobs))/parked
+		rated := f.tenantMetric("throttler_deferred_total", "acme")
+		r.perParked = 1 + (delivered-float64(jobs)-rated)/parked
 	}
 	if dups := f.ds.duplicates(); len(dups) != 0 {
 		b.Errorf("keys sent more than once: %v", dups)
