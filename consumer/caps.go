@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/throttler/throttler/throttle"
@@ -37,39 +36,6 @@ type Waker interface {
 // no room until a call sees it expired.
 const pokeEvery = time.Second
 
-// parkedCaps are the caps this worker parked jobs under lately, each with
-// when it last did ("" is the fleet's cap). Safe for concurrent use.
-type parkedCaps struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-// add records a job parked under tenant's cap at at.
-func (p *parkedCaps) add(tenant string, at time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.last == nil {
-		p.last = map[string]time.Time{}
-	}
-	p.last[tenant] = at
-}
-
-// since returns the caps a job was parked under at or after t, and forgets
-// the others: their parked jobs have come back by themselves.
-func (p *parkedCaps) since(t time.Time) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for c, at := range p.last {
-		if at.Before(t) {
-			delete(p.last, c)
-			continue
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
 // capOf is the cap a Capped decision waits under: its tenant's, or ""
 // for the fleet's.
 func capOf(job Job, d throttle.Decision) string {
@@ -83,7 +49,7 @@ func capOf(job Job, d throttle.Decision) string {
 // off the consumer, on its own, until it is woken.
 func (w *Worker) park(it *item, d throttle.Decision) Deferral {
 	w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.CapDeferred++ })
-	w.parked.add(capOf(it.job, d), w.now())
+	w.parked.record(capOf(it.job, d), w.now())
 	return Deferral{Msg: it.msg, Job: it.job, Wait: w.cfg.ParkFor, Park: true,
 		Reason: "waiting for a lease under " + d.CappedBy}
 }
@@ -224,14 +190,5 @@ func (w *Worker) startLeaseLoop(ctx context.Context) (stop func()) {
 	if w.leases == nil {
 		return func() {}
 	}
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		w.leaseLoop(ctx, done)
-	}()
-	return func() {
-		close(done)
-		<-exited
-	}
+	return startLoop(func(done <-chan struct{}) { w.leaseLoop(ctx, done) })
 }

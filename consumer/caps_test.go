@@ -205,17 +205,27 @@ func TestParkForWithoutWaker(t *testing.T) {
 }
 
 // The caps a worker parked jobs under are poked until ParkFor has passed
-// since it last parked one under each.
-func TestParkedCaps(t *testing.T) {
-	var p parkedCaps
+// since it last parked one under each; a hold lasts until its time.
+func TestLatestTimes(t *testing.T) {
+	var p latestTimes
 	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	p.add("acme", t0)
-	p.add("", t0.Add(time.Minute))
+	p.record("acme", t0)
+	p.record("", t0.Add(time.Minute))
+	p.record("", t0) // an earlier time changes nothing
 	got := p.since(t0.Add(time.Second))
 	if !slices.Equal(got, []string{""}) {
 		t.Fatalf("since t0+1s: %v, want the fleet's cap only", got)
 	}
 	if got := p.since(t0); !slices.Equal(got, []string{""}) {
 		t.Fatalf("acme forgotten, then since t0: %v, want the fleet's cap only", got)
+	}
+	if until, ok := p.after("", t0); !ok || !until.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("after t0: %v %v, want t0+1m", until, ok)
+	}
+	if _, ok := p.after("", t0.Add(time.Minute)); ok {
+		t.Fatalf("a time not after now still held")
+	}
+	if got := p.since(t0); len(got) != 0 {
+		t.Fatalf("after it passed: %v, want it forgotten", got)
 	}
 }

@@ -220,7 +220,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 		defer func() { <-w.slots }()
 		defer w.inflight.Delete(f)
 		defer w.finishLeases(workCtx, f, job.Tenant)
-		if until, held := w.holds.heldUntil(job.Tenant, w.cfg.Now()); held {
+		if until, held := w.holds.after(job.Tenant, w.cfg.Now()); held {
 			// Admitted before its downstream asked to wait.
 			w.stats.Add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })
 			w.waitOutHold(workCtx, f, job, until)

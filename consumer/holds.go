@@ -4,49 +4,12 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/throttler/throttler/tenant"
 )
-
-// heldTenants are the tenants whose downstream asked to wait, each until
-// when, as this worker heard it: from its own handlers (RetryAfter) or from
-// another worker's (Config.HoldSubject). The throttle's Hold stops new
-// admissions; this stops the jobs admitted before it, waiting for a handler
-// slot or back for slots reserved before it, from starting. Safe for
-// concurrent use; the zero value is ready.
-type heldTenants struct {
-	mu    sync.Mutex
-	until map[string]time.Time
-}
-
-// hold records that tenant is held until until (a later hold wins).
-func (h *heldTenants) hold(tenant string, until time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.until == nil {
-		h.until = map[string]time.Time{}
-	}
-	if until.After(h.until[tenant]) {
-		h.until[tenant] = until
-	}
-}
-
-// heldUntil reports until when tenant is held, if it is at now; it forgets
-// the holds that ended.
-func (h *heldTenants) heldUntil(tenant string, now time.Time) (time.Time, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	until, ok := h.until[tenant]
-	if ok && !until.After(now) {
-		delete(h.until, tenant)
-		return time.Time{}, false
-	}
-	return until, ok
-}
 
 // announceHold tells every worker of the fleet that tenant is held until
 // until, on Config.HoldSubject. It is best effort: a worker that misses it
@@ -77,7 +40,7 @@ func (w *Worker) listenForHolds() (stop func()) {
 		if !ok || err != nil || tenant.Validate(t) != nil {
 			return
 		}
-		w.holds.hold(t, time.UnixMicro(us))
+		w.holds.record(t, time.UnixMicro(us))
 	})
 	if err != nil {
 		w.log.Warn("listening for other workers' holds failed; only this worker's own holds stop its admitted jobs", "err", err)

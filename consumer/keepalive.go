@@ -9,18 +9,7 @@ import (
 
 // startKeepAlive keeps alive every job the worker holds (keepAliveLoop)
 // until stop is called; stop returns once the loop has ended.
-func (w *Worker) startKeepAlive() (stop func()) {
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		w.keepAliveLoop(done)
-	}()
-	return func() {
-		close(done)
-		<-exited
-	}
-}
+func (w *Worker) startKeepAlive() (stop func()) { return startLoop(w.keepAliveLoop) }
 
 // keepAliveLoop tells JetStream every InProgressEvery that each job the
 // worker holds is still alive (InProgress): running, waiting for a handler

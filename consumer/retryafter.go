@@ -64,7 +64,7 @@ func (w *Worker) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter
 	wait := max(0, until.Sub(now))
 	// The tenant's jobs this worker and the others admitted before the
 	// hold must not start before until either.
-	w.holds.hold(job.Tenant, until)
+	w.holds.record(job.Tenant, until)
 	w.announceHold(job.Tenant, until)
 	released := false // the owner record is known not to name this incarnation
 	if w.holder != nil {

@@ -33,15 +33,22 @@ type Worker struct {
 	leases     Leaser             // nil without one
 	waker      Waker              // nil without one
 	woken      jetstream.Consumer // nil without one
-	parked     parkedCaps
-	holds      heldTenants
-	handler    Handler
-	deferrer   Deferrer
-	dlq        deadLetter
-	cfg        Config
-	log        *slog.Logger
-	stats      *Stats
-	obs        Observer
+	// parked: the caps this worker parked jobs under lately ("" is the
+	// fleet's), each with when it last did: poked until ParkFor has passed.
+	parked latestTimes
+	// holds: the tenants whose downstream asked to wait, each until when,
+	// as this worker heard it, from its own handlers (RetryAfter) or from
+	// another worker's (Config.HoldSubject). The throttle's Hold stops new
+	// admissions; this stops the jobs admitted before it, waiting for a
+	// handler slot or back for slots reserved before it, from starting.
+	holds    latestTimes
+	handler  Handler
+	deferrer Deferrer
+	dlq      deadLetter
+	cfg      Config
+	log      *slog.Logger
+	stats    *Stats
+	obs      Observer
 
 	slots    chan struct{} // one token per running handler
 	credits  chan struct{} // one token per message pulled and not yet dispatched
@@ -233,5 +240,20 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// startLoop runs loop in a goroutine of its own until the returned stop is
+// called; stop closes loop's done and returns once loop has returned.
+func startLoop(loop func(done <-chan struct{})) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		loop(done)
+	}()
+	return func() {
+		close(done)
+		<-exited
 	}
 }

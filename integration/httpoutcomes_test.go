@@ -30,35 +30,9 @@ const fleetSize = 3
 // first holdGrace are let be. TestHTTPFleetRetryAfterHoldsBacklog has
 // jobs admitted before the hold.
 func TestHTTPFleetRetryAfterHoldsTenant(t *testing.T) {
-	const (
-		rate      = 25 // jobs a second, each tenant
-		publish   = 5 * time.Second
-		holdFor   = 2 * time.Second
-		holdGrace = 250 * time.Millisecond
-		// clockSlack: the hold ends by the worker's reading of the 429
-		// plus Retry-After; the 429's end is recorded just before it.
-		clockSlack = 100 * time.Millisecond
-	)
-	var (
-		mu        sync.Mutex
-		firstAcme time.Time
-		answered  bool
-	)
-	f := startHTTPFleet(t, downstreamOptions{Answer: func(c call) (reply, bool) {
-		if c.Tenant != "acme" {
-			return reply{}, false
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if firstAcme.IsZero() {
-			firstAcme = c.Arrived
-		}
-		if !answered && c.Arrived.Sub(firstAcme) >= time.Second {
-			answered = true
-			return reply{Status: 429, RetryAfter: strconv.Itoa(int(holdFor / time.Second))}, true
-		}
-		return reply{}, false
-	}}, map[string]string{"THROTTLER_HTTP_TIMEOUT": "5s"})
+	const rate = 25 // jobs a second, each tenant
+	const publish = 5 * time.Second
+	f := startHTTPFleet(t, downstreamOptions{Answer: answer429Once("acme")}, map[string]string{"THROTTLER_HTTP_TIMEOUT": "5s"})
 	f.start(fleetSize)
 
 	ids := f.publishPaced(map[string]int{"acme": rate, "globex": rate}, publish).wait(t)
@@ -93,32 +67,9 @@ func TestHTTPFleetRetryAfterHoldsTenant(t *testing.T) {
 // reaches the downstream during the hold either: the worker that hears the
 // 429 tells the others, and each checks just before it starts a job.
 func TestHTTPFleetRetryAfterHoldsBacklog(t *testing.T) {
-	const (
-		jobs      = 150
-		holdFor   = 2 * time.Second
-		holdGrace = 250 * time.Millisecond
-		// clockSlack: the hold ends by the worker's reading of the 429
-		// plus Retry-After; the 429's end is recorded just before it.
-		clockSlack = 100 * time.Millisecond
-	)
-	var (
-		mu        sync.Mutex
-		firstAcme time.Time
-		answered  bool
-	)
-	f := startHTTPFleet(t, downstreamOptions{Answer: func(c call) (reply, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if firstAcme.IsZero() {
-			firstAcme = c.Arrived
-		}
-		if !answered && c.Arrived.Sub(firstAcme) >= time.Second {
-			answered = true
-			return reply{Status: 429, RetryAfter: strconv.Itoa(int(holdFor / time.Second))}, true
-		}
-		return reply{}, false
-	}}, map[string]string{"THROTTLER_HTTP_TIMEOUT": "5s", "THROTTLER_CONCURRENCY": "2",
-		"THROTTLER_TENANT_LIMITS": "acme=20/s:5"})
+	const jobs = 150
+	f := startHTTPFleet(t, downstreamOptions{Answer: answer429Once("acme")}, map[string]string{"THROTTLER_HTTP_TIMEOUT": "5s",
+		"THROTTLER_CONCURRENCY": "2", "THROTTLER_TENANT_LIMITS": "acme=20/s:5"})
 	f.e.ensureStream(f.cfg)
 	ids := f.publish("acme", jobs)
 	f.start(fleetSize)
@@ -134,6 +85,43 @@ func TestHTTPFleetRetryAfterHoldsBacklog(t *testing.T) {
 	delete(dups, w.held.Key)
 	if len(dups) != 0 {
 		t.Errorf("keys sent more than once: %v", dups)
+	}
+}
+
+// The timing of the hold tests: the downstream answers 429 with
+// Retry-After: 2 (holdFor); requests arriving in the first holdGrace after
+// it may have been decided in the moment before the hold reached Redis and
+// the workers; the hold ends by a worker's reading of the 429 plus
+// Retry-After, and the 429's end is recorded just before that
+// (clockSlack).
+const (
+	holdFor    = 2 * time.Second
+	holdGrace  = 250 * time.Millisecond
+	clockSlack = 100 * time.Millisecond
+)
+
+// answer429Once answers tenant's first request that arrives a second or
+// more after its first one 429 with Retry-After: 2, once.
+func answer429Once(tenant string) func(call) (reply, bool) {
+	var (
+		mu       sync.Mutex
+		first    time.Time
+		answered bool
+	)
+	return func(c call) (reply, bool) {
+		if c.Tenant != tenant {
+			return reply{}, false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if first.IsZero() {
+			first = c.Arrived
+		}
+		if !answered && c.Arrived.Sub(first) >= time.Second {
+			answered = true
+			return reply{Status: 429, RetryAfter: strconv.Itoa(int(holdFor / time.Second))}, true
+		}
+		return reply{}, false
 	}
 }
 
