@@ -399,6 +399,43 @@ func cmpErr(first, err error) error {
 	return err
 }
 
+// giveUpOwners gives up the owner record of each copy the fleet's cap
+// held that names its incarnation, in one round trip, as admit does for a
+// tenant's cap (the fleet's call cannot: the record lies in the tenant's
+// slot). The copy did not run, and the copy its park makes must be free
+// to: an incarnation redelivered after its worker died, say. A copy whose
+// record could not be given up gets the error instead of Capped, so that
+// it is not parked.
+func (c *Copies) giveUpOwners(ctx context.Context, copies []Copy, results []Result) {
+	var calls []fcall
+	var idx []int
+	for i, cp := range copies {
+		if results[i].Err != nil || results[i].Outcome != Capped || cp.Fresh {
+			continue
+		}
+		key, err := c.ownerKey(cp.Tenant, cp.JobID, cp.Incarnation)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		calls = append(calls, fcall{fn: c.l.lib.release, keys: []string{key}, args: []any{strconv.FormatInt(cp.Incarnation, 10)}})
+		idx = append(idx, i)
+	}
+	if len(calls) == 0 {
+		return
+	}
+	c.l.lib.run(ctx, calls)
+	for k, f := range calls {
+		v, err := replyInts(f.cmd, f.fn, 4)
+		if err == nil {
+			err = replyStatus(f.fn, f.keys[0], v)
+		}
+		if err != nil {
+			results[idx[k]].Decision, results[idx[k]].Err = Decision{}, err
+		}
+	}
+}
+
 // decideCapped is DecideBatch when running caps apply: the fleet's cap
 // first (a round trip), then the tenants' caps and rates (one more: the
 // capped copies' admit calls ride in the pipeline of the others' decide
@@ -435,6 +472,7 @@ func (c *Copies) decideCapped(ctx context.Context, copies []Copy) []Result {
 				pending = append(pending, i)
 			}
 		}
+		c.giveUpOwners(ctx, copies, results)
 	} else {
 		for i := range copies {
 			pending = append(pending, i)

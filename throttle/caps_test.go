@@ -347,3 +347,37 @@ func TestFleetCapIsFair(t *testing.T) {
 		t.Fatalf("called %v, want %v: the tenants in turn", order, want)
 	}
 }
+
+// A copy the fleet's cap holds gives up an owner record that names it, as
+// one the tenant's cap holds does: its incarnation ran (its worker died),
+// and the copy its park makes must run, not be taken for a duplicate.
+func TestCappedGivesUpItsOwnerRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rules throttle.Rules
+		o     throttle.CapOptions
+	}{
+		{"tenant's cap", throttle.Rules{Default: throttle.Policy{Running: 1}}, throttle.CapOptions{}},
+		{"fleet's cap", throttle.Rules{Default: throttle.Policy{Limits: throttle.Limits{throttle.PerMinute(1000, 1000)}}},
+			throttle.CapOptions{MaxRunning: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ce := newCapEnv(t, tc.rules, tc.o)
+			ctx := context.Background()
+			other := ce.job(t, "acme", "j1") // holds the one place
+			// j2 was admitted as incarnation 102 (recorded owner), and its
+			// worker died: redelivered, the cap is full.
+			claimed, _, err := ce.c.Claim(ctx, "acme", "j2", 102)
+			if err != nil || !claimed {
+				t.Fatalf("Claim: %v %v", claimed, err)
+			}
+			wantOutcome(t, "j2 redelivered", ce.job(t, "acme", "j2"), throttle.Capped)
+			ce.finish(t, other)
+			// Its parked copy, another incarnation, runs.
+			r := ce.c.DecideBatch(ctx, []throttle.Copy{{Request: throttle.Request{Tenant: "acme", JobID: "j2", At: ce.now}, Incarnation: 900}})
+			if r[0].Err != nil || r[0].Outcome != throttle.Admitted {
+				t.Fatalf("j2's parked copy: %+v, want Admitted", r[0])
+			}
+		})
+	}
+}
