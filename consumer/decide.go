@@ -130,7 +130,7 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 			inc = incarnation(it.job)
 		}
 		reqs = append(reqs, throttle.Copy{Request: throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost},
-			Incarnation: inc, Fresh: fresh})
+			Incarnation: inc, Fresh: fresh, Order: int64(it.job.OriginalSequence() % fastBase)})
 		g.idx = append(g.idx, i)
 	}
 	if len(reqs) == 0 {

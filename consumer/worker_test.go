@@ -70,7 +70,7 @@ func TestAdmittedJobRunsAndIsAcked(t *testing.T) {
 
 // TestDecisionNamesTheIncarnation: the worker asks the throttle about each
 // job as the incarnation it is; only the first delivery of an original is
-// fresh.
+// fresh; every copy has the order of the original's first delivery.
 func TestDecisionNamesTheIncarnation(t *testing.T) {
 	tests := []struct {
 		name string
@@ -78,13 +78,13 @@ func TestDecisionNamesTheIncarnation(t *testing.T) {
 		want throttle.Copy
 	}{
 		{name: "first delivery of an original", msg: newMsg(7, "jobs.acme", "Job-Cost", "2"),
-			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 2}, Fresh: true}},
+			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 2}, Fresh: true, Order: 7}},
 		{name: "original delivered again", msg: newMsg(7, "jobs.acme").redelivered(),
-			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: 7}},
+			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: 7, Order: 7}},
 		{name: "moved copy", msg: newMsg(40, "jobs.acme", HeaderJobID, "JOBS:7", HeaderDeferrals, "1"),
-			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: 40}},
+			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: 40, Order: 7}},
 		{name: "fast copy", msg: newMsg(41, "jobs.acme", HeaderJobID, "JOBS:7", HeaderFast, FastReserved),
-			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: FastCopyIncarnation(7)}},
+			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: FastCopyIncarnation(7), Order: 7}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1458,9 +1458,8 @@ lease frees, the call that frees it hands the room to the head of the list:
 each job called gets a placeholder lease, member 'c:<job id>', that holds
 its place for the call TTL, and its id is returned for the caller to wake
 it. The job, back, finds its placeholder and turns it into its own lease.
-A placeholder whose job does not come back in time expires like a lease;
-the job then comes back when its parked copy fires, and joins the list
-again.
+A placeholder whose job does not come back in time expires like a lease,
+and the job joins the list again at its head (expire).
 
 Rate and cap together: the cap is decided first. A job that may have a
 lease is then decided by decide (same arguments, same rules, same reply):
@@ -1483,9 +1482,13 @@ ARGV[4]     the call TTL, ms, [1, 30 days]
 ARGV[5]     the TTL of the sets and of an owner record written, ms,
             [1, 31 days]: at least the horizon plus the call and lease TTLs
 ARGV[6]     the job's member in the waiting list, 1 to 300 bytes without
-            spaces: its job id (in the fleet's list, '<tenant>/<job id>';
-            the fleet's places are fair, FAIR, not times)
-ARGV[7..]   decide's arguments for the one job, in its general form: now,
+            spaces: its job id (in the fleet's list, '<tenant>/<job id>')
+ARGV[7]     its place in a tenant's list should it join: its order of
+            arrival (the worker gives the stream sequence of its first
+            delivery, so that the list keeps the order jobs were published
+            in, whichever worker took each), [0, 2^53); 0 for the time of
+            the call. The fleet's places are fair instead (FAIR)
+ARGV[8..]   decide's arguments for the one job, in its general form: now,
             horizon, cost, incarnation, flags, number of limits n (0 to
             8), and 3n limit arguments; for the fleet's cap, now alone
 
@@ -1548,6 +1551,24 @@ local function callWaiters(L, W, n, deadline, V)
   return out
 end
 
+-- expire drops the leases and places of L that expired by t. A job whose
+-- place expired (called, and not back within the call TTL: its waker died,
+-- or Redis lost the reply that called it) joins W again at its head, to be
+-- called first by the next call that frees room, rather than wait for its
+-- parked copy's fallback time.
+local function expire(L, W, t)
+  local gone = call('ZRANGE', L, '-inf', t, 'BYSCORE', 'LIMIT', 0, MAX_CALLS)
+  for i = 1, #gone do
+    local id = match(gone[i], '^c:(.+)$')
+    if id then
+      local head = call('ZRANGE', W, 0, 0, 'WITHSCORES')
+      local s = head[2] and tonum(head[2]) - 1 or 0
+      call('ZADD', W, 'NX', format('%d', s), id)
+    end
+  end
+  call('ZREMRANGEBYSCORE', L, '-inf', t)
+end
+
 --[[
 FAIR: the fleet's waiting list holds every tenant's jobs, and first come,
 first served would let one tenant's backlog make every other tenant wait
@@ -1591,28 +1612,30 @@ end
 local function admit(keys, args)
   if not call then bind() end
   local nk, na = #keys, #args
-  if nk < 2 or na < 7 then return badcall('admit takes at least 2 keys and 7 arguments') end
-  local N, leaseUs, callUs, recordTTL, now = capArgs(args[1], args[3], args[4], args[5], args[7], {1, 3, 4, 5, 7})
+  if nk < 2 or na < 8 then return badcall('admit takes at least 2 keys and 8 arguments') end
+  local N, leaseUs, callUs, recordTTL, now = capArgs(args[1], args[3], args[4], args[5], args[8], {1, 3, 4, 5, 8})
   if N == nil then return {INVALID, leaseUs, callUs, 0} end
   local token, member = args[2], args[6]
   if not validToken(token) then return {INVALID, E_TOKEN, 2, 0} end
   if #member < 1 or #member > 300 or find(member, '%s') then return {INVALID, E_MEMBER, 6, 0} end
+  local order = whole(args[7], 0, EXACT - 1)
+  if order == nil then return {INVALID, E_MEMBER, 7, 0} end
   local L, W = keys[1], keys[2]
   local rated, inc, fresh, ownerAt = false, 0, false, nil
-  if na > 7 then
-    if na < 12 then return badcall('admit takes 7 arguments, or 12 and 3 per limit') end
-    local n = whole(args[12], 0, MAX_LIMITS)
-    if n == nil or na ~= 12 + 3 * n or nk ~= 4 + n then
-      return badcall('admit takes 4 keys and 12 arguments, and one key and 3 arguments per limit')
+  if na > 8 then
+    if na < 13 then return badcall('admit takes 8 arguments, or 13 and 3 per limit') end
+    local n = whole(args[13], 0, MAX_LIMITS)
+    if n == nil or na ~= 13 + 3 * n or nk ~= 4 + n then
+      return badcall('admit takes 4 keys and 13 arguments, and one key and 3 arguments per limit')
     end
-    if whole(args[8], 0, MAX_HORIZON) == nil then return {INVALID, E_HORIZON, 8, 0} end
-    if whole(args[9], 1, MAX_N) == nil then return {INVALID, E_COST, 9, 0} end
-    inc = whole(args[10], 0, EXACT - 1)
-    if inc == nil then return {INVALID, E_INCARNATION, 10, 0} end
-    local fl = FLAGS[args[11]]
-    if fl == nil then return {INVALID, E_FRESH, 11, 0} end
+    if whole(args[9], 0, MAX_HORIZON) == nil then return {INVALID, E_HORIZON, 9, 0} end
+    if whole(args[10], 1, MAX_N) == nil then return {INVALID, E_COST, 10, 0} end
+    inc = whole(args[11], 0, EXACT - 1)
+    if inc == nil then return {INVALID, E_INCARNATION, 11, 0} end
+    local fl = FLAGS[args[12]]
+    if fl == nil then return {INVALID, E_FRESH, 12, 0} end
     fresh = fl % 2 == 1
-    for x = 13, na, 3 do
+    for x = 14, na, 3 do
       local r, code, at = limit(args, x, whole)
       if r == nil then return {INVALID, code, at, 0} end
     end
@@ -1621,22 +1644,17 @@ local function admit(keys, args)
     return badcall('admit for the fleet takes 3 keys')
   end
   local V, ten = nil, nil
-  if na == 7 then
+  if na == 8 then
     V, ten = keys[3], match(member, '^([^/]+)/.')
     if not ten then return {INVALID, E_MEMBER, 6, 0} end
   end
   local t = clock(now)
   local tArg = format('(%d', t)
 
-  -- Every read before the first write.
+  -- Every read that may refuse the call before the first write.
   local live = zread('ZCOUNT', L, tArg, '+inf')
   if live == nil then return {WRONGTYPE, 1, 0, 0} end
-  local ph = 'c:' .. member
-  local mine = call('ZSCORE', L, ph)
-  mine = mine and tonum(mine) > t
-  local rank = zread('ZRANK', W, member)
-  if rank == nil then return {WRONGTYPE, 2, 0, 0} end
-  local nw = call('ZCARD', W)
+  if zread('ZCARD', W) == nil then return {WRONGTYPE, 2, 0, 0} end
   if V and zread('HLEN', V) == nil then return {WRONGTYPE, 3, 0, 0} end
   local own = false
   if ownerAt then
@@ -1646,9 +1664,14 @@ local function admit(keys, args)
     if own and own ~= inc then return {DUPLICATE, own, 0, 0} end
   end
 
-  call('ZREMRANGEBYSCORE', L, '-inf', t)
+  expire(L, W, t)
+  local ph = 'c:' .. member
+  local mine = call('ZSCORE', L, ph)
+  mine = mine and tonum(mine) > t
+  local rank = call('ZRANK', W, member)
+  local nw = call('ZCARD', W)
   local ahead = rank or nw
-  local place = t
+  local place = order > 0 and order or t
   if V and not rank then
     place = fairPlace(V, ten)
     -- A job at the same place is counted ahead: one of them goes first.
@@ -1659,14 +1682,14 @@ local function admit(keys, args)
   local reply, called
   if free > ahead then
     if rated then
-      local da = {unpk(args, 7, na)}
+      local da = {unpk(args, 8, na)}
       da[1] = format('%d', t)
       reply = decide({unpk(keys, 3, nk)}, da)
       if reply.err then return reply end
       if reply[1] == WRONGTYPE then
         reply[2] = reply[2] + 2
       elseif reply[1] == INVALID then
-        reply[3] = reply[3] + (STORED[reply[2]] and 2 or 6)
+        reply[3] = reply[3] + (STORED[reply[2]] and 2 or 7)
       end
     else
       reply = {ADMITTED, 0, 0, 0}
@@ -1777,7 +1800,8 @@ local function lease(keys, args)
     if reply[2] > 0 then call('PEXPIRE', L, args[6]) end
     return reply
   end
-  call('ZREMRANGEBYSCORE', L, '-inf', t)
+  expire(L, W, t)
+  if call('EXISTS', W) == 1 then call('PEXPIRE', W, args[6]) end
   if op == 1 then
     local s = call('ZSCORE', L, args[7])
     if s then

@@ -62,6 +62,7 @@ type capCall struct {
 	n             int64
 	leases, queue string // the cap's lease set and waiting list
 	member        string // the job's member of the waiting list
+	order         int64  // its place in a tenant's list (Copy.Order)
 	token         string
 	fleet         bool // the fleet's cap: no rate, no owner
 }
@@ -149,7 +150,7 @@ func (c *Copies) admitCall(p prepared, tenant string) fcall {
 	lt, ct, rt := c.capTTLs(tenant)
 	f := fcall{fn: c.l.lib.admit}
 	f.keys = []string{p.cap.leases, p.cap.queue}
-	f.args = []any{strconv.FormatInt(p.cap.n, 10), p.cap.token, lt, ct, rt, p.cap.member, arg(p.now)}
+	f.args = []any{strconv.FormatInt(p.cap.n, 10), p.cap.token, lt, ct, rt, p.cap.member, strconv.FormatInt(p.cap.order, 10), arg(p.now)}
 	if p.cap.fleet {
 		f.keys = append(f.keys, c.l.keys.fairKey())
 		return f

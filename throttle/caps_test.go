@@ -159,8 +159,9 @@ func TestCapLeaseExpiresUnlessRenewed(t *testing.T) {
 	wantOutcome(t, "j4", ce.job(t, "acme", "j4"), throttle.Capped)
 }
 
-// A called job that does not come back within the call TTL loses its
-// place, which a poke hands to the next in line; a forfeited call too.
+// A called job that does not come back within the call TTL goes back to
+// the head of the line, to be called again by the next call with room (a
+// poke here); a forfeited call hands its place to the next in line.
 func TestCapCallExpires(t *testing.T) {
 	ce := newCapEnv(t, throttle.Rules{Default: throttle.Policy{Running: 1}}, throttle.CapOptions{CallTTL: time.Second})
 	ctx := context.Background()
@@ -173,16 +174,52 @@ func TestCapCallExpires(t *testing.T) {
 	}
 	ce.now = t0.Add(2 * time.Second)
 	w, err := ce.c.Poke(ctx, []string{"acme"})
+	if err != nil || !slices.Equal(ids(w), []string{"j2"}) {
+		t.Fatalf("Poke after j2's call expired: woke %v, err %v; want [j2] again", ids(w), err)
+	}
+	w, err = ce.c.Forfeit(ctx, throttle.Waiter{Tenant: "acme", JobID: "j2"}, false)
 	if err != nil || !slices.Equal(ids(w), []string{"j3"}) {
-		t.Fatalf("Poke after j2's call expired: woke %v, err %v; want [j3]", ids(w), err)
+		t.Fatalf("Forfeit j2: woke %v, err %v; want [j3]", ids(w), err)
 	}
-	w, err = ce.c.Forfeit(ctx, throttle.Waiter{Tenant: "acme", JobID: "j3"}, false)
-	if err != nil || !slices.Equal(ids(w), []string{"j4"}) {
-		t.Fatalf("Forfeit j3: woke %v, err %v; want [j4]", ids(w), err)
+	// j2, back after all, waits again: behind j4 (j3 holds the place).
+	if j2 := ce.job(t, "acme", "j2"); j2.Outcome != throttle.Capped || j2.Ahead != 1 {
+		t.Fatalf("j2 back late: %+v, want Capped behind j4", j2.Decision)
 	}
-	// j2, back late, waits again: at the end of the line.
-	if j2 := ce.job(t, "acme", "j2"); j2.Outcome != throttle.Capped || j2.Ahead != 0 {
-		t.Fatalf("j2 back late: %+v, want Capped, first in line", j2.Decision)
+	// j3, back after its call expired, was put back first in line: it runs
+	// as soon as there is room.
+	ce.now = t0.Add(4 * time.Second)
+	if _, err := ce.c.Poke(ctx, []string{"acme"}); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, "j3 back late, first in line", ce.job(t, "acme", "j3"), throttle.Admitted)
+}
+
+// A tenant's waiting list keeps the jobs' order (Copy.Order, the stream
+// sequence of their first delivery) whatever order workers decided them
+// in.
+func TestCapWaitingListKeepsOrder(t *testing.T) {
+	ce := newCapEnv(t, throttle.Rules{Default: throttle.Policy{Running: 1}}, throttle.CapOptions{})
+	ctx := context.Background()
+	decide := func(id string, order int64) throttle.Result {
+		r := ce.c.DecideBatch(ctx, []throttle.Copy{{Request: throttle.Request{Tenant: "acme", JobID: id, At: ce.now}, Incarnation: order, Order: order}})
+		if r[0].Err != nil {
+			t.Fatal(r[0].Err)
+		}
+		return r[0]
+	}
+	running := decide("j1", 1)
+	for _, o := range []int64{5, 3, 4, 2} { // decided out of order
+		wantOutcome(t, "j"+strconv.FormatInt(o, 10), decide("j"+strconv.FormatInt(o, 10), o), throttle.Capped)
+	}
+	var called []string
+	for range 4 {
+		w := ce.finish(t, running)
+		called = append(called, w...)
+		o, _ := strconv.ParseInt(w[0][1:], 10, 64)
+		running = decide(w[0], o)
+	}
+	if want := []string{"j2", "j3", "j4", "j5"}; !slices.Equal(called, want) {
+		t.Fatalf("called %v, want %v", called, want)
 	}
 }
 
@@ -270,14 +307,15 @@ func TestCapInvalid(t *testing.T) {
 	ce := newCapEnv(t, throttle.Rules{Default: throttle.Policy{Running: 1}}, throttle.CapOptions{})
 	admit := "admit_" + strings.TrimPrefix(decideFn(), "decide_")
 	lk, wk := ce.prefix+":{acme}:r", ce.prefix+":{acme}:w"
-	good := []string{"1", "tok", "1000", "1000", "1000", "j1", "0"}
+	good := []string{"1", "tok", "1000", "1000", "1000", "j1", "0", "0"}
 	for _, tc := range []struct {
 		at   int
 		val  string
 		code throttle.Code
 	}{
 		{0, "0", throttle.CodeCap}, {0, "1.5", throttle.CodeCap}, {1, "c:j1", throttle.CodeToken},
-		{1, "", throttle.CodeToken}, {2, "0", throttle.CodeTTL}, {5, "a b", throttle.CodeMember}, {6, "-1", throttle.CodeNow},
+		{1, "", throttle.CodeToken}, {2, "0", throttle.CodeTTL}, {5, "a b", throttle.CodeMember}, {6, "-1", throttle.CodeMember},
+		{7, "-1", throttle.CodeNow},
 	} {
 		args := slices.Clone(good)
 		args[tc.at] = tc.val

@@ -82,6 +82,12 @@ type Copy struct {
 	// no owner (no copy of it can exist). Set it only when that is
 	// certain: a fresh job that does hold a slot is charged again.
 	Fresh bool
+	// Order is the copy's place in its tenant's waiting list, should it
+	// wait for a lease of its tenant's running cap: the job's order of
+	// arrival, such as the stream sequence of its first delivery, the same
+	// for every copy, so that the list keeps the order jobs arrived in
+	// whichever worker decides each. 0 means the time it joins the list.
+	Order int64
 }
 
 // Decide decides one copy, as DecideBatch does.
@@ -161,7 +167,10 @@ func (c *Copies) prepareCapped(cp Copy, pol Policy) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
-	p.cap = &capCall{n: pol.Running, leases: leases, queue: queue, member: cp.JobID, token: token}
+	if cp.Order < 0 || cp.Order >= maxExact {
+		return prepared{}, &InvalidError{Code: CodeMember, Detail: fmt.Sprintf("order %d outside [0, 2^53)", cp.Order)}
+	}
+	p.cap = &capCall{n: pol.Running, leases: leases, queue: queue, member: cp.JobID, order: cp.Order, token: token}
 	return p, nil
 }
 
