@@ -46,12 +46,29 @@ func capOf(job Job, d throttle.Decision) string {
 }
 
 // park defers a job the Decider told to wait for a lease: it is moved
-// off the consumer, on its own, until it is woken.
+// off the consumer, on its own, until it is woken, or until its fallback
+// time (parkFor) if its call is lost.
 func (w *Worker) park(it *item, d throttle.Decision) Deferral {
 	w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.CapDeferred++ })
-	w.parked.record(capOf(it.job, d), w.now())
-	return Deferral{Msg: it.msg, Job: it.job, Wait: w.cfg.ParkFor, Park: true,
+	c := capOf(it.job, d)
+	w.parked.record(c, w.now())
+	return Deferral{Msg: it.msg, Job: it.job, Wait: w.parkFor(c, d), Park: true,
 		Reason: "waiting for a lease under " + d.CappedBy}
+}
+
+// parkFor is how long a parked job stays parked if never woken: twice the
+// wait its place in line foretells (the jobs ahead of it over the cap,
+// times the cap's mean run time as this worker saw it) and 10 s more, at
+// most ParkFor; ParkFor until this worker has seen a run under the cap. A
+// job is woken long before, in its turn: the fallback brings it back when
+// its waiting list was lost with a Redis that restarted empty.
+func (w *Worker) parkFor(capKey string, d throttle.Decision) time.Duration {
+	mean, ok := w.runtimes.mean(capKey)
+	if !ok || d.Cap <= 0 {
+		return w.cfg.ParkFor
+	}
+	foretold := time.Duration(float64(d.Ahead+1) / float64(d.Cap) * float64(mean))
+	return min(w.cfg.ParkFor, 2*foretold+10*time.Second)
 }
 
 // leaseCtx bounds a lease call; it outlives the worker's cancellation, so
@@ -68,6 +85,10 @@ func (w *Worker) finishLeases(ctx context.Context, f *flight, tenant string) {
 		return
 	}
 	w.stats.Add(tenant, func(s *TenantStats) { s.Running-- })
+	ran := w.now().Sub(f.started)
+	for _, ls := range f.leases {
+		w.runtimes.add(ls.Tenant, ran)
+	}
 	lctx, cancel := w.leaseCtx(ctx)
 	wake, err := w.leases.Finish(lctx, f.leases)
 	cancel()

@@ -229,3 +229,29 @@ func TestLatestTimes(t *testing.T) {
 		t.Fatalf("after it passed: %v, want it forgotten", got)
 	}
 }
+
+// A parked job's fallback time is twice the wait its place in line
+// foretells, and 10 s, at most ParkFor; ParkFor until a run under its cap
+// was seen.
+func TestParkFor(t *testing.T) {
+	e := setup(t)
+	e.params.Leases = &fakeLeaser{}
+	e.params.Waker = &fakeWaker{}
+	w, err := New(e.params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := throttle.Decision{Outcome: throttle.Capped, Cap: 5, Ahead: 99}
+	if got := w.parkFor("acme", d); got != 10*time.Minute {
+		t.Errorf("before any run: %s, want ParkFor (10m)", got)
+	}
+	w.runtimes.add("acme", time.Second)
+	w.runtimes.add("acme", 6*time.Second) // mean 1 s + 5 s / 5 = 2 s
+	if got := w.parkFor("acme", d); got != 2*(100*2*time.Second/5)+10*time.Second {
+		t.Errorf("100th in line, cap 5, runs of 2 s: %s, want 90s", got)
+	}
+	d.Ahead = 10_000
+	if got := w.parkFor("acme", d); got != 10*time.Minute {
+		t.Errorf("far back in line: %s, want at most ParkFor", got)
+	}
+}

@@ -41,7 +41,9 @@ type Worker struct {
 	// another worker's (Config.HoldSubject). The throttle's Hold stops new
 	// admissions; this stops the jobs admitted before it, waiting for a
 	// handler slot or back for slots reserved before it, from starting.
-	holds    latestTimes
+	holds latestTimes
+	// runtimes: how long the jobs this worker ran under each cap took.
+	runtimes runTimes
 	handler  Handler
 	deferrer Deferrer
 	dlq      deadLetter

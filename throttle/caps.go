@@ -184,7 +184,7 @@ func (c *Copies) admitResult(f fcall, p prepared, tenant string) (Decision, []Wa
 	}
 	wake := c.waiters(tenant, p.cap.fleet, arr[4:])
 	if t[0] == statusCapped {
-		return Decision{Outcome: Capped, Ahead: t[1], Running: t[2], CappedBy: capName(p.cap)}, wake, nil
+		return Decision{Outcome: Capped, Ahead: t[1], Running: t[2], Cap: p.cap.n, CappedBy: capName(p.cap)}, wake, nil
 	}
 	one := call{parts: []prepared{p}, fcall: f}
 	if p.cap.fleet {

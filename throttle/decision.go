@@ -100,8 +100,9 @@ type Decision struct {
 	// CappedBy names the cap that held a Capped job: "running:N", or
 	// "max running:N" for the fleet's.
 	CappedBy string
-	// Ahead, when Capped, is how many jobs wait before this one.
-	Ahead int64
+	// Ahead, when Capped, is how many jobs wait before this one, and Cap
+	// the cap's N.
+	Ahead, Cap int64
 	// Running, when Capped, is how many leases of the cap counted.
 	Running int64
 }
