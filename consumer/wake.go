@@ -80,12 +80,19 @@ func (s *StreamWaker) Wake(ctx context.Context, tenant, jobID string) (bool, err
 	if _, err := s.JetStream.PublishMsg(ctx, out); err != nil {
 		return false, fmt.Errorf("publishing woken job %s: %w", jobID, err)
 	}
-	if err := st.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := st.DeleteMsg(ctx, raw.Sequence); err != nil && !gone(err) {
 		// The copy fires at its fallback time and is then a duplicate of
 		// the woken job, which runs first.
 		return true, fmt.Errorf("deleting the parked copy of woken job %s: %w", jobID, err)
 	}
 	return true, nil
+}
+
+// gone reports whether a delete failed because the message is no longer
+// there: another waker took it first, or its schedule fired.
+func gone(err error) bool {
+	return errors.Is(err, jetstream.ErrMsgNotFound) ||
+		errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "not found")
 }
 
 // stream returns the named stream, looked up once.

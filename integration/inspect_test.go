@@ -173,3 +173,71 @@ func TestLimitsCLIAndInspect(t *testing.T) {
 		t.Fatalf("limits history:\n%s", out)
 	}
 }
+
+// TestInspectShowsCaps: with acme capped at running:2 and the fleet at 3,
+// two of acme's five jobs run (their handler blocks) and three wait:
+// inspect says so, and that a new job would wait for a lease. limits set
+// refuses a cap where the environment says the workers forward, and notes
+// it where the handler is left to its default.
+func TestInspectShowsCaps(t *testing.T) {
+	e := setup(t)
+	bin := buildThrottler(t)
+	env := map[string]string{
+		"THROTTLER_TENANT_LIMITS": "acme=running:2",
+		"THROTTLER_MAX_RUNNING":   "3",
+		"THROTTLER_HANDLER":       "http",
+		"THROTTLER_HTTP_URL":      "http://127.0.0.1:9/unused",
+	}
+	vars := map[string]string{"NATS_URL": e.natsURL, "REDIS_URL": e.redis.URL()}
+	for k, v := range env {
+		vars[k] = v
+	}
+	release := make(chan struct{})
+	cfg := e.config(env)
+	w := e.startWorker(cfg, func(ctx context.Context, _ consumer.Job) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	defer func() { close(release); w.stop(t) }()
+	e.waitBuilt(w)
+	e.publishJobs(cfg.Stream, "jobs.acme.export", nil, 5)
+	var in struct {
+		Running       int64 `json:"running_cap"`
+		Cap           struct{ Running, Called, Waiting int }
+		MaxRunning    int64                                  `json:"max_running"`
+		Fleet         struct{ Running, Called, Waiting int } `json:"fleet_cap"`
+		WaitsForLease bool                                   `json:"waits_for_lease"`
+	}
+	// The jobs the fleet's cap held first are woken by its room, and then
+	// held by acme's: all three end up in acme's list.
+	testenv.Eventually(t, 20*time.Second, "inspect: two of acme's jobs running, three waiting for acme's cap", func() bool {
+		status, out, errOut := runCLI(t, bin, vars, "inspect", "acme", "--json")
+		if status != 0 || json.Unmarshal([]byte(out), &in) != nil {
+			t.Fatalf("inspect --json: status %d\n%s\n%s", status, out, errOut)
+		}
+		return in.Cap.Running == 2 && in.Cap.Waiting == 3
+	})
+	if in.Running != 2 || in.MaxRunning != 3 || in.Fleet.Running != 2 || in.Fleet.Waiting != 0 || !in.WaitsForLease {
+		t.Fatalf("inspect acme: %+v, want a cap of 2, 2 of the fleet's 3 running, none waiting for it, a new job waiting for a lease", in)
+	}
+	_, out, _ := runCLI(t, bin, vars, "inspect", "acme")
+	for _, want := range []string{"a job arriving now waits for a lease of running cap 2", "running cap 2: 2 running, 0 called back to run, 3 waiting",
+		"THROTTLER_MAX_RUNNING=3, all tenants: 2 running"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect acme:\n%s\nwant %q", out, want)
+		}
+	}
+
+	forward := map[string]string{"NATS_URL": e.natsURL, "REDIS_URL": e.redis.URL(), "THROTTLER_HANDLER": "forward"}
+	if status, _, errOut := runCLI(t, bin, forward, "limits", "set", "globex", "running:2"); status != 2 || !strings.Contains(errOut, "THROTTLER_HANDLER=http") {
+		t.Errorf("limits set of a cap with THROTTLER_HANDLER=forward: status %d, %q; want 2 naming the handler", status, errOut)
+	}
+	delete(forward, "THROTTLER_HANDLER")
+	if status, _, errOut := runCLI(t, bin, forward, "limits", "set", "globex", "running:2"); status != 0 || !strings.Contains(errOut, "only workers with THROTTLER_HANDLER=http apply") {
+		t.Errorf("limits set of a cap, handler left to its default: status %d, %q; want 0 and a note", status, errOut)
+	}
+}

@@ -117,7 +117,33 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 	return s, nil
 }
 
-// peekCap reads tenant's running cap at now (µs): the leases and places
+// PeekFleet reads the fleet's running cap (CapOptions.MaxRunning) at at,
+// the zero time reading Redis TIME: the leases and places that count, and
+// the jobs waiting. It only reads.
+func (l *Limiter) PeekFleet(ctx context.Context, at time.Time) (*CapSnapshot, error) {
+	var node redis.Cmdable
+	switch c := l.lib.rdb.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, fleetTag)
+		if err != nil {
+			return nil, &RedisError{Op: "CLUSTER SLOTS", Err: err}
+		}
+		node = n
+	default:
+		return nil, fmt.Errorf("throttle: PeekFleet needs a *redis.Client or a *redis.ClusterClient, not %T", l.lib.rdb)
+	}
+	if at.IsZero() {
+		var err error
+		if at, err = node.Time(ctx).Result(); err != nil {
+			return nil, &RedisError{Op: "TIME", Err: err}
+		}
+	}
+	return peekCap(ctx, node, l.keys, "", at.UnixMicro())
+}
+
+// peekCap reads tenant's running cap ("" for the fleet's) at now (µs): the leases and places
 // that count, and the waiting list.
 func peekCap(ctx context.Context, node redis.Cmdable, k keyspace, tenant string, now int64) (*CapSnapshot, error) {
 	leases, queue, err := k.capKeys(tenant)

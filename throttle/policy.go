@@ -82,7 +82,7 @@ func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 		}
 		if n, ok := strings.CutPrefix(strings.TrimSpace(part), RunningTerm); ok {
 			if p.Running > 0 {
-				return Policy{}, fmt.Errorf("%qN given twice", RunningTerm)
+				return Policy{}, fmt.Errorf("%q given twice", RunningTerm+"N")
 			}
 			v, err := parseCount(n)
 			if err != nil || v > MaxRunning {

@@ -44,6 +44,13 @@ type inspection struct {
 	// what it holds now.
 	Running int64                 `json:"running_cap,omitempty"`
 	Cap     *throttle.CapSnapshot `json:"cap,omitempty"`
+	// MaxRunning is the fleet's cap (THROTTLER_MAX_RUNNING), 0 for none;
+	// Fleet what it holds now, every tenant's.
+	MaxRunning int64                 `json:"max_running,omitempty"`
+	Fleet      *throttle.CapSnapshot `json:"fleet_cap,omitempty"`
+	// WaitsForLease says a job arriving now would wait for a lease of
+	// the tenant's cap or the fleet's, whatever its rate says.
+	WaitsForLease bool `json:"waits_for_lease,omitempty"`
 	// Failures maps each job whose handler failed, and that has not run
 	// since, to its failures.
 	Failures map[string]int64 `json:"handler_failures,omitempty"`
@@ -178,6 +185,13 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 		}
 		in.Buckets = append(in.Buckets, v)
 	}
+	if cfg.MaxRunning > 0 {
+		in.MaxRunning = cfg.MaxRunning
+		if in.Fleet, err = lim.PeekFleet(ctx, snap.At); err != nil {
+			return inspection{}, err
+		}
+	}
+	in.WaitsForLease = capFull(in.Running, in.Cap) || capFull(in.MaxRunning, in.Fleet)
 	moved, err := ops.WaitingFor(ctx, js, cfg.Stream, cfg.Schedules, t)
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return inspection{}, err
@@ -188,6 +202,12 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 		Naked:        count{N: max(0, snap.Reserved-moved)},
 	}
 	return in, nil
+}
+
+// capFull reports whether a new job would wait for a lease of a cap of n
+// holding c: no room, or jobs waiting before it.
+func capFull(n int64, c *throttle.CapSnapshot) bool {
+	return c != nil && (int64(c.Running+c.Called) >= n || c.Waiting > 0)
 }
 
 // printInspection writes in for people.
@@ -216,10 +236,15 @@ func printInspection(w io.Writer, in inspection) {
 			(time.Duration(b.WaitSeconds * float64(time.Second))).Round(time.Microsecond))
 	}
 	_ = tw.Flush()
-	if in.WaitSeconds > 0 {
+	switch {
+	case capFull(in.Running, in.Cap):
+		fmt.Fprintf(w, "a job arriving now waits for a lease of running cap %d (exact)\n", in.Running)
+	case capFull(in.MaxRunning, in.Fleet):
+		fmt.Fprintf(w, "a job arriving now waits for a lease of THROTTLER_MAX_RUNNING=%d (exact)\n", in.MaxRunning)
+	case in.WaitSeconds > 0:
 		fmt.Fprintf(w, "a job arriving now waits %s, held by %s (exact)\n",
 			time.Duration(in.WaitSeconds*float64(time.Second)).Round(time.Microsecond), in.HeldBy)
-	} else {
+	default:
 		fmt.Fprintln(w, "a job arriving now runs at once (exact)")
 	}
 	fmt.Fprintf(w, "jobs waiting: %d holding a reserved slot (exact), %d moved off the consumer into schedules (exact), about %d NAK'd on the consumer (estimate)\n",
@@ -227,6 +252,10 @@ func printInspection(w io.Writer, in inspection) {
 	if in.Cap != nil {
 		fmt.Fprintf(w, "running cap %d: %d running, %d called back to run, %d waiting for a lease (exact, fleet-wide)\n",
 			in.Running, in.Cap.Running, in.Cap.Called, in.Cap.Waiting)
+	}
+	if in.Fleet != nil {
+		fmt.Fprintf(w, "THROTTLER_MAX_RUNNING=%d, all tenants: %d running, %d called back to run, %d waiting for a lease (exact)\n",
+			in.MaxRunning, in.Fleet.Running, in.Fleet.Called, in.Fleet.Waiting)
 	}
 	if len(in.Failures) == 0 {
 		fmt.Fprintln(w, "handler failures in flight: none")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -56,8 +57,17 @@ func limitsCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if args[0] == "set" {
 		// The worker's own parser, before anything is written.
-		if _, err := limits.Spec(args[2], cfg.DefaultBurst, false); err != nil {
+		p, err := limits.Spec(args[2], cfg.DefaultBurst, false)
+		if err != nil {
 			return fail(exitConfig, "%s: %v", args[2], err)
+		}
+		if p.Running > 0 && cfg.Handler == config.HandlerForward {
+			// The workers' handler is this environment's guess: refuse
+			// only when it says forward outright.
+			if _, set := os.LookupEnv("THROTTLER_HANDLER"); set {
+				return fail(exitConfig, "%s: %v", args[2], limits.ErrCapNeedsHTTP)
+			}
+			fmt.Fprintf(stderr, "throttler limits: note: %s holds a running cap, which only workers with THROTTLER_HANDLER=http apply; workers with forward ignore the value as bad\n", args[2])
 		}
 	}
 
