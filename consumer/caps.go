@@ -31,6 +31,10 @@ type Waker interface {
 	Wake(ctx context.Context, tenant, jobID string) (found bool, err error)
 }
 
+// unforetoldPark is a parked job's fallback time before any run under its
+// cap was seen: a backlog taken in at once parks most of its jobs then.
+const unforetoldPark = 2 * time.Minute
+
 // pokeEvery is how often the worker hands the room of expired leases on,
 // for the caps it parked jobs under: a lease of a worker that died frees
 // no room until a call sees it expired.
@@ -59,13 +63,13 @@ func (w *Worker) park(it *item, d throttle.Decision) Deferral {
 // parkFor is how long a parked job stays parked if never woken: twice the
 // wait its place in line foretells (the jobs ahead of it over the cap,
 // times the cap's mean run time as this worker saw it) and 10 s more, at
-// most ParkFor; ParkFor until this worker has seen a run under the cap. A
+// most ParkFor; unforetold (no run under the cap seen yet), 2 minutes. A
 // job is woken long before, in its turn: the fallback brings it back when
 // its waiting list was lost with a Redis that restarted empty.
 func (w *Worker) parkFor(capKey string, d throttle.Decision) time.Duration {
 	mean, ok := w.runtimes.mean(capKey)
 	if !ok || d.Cap <= 0 {
-		return w.cfg.ParkFor
+		return min(w.cfg.ParkFor, unforetoldPark)
 	}
 	foretold := time.Duration(float64(d.Ahead+1) / float64(d.Cap) * float64(mean))
 	return min(w.cfg.ParkFor, 2*foretold+10*time.Second)

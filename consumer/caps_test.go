@@ -231,8 +231,8 @@ func TestLatestTimes(t *testing.T) {
 }
 
 // A parked job's fallback time is twice the wait its place in line
-// foretells, and 10 s, at most ParkFor; ParkFor until a run under its cap
-// was seen.
+// foretells, and 10 s, at most ParkFor; 2 minutes until a run under its
+// cap was seen.
 func TestParkFor(t *testing.T) {
 	e := setup(t)
 	e.params.Leases = &fakeLeaser{}
@@ -242,8 +242,8 @@ func TestParkFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := throttle.Decision{Outcome: throttle.Capped, Cap: 5, Ahead: 99}
-	if got := w.parkFor("acme", d); got != 10*time.Minute {
-		t.Errorf("before any run: %s, want ParkFor (10m)", got)
+	if got := w.parkFor("acme", d); got != 2*time.Minute {
+		t.Errorf("before any run: %s, want 2m", got)
 	}
 	w.runtimes.add("acme", time.Second)
 	w.runtimes.add("acme", 6*time.Second) // mean 1 s + 5 s / 5 = 2 s
