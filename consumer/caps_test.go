@@ -80,14 +80,15 @@ func (w *fakeWaker) woken() []string {
 	return slices.Clone(w.asked)
 }
 
-// A job the cap holds is parked: deferred on its own for ParkFor, with the
+// A job the cap holds is parked: deferred on its own for ParkFor (at most
+// 2 minutes before a run under the cap is seen), with the
 // cap in its reason, counted; no handler runs.
 func TestCappedJobIsParked(t *testing.T) {
 	e := setup(t)
 	deferrer := &fakeDeferrer{}
 	e.params.Deferrer = deferrer
 	e.params.Leases = &fakeLeaser{}
-	e.params.Config.ParkFor = 7 * time.Minute
+	e.params.Config.ParkFor = 90 * time.Second
 	e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
 		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Capped, CappedBy: "running:3", Ahead: 4}}
 	}
@@ -97,8 +98,8 @@ func TestCappedJobIsParked(t *testing.T) {
 	e.waitSettled(m)
 	e.stop()
 	ds := deferrer.deferred()
-	if len(ds) != 1 || !ds[0].Park || ds[0].Wait != 7*time.Minute || !strings.Contains(ds[0].Reason, "running:3") {
-		t.Fatalf("deferrals %+v, want one parked for 7m under running:3", ds)
+	if len(ds) != 1 || !ds[0].Park || ds[0].Wait != 90*time.Second || !strings.Contains(ds[0].Reason, "running:3") {
+		t.Fatalf("deferrals %+v, want one parked for 90s under running:3", ds)
 	}
 	if s := e.stats("acme"); s.CapDeferred != 1 || s.Admitted != 0 || s.Deferred != 0 {
 		t.Errorf("stats %+v, want 1 cap deferral, nothing admitted or throttle-deferred", s)
