@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/throttler/throttler/throttle"
@@ -43,7 +44,7 @@ const pokeEvery = time.Second
 // capOf is the cap a Capped decision waits under: its tenant's, or ""
 // for the fleet's.
 func capOf(job Job, d throttle.Decision) string {
-	if len(d.CappedBy) > len(throttle.RunningTerm) && d.CappedBy[:len(throttle.RunningTerm)] == throttle.RunningTerm {
+	if strings.HasPrefix(d.CappedBy, throttle.RunningTerm) {
 		return job.Tenant
 	}
 	return ""

@@ -13,7 +13,8 @@ import _ "embed"
 
 // Library is the source of library.lua: the token-bucket decision, the
 // owner claim and release, the failure count, the carry of a bucket to a
-// new period and the hold of a tenant, as Redis functions. The
+// new period, the hold of a tenant, and the running caps' decision and
+// leases, as Redis functions. The
 // placeholder Version stands, in the library's name and in every function's
 // name, for a version the loader puts in.
 //
