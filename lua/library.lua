@@ -137,8 +137,23 @@ are checked: every worker then shares one clock. Functions replicate their
 effects, never themselves, so TIME is safe before writes. Tests pass an
 explicit time.
 
-Work is bounded: at most 256 jobs of at most 8 limits each, one reservation
-and one owner key each; no loop over stored data.
+BOUNDS: every call's work is bounded by numbers defined once, in package
+lua (lua.go), which writes them in for the placeholders below when it
+gives the library to Redis; package throttle splits larger work into
+several calls, pipelined. Per call:
+  decide   at most MAX_JOBS jobs of at most MAX_LIMITS limits each, one
+           reservation and one owner key each; no loop over stored data
+  claim, release, failed, carry
+           one or two keys, no loop
+  hold     at most MAX_LIMITS buckets
+  admit    one job as decide, plus at most MAX_SWEEP expired entries of
+           the lease set dropped and MAX_CALLS waiting jobs called
+  lease    renew: at most MAX_RENEW tokens; release and poke: at most
+           MAX_SWEEP expired entries dropped and MAX_CALLS jobs called
+A sweep that stops at its bound leaves the rest expired in the set, where
+they count for nothing (a lease counts while its score is after now), for
+the next call; a call that left some calls nobody, so that no job passes
+one whose place is still to be given back (RUNNING CAPS).
 ]]
 
 local ADMITTED, LIMITED, INVALID, DUPLICATE, WRONGTYPE = 1, 2, 3, 4, 5
@@ -152,8 +167,12 @@ local EXACT = 9007199254740992 -- 2^53: Lua numbers hold every integer below
 local DAY = 86400000000
 local MAX_HORIZON = 30 * DAY
 local MAX_PERIOD = 366 * DAY
-local MAX_JOBS = 256
-local MAX_LIMITS = 8
+local MAX_JOBS = __MAX_JOBS__
+local MAX_LIMITS = __MAX_LIMITS__
+local MAX_RENEW = __MAX_RENEW__
+local MAX_SWEEP = __MAX_SWEEP__
+local MAX_CALLS = __MAX_CALLS__
+local MAX_MEMBER = __MAX_MEMBER__
 local MAX_N = 1000000000 -- the largest cost, rate and burst
 -- The stored state of a bucket: its empty time, whole µs and remainder,
 -- and the rate the remainder is in (struct.pack's format). A state is
@@ -166,11 +185,11 @@ local FLAGS = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3}
 -- While a library loads, Redis gives it no global but `redis`: the standard
 -- functions are bound on the first call (bind) and kept as upvalues, which
 -- are cheaper to reach than globals.
-local call, pcallr, find, match, tonum, format, concat, floor, ceil, spack, sunpack, unpk
+local call, pcallr, find, match, sub, tonum, format, concat, floor, ceil, spack, sunpack, unpk
 
 local function bind()
   call, pcallr = redis.call, redis.pcall
-  find, match, format, tonum, concat = string.find, string.match, string.format, tonumber, table.concat
+  find, match, sub, format, tonum, concat = string.find, string.match, string.sub, string.format, tonumber, table.concat
   floor, ceil = math.floor, math.ceil
   spack, sunpack, unpk = struct.pack, struct.unpack, unpack
 end
@@ -245,7 +264,8 @@ end
 
 -- fullIn is the TTL of a bucket's state (ms): it is full again at its
 -- empty time plus its fill time, exactly (a + f/r) - now + q + m/r µs from
--- now, rounded up.
+-- now, rounded up. It is 0 only for a bucket full at now (rebase): such a
+-- state is deleted rather than written, as a full bucket is no state.
 local function fullIn(a, f, r, q, m, now)
   local whole_, frac = (a - now) + q, f + m
   if frac >= r then whole_, frac = whole_ + 1, frac - r end
@@ -258,17 +278,20 @@ end
 -- period p and burst b (see CHANGE): a bucket in debt is empty now (its
 -- debt is the slots reserved under the old limit, and each of those jobs
 -- is charged again when it comes back: see regime); any other keeps its
--- tokens exactly, fractions included, at most b. It returns nil for a
--- bucket full under the new limit: the same as none.
+-- tokens exactly, fractions included, at most b. It returns the new empty
+-- time, and whether the bucket is full under the new limit: its empty
+-- time is then that of a bucket full at now, the same as none (a state
+-- full at now is deleted, never written: see fullIn).
 local function rebase(a, f, r0, r, p, b, now)
-  if a > now or (a == now and f > 0) then return now, 0 end
+  if a > now or (a == now and f > 0) then return now, 0, false end
   -- d is the tokens held times p: (now - (a + f/r0)) * r0, exactly.
   local d = (now - a) * r0 - f
-  if d >= b * p then return nil end
+  local full = d >= b * p
+  if full then d = b * p end
   a, f = now - floor(d / r), 0
   local m = d % r
   if m > 0 then a, f = a - 1, r - m end
-  return a, f
+  return a, f, full
 end
 
 -- state reads a stored bucket state v (or false) of a limit of rate r,
@@ -289,8 +312,9 @@ local function state(v, name, r, p, b, fill, now)
   end
   if call('PTTL', name) < 0 then return nil, E_STATE_TTL end
   if r0 ~= r then
-    a, f = rebase(a, f, r0, r, p, b, now)
-    if a == nil then return 0, 0, false end -- full: nothing to keep
+    local full
+    a, f, full = rebase(a, f, r0, r, p, b, now)
+    if full then return 0, 0, false end -- nothing to keep
     return a, f, true
   end
   return a, f, false
@@ -457,7 +481,7 @@ K is (#KEYS - sum of L_k) / M. On Redis Cluster a call holds one tenant.
 ARGV:
   [1]  now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
   [2]  horizon: the furthest slot that may be reserved, µs, [0, 30 days]
-  then for each job, in order (M <= 256):
+  then for each job, in order (M <= MAX_JOBS):
     cost         [1, 1e9]; must not exceed any burst
     incarnation  [0, 2^53): unique to the message that carries the job
                  (read with K = 2)
@@ -537,7 +561,7 @@ local function jobs(keys, args)
   if short then x = 2 end
   while x <= nargv do
     M = M + 1
-    if M > MAX_JOBS then return nil, 'more than 256 jobs' end
+    if M > MAX_JOBS then return nil, 'more than ' .. MAX_JOBS .. ' jobs' end
     local at, cs, is, fs, Lk, y = x, nil, '0', '0', 1, 3
     if short then
       cs, x = args[2], 6
@@ -902,8 +926,12 @@ local function many(keys, args, nargv, nkeys)
     if B[bo + 5] == 2 then
       local l, a, f = B[bo + 6], B[bo + 3], B[bo + 4]
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
-      if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-      call('SET', keys[B[bo + 1]], spack(STATE, a, f, LI[l + 1]), 'PX', lts)
+      if ttl > 0 then
+        if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+        call('SET', keys[B[bo + 1]], spack(STATE, a, f, LI[l + 1]), 'PX', lts)
+      else
+        call('DEL', keys[B[bo + 1]])
+      end
     end
   end
   for w = 0, nw - 3, 3 do
@@ -1145,8 +1173,12 @@ local function decide(keys, args)
     if B[bo + 4] == 2 then
       local l, a, f = B[bo + 5], B[bo + 2], B[bo + 3]
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
-      if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-      call('SET', RK[B[bo + 1]], spack(STATE, a, f, LI[l + 1]), 'PX', lts)
+      if ttl > 0 then
+        if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+        call('SET', RK[B[bo + 1]], spack(STATE, a, f, LI[l + 1]), 'PX', lts)
+      else
+        call('DEL', RK[B[bo + 1]])
+      end
     end
   end
   if CHG then
@@ -1452,14 +1484,20 @@ worker that died expires by itself. A lease counts while its score is
 after now.
 
 A job that finds the cap full does not run, and is not charged: it joins
-the cap's waiting list (a sorted set of job ids, scored by the instant it
-first joined: first come, first served) and the worker parks it. When a
-lease frees, the call that frees it hands the room to the head of the list:
-each job called gets a placeholder lease, member 'c:<job id>', that holds
-its place for the call TTL, and its id is returned for the caller to wake
-it. The job, back, finds its placeholder and turns it into its own lease.
-A placeholder whose job does not come back in time expires like a lease,
-and the job joins the list again at its head (expire).
+the cap's waiting list (a sorted set of job ids, scored by its place:
+first come, first served) and the worker parks it. When a lease frees,
+the call that frees it hands the room to the head of the list: each job
+called gets a placeholder lease, member 'c:<job id>', that holds its place
+for the call TTL, and its id is returned for the caller to wake it; its
+place in the list is kept in the cap's places hash (job id -> place). The
+job, back, finds its placeholder and turns it into its own lease. A
+placeholder whose job does not come back in time expires like a lease, and
+the job goes back into the list at the place it had (expire), so however
+many expire at once, they are at the head again, in the order they had,
+and called first by the next call that frees room, rather than wait for
+their parked copies' fallback time. A call drops at most MAX_SWEEP expired
+entries; one that leaves some calls nobody, so that no job is called past
+one that is still to go back into the list.
 
 Rate and cap together: the cap is decided first. A job that may have a
 lease is then decided by decide (same arguments, same rules, same reply):
@@ -1472,7 +1510,8 @@ admit___VERSION__: decide one job under a running cap.
 
 KEYS[1]     the cap's lease set
 KEYS[2]     the cap's waiting list
-KEYS[3..]   the job's keys for decide: its buckets, reservation and owner
+KEYS[3]     the cap's places hash: the places of the jobs called
+KEYS[4..]   the job's keys for decide: its buckets, reservation and owner
             (with no limits: its reservation and owner); for the fleet's
             cap, which decides no rate, its fair-queue hash (FAIR)
 ARGV[1]     N, the cap, [1, 1e6]
@@ -1481,8 +1520,9 @@ ARGV[3]     the lease TTL, ms, [1, 30 days]
 ARGV[4]     the call TTL, ms, [1, 30 days]
 ARGV[5]     the TTL of the sets and of an owner record written, ms,
             [1, 31 days]: at least the horizon plus the call and lease TTLs
-ARGV[6]     the job's member in the waiting list, 1 to 300 bytes without
-            spaces: its job id (in the fleet's list, '<tenant>/<job id>')
+ARGV[6]     the job's member in the waiting list, 1 to MAX_MEMBER bytes
+            without spaces: its job id (in the fleet's list,
+            '<tenant>/<job id>')
 ARGV[7]     its place in a tenant's list should it join: its order of
             arrival (the worker gives the stream sequence of its first
             delivery, so that the list keeps the order jobs were published
@@ -1490,7 +1530,12 @@ ARGV[7]     its place in a tenant's list should it join: its order of
             the call. The fleet's places are fair instead (FAIR)
 ARGV[8..]   decide's arguments for the one job, in its general form: now,
             horizon, cost, incarnation, flags, number of limits n (0 to
-            8), and 3n limit arguments; for the fleet's cap, now alone
+            MAX_LIMITS), and 3n limit arguments; for the fleet's cap, now
+            alone
+
+Every argument and stored value is checked before the first write (the
+job's buckets, reservation and owner as decide checks them, and its cost
+against each burst): a refusal writes nothing.
 
 Reply: decide's tuple for the job, then the members called, as strings:
   {1, ...}, {2, ...}, {3, ...}, {4, ...}, {5, ...} as decide, positions
@@ -1515,8 +1560,9 @@ local CAPPED = 6
 local STORED = {[E_STATE] = true, [E_STATE_TTL] = true, [E_RESV] = true, [E_RESV_TTL] = true,
   [E_OWNER] = true, [E_OWNER_TTL] = true, [E_FAILURES] = true}
 local E_CAP, E_TOKEN, E_MEMBER, E_OP = 21, 22, 23, 24
-local MAX_CALLS = 64
 local MAX_TTL_MS = 31 * 86400000
+-- The KEYS before a job's own in admit: lease set, list, places.
+local CAPKEYS = 3
 
 -- zread runs a read command on a key, or returns nil when the key
 -- holds another type.
@@ -1526,23 +1572,29 @@ local function zread(...)
   return v
 end
 
--- callWaiters hands room for n jobs to the head of the waiting list W:
--- each gets a placeholder lease in L until deadline (µs); it returns their
--- members, for the caller to wake. With the fair-queue hash V (the fleet's
--- list), it records the place of the last one called as the list's
--- virtual time (FAIR).
-local function callWaiters(L, W, n, deadline, V)
+-- callWaiters hands room for n jobs (at most MAX_CALLS) to the head of
+-- the waiting list W: each gets a placeholder lease in L until deadline
+-- (µs), and its place is kept in P; the sets written live ttl ms. It
+-- returns their members, for the caller to wake. With the fair-queue hash
+-- V (the fleet's list), it records the place of the last one called as
+-- the list's virtual time (FAIR).
+local function callWaiters(L, W, P, n, deadline, ttl, V)
   if n <= 0 then return {} end
   if n > MAX_CALLS then n = MAX_CALLS end
   local ids = call('ZRANGE', W, 0, n - 1, 'WITHSCORES')
   local nid = #ids / 2
   if nid == 0 then return {} end
   local d = format('%d', deadline)
-  local out = {}
+  local out, z, h = {}, {}, {}
   for i = 1, nid do
-    out[i] = ids[2 * i - 1]
-    call('ZADD', L, d, 'c:' .. out[i])
+    local id, place = ids[2 * i - 1], ids[2 * i]
+    out[i] = id
+    z[2 * i - 1], z[2 * i] = d, 'c:' .. id
+    h[2 * i - 1], h[2 * i] = id, place
   end
+  call('ZADD', L, unpk(z, 1, 2 * nid))
+  call('HSET', P, unpk(h, 1, 2 * nid))
+  call('PEXPIRE', P, ttl)
   call('ZREM', W, unpk(out, 1, nid))
   if V then
     call('HSET', V, '', ids[2 * nid])
@@ -1551,22 +1603,51 @@ local function callWaiters(L, W, n, deadline, V)
   return out
 end
 
--- expire drops the leases and places of L that expired by t. A job whose
--- place expired (called, and not back within the call TTL: its waker died,
--- or Redis lost the reply that called it) joins W again at its head, to be
--- called first by the next call that frees room, rather than wait for its
--- parked copy's fallback time.
-local function expire(L, W, t)
-  local gone = call('ZRANGE', L, '-inf', t, 'BYSCORE', 'LIMIT', 0, MAX_CALLS)
-  for i = 1, #gone do
+-- expire drops at most MAX_SWEEP of the leases and placeholders of L that
+-- expired by t, the earliest first. A job whose placeholder expired
+-- (called, and not back within the call TTL: its waker died, or Redis lost
+-- the reply that called it) goes back into W at the place P kept for it
+-- (a placeholder of a version that kept none: at the head), so that the
+-- jobs called and not back are at the head of the list again, in the order
+-- they had. It returns whether no expired entry is left.
+local function expire(L, W, P, t)
+  local gone = call('ZRANGE', L, '-inf', t, 'BYSCORE', 'LIMIT', 0, MAX_SWEEP + 1)
+  local n = #gone
+  if n == 0 then return true end
+  local done = n <= MAX_SWEEP
+  if not done then n = MAX_SWEEP end
+  local ids, ni = {}, 0
+  for i = 1, n do
     local id = match(gone[i], '^c:(.+)$')
     if id then
-      local head = call('ZRANGE', W, 0, 0, 'WITHSCORES')
-      local s = head[2] and tonum(head[2]) - 1 or 0
-      call('ZADD', W, 'NX', format('%d', s), id)
+      ni = ni + 1
+      ids[ni] = id
     end
   end
-  call('ZREMRANGEBYSCORE', L, '-inf', t)
+  if ni > 0 then
+    local places = call('HMGET', P, unpk(ids, 1, ni))
+    local z, head = {}, nil
+    for i = 1, ni do
+      local place = places[i]
+      if not place then
+        if head == nil then
+          -- Before the head, as many as have no place, in their order.
+          local h, missing = call('ZRANGE', W, 0, 0, 'WITHSCORES'), 0
+          for k = i, ni do
+            if not places[k] then missing = missing + 1 end
+          end
+          head = (h[2] and tonum(h[2]) or 0) - missing - 1
+        end
+        head = head + 1
+        place = format('%d', head)
+      end
+      z[2 * i - 1], z[2 * i] = place, ids[i]
+    end
+    call('ZADD', W, 'NX', unpk(z, 1, 2 * ni))
+    call('HDEL', P, unpk(ids, 1, ni))
+  end
+  call('ZREM', L, unpk(gone, 1, n))
+  return done
 end
 
 --[[
@@ -1575,9 +1656,9 @@ first served would let one tenant's backlog make every other tenant wait
 behind all of it. So its places are virtual start times (start-time fair
 queueing): a tenant's job joins at max(V, F[tenant]) + 1, where V is the
 place of the job called last and F[tenant] the place of the tenant's job
-that joined last (both in the hash KEYS[3]). The tenants with jobs waiting
-are then called in turn, one job each, and each tenant's jobs in the order
-they came.
+that joined last (both in the fair-queue hash). The tenants with jobs
+waiting are then called in turn, one job each, and each tenant's jobs in
+the order they came.
 ]]
 
 -- fairPlace is where the fleet's job of tenant ten joins the list with
@@ -1609,24 +1690,66 @@ local function validToken(s)
   return s ~= nil and #s >= 1 and #s <= 64 and find(s, '^[%w_%-]+$') ~= nil
 end
 
+-- validMember reports whether s may be a member of a waiting list.
+local function validMember(s)
+  return #s >= 1 and #s <= MAX_MEMBER and not find(s, '%s')
+end
+
+-- capCheck reads the sets of a cap before any write: the leases that
+-- count at t, or nil and the WRONGTYPE reply when a set (or the fair-queue
+-- hash V) holds another type.
+local function capCheck(L, W, P, V, t)
+  local live = zread('ZCOUNT', L, format('(%d', t), '+inf')
+  if live == nil then return nil, {WRONGTYPE, 1, 0, 0} end
+  if zread('ZCARD', W) == nil then return nil, {WRONGTYPE, 2, 0, 0} end
+  if zread('HLEN', P) == nil then return nil, {WRONGTYPE, 3, 0, 0} end
+  if V and zread('HLEN', V) == nil then return nil, {WRONGTYPE, 4, 0, 0} end
+  return live
+end
+
+-- jobCheck checks what decide would read of admit's one job, before any
+-- write: its cost against each burst, its buckets' states and its
+-- reservation (unless fresh). n limits from ARGV[14], buckets from
+-- KEYS[CAPKEYS + 1]. It returns nil, or the reply that refuses the job.
+local function jobCheck(keys, args, n, fresh, t)
+  local c = args[10] + 0
+  for k = 1, n do
+    local x, y = 11 + 3 * k, CAPKEYS + k
+    local r, p, b, _, _, fill = limit(args, x, num)
+    if c > b then return {INVALID, E_OVER_BURST, x + 2, 0} end
+    local v = get(keys[y])
+    if v == nil then return {WRONGTYPE, y, 0, 0} end
+    local a, code = state(v, keys[y], r, p, b, fill, t)
+    if a == nil then return {INVALID, code, y, 0} end
+  end
+  if not fresh then
+    local y = CAPKEYS + n + 1
+    local v = get(keys[y])
+    if v == nil then return {WRONGTYPE, y, 0, 0} end
+    local slot, code = reserved(v, keys[y])
+    if slot == nil then return {INVALID, code, y, 0} end
+  end
+  return nil
+end
+
 local function admit(keys, args)
   if not call then bind() end
   local nk, na = #keys, #args
-  if nk < 2 or na < 8 then return badcall('admit takes at least 2 keys and 8 arguments') end
+  if nk < 3 or na < 8 then return badcall('admit takes at least 3 keys and 8 arguments') end
   local N, leaseUs, callUs, recordTTL, now = capArgs(args[1], args[3], args[4], args[5], args[8], {1, 3, 4, 5, 8})
   if N == nil then return {INVALID, leaseUs, callUs, 0} end
   local token, member = args[2], args[6]
   if not validToken(token) then return {INVALID, E_TOKEN, 2, 0} end
-  if #member < 1 or #member > 300 or find(member, '%s') then return {INVALID, E_MEMBER, 6, 0} end
+  if not validMember(member) then return {INVALID, E_MEMBER, 6, 0} end
   local order = whole(args[7], 0, EXACT - 1)
   if order == nil then return {INVALID, E_MEMBER, 7, 0} end
-  local L, W = keys[1], keys[2]
-  local rated, inc, fresh, ownerAt = false, 0, false, nil
+  local L, W, P = keys[1], keys[2], keys[3]
+  local rated, n, inc, fresh, ownerAt = false, 0, 0, false, nil
   if na > 8 then
     if na < 13 then return badcall('admit takes 8 arguments, or 13 and 3 per limit') end
-    local n = whole(args[13], 0, MAX_LIMITS)
-    if n == nil or na ~= 13 + 3 * n or nk ~= 4 + n then
-      return badcall('admit takes 4 keys and 13 arguments, and one key and 3 arguments per limit')
+    n = whole(args[13], 0, MAX_LIMITS)
+    if n == nil or na ~= 13 + 3 * n or nk ~= CAPKEYS + 2 + n then
+      return badcall('admit takes 5 keys and 13 arguments, and one key and 3 arguments per limit')
     end
     if whole(args[9], 0, MAX_HORIZON) == nil then return {INVALID, E_HORIZON, 9, 0} end
     if whole(args[10], 1, MAX_N) == nil then return {INVALID, E_COST, 10, 0} end
@@ -1640,31 +1763,31 @@ local function admit(keys, args)
       if r == nil then return {INVALID, code, at, 0} end
     end
     rated, ownerAt = n > 0, nk
-  elseif nk ~= 3 then
-    return badcall('admit for the fleet takes 3 keys')
+  elseif nk ~= CAPKEYS + 1 then
+    return badcall('admit for the fleet takes 4 keys')
   end
   local V, ten = nil, nil
   if na == 8 then
-    V, ten = keys[3], match(member, '^([^/]+)/.')
+    V, ten = keys[4], match(member, '^([^/]+)/.')
     if not ten then return {INVALID, E_MEMBER, 6, 0} end
   end
   local t = clock(now)
-  local tArg = format('(%d', t)
 
   -- Every read that may refuse the call before the first write.
-  local live = zread('ZCOUNT', L, tArg, '+inf')
-  if live == nil then return {WRONGTYPE, 1, 0, 0} end
-  if zread('ZCARD', W) == nil then return {WRONGTYPE, 2, 0, 0} end
-  if V and zread('HLEN', V) == nil then return {WRONGTYPE, 3, 0, 0} end
+  local live, refused = capCheck(L, W, P, V, t)
+  if live == nil then return refused end
   local own = false
   if ownerAt then
-    local refused
     own, refused = owner(keys, ownerAt)
     if own == nil then return refused end
     if own and own ~= inc then return {DUPLICATE, own, 0, 0} end
   end
+  if rated then
+    refused = jobCheck(keys, args, n, fresh, t)
+    if refused then return refused end
+  end
 
-  expire(L, W, t)
+  local swept = expire(L, W, P, t)
   local ph = 'c:' .. member
   local mine = call('ZSCORE', L, ph)
   mine = mine and tonum(mine) > t
@@ -1679,17 +1802,20 @@ local function admit(keys, args)
   end
   local free = N - live
   if mine then free, ahead = free + 1, 0 end
+  -- Room is handed on only when the sweep is done (expire).
+  local callN = function(k) if swept then return callWaiters(L, W, P, k, t + callUs, args[5], V) end end
   local reply, called
   if free > ahead then
     if rated then
       local da = {unpk(args, 8, na)}
       da[1] = format('%d', t)
-      reply = decide({unpk(keys, 3, nk)}, da)
+      reply = decide({unpk(keys, CAPKEYS + 1, nk)}, da)
       if reply.err then return reply end
+      -- Checked above, so never refused here; positions in admit's terms.
       if reply[1] == WRONGTYPE then
-        reply[2] = reply[2] + 2
+        reply[2] = reply[2] + CAPKEYS
       elseif reply[1] == INVALID then
-        reply[3] = reply[3] + (STORED[reply[2]] and 2 or 7)
+        reply[3] = reply[3] + (STORED[reply[2]] and CAPKEYS or 7)
       end
     else
       reply = {ADMITTED, 0, 0, 0}
@@ -1699,19 +1825,20 @@ local function admit(keys, args)
     end
     local st = reply[1]
     if st == ADMITTED then
-      if mine then call('ZREM', L, ph) end
+      if mine then
+        call('ZREM', L, ph)
+        call('HDEL', P, member)
+      end
       if rank then call('ZREM', W, member) end
       call('ZADD', L, format('%d', t + leaseUs), token)
-      called = callWaiters(L, W, ahead, t + callUs, V)
+      called = callN(ahead)
     elseif st == LIMITED then
       if mine then
         call('ZADD', L, format('%d', t + reply[2] + callUs), ph)
       else
         if rank then call('ZREM', W, member) end
-        called = callWaiters(L, W, free, t + callUs, V)
+        called = callN(free)
       end
-    else
-      return reply
     end
   else
     if own and own == inc then call('DEL', keys[ownerAt]) end
@@ -1722,11 +1849,11 @@ local function admit(keys, args)
         call('PEXPIRE', V, args[5])
       end
     end
-    called = callWaiters(L, W, free, t + callUs, V)
+    called = callN(free)
     reply = {CAPPED, ahead, live, 0}
   end
   call('PEXPIRE', L, args[5])
-  if call('EXISTS', W) == 1 then call('PEXPIRE', W, args[5]) end
+  call('PEXPIRE', W, args[5])
   if called then
     for i = 1, #called do reply[4 + i] = called[i] end
   end
@@ -1738,7 +1865,8 @@ lease___VERSION__: renew, release or hand on a cap's leases.
 
 KEYS[1]   the cap's lease set
 KEYS[2]   the cap's waiting list
-KEYS[3]   the fleet's cap only: its fair-queue hash (FAIR)
+KEYS[3]   the cap's places hash
+KEYS[4]   the fleet's cap only: its fair-queue hash (FAIR)
 ARGV[1]   the operation: 1 release, 2 renew, 3 poke
 ARGV[2]   now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
 ARGV[3]   N, the cap now, [1, 1e6]
@@ -1746,7 +1874,7 @@ ARGV[4]   the lease TTL, ms, [1, 30 days]
 ARGV[5]   the call TTL, ms, [1, 30 days]
 ARGV[6]   the sets' TTL, ms, [1, 31 days]
 ARGV[7..] release: the one token (or placeholder 'c:<member>') to delete;
-          renew: the tokens to renew; poke: none
+          renew: the tokens to renew, 1 to MAX_RENEW; poke: none
 
 release deletes the lease named by the token, and only that one (compare
 and delete), then hands the room free to the head of the waiting list, as
@@ -1755,65 +1883,74 @@ TTL; a lease that expired is not renewed (its room may be another run's).
 poke drops expired leases and hands the room free to the head of the list:
 a lease that expired frees no room until a call sees it.
 
-Reply: {1, n, 0, 0, members...}: release: n is 1 when the lease was
+Reply: {1, n, more, 0, members...}: release: n is 1 when the lease was
 deleted, then the members called; renew: n leases renewed, then the tokens
-not renewed; poke: 0, then the members called. {3, code, position, 0}:
-INVALID, nothing written; {5, position, 0, 0}: WRONGTYPE.
+not renewed; poke: 0, then the members called. more (release and poke) is
+1 when expired entries are left for another call to drop (BOUNDS): the
+caller pokes again. {3, code, position, 0}: INVALID, nothing written;
+{5, position, 0, 0}: WRONGTYPE.
 ]]
 local function lease(keys, args)
   if not call then bind() end
   local na = #args
   local nk = #keys
-  if (nk ~= 2 and nk ~= 3) or na < 6 then return badcall('lease takes 2 or 3 keys and at least 6 arguments') end
+  if (nk ~= 3 and nk ~= 4) or na < 6 then return badcall('lease takes 3 or 4 keys and at least 6 arguments') end
   local op = whole(args[1], 1, 3)
   if op == nil then return {INVALID, E_OP, 1, 0} end
-  if (op == 1 and na ~= 7) or (op == 2 and na < 7) or (op == 3 and na ~= 6) then
-    return badcall('lease: release takes 1 token, renew at least 1, poke none')
+  if (op == 1 and na ~= 7) or (op == 2 and (na < 7 or na > 6 + MAX_RENEW)) or (op == 3 and na ~= 6) then
+    return badcall('lease: release takes 1 token, renew 1 to ' .. MAX_RENEW .. ', poke none')
   end
   local N, leaseUs, callUs, _, now = capArgs(args[3], args[4], args[5], args[6], args[2], {3, 4, 5, 6, 2})
   if N == nil then return {INVALID, leaseUs, callUs, 0} end
   for x = 7, na do
     local tk = args[x]
-    if not (validToken(tk) or (op == 1 and #tk > 2 and #tk <= 302 and find(tk, '^c:%S+$'))) then
+    if not (validToken(tk) or (op == 1 and find(tk, '^c:') and validMember(sub(tk, 3)))) then
       return {INVALID, E_TOKEN, x, 0}
     end
   end
-  local L, W = keys[1], keys[2]
+  local L, W, P = keys[1], keys[2], keys[3]
   local t = clock(now)
-  local live = zread('ZCOUNT', L, format('(%d', t), '+inf')
-  if live == nil then return {WRONGTYPE, 1, 0, 0} end
-  if zread('ZCARD', W) == nil then return {WRONGTYPE, 2, 0, 0} end
-  if nk == 3 and zread('HLEN', keys[3]) == nil then return {WRONGTYPE, 3, 0, 0} end
+  local live, refused = capCheck(L, W, P, keys[4], t)
+  if live == nil then return refused end
   local reply = {1, 0, 0, 0}
   if op == 2 then
-    local d, lost = format('%d', t + leaseUs), 4
+    local scores = call('ZMSCORE', L, unpk(args, 7, na))
+    local d, z, nz, lost = format('%d', t + leaseUs), {}, 0, 4
     for x = 7, na do
-      local s = call('ZSCORE', L, args[x])
+      local s = scores[x - 6]
       if s and tonum(s) > t then
-        call('ZADD', L, 'XX', d, args[x])
-        reply[2] = reply[2] + 1
+        z[nz + 1], z[nz + 2] = d, args[x]
+        nz = nz + 2
       else
         lost = lost + 1
         reply[lost] = args[x]
       end
     end
-    if reply[2] > 0 then call('PEXPIRE', L, args[6]) end
+    if nz > 0 then
+      call('ZADD', L, 'XX', unpk(z, 1, nz))
+      call('PEXPIRE', L, args[6])
+    end
+    reply[2] = nz / 2
     return reply
   end
-  expire(L, W, t)
-  if call('EXISTS', W) == 1 then call('PEXPIRE', W, args[6]) end
+  local swept = expire(L, W, P, t)
   if op == 1 then
     local s = call('ZSCORE', L, args[7])
     if s then
       call('ZREM', L, args[7])
-      reply[2], live = 1, live - 1
+      if find(args[7], '^c:') then call('HDEL', P, sub(args[7], 3)) end
+      reply[2] = 1
+      if tonum(s) > t then live = live - 1 end
     end
   end
-  local called = callWaiters(L, W, N - live, t + callUs, keys[3])
-  if #called > 0 then
-    call('PEXPIRE', L, args[6])
+  if not swept then
+    reply[3] = 1
+  else
+    local called = callWaiters(L, W, P, N - live, t + callUs, args[6], keys[4])
     for i = 1, #called do reply[4 + i] = called[i] end
   end
+  call('PEXPIRE', L, args[6])
+  call('PEXPIRE', W, args[6])
   return reply
 end
 

@@ -11,7 +11,7 @@ import (
 func (c *Copies) admitCall(p prepared, tenant string) fcall {
 	lt, ct, rt := c.capTTLs(tenant)
 	f := fcall{fn: c.l.lib.admit}
-	f.keys = []string{p.cap.leases, p.cap.queue}
+	f.keys = []string{p.cap.leases, p.cap.queue, p.cap.places}
 	f.args = []any{strconv.FormatInt(p.cap.n, 10), p.cap.token, lt, ct, rt, p.cap.member, strconv.FormatInt(p.cap.order, 10), arg(p.now)}
 	if p.cap.fleet {
 		f.keys = append(f.keys, c.l.keys.fairKey())

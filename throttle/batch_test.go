@@ -15,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttler/throttler/throttle"
+
+	"github.com/throttler/throttler/lua"
 )
 
 // TestBatchMatchesSequential checks the multi-job form of the decide
@@ -292,10 +294,10 @@ func TestBatchRejectsBadInput(t *testing.T) {
 		}
 	}
 
-	// The most jobs a call may hold, 256, all of one tenant: five are
-	// admitted (burst 5), the rest wait for slots 100 ms apart; one more
-	// job is refused.
-	for _, m := range []int{256, 257} {
+	// The most jobs a call may hold, lua.MaxJobs, all of one tenant: five
+	// are admitted (burst 5), the rest wait for slots 100 ms apart; one
+	// more job is refused.
+	for _, m := range []int{lua.MaxJobs, lua.MaxJobs + 1} {
 		ten := fmt.Sprintf("many-%d", m)
 		state, _ := rawKeys(e.prefix, ten, 1)
 		var keys []string
@@ -308,15 +310,15 @@ func TestBatchRejectsBadInput(t *testing.T) {
 				args = append(args, "1", "0", "1", "0")
 			}
 		}
-		if m == 257 {
+		if m > lua.MaxJobs {
 			if _, err := fcallErr(e.rdb, decideFn(), keys, args); err == nil || !strings.HasPrefix(err.Error(), "BADCALL") {
-				t.Fatalf("257 jobs: error %v, want BADCALL", err)
+				t.Fatalf("%d jobs: error %v, want BADCALL", m, err)
 			}
 			continue
 		}
 		got := fcallRaw(t, e.rdb, decideFn(), keys, args)
 		if len(got) != 4*m {
-			t.Fatalf("256 jobs: reply of %d values", len(got))
+			t.Fatalf("%d jobs: reply of %d values", m, len(got))
 		}
 		for k := range m {
 			want := []int64{1, 0, int64(4 - k), 0}
@@ -324,7 +326,7 @@ func TestBatchRejectsBadInput(t *testing.T) {
 				want = []int64{2, int64(k-4) * 100000, 0, 3} // reserved, by its limit
 			}
 			if !reflect.DeepEqual(got[4*k:4*k+4], want) {
-				t.Fatalf("256 jobs, job %d: %v, want %v", k, got[4*k:4*k+4], want)
+				t.Fatalf("%d jobs, job %d: %v, want %v", m, k, got[4*k:4*k+4], want)
 			}
 		}
 	}

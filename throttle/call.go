@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/throttler/throttler/lua"
 )
 
-// maxJobsPerCall caps the jobs one function call decides (the function's
-// own limit is 256).
-const maxJobsPerCall = 64
+// maxJobsPerCall caps the jobs one function call decides: the function's
+// own bound.
+const maxJobsPerCall = lua.MaxJobs
 
 // decideOne decides one prepared job in one function call.
 func (l *Limiter) decideOne(ctx context.Context, p prepared) (Decision, error) {

@@ -60,6 +60,7 @@ type Waiter struct {
 type capCall struct {
 	n             int64
 	leases, queue string // the cap's lease set and waiting list
+	places        string // the places of the jobs it called
 	member        string // the job's member of the waiting list
 	order         int64  // its place in a tenant's list (Copy.Order)
 	token         string
@@ -76,6 +77,20 @@ func (k keyspace) capKeys(tenant string) (leases, queue string, err error) {
 		}
 	}
 	return k.prefix + ":" + tag + ":r", k.prefix + ":" + tag + ":w", nil
+}
+
+// capPlaces returns the places hash of tenant's cap, or of the fleet's
+// when tenant is "": the places in the waiting list of the jobs called
+// (lua/library.lua, RUNNING CAPS).
+func (k keyspace) capPlaces(tenant string) (string, error) {
+	tag := fleetTag
+	if tenant != "" {
+		var err error
+		if tag, err = k.tag(tenant); err != nil {
+			return "", err
+		}
+	}
+	return k.prefix + ":" + tag + ":p", nil
 }
 
 // fairKey is the fair-queue hash of the fleet's waiting list

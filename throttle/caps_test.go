@@ -306,7 +306,7 @@ func TestFleetCap(t *testing.T) {
 func TestCapInvalid(t *testing.T) {
 	ce := newCapEnv(t, throttle.Rules{Default: throttle.Policy{Running: 1}}, throttle.CapOptions{})
 	admit := "admit_" + strings.TrimPrefix(decideFn(), "decide_")
-	lk, wk := ce.prefix+":{acme}:r", ce.prefix+":{acme}:w"
+	lk, wk, pk := ce.prefix+":{acme}:r", ce.prefix+":{acme}:w", ce.prefix+":{acme}:p"
 	good := []string{"1", "tok", "1000", "1000", "1000", "j1", "0", "0"}
 	for _, tc := range []struct {
 		at   int
@@ -319,7 +319,7 @@ func TestCapInvalid(t *testing.T) {
 	} {
 		args := slices.Clone(good)
 		args[tc.at] = tc.val
-		v, err := fcallErr(ce.rdb, admit, []string{lk, wk}, args)
+		v, err := fcallErr(ce.rdb, admit, []string{lk, wk, pk}, args)
 		if err != nil || v[0] != 3 || throttle.Code(v[1]) != tc.code || int(v[2]) != tc.at+1 {
 			t.Errorf("ARGV[%d]=%q: %v %v, want INVALID code %d at %d", tc.at+1, tc.val, v, err, tc.code, tc.at+1)
 		}

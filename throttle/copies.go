@@ -163,6 +163,10 @@ func (c *Copies) prepareCapped(cp Copy, pol Policy) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
+	places, err := c.l.keys.capPlaces(cp.Tenant)
+	if err != nil {
+		return prepared{}, err
+	}
 	token, err := newToken()
 	if err != nil {
 		return prepared{}, err
@@ -170,7 +174,7 @@ func (c *Copies) prepareCapped(cp Copy, pol Policy) (prepared, error) {
 	if cp.Order < 0 || cp.Order >= maxExact {
 		return prepared{}, &InvalidError{Code: CodeMember, Detail: fmt.Sprintf("order %d outside [0, 2^53)", cp.Order)}
 	}
-	p.cap = &capCall{n: pol.Running, leases: leases, queue: queue, member: cp.JobID, order: cp.Order, token: token}
+	p.cap = &capCall{n: pol.Running, leases: leases, queue: queue, places: places, member: cp.JobID, order: cp.Order, token: token}
 	return p, nil
 }
 
@@ -187,6 +191,7 @@ func (c *Copies) prepareFleet(cp Copy) (prepared, error) {
 		return prepared{}, err
 	}
 	leases, queue, _ := c.l.keys.capKeys("")
+	places, _ := c.l.keys.capPlaces("")
 	token, err := newToken()
 	if err != nil {
 		return prepared{}, err
@@ -195,7 +200,7 @@ func (c *Copies) prepareFleet(cp Copy) (prepared, error) {
 	if !cp.At.IsZero() {
 		now = strconv.FormatInt(cp.At.UnixMicro(), 10)
 	}
-	return prepared{now: now, cap: &capCall{n: c.caps.MaxRunning, leases: leases, queue: queue, member: member, token: token, fleet: true}}, nil
+	return prepared{now: now, cap: &capCall{n: c.caps.MaxRunning, leases: leases, queue: queue, places: places, member: member, token: token, fleet: true}}, nil
 }
 
 // Claim makes incarnation the owner of the tenant's job if no incarnation

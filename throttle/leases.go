@@ -3,7 +3,10 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+
+	"github.com/throttler/throttler/lua"
 )
 
 // Lease operations of the lease function.
@@ -20,6 +23,10 @@ func (c *Copies) leaseCall(op, tenant string, tokens ...string) (fcall, error) {
 	if err != nil {
 		return fcall{}, err
 	}
+	places, err := c.l.keys.capPlaces(tenant)
+	if err != nil {
+		return fcall{}, err
+	}
 	lt, ct, rt := c.capTTLs(tenant)
 	now := "0"
 	if c.caps.At != nil {
@@ -29,35 +36,36 @@ func (c *Copies) leaseCall(op, tenant string, tokens ...string) (fcall, error) {
 	for _, t := range tokens {
 		args = append(args, t)
 	}
-	keys := []string{leases, queue}
+	keys := []string{leases, queue, places}
 	if tenant == "" {
 		keys = append(keys, c.l.keys.fairKey())
 	}
 	return fcall{fn: c.l.lib.lease, keys: keys, args: args}, nil
 }
 
-// leaseReply reads the reply of a lease call: its count and the members
-// or tokens that follow.
-func leaseReply(f fcall) (int64, []any, error) {
+// leaseReply reads the reply of a lease call: its count, whether it left
+// expired entries for another call to drop (lua/library.lua, BOUNDS), and
+// the members or tokens that follow.
+func leaseReply(f fcall) (n int64, more bool, rest []any, err error) {
 	v, err := f.cmd.Result()
 	if err != nil {
 		_, err = replyInts(f.cmd, f.fn, 4)
-		return 0, nil, err
+		return 0, false, nil, err
 	}
 	arr, ok := v.([]any)
 	if !ok || len(arr) < 4 {
-		return 0, nil, &RedisError{Op: "FCALL " + f.fn, Err: fmt.Errorf("reply %#v, want 4 integers and members", v)}
+		return 0, false, nil, &RedisError{Op: "FCALL " + f.fn, Err: fmt.Errorf("reply %#v, want 4 integers and members", v)}
 	}
 	var t [4]int64
 	for i := range t {
 		if t[i], ok = arr[i].(int64); !ok {
-			return 0, nil, &RedisError{Op: "FCALL " + f.fn, Err: fmt.Errorf("reply element %d is %T, want an integer", i, arr[i])}
+			return 0, false, nil, &RedisError{Op: "FCALL " + f.fn, Err: fmt.Errorf("reply element %d is %T, want an integer", i, arr[i])}
 		}
 	}
 	if err := replyStatus(f.fn, f.keys[0], t[:]); err != nil {
-		return 0, nil, err
+		return 0, false, nil, err
 	}
-	return t[1], arr[4:], nil
+	return t[1], t[2] == 1, arr[4:], nil
 }
 
 // Finish gives back the leases of a run that ended (compare and delete:
@@ -110,27 +118,55 @@ func (c *Copies) Poke(ctx context.Context, tenants []string) ([]Waiter, error) {
 	return c.runLeaseCalls(ctx, calls, func(k int) string { return tenants[k] })
 }
 
+// sweepRounds bounds the rounds of pokes one call of runLeaseCalls sends
+// to drop expired entries: lua.MaxSweep each, so a burst of expired
+// leases far larger than a cap ever holds is dropped over a few Pokes,
+// none of them slow.
+const sweepRounds = 64
+
 // runLeaseCalls sends calls of the lease function that free room, in one
 // pipeline, and returns the waiters they called; tenant(k) is the tenant
-// of the k-th call's cap ("" for the fleet's).
+// of the k-th call's cap ("" for the fleet's). A call that left expired
+// entries to drop called nobody (lua/library.lua, BOUNDS): its cap is
+// poked again, in one more pipeline per round, until every sweep is done
+// or sweepRounds rounds were sent; the next Poke goes on from there.
 func (c *Copies) runLeaseCalls(ctx context.Context, calls []fcall, tenant func(k int) string) ([]Waiter, error) {
-	c.l.lib.run(ctx, calls)
 	var wake []Waiter
 	var first error
-	for k, f := range calls {
-		_, members, err := leaseReply(f)
-		if err != nil {
-			first = cmpErr(first, err)
-			continue
+	for round := 0; len(calls) > 0 && round < sweepRounds; round++ {
+		c.l.lib.run(ctx, calls)
+		var again []fcall
+		var againTenants []string
+		for k, f := range calls {
+			_, more, members, err := leaseReply(f)
+			if err != nil {
+				first = cmpErr(first, err)
+				continue
+			}
+			t := tenant(k)
+			wake = append(wake, c.waiters(t, t == "", members)...)
+			if !more {
+				continue
+			}
+			poke, err := c.leaseCall(leasePoke, t)
+			if err != nil {
+				first = cmpErr(first, err)
+				continue
+			}
+			again, againTenants = append(again, poke), append(againTenants, t)
 		}
-		wake = append(wake, c.waiters(tenant(k), tenant(k) == "", members)...)
+		if ctx.Err() != nil {
+			return wake, cmpErr(first, ctx.Err())
+		}
+		calls, tenant = again, func(k int) string { return againTenants[k] }
 	}
 	return wake, first
 }
 
-// Renew extends each lease that still counts to LeaseTTL from now, in one
-// round trip, and returns those that had expired: their runs lost their
-// places, which may be another run's by now.
+// Renew extends each lease that still counts to LeaseTTL from now, and
+// returns those that had expired: their runs lost their places, which may
+// be another run's by now. A cap's tokens go at most lua.MaxRenew to a
+// call (the function's bound), every call in one round trip.
 func (c *Copies) Renew(ctx context.Context, leases []Lease) (lost []Lease, err error) {
 	byCap := map[string][]string{}
 	var order []string
@@ -140,24 +176,27 @@ func (c *Copies) Renew(ctx context.Context, leases []Lease) (lost []Lease, err e
 		}
 		byCap[ls.Tenant] = append(byCap[ls.Tenant], ls.Token)
 	}
-	calls := make([]fcall, 0, len(order))
+	var calls []fcall
+	var capOf []string
 	for _, t := range order {
-		f, err := c.leaseCall(leaseRenew, t, byCap[t]...)
-		if err != nil {
-			return nil, err
+		for tokens := range slices.Chunk(byCap[t], lua.MaxRenew) {
+			f, err := c.leaseCall(leaseRenew, t, tokens...)
+			if err != nil {
+				return nil, err
+			}
+			calls, capOf = append(calls, f), append(capOf, t)
 		}
-		calls = append(calls, f)
 	}
 	c.l.lib.run(ctx, calls)
 	for k, f := range calls {
-		_, tokens, e := leaseReply(f)
+		_, _, tokens, e := leaseReply(f)
 		if e != nil {
 			err = cmpErr(err, e)
 			continue
 		}
 		for _, tk := range tokens {
 			if s, ok := tk.(string); ok {
-				lost = append(lost, Lease{Tenant: order[k], Token: s})
+				lost = append(lost, Lease{Tenant: capOf[k], Token: s})
 			}
 		}
 	}

@@ -52,13 +52,15 @@ type library struct {
 
 // newLibrary returns the library for rdb.
 func newLibrary(rdb Client) *library {
-	sum := sha256.Sum256([]byte(lua.Library))
+	// The hash covers the bounds too: two builds that differ only in a
+	// bound must not share function names.
+	sum := sha256.Sum256([]byte(lua.Source(lua.Version)))
 	v := hex.EncodeToString(sum[:5])
 	name := func(fn string) string { return fn + "_" + v }
 	return &library{
 		rdb:     rdb,
 		version: v,
-		code:    strings.ReplaceAll(lua.Library, lua.Version, v),
+		code:    lua.Source(v),
 		decide:  name("decide"),
 		claim:   name("claim"),
 		release: name("release"),

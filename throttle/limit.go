@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/throttler/throttler/lua"
 )
 
 // Bounds on the numbers a Limit may carry. They keep every product the Lua
@@ -20,8 +22,9 @@ const (
 	MinPeriod = time.Millisecond
 	// MaxPeriod is the longest Period a Limit accepts.
 	MaxPeriod = 366 * 24 * time.Hour
-	// MaxLimits is the most limits one tenant may have at once.
-	MaxLimits = 8
+	// MaxLimits is the most limits one tenant may have at once: the
+	// Redis functions' own bound.
+	MaxLimits = lua.MaxLimits
 	// maxExact is 2^53, the largest integer a Lua number holds exactly.
 	maxExact = 1 << 53
 )
