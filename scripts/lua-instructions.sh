@@ -11,7 +11,8 @@
 #   scripts/lua-instructions.sh --reserve [library.lua ...]
 #
 # A library is loaded with FUNCTION LOAD, its version placeholder
-# __VERSION__ replaced by "x", and its decide_x called 3,000 times, as
+# __VERSION__ replaced by "x" and each bound's placeholder by its value in
+# lua/lua.go (as package lua does), and its decide_x called 3,000 times, as
 # Limiter.Allow calls it: one job, one limit of 10,000/s with a burst of
 # 10,000 (as the Go benchmarks use), Redis TIME, keys spread over 1,000
 # tenants. --redis-rate measures instead the allowN script (EVALSHA) of
@@ -35,6 +36,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 args=(1 'thr:{t__rand_int__}:l:1000000' 0 1 10000 1000000 10000)
 
+# bounds is the sed program that puts lua/lua.go's bounds (MaxJobs = 64,
+# ...) in for their placeholders (__MAX_JOBS__, ...), as lua.Source does.
+bounds=$(sed -n 's/^\tMax\([A-Z][a-z]*\) *= *\([0-9][0-9]*\)$/\1 \2/p' lua/lua.go |
+	while read -r name value; do
+		echo "s/__MAX_$(echo "$name" | tr '[:lower:]' '[:upper:]')__/$value/g;"
+	done)
+
 # instructions FILE N: total instructions of a redis-server that ran FILE N
 # times: a library with FCALL, or with $eval set a script with EVALSHA.
 eval=
@@ -51,7 +59,7 @@ instructions() {
 	if [ -n "$eval" ]; then
 		call=(EVALSHA "$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$1")")")
 	else
-		redis-cli -p "$port" FUNCTION LOAD "$(sed 's/__VERSION__/x/g' "$1")" >/dev/null
+		redis-cli -p "$port" FUNCTION LOAD "$(sed "s/__VERSION__/x/g;$bounds" "$1")" >/dev/null
 		call=(FCALL decide_x)
 	fi
 	if [ "$2" -gt 0 ]; then
