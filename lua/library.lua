@@ -141,8 +141,9 @@ BOUNDS: every call's work is bounded by numbers defined once, in package
 lua (lua.go), which writes them in for the placeholders below when it
 gives the library to Redis; package throttle splits larger work into
 several calls, pipelined. Per call:
-  decide   at most MAX_JOBS jobs of at most MAX_LIMITS limits each, one
-           reservation and one owner key each; no loop over stored data
+  decide   at most MAX_JOBS jobs of at most MAX_LIMITS limits each, and
+           at most MAX_CHARGES limits in all; one reservation and one
+           owner key each; no loop over stored data
   claim, release, failed, carry
            one or two keys, no loop
   hold     at most MAX_LIMITS buckets
@@ -169,6 +170,7 @@ local MAX_HORIZON = 30 * DAY
 local MAX_PERIOD = 366 * DAY
 local MAX_JOBS = __MAX_JOBS__
 local MAX_LIMITS = __MAX_LIMITS__
+local MAX_CHARGES = __MAX_CHARGES__
 local MAX_RENEW = __MAX_RENEW__
 local MAX_SWEEP = __MAX_SWEEP__
 local MAX_CALLS = __MAX_CALLS__
@@ -630,6 +632,7 @@ local function jobs(keys, args)
     end
     o = o + JW
     nkeys = nkeys + L
+    if nkeys > MAX_CHARGES then return nil, 'more than ' .. MAX_CHARGES .. ' limits in all' end
   end
   if M == 0 then return nil, 'no job' end
   local K = (#keys - nkeys) / M

@@ -41,6 +41,10 @@ const (
 	// MaxLimits is the most limits one job (one tenant) has, and the most
 	// buckets one hold call moves.
 	MaxLimits = 8
+	// MaxCharges is the most buckets one decide call charges: its jobs'
+	// limits, all counted (64 jobs of one or two limits each, 16 of
+	// eight).
+	MaxCharges = 128
 	// MaxRenew is the most leases one lease call renews.
 	MaxRenew = 256
 	// MaxSweep is the most expired leases and call placeholders one call
@@ -63,6 +67,7 @@ func Source(version string) string {
 		Version, version,
 		"__MAX_JOBS__", strconv.Itoa(MaxJobs),
 		"__MAX_LIMITS__", strconv.Itoa(MaxLimits),
+		"__MAX_CHARGES__", strconv.Itoa(MaxCharges),
 		"__MAX_RENEW__", strconv.Itoa(MaxRenew),
 		"__MAX_SWEEP__", strconv.Itoa(MaxSweep),
 		"__MAX_CALLS__", strconv.Itoa(MaxCalls),

@@ -83,7 +83,7 @@ func TestBoundsWrittenIn(t *testing.T) {
 	if i := strings.Index(code, "__MAX_"); i >= 0 {
 		t.Fatalf("a bound's placeholder left in the library loaded: %q", code[i:i+20])
 	}
-	for name, v := range map[string]int{"MAX_JOBS": lua.MaxJobs, "MAX_LIMITS": lua.MaxLimits, "MAX_RENEW": lua.MaxRenew,
+	for name, v := range map[string]int{"MAX_JOBS": lua.MaxJobs, "MAX_LIMITS": lua.MaxLimits, "MAX_CHARGES": lua.MaxCharges, "MAX_RENEW": lua.MaxRenew,
 		"MAX_SWEEP": lua.MaxSweep, "MAX_CALLS": lua.MaxCalls, "MAX_MEMBER": lua.MaxMember} {
 		if want := fmt.Sprintf("local %s = %d\n", name, v); !strings.Contains(code, want) {
 			t.Errorf("library lacks %q", want)
@@ -331,4 +331,41 @@ func TestOneBucketAtTwoRatesInOneCall(t *testing.T) {
 		}
 	}
 	noKeyWithoutTTL(t, e.rdb, e.prefix)
+}
+
+// One decide call charges at most lua.MaxCharges buckets: a raw call of
+// more is refused, and DecideBatch splits 64 jobs of eight limits each
+// into calls under the bound, all decided.
+func TestChargesPerCallBound(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	var ls throttle.Limits
+	for k := range throttle.MaxLimits {
+		ls = append(ls, throttle.Limit{Rate: 10, Period: time.Duration(k+1) * time.Second, Burst: 10})
+	}
+	jobs := lua.MaxCharges/throttle.MaxLimits + 1
+	var keys, args []string
+	args = append(args, us(t0), "3600000000")
+	for j := range jobs {
+		for k := range ls {
+			keys = append(keys, fmt.Sprintf("%s:{t%d}:l:%d", e.prefix, j, (k+1)*1_000_000))
+		}
+		args = append(args, "1", "0", "0", strconv.Itoa(len(ls)))
+		for k := range ls {
+			args = append(args, "10", strconv.Itoa((k+1)*1_000_000), "10")
+		}
+	}
+	if _, err := fcallErr(e.rdb, decideFn(), keys, args); err == nil || !strings.HasPrefix(err.Error(), "BADCALL") {
+		t.Fatalf("%d jobs of %d limits in one call: %v, want BADCALL", jobs, len(ls), err)
+	}
+	l := newLimiter(t, e.rdb, e.prefix, time.Hour, ls)
+	reqs := make([]throttle.Request, lua.MaxJobs)
+	for i := range reqs {
+		reqs[i] = throttle.Request{Tenant: fmt.Sprintf("t%02d", i), JobID: "j", At: t0}
+	}
+	for i, r := range l.DecideBatch(ctx, reqs) {
+		if r.Err != nil || r.Outcome != throttle.Admitted || r.Remaining != 9 {
+			t.Fatalf("request %d: %+v, want admitted with 9 left", i, r)
+		}
+	}
 }

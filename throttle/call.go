@@ -53,15 +53,16 @@ func (l *Limiter) decideBatchWith(ctx context.Context, n int, prep func(i int) (
 		}
 		g, ok := open[key]
 		prev, seen := last[p.tag]
-		if ok && len(calls[g].parts) < maxJobsPerCall && (!seen || prev <= g) {
+		if ok && len(calls[g].parts) < maxJobsPerCall && calls[g].charges+len(p.limitKeys) <= lua.MaxCharges && (!seen || prev <= g) {
 			calls[g].parts = append(calls[g].parts, p)
 			calls[g].reqs = append(calls[g].reqs, i)
+			calls[g].charges += len(p.limitKeys)
 			last[p.tag] = g
 			continue
 		}
 		open[key] = len(calls)
 		last[p.tag] = len(calls)
-		calls = append(calls, call{parts: []prepared{p}, reqs: []int{i}})
+		calls = append(calls, call{parts: []prepared{p}, reqs: []int{i}, charges: len(p.limitKeys)})
 	}
 	if len(calls) == 0 && len(extra) == 0 {
 		return results
@@ -116,8 +117,9 @@ func (p prepared) limit(i int64) Limit {
 
 // call is one function call deciding one or more requests.
 type call struct {
-	parts []prepared // the requests it decides
-	reqs  []int      // their indices in the batch
+	parts   []prepared // the requests it decides
+	reqs    []int      // their indices in the batch
+	charges int        // their limits, all counted (at most lua.MaxCharges)
 	fcall
 }
 

@@ -163,10 +163,14 @@ func (c *Copies) runLeaseCalls(ctx context.Context, calls []fcall, tenant func(k
 	return wake, first
 }
 
+// renewPipeline is the most renew calls (of lua.MaxRenew leases each)
+// Renew sends in one round trip.
+const renewPipeline = 32
+
 // Renew extends each lease that still counts to LeaseTTL from now, and
 // returns those that had expired: their runs lost their places, which may
 // be another run's by now. A cap's tokens go at most lua.MaxRenew to a
-// call (the function's bound), every call in one round trip.
+// call (the function's bound), pipelined.
 func (c *Copies) Renew(ctx context.Context, leases []Lease) (lost []Lease, err error) {
 	byCap := map[string][]string{}
 	var order []string
@@ -187,7 +191,11 @@ func (c *Copies) Renew(ctx context.Context, leases []Lease) (lost []Lease, err e
 			calls, capOf = append(calls, f), append(capOf, t)
 		}
 	}
-	c.l.lib.run(ctx, calls)
+	// A pipeline of many full calls could outlast the client's read
+	// timeout: a round trip carries at most renewPipeline of them.
+	for part := range slices.Chunk(calls, renewPipeline) {
+		c.l.lib.run(ctx, part)
+	}
 	for k, f := range calls {
 		_, _, tokens, e := leaseReply(f)
 		if e != nil {
