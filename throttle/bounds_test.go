@@ -70,7 +70,8 @@ func dump(t *testing.T, rdb *redis.Client, keys ...string) []string {
 func noKeyWithoutTTL(t *testing.T, rdb *redis.Client, prefix string) {
 	t.Helper()
 	for _, k := range keys(t, rdb, prefix) {
-		if ttl := rdb.PTTL(context.Background(), k).Val(); ttl < 0 {
+		// -1: no TTL (-2 is a key gone since KEYS).
+		if ttl := rdb.PTTL(context.Background(), k).Val(); ttl == -1 {
 			t.Errorf("key %s has no TTL (PTTL %v)", k, ttl)
 		}
 	}
