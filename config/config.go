@@ -150,8 +150,8 @@ type Config struct {
 	// HTTPHeaders holds static headers added to every request of the http
 	// handler, as NAME=VALUE entries separated by commas (a value cannot
 	// hold a comma), such as Authorization=Bearer x,X-Env=prod.
-	// HTTPHeaderList holds it split. Print masks the values. Defaults to
-	// empty.
+	// HTTPHeaderList holds it split. check-config masks the values.
+	// Defaults to empty.
 	HTTPHeaders string `env:"THROTTLER_HTTP_HEADERS"`
 
 	// ForwardSubject is the subject template admitted jobs are published to;
@@ -169,9 +169,8 @@ type Config struct {
 	MaxFailures int `env:"THROTTLER_MAX_FAILURES" envDefault:"5"`
 
 	// OnRedisError says what happens to a job when Redis cannot be asked:
-	// OnRedisErrorDefer (defer it) or OnRedisErrorAllow (let it through
-	// unthrottled); consumer.RedisErrorPolicy is what the worker makes of
-	// it. Defaults to defer.
+	// defer (defer it, never over-admitting) or allow (let it through
+	// unthrottled, logged and counted). Defaults to defer.
 	OnRedisError string `env:"THROTTLER_ON_REDIS_ERROR" envDefault:"defer"`
 
 	// ShutdownTimeout is how long in-flight jobs may run after a shutdown
@@ -229,8 +228,8 @@ type Config struct {
 	LaneMoveRate int `env:"THROTTLER_LANE_MOVE_RATE" envDefault:"8000"`
 
 	// ScheduleSubject is the subject prefix under which the worker keeps
-	// moved jobs (see subject.Schedules). It must not be captured by
-	// SubjectsSpec. Defaults to sched.
+	// moved jobs, bound by the jobs stream and not consumed. It must not be
+	// captured by SubjectsSpec. Defaults to sched.
 	ScheduleSubject string `env:"THROTTLER_SCHEDULE_SUBJECT" envDefault:"sched"`
 
 	// MetricsAddr is the host:port serving /healthz and /metrics; empty
