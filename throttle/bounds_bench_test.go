@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -19,10 +21,16 @@ import (
 const boundsScale = 1_000_000
 
 // fcallTimes runs body with Redis logging every command and returns how
-// long each FCALL it saw took, sorted.
-func fcallTimes(b *testing.B, rdb *redis.Client, body func()) []time.Duration {
+// long each FCALL it saw took, sorted. SLOWLOG times a command by the
+// wall clock, so a redis-server that the machine's scheduler preempts
+// looks slow: srv runs at the highest priority meanwhile (as root; else
+// as it is), so that the times are Redis' own work.
+func fcallTimes(b *testing.B, srv *testenv.Redis, rdb *redis.Client, body func()) []time.Duration {
 	b.Helper()
 	ctx := context.Background()
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, srv.Pid(), -20); err != nil {
+		b.Logf("redis-server at its usual priority: %v", err)
+	}
 	for _, kv := range [][2]string{{"slowlog-log-slower-than", "0"}, {"slowlog-max-len", "1000000"}} {
 		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
 			b.Fatalf("CONFIG SET %s: %v", kv[0], err)
@@ -98,7 +106,7 @@ func BenchmarkFunctionBounds(b *testing.B) {
 			for i := range leases {
 				leases[i] = throttle.Lease{Tenant: "acme", Token: fmt.Sprintf("tok%07d", i)}
 			}
-			ds := fcallTimes(b, ce.rdb, func() {
+			ds := fcallTimes(b, ce.srv, ce.rdb, func() {
 				if lost, err := ce.c.Renew(ctx, leases); err != nil || len(lost) != 0 {
 					b.Fatalf("Renew: %d lost, %v", len(lost), err)
 				}
@@ -109,7 +117,7 @@ func BenchmarkFunctionBounds(b *testing.B) {
 			ce := newBenchCapEnv(b, throttle.Rules{Default: throttle.Policy{Running: 5}})
 			lk, _, _ := ce.capSets("acme")
 			fill(b, ce.rdb, lk, "dead%07d", boundsScale, t0.Add(-time.Second))
-			ds := fcallTimes(b, ce.rdb, func() {
+			ds := fcallTimes(b, ce.srv, ce.rdb, func() {
 				for ce.rdb.Exists(ctx, lk).Val() == 1 {
 					if _, err := ce.c.Poke(ctx, []string{"acme"}); err != nil {
 						b.Fatal(err)
@@ -122,7 +130,7 @@ func BenchmarkFunctionBounds(b *testing.B) {
 			ce := newBenchCapEnv(b, throttle.Rules{Default: throttle.Policy{Running: 1, Limits: throttle.Limits{throttle.PerSecond(1000, 1000)}}})
 			_, wk, _ := ce.capSets("acme")
 			fill(b, ce.rdb, wk, "w%07d", boundsScale, t0)
-			ds := fcallTimes(b, ce.rdb, func() {
+			ds := fcallTimes(b, ce.srv, ce.rdb, func() {
 				for i := range 100 {
 					r := ce.c.DecideBatch(ctx, []throttle.Copy{{Request: throttle.Request{Tenant: "acme", JobID: fmt.Sprintf("j%d", i), At: ce.now}, Incarnation: int64(i)}})
 					if r[0].Err != nil {
@@ -142,7 +150,7 @@ func BenchmarkFunctionBounds(b *testing.B) {
 				ls = append(ls, throttle.Limit{Rate: 1000, Period: time.Duration(k+1) * time.Second, Burst: 1000})
 			}
 			l := newLimiter(b, e.rdb, e.prefix, time.Hour, ls)
-			ds := fcallTimes(b, e.rdb, func() {
+			ds := fcallTimes(b, e.srv, e.rdb, func() {
 				for round := range 200 {
 					reqs := make([]throttle.Request, 64)
 					for i := range reqs {
