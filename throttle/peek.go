@@ -264,15 +264,16 @@ func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 	return b, nil
 }
 
-// rebase is the function's rebase: it carries an empty time (a, f) in
-// units of 1/r0 µs over to the rate r, for period p and burst b; full
-// reports a bucket full under the new limit.
+// rebase is the function's rebase (lua/library.lua, where the rule is
+// defined; TestPeekAgreesWithTheEngine holds this copy to it): it carries
+// an empty time (a, f) in units of 1/r0 µs over to the rate r, for period
+// p and burst b. A bucket in debt is empty now: its debt was the slots
+// reserved under the old limit, whose jobs are decided again when they
+// come back. Any other keeps its tokens exactly; full reports a bucket
+// full under the new limit.
 func rebase(a, f, r0, r, p, b, now int64) (na, nf int64, full bool) {
 	if a > now || (a == now && f > 0) {
-		if f > 0 {
-			return a + 1, 0, false
-		}
-		return a, 0, false
+		return now, 0, false
 	}
 	d := (now-a)*r0 - f
 	if d >= b*p {

@@ -100,3 +100,41 @@ func TestPeekOfAnIdleTenant(t *testing.T) {
 		t.Fatalf("idle tenant: %+v", s)
 	}
 }
+
+// x/time/rate's TestReserveSetLimit, replayed at its times: 5/s with a
+// burst of 2; two jobs of cost 2 at t0 (the second waits 400 ms, so the
+// bucket is in debt); the limit changes at t2. The engine forgives the
+// debt (the bucket is empty from the change on, and the job holding its
+// slot is decided again when it comes back), so a job of cost 1 at t2
+// waits one token of the new rate. Peek must say so: it used to keep the
+// old empty time, and reported -2 tokens and 300 ms where the engine
+// decided 100 ms.
+func TestPeekAfterARateChangeInDebt(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		tenant string
+		rate   int64
+		wait   time.Duration
+	}{
+		{"raised", 10, in(100 * ms)}, // TestReserveSetLimit's SetLimitAt(t2, 10)
+		{"lowered", 2, in(500 * ms)},
+	} {
+		l, live := newLiveLimiter(t, e, time.Hour, throttle.Enforce(per(5, 2)))
+		sameDecision(t, tc.tenant+": first job", decide(t, l, throttle.Request{Tenant: tc.tenant, JobID: "a", Cost: 2, At: t0}), admitted(0))
+		sameDecision(t, tc.tenant+": second job", decide(t, l, throttle.Request{Tenant: tc.tenant, JobID: "b", Cost: 2, At: t0}), reserved(in(400*ms)))
+		live.set(throttle.Enforce(per(tc.rate, 2)))
+		t2 := t0.Add(in(200 * ms))
+		s, err := l.Peek(ctx, tc.tenant, t2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := s.Buckets[0]
+		fill := in(time.Second) * 2 / time.Duration(tc.rate)
+		if s.Wait != tc.wait || b.Wait != tc.wait || b.Tokens != 0 || b.StoredRate != 5 || !b.ReservedUntil.IsZero() || !b.FullAt.Equal(t2.Add(fill)) {
+			t.Fatalf("%s to %d: Peek at t2 gives %+v, want an empty bucket (0 tokens, full at t2+%s, nothing reserved) and a wait of %s", tc.tenant, tc.rate, s, fill, tc.wait)
+		}
+		d := decide(t, l, throttle.Request{Tenant: tc.tenant, JobID: "c", At: t2})
+		sameDecision(t, tc.tenant+": a job of cost 1 at t2", d, reserved(tc.wait))
+	}
+}
