@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/throttler/throttler/lua"
 )
 
 // Bucket is one of a tenant's buckets as a decision now would find it.
@@ -66,7 +68,9 @@ type CapSnapshot struct {
 	// Called counts the places held for waiting jobs whose turn came and
 	// that are on their way back.
 	Called int `json:"called"`
-	// Waiting counts the jobs in the waiting list.
+	// Waiting counts the jobs in line: those in the waiting list, and the
+	// called jobs whose places expired, which the next call of the cap
+	// puts back in the list (at most lua.MaxSweep expired entries a call).
 	Waiting int `json:"waiting"`
 }
 
@@ -170,8 +174,45 @@ func peekCap(ctx context.Context, node redis.Cmdable, k keyspace, tenant string,
 	if err != nil {
 		return nil, &RedisError{Op: "ZCARD " + queue, Err: err}
 	}
-	c.Waiting = int(n)
+	back, err := placesBack(ctx, node, leases, queue, now)
+	if err != nil {
+		return nil, err
+	}
+	c.Waiting = int(n) + back
 	return c, nil
+}
+
+// placesBack counts the called jobs whose placeholders expired by now (µs)
+// that the next call of the cap puts back in its waiting list: as the
+// function's expire does, among the first lua.MaxSweep expired entries,
+// those not in the list already.
+func placesBack(ctx context.Context, node redis.Cmdable, leases, queue string, now int64) (int, error) {
+	gone, err := node.ZRangeArgs(ctx, redis.ZRangeArgs{Key: leases, Start: "-inf", Stop: strconv.FormatInt(now, 10),
+		ByScore: true, Count: lua.MaxSweep}).Result()
+	if err != nil {
+		return 0, &RedisError{Op: "ZRANGE " + leases, Err: err}
+	}
+	var ids []string
+	for _, m := range gone {
+		if id, ok := strings.CutPrefix(m, "c:"); ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	back := 0
+	for _, id := range ids {
+		// ZMSCORE would read them at once, but go-redis reads its missing
+		// scores as 0, a place the list may hold.
+		switch err := node.ZScore(ctx, queue, id).Err(); {
+		case errors.Is(err, redis.Nil):
+			back++
+		case err != nil:
+			return 0, &RedisError{Op: "ZSCORE " + queue, Err: err}
+		}
+	}
+	return back, nil
 }
 
 // nodeOf returns the Redis node that holds tenant's keys. A client of a

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -53,22 +55,7 @@ var peekPeriods = []time.Duration{time.Minute, 7 * time.Minute, time.Hour, 24 * 
 var peekPool = []string{"j0", "j1", "j2", "j3", "j4", "j5"}
 
 func TestPeekAgreesWithTheEngine(t *testing.T) {
-	base, runs := uint64(time.Now().UnixNano()), peekRuns
-	if v := os.Getenv(peekRunsEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("%s=%q: not a positive number", peekRunsEnv, v)
-		}
-		runs = n
-	}
-	if v := os.Getenv(peekSeedEnv); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: not a seed", peekSeedEnv, v)
-		}
-		base, runs = s, 1
-	}
-	t.Logf("seeds %d to %d (%s=<seed> replays one)", base, base+uint64(runs)-1, peekSeedEnv)
+	base, runs := peekSeeds(t, peekRuns)
 	e := setup(t)
 	var total agreeCounts
 	for i := range runs {
@@ -87,6 +74,30 @@ func TestPeekAgreesWithTheEngine(t *testing.T) {
 		total.probeLimited == 0 || total.carries == 0 || total.holds == 0 || total.shadow == 0) {
 		t.Fatalf("the sequences missed a case: %+v", total)
 	}
+}
+
+// peekSeeds returns the first seed of a test's sequences and how many to
+// run: runs from a seed of the clock, or as peekRunsEnv and peekSeedEnv
+// say. It logs them.
+func peekSeeds(t *testing.T, runs int) (uint64, int) {
+	t.Helper()
+	base := uint64(time.Now().UnixNano())
+	if v := os.Getenv(peekRunsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: not a positive number", peekRunsEnv, v)
+		}
+		runs = n
+	}
+	if v := os.Getenv(peekSeedEnv); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: not a seed", peekSeedEnv, v)
+		}
+		base, runs = s, 1
+	}
+	t.Logf("seeds %d to %d (%s=<seed> replays one)", base, base+uint64(runs)-1, peekSeedEnv)
+	return base, runs
 }
 
 // agreeCounts counts what the sequences went through.
@@ -543,13 +554,57 @@ func (s *agreeSeq) probeOnce(ls throttle.Limits) throttle.Decision {
 // Redis' clock (which is not the sequence's) between Peek and the probes.
 func (s *agreeSeq) freeze() {
 	s.t.Helper()
-	pipe := s.e.rdb.Pipeline()
-	for _, k := range keys(s.t, s.e.rdb, s.mainP+":") {
-		pipe.Do(s.ctx, "PEXPIRE", k, time.Hour.Milliseconds(), "GT")
+	if err := freezeKeys(s.ctx, s.e.rdb, s.mainP); err != nil {
+		s.fatalf("%v", err)
 	}
-	if _, err := pipe.Exec(s.ctx); err != nil {
-		s.fatalf("PEXPIRE: %v", err)
+}
+
+// copyKeys replaces the probe's keys with a copy of the main ones.
+func (s *agreeSeq) copyKeys() {
+	s.t.Helper()
+	if err := copyKeys(s.ctx, s.e.rdb, s.mainP, s.probeP); err != nil {
+		s.fatalf("%v", err)
 	}
+}
+
+// freezeKeys gives every key of prefix an hour to live at least.
+func freezeKeys(ctx context.Context, rdb *redis.Client, prefix string) error {
+	ks, err := rdb.Keys(ctx, prefix+":*").Result()
+	if err != nil {
+		return fmt.Errorf("KEYS: %w", err)
+	}
+	pipe := rdb.Pipeline()
+	for _, k := range ks {
+		pipe.Do(ctx, "PEXPIRE", k, time.Hour.Milliseconds(), "GT")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("PEXPIRE: %w", err)
+	}
+	return nil
+}
+
+// copyKeys replaces the keys of prefix to with a copy of those of prefix
+// from (COPY keeps their TTLs).
+func copyKeys(ctx context.Context, rdb *redis.Client, from, to string) error {
+	old, err := rdb.Keys(ctx, to+":*").Result()
+	if err != nil {
+		return fmt.Errorf("KEYS: %w", err)
+	}
+	src, err := rdb.Keys(ctx, from+":*").Result()
+	if err != nil {
+		return fmt.Errorf("KEYS: %w", err)
+	}
+	pipe := rdb.Pipeline()
+	if len(old) > 0 {
+		pipe.Del(ctx, old...)
+	}
+	for _, k := range src {
+		pipe.Copy(ctx, k, to+strings.TrimPrefix(k, from), 0, true)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("copying the keys: %w", err)
+	}
+	return nil
 }
 
 // clear deletes the sequence's keys.
@@ -559,21 +614,5 @@ func (s *agreeSeq) clear() {
 		if err := s.e.rdb.Del(s.ctx, ks...).Err(); err != nil {
 			s.fatalf("DEL: %v", err)
 		}
-	}
-}
-
-// copyKeys replaces the probe's keys with a copy of the main ones (COPY
-// keeps their TTLs).
-func (s *agreeSeq) copyKeys() {
-	s.t.Helper()
-	pipe := s.e.rdb.Pipeline()
-	if old := keys(s.t, s.e.rdb, s.probeP+":"); len(old) > 0 {
-		pipe.Del(s.ctx, old...)
-	}
-	for _, k := range keys(s.t, s.e.rdb, s.mainP+":") {
-		pipe.Copy(s.ctx, k, s.probeP+strings.TrimPrefix(k, s.mainP), 0, true)
-	}
-	if _, err := pipe.Exec(s.ctx); err != nil {
-		s.fatalf("copying the keys: %v", err)
 	}
 }
