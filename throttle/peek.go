@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/throttler/throttler/lua"
 )
 
 // Bucket is one of a tenant's buckets as a decision now would find it.
@@ -61,19 +59,6 @@ type Snapshot struct {
 	Cap *CapSnapshot `json:"cap,omitempty"`
 }
 
-// CapSnapshot is a running cap at one moment.
-type CapSnapshot struct {
-	// Running counts the leases of running jobs that count now.
-	Running int `json:"running"`
-	// Called counts the places held for waiting jobs whose turn came and
-	// that are on their way back.
-	Called int `json:"called"`
-	// Waiting counts the jobs in line: those in the waiting list, and the
-	// called jobs whose places expired, which the next call of the cap
-	// puts back in the list (at most lua.MaxSweep expired entries a call).
-	Waiting int `json:"waiting"`
-}
-
 // Peek reads what the limiter holds for tenant: its buckets, as the next
 // decision would find them, the wait a new job would get, the slots its
 // jobs hold and its handler failures. It only reads (GET, PTTL, SCAN and
@@ -114,105 +99,11 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 		return Snapshot{}, err
 	}
 	if s.Policy.Running > 0 {
-		if s.Cap, err = peekCap(ctx, node, l.keys, tenant, now); err != nil {
+		if s.Cap, err = peekCap(ctx, node, l.keys, tenant, "", now); err != nil {
 			return Snapshot{}, err
 		}
 	}
 	return s, nil
-}
-
-// PeekFleet reads the fleet's running cap (CapOptions.MaxRunning) at at,
-// the zero time reading Redis TIME: the leases and places that count, and
-// the jobs waiting. It only reads.
-func (l *Limiter) PeekFleet(ctx context.Context, at time.Time) (*CapSnapshot, error) {
-	var node redis.Cmdable
-	switch c := l.lib.rdb.(type) {
-	case *redis.Client:
-		node = c
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, fleetTag)
-		if err != nil {
-			return nil, &RedisError{Op: "CLUSTER SLOTS", Err: err}
-		}
-		node = n
-	default:
-		return nil, fmt.Errorf("throttle: PeekFleet needs a *redis.Client or a *redis.ClusterClient, not %T", l.lib.rdb)
-	}
-	if at.IsZero() {
-		var err error
-		if at, err = node.Time(ctx).Result(); err != nil {
-			return nil, &RedisError{Op: "TIME", Err: err}
-		}
-	}
-	return peekCap(ctx, node, l.keys, "", at.UnixMicro())
-}
-
-// peekCap reads tenant's running cap ("" for the fleet's) at now (µs): the leases and places
-// that count, and the waiting list.
-func peekCap(ctx context.Context, node redis.Cmdable, k keyspace, tenant string, now int64) (*CapSnapshot, error) {
-	leases, queue, err := k.capKeys(tenant)
-	if err != nil {
-		return nil, err
-	}
-	from := "(" + strconv.FormatInt(now, 10)
-	all, err := node.ZCount(ctx, leases, from, "+inf").Result()
-	if err != nil {
-		return nil, &RedisError{Op: "ZCOUNT " + leases, Err: err}
-	}
-	called, err := node.ZRangeArgs(ctx, redis.ZRangeArgs{Key: leases, Start: from, Stop: "+inf", ByScore: true}).Result()
-	if err != nil {
-		return nil, &RedisError{Op: "ZRANGE " + leases, Err: err}
-	}
-	c := &CapSnapshot{}
-	for _, m := range called {
-		if strings.HasPrefix(m, "c:") {
-			c.Called++
-		}
-	}
-	c.Running = int(all) - c.Called
-	n, err := node.ZCard(ctx, queue).Result()
-	if err != nil {
-		return nil, &RedisError{Op: "ZCARD " + queue, Err: err}
-	}
-	back, err := placesBack(ctx, node, leases, queue, now)
-	if err != nil {
-		return nil, err
-	}
-	c.Waiting = int(n) + back
-	return c, nil
-}
-
-// placesBack counts the called jobs whose placeholders expired by now (µs)
-// that the next call of the cap puts back in its waiting list: as the
-// function's expire does, among the first lua.MaxSweep expired entries,
-// those not in the list already.
-func placesBack(ctx context.Context, node redis.Cmdable, leases, queue string, now int64) (int, error) {
-	gone, err := node.ZRangeArgs(ctx, redis.ZRangeArgs{Key: leases, Start: "-inf", Stop: strconv.FormatInt(now, 10),
-		ByScore: true, Count: lua.MaxSweep}).Result()
-	if err != nil {
-		return 0, &RedisError{Op: "ZRANGE " + leases, Err: err}
-	}
-	var ids []string
-	for _, m := range gone {
-		if id, ok := strings.CutPrefix(m, "c:"); ok {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	back := 0
-	for _, id := range ids {
-		// ZMSCORE would read them at once, but go-redis reads its missing
-		// scores as 0, a place the list may hold.
-		switch err := node.ZScore(ctx, queue, id).Err(); {
-		case errors.Is(err, redis.Nil):
-			back++
-		case err != nil:
-			return 0, &RedisError{Op: "ZSCORE " + queue, Err: err}
-		}
-	}
-	return back, nil
 }
 
 // nodeOf returns the Redis node that holds tenant's keys. A client of a

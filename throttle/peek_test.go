@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -137,4 +138,54 @@ func TestPeekAfterARateChangeInDebt(t *testing.T) {
 		d := decide(t, l, throttle.Request{Tenant: tc.tenant, JobID: "c", At: t2})
 		sameDecision(t, tc.tenant+": a job of cost 1 at t2", d, reserved(tc.wait))
 	}
+}
+
+// A cap's counts say what the next call decides. A called job whose place
+// expired is in line again: the next call puts it back, so a newcomer
+// waits behind it (Peek used to count only the list, and inspect said the
+// newcomer would run). And jobs in line do not make a newcomer wait when
+// there is room for them all: leases that expired unseen leave room, and
+// the next call admits the newcomer and calls the line (inspect used to
+// say any job in line made it wait).
+func TestPeekCapCountsAsTheNextCallFinds(t *testing.T) {
+	ctx := context.Background()
+	peekCap := func(t *testing.T, ce *capEnv) *throttle.CapSnapshot {
+		t.Helper()
+		s, err := ce.l.Peek(ctx, "acme", ce.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Cap
+	}
+	t.Run("a called job not back in time is in line", func(t *testing.T) {
+		ce := newCapEnv(t, throttle.Rules{Default: throttle.Policy{Running: 1}}, throttle.CapOptions{CallTTL: time.Second})
+		j1 := ce.job(t, "acme", "j1")
+		wantOutcome(t, "j2", ce.job(t, "acme", "j2"), throttle.Capped)
+		if woke := ce.finish(t, j1); !slices.Equal(woke, []string{"j2"}) {
+			t.Fatalf("woke %v, want [j2]", woke)
+		}
+		ce.now = t0.Add(2 * time.Second) // j2's call expired
+		c := peekCap(t, ce)
+		if *c != (throttle.CapSnapshot{Waiting: 1, Ahead: 1}) || !c.Full(1) {
+			t.Fatalf("after j2's call expired: %+v, want j2 in line ahead of a newcomer, the cap full", *c)
+		}
+		if j3 := ce.job(t, "acme", "j3"); j3.Outcome != throttle.Capped || j3.Ahead != 1 || j3.Running != 0 {
+			t.Fatalf("j3: %+v, want capped behind j2", j3.Decision)
+		}
+	})
+	t.Run("room past the line", func(t *testing.T) {
+		ce := newCapEnv(t, throttle.Rules{Default: throttle.Policy{Running: 2}}, throttle.CapOptions{LeaseTTL: time.Second})
+		ce.job(t, "acme", "j1")
+		ce.job(t, "acme", "j2")
+		wantOutcome(t, "j3", ce.job(t, "acme", "j3"), throttle.Capped)
+		ce.now = t0.Add(2 * time.Second) // j1's and j2's leases expired, unseen
+		c := peekCap(t, ce)
+		if *c != (throttle.CapSnapshot{Waiting: 1, Ahead: 1}) || c.Full(2) {
+			t.Fatalf("after the leases expired: %+v, want j3 in line and room for a newcomer too", *c)
+		}
+		j4 := ce.job(t, "acme", "j4")
+		if j4.Outcome != throttle.Admitted || !slices.Equal(ids(j4.Wake), []string{"j3"}) {
+			t.Fatalf("j4: %+v, woke %v; want admitted, j3 called", j4.Decision, ids(j4.Wake))
+		}
+	})
 }

@@ -32,7 +32,7 @@ var capTenants = []string{"acme", "bolt"}
 func TestPeekCapsAgreeWithAdmit(t *testing.T) {
 	base, runs := peekSeeds(t, capRuns)
 	e := setup(t)
-	var capped, admitted int
+	var capped, admitted, passed, fairAhead int
 	for i := range runs {
 		s := newCapSeq(t, e, base+uint64(i), fmt.Sprintf("%s_%d", e.prefix, i))
 		for range capSteps {
@@ -40,13 +40,15 @@ func TestPeekCapsAgreeWithAdmit(t *testing.T) {
 			s.check()
 		}
 		capped, admitted = capped+s.capped, admitted+s.admitted
+		passed, fairAhead = passed+s.passed, fairAhead+s.fairAhead
 		if ks := keys(t, e.rdb, e.prefix); len(ks) > 0 {
 			if err := e.rdb.Del(context.Background(), ks...).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	t.Logf("%d steps: the next job capped %d times, admitted %d", runs*capSteps, capped, admitted)
+	t.Logf("%d steps: the next job capped %d times, admitted %d (past jobs in line %d); behind some of the fleet's line %d",
+		runs*capSteps, capped, admitted, passed, fairAhead)
 	if runs > 1 && (capped == 0 || admitted == 0) {
 		t.Fatalf("the sequences missed a case: capped %d, admitted %d", capped, admitted)
 	}
@@ -70,6 +72,9 @@ type capSeq struct {
 	called           []throttle.Waiter  // the jobs called and not yet back
 	log              []string
 	capped, admitted int
+	// passed counts new jobs admitted past jobs in line (room for all);
+	// fairAhead new jobs behind fewer than all in the fleet's line.
+	passed, fairAhead int
 }
 
 func newCapSeq(t *testing.T, e env, seed uint64, prefix string) *capSeq {
@@ -85,7 +90,7 @@ func newCapSeq(t *testing.T, e env, seed uint64, prefix string) *capSeq {
 	if rng.IntN(2) == 0 {
 		s.fleet = 2 + rng.Int64N(3)
 	}
-	opts := throttle.CapOptions{MaxRunning: s.fleet, LeaseTTL: 10 * time.Second, CallTTL: 5 * time.Second,
+	opts := throttle.CapOptions{MaxRunning: s.fleet, LeaseTTL: 3 * time.Second, CallTTL: 2 * time.Second,
 		At: func() time.Time { return s.at }}
 	for _, c := range []struct {
 		p   string
@@ -174,29 +179,31 @@ func (s *capSeq) step() {
 		s.wake(ws)
 		s.logf("poked, woke %v", ws)
 	default:
-		d := []time.Duration{time.Microsecond, 700 * time.Millisecond, 3 * time.Second, 5 * time.Second, 6 * time.Second, 11 * time.Second}[s.rng.IntN(6)]
+		d := []time.Duration{time.Microsecond, 700 * time.Millisecond, 1500 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond, 3500 * time.Millisecond}[s.rng.IntN(6)]
 		s.at = s.at.Add(d)
 		s.logf("time passes")
 	}
 }
 
-// check compares Peek's and PeekFleet's counts with the decision of a new
-// job of each tenant, decided on a copy of the keys.
+// check compares Peek's and PeekFleetFor's counts with the decision of a
+// new job of each tenant, decided on a copy of the keys.
 func (s *capSeq) check() {
 	s.t.Helper()
 	if err := freezeKeys(s.ctx, s.e.rdb, s.mainP); err != nil {
 		s.fatalf("%v", err)
 	}
-	mainL := s.mainL
-	var fleet *throttle.CapSnapshot
+	var all *throttle.CapSnapshot
 	if s.fleet > 0 {
 		var err error
-		if fleet, err = mainL.PeekFleet(s.ctx, s.at); err != nil {
+		if all, err = s.mainL.PeekFleet(s.ctx, s.at); err != nil {
 			s.fatalf("PeekFleet: %v", err)
+		}
+		if all.Ahead != all.Waiting {
+			s.fatalf("PeekFleet: %+v, want every job in line ahead", *all)
 		}
 	}
 	for _, ten := range capTenants {
-		snap, err := mainL.Peek(s.ctx, ten, s.at)
+		snap, err := s.mainL.Peek(s.ctx, ten, s.at)
 		if err != nil {
 			s.fatalf("Peek %s: %v", ten, err)
 		}
@@ -208,28 +215,39 @@ func (s *capSeq) check() {
 			s.fatalf("probe %s: %v", ten, r.Err)
 		}
 		d := r.Decision
-		if fleet != nil {
-			// The fleet's places are fair, not first come: a new job is
-			// behind at most the jobs in line.
-			free := s.fleet - int64(fleet.Running+fleet.Called)
-			if d.CappedBy == fmt.Sprint("max running:", s.fleet) {
-				if d.Running != int64(fleet.Running+fleet.Called) || d.Ahead > int64(fleet.Waiting) || free > d.Ahead {
-					s.fatalf("a new job of %s: %+v; PeekFleet gives %+v", ten, d, *fleet)
+		if s.fleet > 0 {
+			fleet, err := s.mainL.PeekFleetFor(s.ctx, ten, s.at)
+			if err != nil {
+				s.fatalf("PeekFleetFor %s: %v", ten, err)
+			}
+			if same := *fleet; same.Ahead != all.Ahead {
+				same.Ahead = all.Ahead
+				if same != *all {
+					s.fatalf("PeekFleetFor %s gives %+v, PeekFleet %+v", ten, *fleet, *all)
 				}
+			}
+			live := int64(fleet.Running + fleet.Called)
+			byFleet := d.CappedBy == fmt.Sprint("max running:", s.fleet)
+			if fleet.Full(s.fleet) != byFleet || (byFleet && (d.Running != live || d.Ahead != int64(fleet.Ahead))) {
+				s.fatalf("a new job of %s: %+v; PeekFleetFor gives %+v (cap %d, full %v)", ten, d, *fleet, s.fleet, fleet.Full(s.fleet))
+			}
+			if fleet.Ahead < fleet.Waiting {
+				s.fairAhead++
+			}
+			if byFleet {
 				s.capped++
 				continue
-			}
-			if free < 1 {
-				s.fatalf("a new job of %s passed the fleet's cap: %+v; PeekFleet gives %+v", ten, d, *fleet)
 			}
 		}
 		c := snap.Cap
 		n := s.running[ten]
 		live := int64(c.Running + c.Called)
-		if wantCapped := n-live <= int64(c.Waiting); wantCapped {
-			want := fmt.Sprint("running:", n)
-			if d.Outcome != throttle.Capped || d.CappedBy != want || d.Running != live || d.Ahead != int64(c.Waiting) {
-				s.fatalf("a new job of %s: %+v; Peek gives %+v (cap %d): capped behind %d with %d running", ten, d, *c, n, c.Waiting, live)
+		if c.Ahead != c.Waiting {
+			s.fatalf("Peek %s: %+v, want every job in line ahead", ten, *c)
+		}
+		if c.Full(n) {
+			if d.Outcome != throttle.Capped || d.CappedBy != fmt.Sprint("running:", n) || d.Running != live || d.Ahead != int64(c.Ahead) {
+				s.fatalf("a new job of %s: %+v; Peek gives %+v (cap %d): capped behind %d with %d counted", ten, d, *c, n, c.Ahead, live)
 			}
 			s.capped++
 			continue
@@ -238,5 +256,8 @@ func (s *capSeq) check() {
 			s.fatalf("a new job of %s: %+v; Peek gives %+v (cap %d): room", ten, d, *c, n)
 		}
 		s.admitted++
+		if c.Waiting > 0 {
+			s.passed++
+		}
 	}
 }
