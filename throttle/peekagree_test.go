@@ -484,6 +484,12 @@ func (s *agreeSeq) check() {
 		if got := s.probeOnce(throttle.Limits{pol.Limits[i]}, s.at); got != want {
 			s.fatalf("under %v alone, the next job of cost 1 got %+v; Peek's bucket %+v predicts %+v", pol.Limits[i], got, b, want)
 		}
+		// In debt exactly when slots are reserved ahead, the last of them
+		// before the next job's.
+		if inDebt := b.Tokens < 0; inDebt == b.ReservedUntil.IsZero() ||
+			(inDebt && (!b.ReservedUntil.After(s.at) || b.ReservedUntil.After(s.at.Add(b.Wait)))) {
+			s.fatalf("Peek's bucket %+v at t0+%s: its tokens, slots reserved and wait disagree", b, s.at.Sub(t0))
+		}
 		// Full again at FullAt (rounded up to the µs), not a µs before;
 		// but a state of another rate is carried over at the first call
 		// that names it, and Peek shows it carried over now.
