@@ -61,8 +61,8 @@ type Snapshot struct {
 
 // Peek reads what the limiter holds for tenant: its buckets, as the next
 // decision would find them, the wait a new job would get, the slots its
-// jobs hold and its handler failures. It only reads (GET, PTTL, SCAN and
-// TIME): nothing is charged or written. at sets the moment; the zero time
+// jobs hold and its handler failures, and its running cap. It only reads:
+// nothing is charged or written. at sets the moment; the zero time
 // reads Redis TIME. Its scans read the whole keyspace of the tenant's node:
 // an operator's tool, not for every job.
 func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapshot, error) {
@@ -127,7 +127,9 @@ func (l *Limiter) nodeOf(ctx context.Context, tenant string) (redis.Cmdable, err
 }
 
 // peekBucket reads the bucket of lim at key at now (µs), as the function
-// would (lua/library.lua: state, rebase, tokens, charge).
+// would (lua/library.lua: state, rebase, tokens, charge, fullIn, where the
+// rules are defined; TestPeekAgreesWithTheEngine holds this copy to
+// them).
 func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, now int64) (Bucket, error) {
 	b := Bucket{Limit: lim, Key: key}
 	r, p, burst := lim.Rate, lim.periodMicros(), lim.Burst
