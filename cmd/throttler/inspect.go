@@ -254,8 +254,8 @@ func printInspection(w io.Writer, in inspection) {
 			in.Running, in.Cap.Running, in.Cap.Called, in.Cap.Waiting)
 	}
 	if in.Fleet != nil {
-		fmt.Fprintf(w, "THROTTLER_MAX_RUNNING=%d, all tenants: %d running, %d called back to run, %d waiting for a lease (exact)\n",
-			in.MaxRunning, in.Fleet.Running, in.Fleet.Called, in.Fleet.Waiting)
+		fmt.Fprintf(w, "THROTTLER_MAX_RUNNING=%d, all tenants: %d running, %d called back to run, %d waiting for a lease, %d of them before %s's next job (exact)\n",
+			in.MaxRunning, in.Fleet.Running, in.Fleet.Called, in.Fleet.Waiting, in.Fleet.Ahead, in.Tenant)
 	}
 	if len(in.Failures) == 0 {
 		fmt.Fprintln(w, "handler failures in flight: none")
