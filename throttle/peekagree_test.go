@@ -28,7 +28,8 @@ import (
 // decides for such a job at that moment (on a copy of the keys, so the
 // sequence goes on untouched), to the microsecond: the wait, the limit
 // that sets it, the outcome and the whole tokens left, for the tenant and
-// for each bucket on its own.
+// for each bucket on its own; and each bucket is full at its FullAt, not a
+// microsecond before.
 
 // peekSeedEnv names the variable that replays one sequence: its seed, as
 // a failure prints it. peekRunsEnv sets how many sequences a run tries
@@ -47,7 +48,7 @@ const (
 
 // peekPeriods are the periods the sequences' limits take: a minute at
 // least, so that no state expires by Redis' own clock while a step runs
-// (checkAgreement also holds the keys while it compares).
+// (check also holds the keys while it compares: freeze).
 var peekPeriods = []time.Duration{time.Minute, 7 * time.Minute, time.Hour, 24 * time.Hour}
 
 // peekPool are the job ids of a sequence: few, so that jobs come back to
