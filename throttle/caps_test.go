@@ -113,8 +113,8 @@ func TestCapAdmitsInTurn(t *testing.T) {
 		t.Fatalf("j1 done woke %v, want [j3]", woke)
 	}
 	snap, err := ce.l.Peek(context.Background(), "acme", ce.now)
-	if err != nil || snap.Cap == nil || *snap.Cap != (throttle.CapSnapshot{Running: 1, Called: 1, Waiting: 2}) {
-		t.Fatalf("Peek: %+v, %v; want 1 running, 1 called, 2 waiting", snap.Cap, err)
+	if err != nil || snap.Cap == nil || *snap.Cap != (throttle.CapSnapshot{Running: 1, Called: 1, Waiting: 2, Ahead: 2}) {
+		t.Fatalf("Peek: %+v, %v; want 1 running, 1 called, 2 waiting, both ahead of a newcomer", snap.Cap, err)
 	}
 	// j1 again frees nothing: its lease is gone.
 	if woke := ce.finish(t, j1); len(woke) != 0 {

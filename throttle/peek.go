@@ -59,21 +59,10 @@ type Snapshot struct {
 	Cap *CapSnapshot `json:"cap,omitempty"`
 }
 
-// CapSnapshot is a running cap at one moment.
-type CapSnapshot struct {
-	// Running counts the leases of running jobs that count now.
-	Running int `json:"running"`
-	// Called counts the places held for waiting jobs whose turn came and
-	// that are on their way back.
-	Called int `json:"called"`
-	// Waiting counts the jobs in the waiting list.
-	Waiting int `json:"waiting"`
-}
-
 // Peek reads what the limiter holds for tenant: its buckets, as the next
 // decision would find them, the wait a new job would get, the slots its
-// jobs hold and its handler failures. It only reads (GET, PTTL, SCAN and
-// TIME): nothing is charged or written. at sets the moment; the zero time
+// jobs hold and its handler failures, and its running cap. It only reads:
+// nothing is charged or written. at sets the moment; the zero time
 // reads Redis TIME. Its scans read the whole keyspace of the tenant's node:
 // an operator's tool, not for every job.
 func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapshot, error) {
@@ -110,68 +99,11 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 		return Snapshot{}, err
 	}
 	if s.Policy.Running > 0 {
-		if s.Cap, err = peekCap(ctx, node, l.keys, tenant, now); err != nil {
+		if s.Cap, err = peekCap(ctx, node, l.keys, tenant, "", now); err != nil {
 			return Snapshot{}, err
 		}
 	}
 	return s, nil
-}
-
-// PeekFleet reads the fleet's running cap (CapOptions.MaxRunning) at at,
-// the zero time reading Redis TIME: the leases and places that count, and
-// the jobs waiting. It only reads.
-func (l *Limiter) PeekFleet(ctx context.Context, at time.Time) (*CapSnapshot, error) {
-	var node redis.Cmdable
-	switch c := l.lib.rdb.(type) {
-	case *redis.Client:
-		node = c
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, fleetTag)
-		if err != nil {
-			return nil, &RedisError{Op: "CLUSTER SLOTS", Err: err}
-		}
-		node = n
-	default:
-		return nil, fmt.Errorf("throttle: PeekFleet needs a *redis.Client or a *redis.ClusterClient, not %T", l.lib.rdb)
-	}
-	if at.IsZero() {
-		var err error
-		if at, err = node.Time(ctx).Result(); err != nil {
-			return nil, &RedisError{Op: "TIME", Err: err}
-		}
-	}
-	return peekCap(ctx, node, l.keys, "", at.UnixMicro())
-}
-
-// peekCap reads tenant's running cap ("" for the fleet's) at now (µs): the leases and places
-// that count, and the waiting list.
-func peekCap(ctx context.Context, node redis.Cmdable, k keyspace, tenant string, now int64) (*CapSnapshot, error) {
-	leases, queue, err := k.capKeys(tenant)
-	if err != nil {
-		return nil, err
-	}
-	from := "(" + strconv.FormatInt(now, 10)
-	all, err := node.ZCount(ctx, leases, from, "+inf").Result()
-	if err != nil {
-		return nil, &RedisError{Op: "ZCOUNT " + leases, Err: err}
-	}
-	called, err := node.ZRangeArgs(ctx, redis.ZRangeArgs{Key: leases, Start: from, Stop: "+inf", ByScore: true}).Result()
-	if err != nil {
-		return nil, &RedisError{Op: "ZRANGE " + leases, Err: err}
-	}
-	c := &CapSnapshot{}
-	for _, m := range called {
-		if strings.HasPrefix(m, "c:") {
-			c.Called++
-		}
-	}
-	c.Running = int(all) - c.Called
-	n, err := node.ZCard(ctx, queue).Result()
-	if err != nil {
-		return nil, &RedisError{Op: "ZCARD " + queue, Err: err}
-	}
-	c.Waiting = int(n)
-	return c, nil
 }
 
 // nodeOf returns the Redis node that holds tenant's keys. A client of a
@@ -195,7 +127,9 @@ func (l *Limiter) nodeOf(ctx context.Context, tenant string) (redis.Cmdable, err
 }
 
 // peekBucket reads the bucket of lim at key at now (µs), as the function
-// would (lua/library.lua: state, rebase, tokens, charge).
+// would (lua/library.lua: state, rebase, tokens, charge, fullIn, where the
+// rules are defined; TestPeekAgreesWithTheEngine holds this copy to
+// them).
 func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, now int64) (Bucket, error) {
 	b := Bucket{Limit: lim, Key: key}
 	r, p, burst := lim.Rate, lim.periodMicros(), lim.Burst
@@ -264,15 +198,16 @@ func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 	return b, nil
 }
 
-// rebase is the function's rebase: it carries an empty time (a, f) in
-// units of 1/r0 µs over to the rate r, for period p and burst b; full
-// reports a bucket full under the new limit.
+// rebase is the function's rebase (lua/library.lua, where the rule is
+// defined; TestPeekAgreesWithTheEngine holds this copy to it): it carries
+// an empty time (a, f) in units of 1/r0 µs over to the rate r, for period
+// p and burst b. A bucket in debt is empty now: its debt was the slots
+// reserved under the old limit, whose jobs are decided again when they
+// come back. Any other keeps its tokens exactly; full reports a bucket
+// full under the new limit.
 func rebase(a, f, r0, r, p, b, now int64) (na, nf int64, full bool) {
 	if a > now || (a == now && f > 0) {
-		if f > 0 {
-			return a + 1, 0, false
-		}
-		return a, 0, false
+		return now, 0, false
 	}
 	d := (now-a)*r0 - f
 	if d >= b*p {

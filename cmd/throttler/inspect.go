@@ -187,7 +187,7 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 	}
 	if cfg.MaxRunning > 0 {
 		in.MaxRunning = cfg.MaxRunning
-		if in.Fleet, err = lim.PeekFleet(ctx, snap.At); err != nil {
+		if in.Fleet, err = lim.PeekFleetFor(ctx, t, snap.At); err != nil {
 			return inspection{}, err
 		}
 	}
@@ -205,9 +205,9 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 }
 
 // capFull reports whether a new job would wait for a lease of a cap of n
-// holding c: no room, or jobs waiting before it.
+// holding c: no room once the jobs ahead of it have theirs.
 func capFull(n int64, c *throttle.CapSnapshot) bool {
-	return c != nil && (int64(c.Running+c.Called) >= n || c.Waiting > 0)
+	return c != nil && n > 0 && c.Full(n)
 }
 
 // printInspection writes in for people.
@@ -254,8 +254,8 @@ func printInspection(w io.Writer, in inspection) {
 			in.Running, in.Cap.Running, in.Cap.Called, in.Cap.Waiting)
 	}
 	if in.Fleet != nil {
-		fmt.Fprintf(w, "THROTTLER_MAX_RUNNING=%d, all tenants: %d running, %d called back to run, %d waiting for a lease (exact)\n",
-			in.MaxRunning, in.Fleet.Running, in.Fleet.Called, in.Fleet.Waiting)
+		fmt.Fprintf(w, "THROTTLER_MAX_RUNNING=%d, all tenants: %d running, %d called back to run, %d waiting for a lease, %d of them before %s's next job (exact)\n",
+			in.MaxRunning, in.Fleet.Running, in.Fleet.Called, in.Fleet.Waiting, in.Fleet.Ahead, in.Tenant)
 	}
 	if len(in.Failures) == 0 {
 		fmt.Fprintln(w, "handler failures in flight: none")
