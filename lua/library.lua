@@ -29,8 +29,10 @@ costs Redis in a call is its arguments (about a thousand instructions
 each), its Redis commands, and every table slot it writes (a few hundred
 instructions each): the paths differ in the tables they keep, never in a
 rule. TestBatchMatchesSequential and the differential tests hold the paths
-to each other and to x/time/rate; scripts/lua-instructions.sh counts what
-a call costs.
+to each other and to x/time/rate; TestPeekAgreesWithTheEngine and
+TestPeekCapsAgreeWithAdmit hold throttle's Peek, which reads the same
+state in Go, to them; scripts/lua-instructions.sh counts what a call
+costs.
 
 A bucket's key names its limit's period, not its rate: a limit whose rate
 or burst changes keeps its bucket (CHANGE below). Versions before live
