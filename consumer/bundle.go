@@ -114,6 +114,11 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// BundleCopies reads the scheduled copies a bundle of moved jobs carries
+// (a message with HeaderBundle), in either format, each ready to publish
+// as its own scheduled copy; ErrBadBundle when the data cannot be read.
+func BundleCopies(data []byte) ([]*nats.Msg, error) { return decodeBundle(data) }
+
 // decodeBundle reads the copies of a bundle, in either format. Header keys
 // are kept as they were stored.
 func decodeBundle(data []byte) ([]*nats.Msg, error) {

@@ -32,6 +32,10 @@ type Waker interface {
 	Wake(ctx context.Context, tenant, jobID string) (found bool, err error)
 }
 
+// ParkReason starts the HeaderWaitReason of a parked job's copy, followed
+// by the cap it waits under: what tells a parked copy from a moved one.
+const ParkReason = "waiting for a lease under "
+
 // unforetoldPark is a parked job's fallback time before any run under its
 // cap was seen: a backlog taken in at once parks most of its jobs then.
 const unforetoldPark = 2 * time.Minute
@@ -58,7 +62,7 @@ func (w *Worker) park(it *item, d throttle.Decision) Deferral {
 	c := capOf(it.job, d)
 	w.parked.record(c, w.now())
 	return Deferral{Msg: it.msg, Job: it.job, Wait: w.parkFor(c, d), Park: true,
-		Reason: "waiting for a lease under " + d.CappedBy}
+		Reason: ParkReason + d.CappedBy}
 }
 
 // parkFor is how long a parked job stays parked if never woken: twice the

@@ -54,7 +54,15 @@ const (
 	// cap (StreamWaker): delivered by the consumer of woken jobs, not the
 	// jobs consumer.
 	HeaderWoken = "Throttler-Woken"
+	// HeaderReplayedFrom marks a job published again from a dead letter
+	// (throttler dlq replay): "<dead-letter stream>:<sequence>".
+	HeaderReplayedFrom = "Throttler-Replayed-From"
 )
+
+// OwnHeaderPrefix starts the name of every header the worker sets on the
+// messages it makes (copies, bundles, forwards, dead letters): a job
+// replayed from a dead letter leaves them behind.
+const OwnHeaderPrefix = "Throttler-"
 
 // Values of HeaderFast.
 const (

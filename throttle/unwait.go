@@ -1,0 +1,48 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Unwait removes jobs of tenant from the waiting lists of the running caps
+// (the tenant's, and the fleet's), for jobs that will never come back: an
+// operator purged their parked messages. It returns how many places it
+// removed. A job already called keeps its placeholder lease until CallTTL
+// ends; one not waiting is no error.
+//
+// Without it a purged job's place would still be called in its turn, and
+// its waker, finding no parked message, would hand the turn on: harmless,
+// but each such place holds room under the cap for the waker's reads
+// (about half a second), so a purged backlog of thousands would slow the
+// tenant's new jobs for minutes.
+func (l *Limiter) Unwait(ctx context.Context, tenant string, jobIDs []string) (int, error) {
+	if len(jobIDs) == 0 {
+		return 0, nil
+	}
+	_, queue, err := l.keys.capKeys(tenant)
+	if err != nil {
+		return 0, err
+	}
+	_, fleetQueue, err := l.keys.capKeys("")
+	if err != nil {
+		return 0, err
+	}
+	own := make([]any, len(jobIDs))
+	fleet := make([]any, len(jobIDs))
+	for i, id := range jobIDs {
+		own[i] = id
+		if fleet[i], err = l.keys.fleetMember(tenant, id); err != nil {
+			return 0, err
+		}
+	}
+	p := l.lib.rdb.Pipeline()
+	a := p.ZRem(ctx, queue, own...)
+	b := p.ZRem(ctx, fleetQueue, fleet...)
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, &RedisError{Op: "ZREM " + queue, Err: err}
+	}
+	return int(a.Val() + b.Val()), nil
+}
