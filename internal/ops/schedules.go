@@ -1,5 +1,8 @@
-// Package ops answers operators' questions about a running fleet from what
-// the servers hold, without changing anything.
+// Package ops holds the operators' operations on a running fleet, over what
+// the servers hold: questions that only read (the moved jobs waiting), and
+// the hands-on commands (purging a tenant's waiting jobs, listing, replaying
+// and purging dead letters). Each takes a context and options and returns
+// a plain, JSON-tagged report, for the command line and the admin API alike.
 package ops
 
 import (
