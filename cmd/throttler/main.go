@@ -9,6 +9,8 @@
 //	throttler demo           run an embedded NATS server, the worker and a three-tenant workload
 //	throttler limits ...     set, read, list, remove tenants' limits held in NATS (see limits.go)
 //	throttler inspect TENANT why a tenant's jobs wait, from what NATS and Redis hold (see inspect.go)
+//	throttler purge TENANT   remove a tenant's waiting jobs (see purge.go)
+//	throttler dlq ...        list, show, replay and purge dead letters (see dlq.go)
 package main
 
 import (
@@ -31,8 +33,8 @@ import (
 )
 
 // usage is what `throttler help` prints.
-const usage = `usage: throttler [run | check-config | demo | limits | inspect]
-` + limitsUsage + "\n" + inspectUsage
+const usage = `usage: throttler [run | check-config | demo | limits | inspect | purge | dlq]
+` + limitsUsage + "\n" + inspectUsage + "\n" + purgeUsage + "\n" + dlqUsage
 
 // Exit statuses.
 const (
@@ -60,6 +62,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return limitsCmd(args[1:], stdout, stderr)
 	case "inspect":
 		return inspectCmd(args[1:], stdout, stderr)
+	case "purge":
+		return purgeCmd(args[1:], stdout, stderr)
+	case "dlq":
+		return dlqCmd(args[1:], stdout, stderr)
 	case "demo":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

@@ -60,6 +60,8 @@ type PurgeReport struct {
 	// (a schedule fires, a bundle is unpacked), so it looks again until a
 	// pass finds nothing more, at most maxPasses times.
 	Passes int `json:"passes"`
+	// Warnings say what went wrong without failing the purge.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // maxPasses bounds the passes of a purge.
@@ -99,6 +101,7 @@ func PurgeTenant(ctx context.Context, fl Fleet, opts PurgeOptions) (PurgeReport,
 		rep.Fast += pass.Fast
 		rep.Woken += pass.Woken
 		rep.Unwaited += pass.Unwaited
+		rep.Warnings = append(rep.Warnings, pass.Warnings...)
 		rep.InFlight = pass.InFlight
 		n := pass.Pending + pass.Moved + pass.Parked + pass.Fast + pass.Woken
 		rep.Removed += n

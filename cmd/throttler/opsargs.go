@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/ops"
+)
+
+// opsTimeout bounds a hands-on command (purge, dlq) as a whole: a purge of
+// a large backlog deletes its messages one by one. Each request to NATS is
+// bounded by cliTimeout.
+const opsTimeout = 30 * time.Minute
+
+// parseInterleaved parses fs's flags wherever they stand among args, and
+// returns the other arguments in order: `purge acme --yes` and
+// `purge --yes acme` are the same.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return rest, nil
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// durationValue is a flag holding a duration: Go's (90s, 2h30m), or a
+// whole number of days (7d).
+type durationValue struct{ d *time.Duration }
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q: want a duration such as 90m, 36h or 7d", s)
+		}
+		*v.d = time.Duration(n) * 24 * time.Hour
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q: want a duration such as 90m, 36h or 7d", s)
+	}
+	*v.d = d
+	return nil
+}
+
+// opsSession is what a hands-on command runs with: its settings, a NATS
+// connection, and a context cancelled by SIGINT, SIGTERM or opsTimeout.
+type opsSession struct {
+	cfg   *app.Settings
+	nc    *nats.Conn
+	fleet ops.Fleet
+	ctx   context.Context
+	close func()
+}
+
+// openOps reads the environment and connects to NATS; status is non-zero
+// when that failed (reported on stderr as name).
+func openOps(name string, stderr io.Writer) (*opsSession, int) {
+	cfg, ok := loadConfig(stderr)
+	if !ok {
+		return nil, exitConfig
+	}
+	nc, err := app.ConnectNATS(cfg.Config, "throttler-"+name, nats.Timeout(cliTimeout))
+	if err != nil {
+		fmt.Fprintf(stderr, "throttler %s: %v\n", name, err)
+		return nil, exitFailed
+	}
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(cliTimeout))
+	if err != nil {
+		nc.Close()
+		fmt.Fprintf(stderr, "throttler %s: %v\n", name, err)
+		return nil, exitFailed
+	}
+	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, cancel := context.WithTimeout(ctx, opsTimeout)
+	return &opsSession{cfg: cfg, nc: nc, fleet: cfg.Fleet(js), ctx: ctx, close: func() {
+		cancel()
+		stopSignals()
+		nc.Close()
+	}}, exitOK
+}
+
+// statusOf is the exit status of an operation's error: 2 for bad input,
+// 1 for a server's failure.
+func statusOf(err error) int {
+	if errors.Is(err, ops.ErrBadInput) {
+		return exitConfig
+	}
+	return exitFailed
+}
+
+// printJSON writes v as one indented JSON document.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
