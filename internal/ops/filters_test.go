@@ -1,0 +1,31 @@
+package ops
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestTenantFilters: the job subjects are narrowed to those that can hold
+// the tenant's jobs, by the token that carries it.
+func TestTenantFilters(t *testing.T) {
+	for _, c := range []struct {
+		subjects []string
+		token    int
+		byToken  bool
+		want     []string
+	}{
+		{[]string{"jobs.>"}, 2, true, []string{"jobs.acme", "jobs.acme.>"}},
+		{[]string{"jobs.*"}, 2, true, []string{"jobs.acme"}},
+		{[]string{"jobs.*.send"}, 2, true, []string{"jobs.acme.send"}},
+		{[]string{"jobs.globex"}, 2, true, nil},
+		{[]string{"jobs.acme", "mail.*"}, 2, true, []string{"jobs.acme", "mail.acme"}},
+		{[]string{">"}, 2, true, []string{">"}},
+		{[]string{"jobs.*"}, 3, true, nil},
+		{[]string{"jobs.>"}, 3, true, []string{"jobs.>"}},
+		{[]string{"jobs.>"}, 0, false, []string{"jobs.>"}},
+	} {
+		if got := tenantFilters(c.subjects, c.token, c.byToken, "acme"); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("tenantFilters(%v, %d) = %v, want %v", c.subjects, c.token, got, c.want)
+		}
+	}
+}
