@@ -56,34 +56,37 @@ func (p *purge) pass(ctx context.Context, rep *PurgeReport) error {
 	return p.bundles(ctx, rep)
 }
 
-// position reads how far consumer name has delivered, and its ack floor,
-// in stream sequences; a consumer that does not exist delivered nothing.
-func (p *purge) position(ctx context.Context, name string) (delivered, floor uint64, err error) {
+// position reads how far consumer name has delivered and its ack floor,
+// in stream sequences, and how many messages it awaits acks for; a
+// consumer that does not exist delivered nothing.
+func (p *purge) position(ctx context.Context, name string) (delivered, floor uint64, ackPending int, err error) {
 	c, err := p.stream.Consumer(ctx, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("consumer %s: %w", name, err)
+		return 0, 0, 0, fmt.Errorf("consumer %s: %w", name, err)
 	}
 	info, err := c.Info(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("consumer %s: %w", name, err)
+		return 0, 0, 0, fmt.Errorf("consumer %s: %w", name, err)
 	}
-	return info.Delivered.Stream, info.AckFloor.Stream, nil
+	return info.Delivered.Stream, info.AckFloor.Stream, info.NumAckPending, nil
 }
 
 // delivered removes the tenant's jobs on filters that consumer name has
 // not delivered yet; it counts those removed, and those delivered past
-// its ack floor, left.
+// its ack floor, left: at most the consumer's acks pending (every
+// tenant's), since it does not say which of those it delivered are done.
 func (p *purge) delivered(ctx context.Context, name string, filters []string) (removed, inFlight int, err error) {
 	if len(filters) == 0 {
 		return 0, 0, nil
 	}
-	last, floor, err := p.position(ctx, name)
+	last, floor, ackPending, err := p.position(ctx, name)
 	if err != nil {
 		return 0, 0, err
 	}
+	defer func() { inFlight = min(inFlight, ackPending) }()
 	var seqs []uint64
 	err = scan(ctx, p.stream, scanOptions{Filters: filters, From: floor + 1, HeadersOnly: true}, func(st stored) (bool, error) {
 		if !p.selects(st) {
@@ -101,9 +104,11 @@ func (p *purge) delivered(ctx context.Context, name string, filters []string) (r
 	}
 	for i, seq := range seqs {
 		if i%purgeRecheck == 0 && i > 0 {
-			if last, _, err = p.position(ctx, name); err != nil {
+			var more int
+			if last, _, more, err = p.position(ctx, name); err != nil {
 				return removed, inFlight, err
 			}
+			ackPending = max(ackPending, more)
 		}
 		if seq <= last {
 			inFlight++ // delivered while the purge ran
