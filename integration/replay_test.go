@@ -72,14 +72,16 @@ func TestReplayKilled(t *testing.T) {
 	}
 
 	var rep ops.ReplayReport
+	start := time.Now()
 	runJSON(t, bin, vars, &rep, "dlq", "replay", "--json")
+	took := time.Since(start)
 	again := 0
 	for _, r := range rep.Replayed {
 		if r.Again {
 			again++
 		}
 	}
-	t.Logf("second run: %d replayed, %d of them stored by the killed run already; duplicate window %v", len(rep.Replayed), again, rep.DuplicateWindow)
+	t.Logf("second run: %d replayed in %v, %d of them stored by the killed run already; duplicate window %v", len(rep.Replayed), took.Round(time.Millisecond), again, rep.DuplicateWindow)
 	if uint64(len(rep.Replayed)) != left || count() != 0 {
 		t.Errorf("second run replayed %d of the %d left; %d dead letters remain", len(rep.Replayed), left, count())
 	}
