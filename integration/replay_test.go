@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -52,6 +53,23 @@ func TestReplayKilled(t *testing.T) {
 	}
 	if c := count(); c != n {
 		t.Fatalf("%d dead letters, want %d", c, n)
+	}
+
+	// The listing and one dead letter, as an on-call engineer reads them.
+	var listed []ops.DeadLetter
+	runJSON(t, bin, vars, &listed, "dlq", "list", "--tenant", "acme", "--reason", "REFUSED", "--limit", "5", "--json")
+	if len(listed) != 5 || listed[0].Tenant != "acme" || !strings.Contains(listed[0].Reason, "endpoint refused the job") || !strings.HasPrefix(listed[0].Subject, "jobs.acme.") || listed[0].Size < 1 || listed[0].Failures != 1 {
+		t.Errorf("dlq list: %+v", listed)
+	}
+	status, out, errOut := runCLI(t, bin, vars, "dlq", "show", fmt.Sprint(listed[0].ID))
+	if status != 0 || !strings.Contains(out, "Throttler-Reason: ") || !strings.Contains(out, listed[0].Subject+" (where replay publishes it)") {
+		t.Errorf("dlq show: status %d\n%s%s", status, out, errOut)
+	}
+	if status, _, errOut := runCLI(t, bin, vars, "dlq", "show", "999999"); status != 2 || !strings.Contains(errOut, "not found") {
+		t.Errorf("dlq show of an unknown id: status %d, %q; want 2", status, errOut)
+	}
+	if status, out, _ := runCLI(t, bin, vars, "dlq", "purge", "--tenant", "acme"); status != 0 || !strings.Contains(out, "would remove 1000 dead letters") || count() != n {
+		t.Errorf("dlq purge without --yes: status %d, %q, %d dead letters left", status, out, count())
 	}
 
 	// Killed mid-replay: once a dead letter is gone, before the last is.
