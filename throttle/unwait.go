@@ -10,8 +10,9 @@ import (
 // Unwait removes jobs of tenant from the waiting lists of the running caps
 // (the tenant's, and the fleet's), for jobs that will never come back: an
 // operator purged their parked messages. It returns how many places it
-// removed. A job already called keeps its placeholder lease until CallTTL
-// ends; one not waiting is no error.
+// removed; a job not waiting is no error. A job already called is not in
+// a list but holds a placeholder lease: its waker, finding no parked
+// message, hands the turn on (Copies.Forfeit), as for any job gone.
 //
 // Without it a purged job's place would still be called in its turn, and
 // its waker, finding no parked message, would hand the turn on: harmless,
