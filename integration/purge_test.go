@@ -26,9 +26,9 @@ type gated struct {
 	open    chan struct{}
 	mu      sync.Mutex
 	holding bool
-	held   int
-	done   map[string]int            // tenant → jobs answered
-	keys   map[string]map[string]int // tenant → job id → requests
+	held    int
+	done    map[string]int            // tenant → jobs answered
+	keys    map[string]map[string]int // tenant → job id → requests
 }
 
 func newGated(tenant string) *gated {
@@ -250,7 +250,6 @@ func runJSON(t *testing.T, bin string, vars map[string]string, v any, args ...st
 		t.Fatalf("throttler %v: %v\nstdout: %s", args, err, stdout.String())
 	}
 }
-
 
 // TestPurgeOlderThan: --older-than removes only the jobs first published
 // before the cut, wherever they wait: not yet delivered, or moved in

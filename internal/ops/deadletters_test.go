@@ -173,4 +173,3 @@ func TestDeadLettersWithoutStream(t *testing.T) {
 		t.Errorf("replay = %+v, %v; want nothing", rep, err)
 	}
 }
-
