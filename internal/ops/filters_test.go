@@ -23,6 +23,8 @@ func TestTenantFilters(t *testing.T) {
 		{[]string{"jobs.*"}, 3, true, nil},
 		{[]string{"jobs.>"}, 3, true, []string{"jobs.>"}},
 		{[]string{"jobs.>"}, 0, false, []string{"jobs.>"}},
+		{[]string{"jobs.*", "jobs.>"}, 2, true, []string{"jobs.acme", "jobs.acme.>"}},
+		{[]string{"jobs.*.x", "jobs.acme.*"}, 2, true, []string{"jobs.acme.*"}},
 	} {
 		if got := tenantFilters(c.subjects, c.token, c.byToken, "acme"); fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("tenantFilters(%v, %d) = %v, want %v", c.subjects, c.token, got, c.want)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/subject"
 )
 
 // purge is one PurgeTenant run.
@@ -305,5 +307,14 @@ func tenantFilters(subjects []string, token int, byToken bool, tenant string) []
 			out = append(out, s)
 		}
 	}
-	return out
+	// A consumer refuses filters that overlap: keep those no other covers.
+	var kept []string
+	for k, f := range out {
+		covered := slices.ContainsFunc(out, func(g string) bool { return g != f && subject.Covers(g, f) }) ||
+			slices.Contains(out[:k], f)
+		if !covered {
+			kept = append(kept, f)
+		}
+	}
+	return kept
 }

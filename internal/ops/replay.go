@@ -70,8 +70,8 @@ const replayWindow = 64
 // stream's duplicate window. A replayed job is a new job: throttled as any
 // other, with an id of its own.
 //
-// Dead letters cut to fit (Truncated) and those without an original
-// subject are skipped and kept.
+// Dead letters cut to fit (Truncated), unreadable bundles of moved jobs
+// and those without an original subject are skipped and kept.
 func ReplayDeadLetters(ctx context.Context, fl Fleet, opts ReplayOptions) (ReplayReport, error) {
 	rep := ReplayReport{DryRun: opts.DryRun, Replayed: []Replayed{}, Skipped: []Skipped{}}
 	jobs, err := fl.JetStream.Stream(ctx, fl.Stream)
@@ -114,6 +114,9 @@ func ReplayDeadLetters(ctx context.Context, fl Fleet, opts ReplayOptions) (Repla
 		switch {
 		case d.Truncated != "":
 			rep.Skipped = append(rep.Skipped, Skipped{ID: d.ID, Tenant: d.Tenant, Why: "cut to fit (" + d.Truncated + "): " + d.Reason})
+			return true, nil
+		case st.Header.Get(consumer.HeaderBundle) != "":
+			rep.Skipped = append(rep.Skipped, Skipped{ID: d.ID, Tenant: d.Tenant, Why: "an unreadable bundle of moved jobs, not a job: " + d.Reason})
 			return true, nil
 		case d.Subject == "":
 			rep.Skipped = append(rep.Skipped, Skipped{ID: d.ID, Tenant: d.Tenant, Why: "no " + consumer.HeaderSubject + " header: not a dead letter of a worker"})

@@ -31,23 +31,25 @@ func (f *fixture) jobsOn(filter string) []*jetstream.RawStreamMsg {
 // data and its own headers (the tenant and cost headers the settings name
 // too, whatever their names), without the worker's, marked with where it
 // came from and a Nats-Msg-Id of the dead letter; its dead letter is
-// removed. A dead letter cut to fit is skipped and kept.
+// removed. A dead letter cut to fit, and an unreadable bundle, are
+// skipped and kept.
 func TestReplayHeaders(t *testing.T) {
 	f := setup(t)
 	f.fleet.CostHeader = "Throttler-Cost" // a name in the worker's own prefix, kept all the same
 	a := f.deadLetter("acme", "jobs.acme.mail", "handler failed", 5,
 		nats.Header{"X-Order": {"1", "2"}, "Throttler-Cost": {"3"}, consumer.HeaderDeferrals: {"2"}, consumer.HeaderWaitReason: {"limit 1/s"}}, "payload")
 	cut := f.deadLetter("acme", "jobs.acme.big", "too large", 0, nats.Header{consumer.HeaderTruncated: {"0 of 2000000 bytes"}}, "")
+	bundle := f.deadLetter("acme", "jobs.acme.mail", "unreadable bundle of moved jobs: malformed bundle", 0, nats.Header{consumer.HeaderBundle: {"3"}}, "\x01garbage")
 
 	dry, err := ops.ReplayDeadLetters(f.ctx, f.fleet, ops.ReplayOptions{DryRun: true})
-	if err != nil || len(dry.Replayed) != 1 || len(dry.Skipped) != 1 || len(f.jobsOn("jobs.>")) != 0 {
+	if err != nil || len(dry.Replayed) != 1 || len(dry.Skipped) != 2 || len(f.jobsOn("jobs.>")) != 0 {
 		t.Fatalf("dry run = %+v, %v; %d jobs stored", dry, err, len(f.jobsOn("jobs.>")))
 	}
 	rep, err := ops.ReplayDeadLetters(f.ctx, f.fleet, ops.ReplayOptions{})
 	if err != nil {
 		t.Fatalf("replay: %v", err)
 	}
-	if len(rep.Replayed) != 1 || rep.Replayed[0].ID != a || rep.Replayed[0].Sequence == 0 || len(rep.Skipped) != 1 || rep.Skipped[0].ID != cut {
+	if len(rep.Replayed) != 1 || rep.Replayed[0].ID != a || rep.Replayed[0].Sequence == 0 || len(rep.Skipped) != 2 || rep.Skipped[0].ID != cut || rep.Skipped[1].ID != bundle {
 		t.Fatalf("replay = %+v", rep)
 	}
 	if rep.DuplicateWindow <= 0 {
@@ -78,8 +80,8 @@ func TestReplayHeaders(t *testing.T) {
 		}
 	}
 	left, _ := ops.ListDeadLetters(f.ctx, f.fleet, ops.DeadLetterFilter{})
-	if len(left) != 1 || left[0].ID != cut {
-		t.Errorf("dead letters left: %v, want only the cut one", ids(left))
+	if len(left) != 2 || left[0].ID != cut || left[1].ID != bundle {
+		t.Errorf("dead letters left: %v, want the cut one and the bundle", ids(left))
 	}
 }
 
