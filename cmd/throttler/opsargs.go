@@ -20,11 +20,6 @@ import (
 	"github.com/throttler/throttler/internal/ops"
 )
 
-// opsTimeout bounds a hands-on command (purge, dlq) as a whole: a purge of
-// a large backlog deletes its messages one by one. Each request to NATS is
-// bounded by cliTimeout.
-const opsTimeout = 30 * time.Minute
-
 // parseInterleaved parses fs's flags wherever they stand among args, and
 // returns the other arguments in order: `purge acme --yes` and
 // `purge --yes acme` are the same.
@@ -71,7 +66,10 @@ func (v durationValue) Set(s string) error {
 }
 
 // opsSession is what a hands-on command runs with: its settings, a NATS
-// connection, and a context cancelled by SIGINT, SIGTERM or opsTimeout.
+// connection, and a context cancelled by SIGINT or SIGTERM. It has no
+// deadline, as a purge of a large backlog deletes its messages one by
+// one: each request to NATS, and each publish's ack, is bounded by
+// cliTimeout instead (jetstream applies it to a context without one).
 type opsSession struct {
 	cfg   *app.Settings
 	nc    *nats.Conn
@@ -92,16 +90,14 @@ func openOps(name string, stderr io.Writer) (*opsSession, int) {
 		fmt.Fprintf(stderr, "throttler %s: %v\n", name, err)
 		return nil, exitFailed
 	}
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(cliTimeout))
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(cliTimeout), jetstream.WithPublishAsyncTimeout(cliTimeout))
 	if err != nil {
 		nc.Close()
 		fmt.Fprintf(stderr, "throttler %s: %v\n", name, err)
 		return nil, exitFailed
 	}
 	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	ctx, cancel := context.WithTimeout(ctx, opsTimeout)
 	return &opsSession{cfg: cfg, nc: nc, fleet: cfg.Fleet(js), ctx: ctx, close: func() {
-		cancel()
 		stopSignals()
 		nc.Close()
 	}}, exitOK
