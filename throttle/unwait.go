@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -39,11 +40,25 @@ func (l *Limiter) Unwait(ctx context.Context, tenant string, jobIDs []string) (i
 			return 0, err
 		}
 	}
+	// Like every call of the engine, no command runs long: a purge of
+	// thousands removes them unwaitChunk at a time, in one pipeline.
 	p := l.lib.rdb.Pipeline()
-	a := p.ZRem(ctx, queue, own...)
-	b := p.ZRem(ctx, fleetQueue, fleet...)
+	var cmds []*redis.IntCmd
+	for part := range slices.Chunk(own, unwaitChunk) {
+		cmds = append(cmds, p.ZRem(ctx, queue, part...))
+	}
+	for part := range slices.Chunk(fleet, unwaitChunk) {
+		cmds = append(cmds, p.ZRem(ctx, fleetQueue, part...))
+	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, &RedisError{Op: "ZREM " + queue, Err: err}
 	}
-	return int(a.Val() + b.Val()), nil
+	n := 0
+	for _, c := range cmds {
+		n += int(c.Val())
+	}
+	return n, nil
 }
+
+// unwaitChunk is the most members one ZREM of Unwait removes.
+const unwaitChunk = 256
