@@ -241,6 +241,13 @@ type Config struct {
 	// "_other", so memory stays bounded. 1 to 1,000,000. Defaults to 10000.
 	MetricsTenants int `env:"THROTTLER_METRICS_TENANTS" envDefault:"10000"`
 
+	// MetricsTenantDetail exports every per-tenant counter with a tenant
+	// label; false exports only the eight that say what happened to a
+	// tenant's jobs (admitted, deferred, completed, failed, dead-lettered,
+	// downstream holds, parks, running) per tenant and the rest as totals
+	// of the worker. Defaults to false.
+	MetricsTenantDetail bool `env:"THROTTLER_METRICS_TENANT_DETAIL" envDefault:"false"`
+
 	// RedisAddrs holds the addresses RedisURL names: the server, the
 	// cluster's seed nodes or the sentinels. Filled by Load.
 	RedisAddrs []string

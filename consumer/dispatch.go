@@ -70,7 +70,6 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			admitted = append(admitted, it)
 		case res.Err == nil:
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
-			w.obs.ObserveThrottleWait(res.Wait)
 			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait, Reason: waitReason(res.Decision)})
 		case errors.Is(res.Err, throttle.ErrInvalid):
 			it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}

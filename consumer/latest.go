@@ -52,3 +52,16 @@ func (l *latestTimes) since(from time.Time) []string {
 	}
 	return out
 }
+
+// keys returns the keys whose time is at or after from, forgetting none.
+func (l *latestTimes) keys(from time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for k, t := range l.m {
+		if !t.Before(from) {
+			out = append(out, k)
+		}
+	}
+	return out
+}

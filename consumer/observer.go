@@ -16,8 +16,9 @@ type Observer interface {
 	ObserveQueueWait(d time.Duration)
 	// ObserveHandler receives how long a job's handler ran.
 	ObserveHandler(d time.Duration)
-	// ObserveThrottleWait receives the wait the throttle gave a job it
-	// deferred.
+	// ObserveThrottleWait receives how long a job that was put off
+	// (deferred, parked or held back, once or many times) waited from its
+	// first publish to the start of its handler.
 	ObserveThrottleWait(d time.Duration)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -69,20 +70,42 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	// keep failing cannot fill MaxAckPending with them: past its share of
 	// NAK'd jobs (or for a long backoff) the retry leaves the consumer.
 	if f.settled.CompareAndSwap(false, true) {
-		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay, Reason: fmt.Sprintf("handler failed %d of %d times", n, w.cfg.MaxFailures)}}
+		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay, Reason: fmt.Sprintf(failedReasonPrefix+" %d of %d times", n, w.cfg.MaxFailures)}}
 		w.deferrer.Defer(workCtx, ds)
 		w.deferred(ds[0])
 	}
 }
 
+// failedReasonPrefix starts the wait reason of a retry after a failure.
+const failedReasonPrefix = "handler failed"
+
 // observeStart records how long job waited for its handler, from its
 // first publish by the server's clock to now by the worker's wall clock:
 // clocks that disagree could make it negative, which counts as no wait.
+// A job that was put off before (deferred, parked, held back: it was
+// delivered before, or moved) has that wait recorded as its throttle wait
+// too, to the end however many times it was put off: a job deferred
+// past the horizon is deferred again, and only the whole wait says how
+// long it waited. Retries after a handler failure are left out where the
+// job says so (a moved retry's wait reason).
 func (w *Worker) observeStart(job Job) {
 	if job.Published.IsZero() {
 		return // not read from a JetStream message
 	}
-	w.obs.ObserveQueueWait(max(0, time.Since(job.Published)))
+	waited := max(0, time.Since(job.Published))
+	w.obs.ObserveQueueWait(waited)
+	if putOff(job) {
+		w.obs.ObserveThrottleWait(waited)
+	}
+}
+
+// putOff reports whether job comes back from a wait: delivered before,
+// moved, or woken, and not a moved retry of a failed run.
+func putOff(job Job) bool {
+	if strings.HasPrefix(job.Header.Get(HeaderWaitReason), failedReasonPrefix) {
+		return false
+	}
+	return job.Delivered > 1 || job.Deferrals > 0 || job.Header.Get(HeaderWoken) != ""
 }
 
 // callHandler runs h, turning a panic into an error of that job; the stack

@@ -144,6 +144,23 @@ func (w *Worker) Stats() map[string]TenantStats { return w.stats.Snapshot() }
 // decided, or decided and not yet started, settled or deferred).
 func (w *Worker) Held() int { return w.held.count() }
 
+// InHand is how many delivered messages the worker holds and has not yet
+// acked or handed back: pulled and not yet acted on (Held), and admitted,
+// waiting for a slot or running. The consumer's ack-pending count less the
+// fleet's jobs in hand is the jobs NAK'd to come back later.
+func (w *Worker) InHand() int {
+	n := w.held.count()
+	w.inflight.Range(func(_, _ any) bool {
+		n++
+		return true
+	})
+	return n
+}
+
+// ParkedUnder returns the caps ("" for the fleet's, else a tenant) this
+// worker parked jobs under at or after from.
+func (w *Worker) ParkedUnder(from time.Time) []string { return w.parked.keys(from) }
+
 // Run pulls and throttles jobs until ctx is cancelled, then shuts down:
 // it stops pulling, hands back (NAK) jobs not yet started, lets running jobs
 // finish for up to ShutdownTimeout, then cancels them and hands them back

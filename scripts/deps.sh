@@ -57,3 +57,19 @@ ensure_nats_server() {
 	fi
 	echo "using $(command -v nats-server): $(nats-server --version)"
 }
+
+# ensure_prometheus makes sure Debian's prometheus and promtool programs are
+# in PATH: deploy/'s tests run a real Prometheus against in-process workers
+# (on free ports, in a temporary directory) and promtool's rule unit tests.
+# Installing the package may register a system service; nothing here
+# starts one, and the tests never talk to one.
+ensure_prometheus() {
+	if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+		apt_install --no-install-recommends prometheus || return 1
+	fi
+	if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+		echo "error: prometheus and promtool are still not in PATH" >&2
+		return 1
+	fi
+	echo "using $(command -v prometheus): $(prometheus --version 2>&1 | head -n 1)"
+}

@@ -130,12 +130,28 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if opts.OnWorker != nil {
 		opts.OnWorker(w)
 	}
-	if err := srv.running(w, ackPending, st.jobs); err != nil {
+	waiting, err := newWaitingCounter(srv, limiter, w, ackPending, st.path.copies(js, cfg), log)
+	if err != nil {
+		return err
+	}
+	if err := srv.running(w, ackPending, st.jobs, waiting); err != nil {
 		return err
 	}
 	log.Info("worker running", "stream", cfg.Stream, "consumer", cfg.Consumer, "subjects", cfg.Subjects,
 		"concurrency", cfg.Concurrency, "defer", st.path.mode, "fast_lane", lane != nil, "server", opts.NATS.ConnectedServerVersion())
-	return w.Run(ctx)
+	if waiting == nil {
+		return w.Run(ctx)
+	}
+	wctx, stopWaiting := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		waiting.run(wctx)
+	}()
+	err = w.Run(ctx)
+	stopWaiting()
+	<-done
+	return err
 }
 
 // setUpWithRetry sets up the streams and consumers, retrying with backoff

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/ops"
 )
 
 // deferPath is the deferral the worker uses, chosen at start from
@@ -67,6 +69,17 @@ func (p deferPath) waker(js jetstream.JetStream, cfg *Settings) consumer.Waker {
 		return nil
 	}
 	return &consumer.StreamWaker{JetStream: js, Subjects: cfg.Schedules}
+}
+
+// copies counts the moved jobs waiting in schedules for the census of
+// waiting jobs, or is nil when jobs are never moved.
+func (p deferPath) copies(js jetstream.JetStream, cfg *Settings) func(context.Context) (int, error) {
+	if p.mode == config.DeferNak {
+		return nil
+	}
+	return func(ctx context.Context) (int, error) {
+		return ops.WaitingInSchedules(ctx, js, cfg.Stream, cfg.Schedules)
+	}
 }
 
 // holdPrefix starts the core NATS subjects the workers tell each other

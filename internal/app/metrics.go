@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -18,6 +19,9 @@ import (
 type metrics struct {
 	reg        *prometheus.Registry
 	histograms *histograms
+	// tenantDetail exports every per-tenant counter with a tenant label
+	// (THROTTLER_METRICS_TENANT_DETAIL).
+	tenantDetail bool
 }
 
 // newMetrics returns a registry with the Go, process and histogram
@@ -39,7 +43,7 @@ func newMetrics() (*metrics, error) {
 // watch adds the worker's per-tenant counters and gauges, read from src
 // at each scrape.
 func (m *metrics) watch(src statsSource) error {
-	if err := m.reg.Register(newStatsCollector(src)); err != nil {
+	if err := m.reg.Register(newStatsCollector(src, m.tenantDetail, time.Now)); err != nil {
 		return fmt.Errorf("registering the worker's counters: %w", err)
 	}
 	return nil

@@ -35,6 +35,7 @@ func startServer(ctx context.Context, cfg *Settings, opts Options, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
+	m.tenantDetail = cfg.MetricsTenantDetail
 	ready := newReadiness(ctx, opts.NATS, opts.Redis, cfg.OnRedisError == config.OnRedisErrorAllow)
 	if err := m.reg.Register(ready.gauge()); err != nil {
 		return nil, fmt.Errorf("registering the readiness gauge: %w", err)
@@ -53,12 +54,12 @@ func (s *server) observer() consumer.Observer {
 
 // running adds the worker's counters to /metrics and lets /readyz check
 // the jobs consumer it is about to pull from.
-func (s *server) running(w *consumer.Worker, ackPending *consumer.AckPending, jobs jetstream.Consumer) error {
+func (s *server) running(w *consumer.Worker, ackPending *consumer.AckPending, jobs jetstream.Consumer, waiting *waitingCounter) error {
 	if s == nil {
 		return nil
 	}
 	src := statsSource{stats: w.Stats, held: w.Held, ackPending: ackPending.Count,
-		consumerPending: ackPending.Pending, maxAckPending: ackPending.MaxAckPending}
+		consumerPending: ackPending.Pending, maxAckPending: ackPending.MaxAckPending, waiting: waiting.waiting}
 	if err := s.metrics.watch(src); err != nil {
 		return err
 	}

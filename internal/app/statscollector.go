@@ -1,6 +1,9 @@
 package app
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttler/throttler/consumer"
@@ -20,86 +23,135 @@ type statsSource struct {
 	// NumPending and MaxAckPending as last read, or -1 before the first
 	// read; nil when nothing follows them.
 	consumerPending, maxAckPending func() int
+	// waiting returns the fleet's waiting jobs by kind as last counted,
+	// and false when there is no fresh count; nil when nothing counts.
+	waiting func() (map[string]int64, bool)
 }
 
 // tenantCounter is one per-tenant counter (or gauge) of
 // consumer.TenantStats.
 type tenantCounter struct {
+	name, help string
+	get        func(consumer.TenantStats) float64
+	vt         prometheus.ValueType
+	// perTenant: exported with a tenant label by default; the others are
+	// totals of the worker unless THROTTLER_METRICS_TENANT_DETAIL is set.
+	perTenant bool
+	// desc is the metric, with a tenant label or without.
 	desc *prometheus.Desc
-	get  func(consumer.TenantStats) float64
-	vt   prometheus.ValueType
+	// byTenant: desc has a tenant label.
+	byTenant bool
 }
+
+// firstHold is how long a tenant's series is served at 0 after it first
+// has something to count. A series appears only once its tenant has an
+// event to count, and rate() and increase() count nothing of a series'
+// first sample: served at 0 first, the series' first events are counted
+// by every Prometheus that scrapes the worker at least once a minute.
+const firstHold = time.Minute
 
 // statsCollector exposes the worker's per-tenant counters and its gauges,
 // read from the worker's own counts at scrape time: the hot path keeps
 // counting into consumer.Stats under one lock, and a scrape costs one
 // snapshot. The tenants are those of the snapshot, so the cap on tenant
 // series is consumer.Stats' (THROTTLER_METRICS_TENANTS, then "_other").
+//
+// A tenant's series of a counter is served from the tenant's first event
+// of that counter on (held at 0 for firstHold), so that a counter a tenant
+// never uses costs no series; the running gauge, once a tenant has run
+// jobs under a cap. Counters kept as totals of the worker are always
+// served.
 type statsCollector struct {
 	src        statsSource
+	now        func() time.Time
 	counters   []tenantCounter
 	held       *prometheus.Desc
 	ackPending *prometheus.Desc
-	// consumerPending is the backlog the alerts and KEDA watch;
-	// maxAckPending is what ack-pending is held to, for the dashboard.
+	// consumerPending is the jobs not yet taken in; maxAckPending is what
+	// ack-pending is held to, for the dashboard.
 	consumerPending, maxAckPending *prometheus.Desc
+	waiting                        *prometheus.Desc
+
+	mu sync.Mutex
+	// shown: for each tenant, when each counter's series was first
+	// served (zero: not yet); bounded like the snapshot's tenants.
+	shown map[string][]time.Time
 }
 
-// newStatsCollector returns a collector reading src.
-func newStatsCollector(src statsSource) *statsCollector {
-	counter := func(name, help string, get func(consumer.TenantStats) float64) tenantCounter {
-		return tenantCounter{desc: prometheus.NewDesc("throttler_"+name, help, []string{"tenant"}, nil), get: get, vt: prometheus.CounterValue}
-	}
-	gauge := func(name, help string, get func(consumer.TenantStats) float64) tenantCounter {
-		g := counter(name, help, get)
-		g.vt = prometheus.GaugeValue
-		return g
+// newStatsCollector returns a collector reading src; detail exports every
+// counter per tenant.
+func newStatsCollector(src statsSource, detail bool, now func() time.Time) *statsCollector {
+	counter := func(name, help string, perTenant bool, get func(consumer.TenantStats) float64) tenantCounter {
+		return tenantCounter{name: "throttler_" + name, help: help, get: get, vt: prometheus.CounterValue, perTenant: perTenant}
 	}
 	n := func(v int64) float64 { return float64(v) }
+	const perTenant, total = true, false
+	counters := []tenantCounter{
+		counter("admitted_total", "Admissions: jobs the throttle let through. A job admitted again after a downstream hold, "+
+			"or after a failed run, counts again; jobs that ran are completed_total and failed_total.",
+			perTenant, func(s consumer.TenantStats) float64 { return n(s.Admitted) }),
+		counter("deferred_total", "Throttle deferrals (a job deferred again counts again).", perTenant,
+			func(s consumer.TenantStats) float64 { return n(s.Deferred) }),
+		counter("completed_total", "Jobs whose handler succeeded.", perTenant, func(s consumer.TenantStats) float64 { return n(s.Completed) }),
+		counter("failed_total", "Handler failures (runs that failed; a retried job counts each).", perTenant,
+			func(s consumer.TenantStats) float64 { return n(s.Failed) }),
+		counter("dead_lettered_total", "Jobs sent to the dead-letter subject.", perTenant, func(s consumer.TenantStats) float64 { return n(s.DeadLettered) }),
+		counter("downstream_holds_total", "Jobs whose destination asked the worker to wait (HTTP 429, or 503 with Retry-After); each held its tenant back.",
+			perTenant, func(s consumer.TenantStats) float64 { return n(s.DownstreamHolds) }),
+		counter("parks_total", "Times a job was parked to wait for a lease of a running cap (running:N, THROTTLER_MAX_RUNNING); "+
+			"a job parked again when it came back before its turn counts again. Jobs parked now: throttler_waiting_jobs{kind=\"parked\"}.",
+			perTenant, func(s consumer.TenantStats) float64 { return n(s.CapDeferred) }),
+		{name: "throttler_running", help: "Jobs this worker runs, or holds for a handler slot, under a running cap.",
+			get: func(s consumer.TenantStats) float64 { return n(s.Running) }, vt: prometheus.GaugeValue, perTenant: perTenant},
+
+		counter("delivered_total", "Deliveries received.", total, func(s consumer.TenantStats) float64 { return n(s.Delivered) }),
+		counter("moved_total", "Deferrals that moved the job off the consumer.", total, func(s consumer.TenantStats) float64 { return n(s.Moved) }),
+		counter("redis_errors_total", "Decisions that failed because of Redis.", total, func(s consumer.TenantStats) float64 { return n(s.RedisErrors) }),
+		counter("allowed_on_redis_error_total", "Jobs admitted by policy while Redis failed.", total,
+			func(s consumer.TenantStats) float64 { return n(s.AllowedOnRedisError) }),
+		counter("duplicates_total", "Copies of moved jobs acked without running.", total, func(s consumer.TenantStats) float64 { return n(s.Duplicates) }),
+		counter("redis_calls_total", "Throttle decisions asked of Redis.", total, func(s consumer.TenantStats) float64 { return n(s.RedisCalls) }),
+		counter("fast_laned_total", "Jobs the fast lane took out of a backlog.", total, func(s consumer.TenantStats) float64 { return n(s.FastLaned) }),
+		counter("dead_letters_cut_total", "Dead letters cut to fit the server's limits.", total,
+			func(s consumer.TenantStats) float64 { return n(s.DeadLettersCut) }),
+		counter("moves_too_large_total", "Deferrals NAK'd because the job's copy would be too large to move.", total,
+			func(s consumer.TenantStats) float64 { return n(s.MovesTooLarge) }),
+		counter("shadow_limited_total", "Jobs in shadow mode that enforcing would have deferred.", total,
+			func(s consumer.TenantStats) float64 { return n(s.ShadowLimited) }),
+		counter("shadow_wait_seconds_total", "Waits enforcing would have imposed on jobs in shadow mode.", total,
+			func(s consumer.TenantStats) float64 { return s.ShadowWait.Seconds() }),
+		counter("bad_limits_total", "Values of a tenant's key in the limits bucket that were ignored as invalid.", total,
+			func(s consumer.TenantStats) float64 { return n(s.BadLimits) }),
+		counter("woken_total", "Parked jobs this worker brought back when a lease freed for them.", total,
+			func(s consumer.TenantStats) float64 { return n(s.Woken) }),
+		counter("leases_lost_total", "Leases of running jobs found expired when renewed (the worker stalled past THROTTLER_LEASE_TTL).", total,
+			func(s consumer.TenantStats) float64 { return n(s.LeasesLost) }),
+		counter("held_back_total", "Admitted jobs deferred instead of started because their downstream had asked to wait since (a 429 heard by any worker).",
+			total, func(s consumer.TenantStats) float64 { return n(s.HeldBack) }),
+	}
+	for i := range counters {
+		c := &counters[i]
+		c.byTenant = c.perTenant || detail
+		var labels []string
+		if c.byTenant {
+			labels = []string{"tenant"}
+		}
+		c.desc = prometheus.NewDesc(c.name, c.help, labels, nil)
+	}
 	return &statsCollector{
-		src: src,
-		counters: []tenantCounter{
-			counter("delivered_total", "Deliveries received.", func(s consumer.TenantStats) float64 { return n(s.Delivered) }),
-			counter("admitted_total", "Jobs admitted by the throttle.", func(s consumer.TenantStats) float64 { return n(s.Admitted) }),
-			counter("deferred_total", "Throttle deferrals.", func(s consumer.TenantStats) float64 { return n(s.Deferred) }),
-			counter("moved_total", "Deferrals that moved the job off the consumer.", func(s consumer.TenantStats) float64 { return n(s.Moved) }),
-			counter("completed_total", "Jobs whose handler succeeded.", func(s consumer.TenantStats) float64 { return n(s.Completed) }),
-			counter("failed_total", "Handler failures.", func(s consumer.TenantStats) float64 { return n(s.Failed) }),
-			counter("dead_lettered_total", "Jobs sent to the dead-letter subject.", func(s consumer.TenantStats) float64 { return n(s.DeadLettered) }),
-			counter("redis_errors_total", "Decisions that failed because of Redis.", func(s consumer.TenantStats) float64 { return n(s.RedisErrors) }),
-			counter("allowed_on_redis_error_total", "Jobs admitted by policy while Redis failed.",
-				func(s consumer.TenantStats) float64 { return n(s.AllowedOnRedisError) }),
-			counter("duplicates_total", "Copies of moved jobs acked without running.", func(s consumer.TenantStats) float64 { return n(s.Duplicates) }),
-			counter("redis_calls_total", "Throttle decisions asked of Redis.", func(s consumer.TenantStats) float64 { return n(s.RedisCalls) }),
-			counter("fast_laned_total", "Jobs the fast lane took out of a backlog.", func(s consumer.TenantStats) float64 { return n(s.FastLaned) }),
-			counter("dead_letters_cut_total", "Dead letters cut to fit the server's limits.",
-				func(s consumer.TenantStats) float64 { return n(s.DeadLettersCut) }),
-			counter("moves_too_large_total", "Deferrals NAK'd because the job's copy would be too large to move.",
-				func(s consumer.TenantStats) float64 { return n(s.MovesTooLarge) }),
-			counter("shadow_limited_total", "Jobs in shadow mode that enforcing would have deferred.",
-				func(s consumer.TenantStats) float64 { return n(s.ShadowLimited) }),
-			counter("bad_limits_total", "Values of the tenant's key in the limits bucket that were ignored as invalid.",
-				func(s consumer.TenantStats) float64 { return n(s.BadLimits) }),
-			counter("downstream_holds_total", "Jobs whose destination asked the worker to wait (HTTP 429, or 503 with Retry-After); each held its tenant back.",
-				func(s consumer.TenantStats) float64 { return n(s.DownstreamHolds) }),
-			counter("shadow_wait_seconds_total", "Waits enforcing would have imposed on jobs in shadow mode.",
-				func(s consumer.TenantStats) float64 { return s.ShadowWait.Seconds() }),
-			counter("cap_deferrals_total", "Jobs parked to wait for a lease of a running cap (running:N, THROTTLER_MAX_RUNNING).",
-				func(s consumer.TenantStats) float64 { return n(s.CapDeferred) }),
-			counter("woken_total", "Parked jobs this worker brought back when a lease freed for them.",
-				func(s consumer.TenantStats) float64 { return n(s.Woken) }),
-			counter("leases_lost_total", "Leases of running jobs found expired when renewed (the worker stalled past THROTTLER_LEASE_TTL).",
-				func(s consumer.TenantStats) float64 { return n(s.LeasesLost) }),
-			counter("held_back_total", "Admitted jobs deferred instead of started because their downstream had asked to wait since (a 429 heard by any worker).",
-				func(s consumer.TenantStats) float64 { return n(s.HeldBack) }),
-			gauge("running", "Jobs this worker runs, or holds for a handler slot, under a running cap.",
-				func(s consumer.TenantStats) float64 { return n(s.Running) }),
-		},
+		src:        src,
+		now:        now,
+		counters:   counters,
+		shown:      map[string][]time.Time{},
 		held:       prometheus.NewDesc("throttler_held_jobs", "Jobs pulled and not yet decided or acted on.", nil, nil),
 		ackPending: prometheus.NewDesc("throttler_ack_pending", "The jobs consumer's messages delivered and not yet acked, as last read.", nil, nil),
 		consumerPending: prometheus.NewDesc("throttler_consumer_pending",
-			"The jobs consumer's messages not yet delivered (its NumPending), as last read.", nil, nil),
+			"The jobs consumer's messages not yet delivered (its NumPending), as last read: jobs not yet taken in.", nil, nil),
 		maxAckPending: prometheus.NewDesc("throttler_max_ack_pending", "The jobs consumer's MaxAckPending, as last read.", nil, nil),
+		waiting: prometheus.NewDesc("throttler_waiting_jobs",
+			"Jobs of the whole fleet taken in and waiting to run, by kind: nak (NAK'd, due back on the consumer; an estimate), "+
+				"scheduled (moved into schedules) and parked (waiting for a lease of a running cap). The same on every worker: read it with max.",
+			[]string{"kind"}, nil),
 	}
 }
 
@@ -112,6 +164,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.ackPending
 	ch <- c.consumerPending
 	ch <- c.maxAckPending
+	ch <- c.waiting
 }
 
 // Collect implements prometheus.Collector. A metric that cannot be built
@@ -125,9 +178,37 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- m
 	}
 	snap := c.src.stats()
-	for _, m := range c.counters {
-		for tenant, s := range snap {
-			send(m.desc, m.vt, m.get(s), tenant)
+	totals := make([]float64, len(c.counters))
+	now := c.now()
+	c.mu.Lock()
+	for tenant, s := range snap {
+		shown := c.shown[tenant]
+		if shown == nil {
+			shown = make([]time.Time, len(c.counters))
+			c.shown[tenant] = shown
+		}
+		for i, m := range c.counters {
+			v := m.get(s)
+			if !m.byTenant {
+				totals[i] += v
+				continue
+			}
+			if shown[i].IsZero() {
+				if v == 0 {
+					continue // nothing to show yet: no series
+				}
+				shown[i] = now
+			}
+			if m.vt == prometheus.CounterValue && now.Sub(shown[i]) < firstHold {
+				v = 0 // new: served at 0 first, for rate() to count from
+			}
+			send(m.desc, m.vt, v, tenant)
+		}
+	}
+	c.mu.Unlock()
+	for i, m := range c.counters {
+		if !m.byTenant {
+			send(m.desc, m.vt, totals[i])
 		}
 	}
 	send(c.held, prometheus.GaugeValue, float64(c.src.held()))
@@ -142,6 +223,14 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if n := g.read(); n >= 0 {
 			send(g.desc, prometheus.GaugeValue, float64(n))
+		}
+	}
+	// The fleet's waiting jobs, when a fresh count was read.
+	if c.src.waiting != nil {
+		if counts, ok := c.src.waiting(); ok {
+			for kind, n := range counts {
+				send(c.waiting, prometheus.GaugeValue, float64(n), kind)
+			}
 		}
 	}
 }

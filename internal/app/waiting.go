@@ -1,0 +1,177 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/throttle"
+)
+
+// The kinds of waiting jobs throttler_waiting_jobs counts.
+const (
+	// waitingNak: NAK'd jobs, delivered and due back on the consumer
+	// (the consumer's ack-pending less the jobs in the workers' hands).
+	waitingNak = "nak"
+	// waitingScheduled: jobs moved off the consumer into schedules,
+	// parked ones aside.
+	waitingScheduled = "scheduled"
+	// waitingParked: jobs waiting for a lease of a running cap.
+	waitingParked = "parked"
+)
+
+// censusEvery is how often each worker reports its jobs in hand and reads
+// the fleet's counts, and how often the counter counts: a count costs a
+// few Redis calls and one stream info listing the schedules' subjects.
+const censusEvery = 10 * time.Second
+
+// waitingCounter is the worker's part in the fleet's count of waiting
+// jobs (throttle.Census): every censusEvery it reports the jobs in its
+// hands and the caps it parked jobs under; if it holds the counter's
+// lease it counts the waiting jobs by kind and writes them to Redis; and
+// it reads the counts the counter wrote, which its /metrics serves as
+// throttler_waiting_jobs. Every worker thus serves the same fleet-wide
+// counts (dashboards take their max), and the fleet counts once per
+// interval however many workers it has.
+type waitingCounter struct {
+	census *throttle.Census
+	id     string // this worker in the census
+	every  time.Duration
+	now    func() time.Time
+	log    *slog.Logger
+
+	// inHand and parkedUnder read the worker (consumer.Worker's InHand
+	// and ParkedUnder).
+	inHand      func() int
+	parkedUnder func(from time.Time) []string
+	// ackPending is the jobs consumer's ack-pending count as last read,
+	// -1 before the first read.
+	ackPending func() int
+	// copies counts the moved jobs waiting in schedules (ops'
+	// WaitingInSchedules); nil when jobs are never moved (THROTTLER_DEFER=nak).
+	copies func(ctx context.Context) (int, error)
+
+	mu     sync.Mutex
+	counts map[string]int64
+	at     time.Time
+}
+
+// newWorkerID returns an id for this worker in the census, unique in the
+// fleet: 64 random bits.
+func newWorkerID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("a worker id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// newWaitingCounter returns the worker's waitingCounter, or nil without a
+// metrics server (nothing would serve the counts).
+func newWaitingCounter(srv *server, limiter *throttle.Limiter, w *consumer.Worker, ackPending *consumer.AckPending,
+	copies func(context.Context) (int, error), log *slog.Logger) (*waitingCounter, error) {
+	if srv == nil {
+		return nil, nil
+	}
+	id, err := newWorkerID()
+	if err != nil {
+		return nil, err
+	}
+	return &waitingCounter{census: limiter.Census(), id: id, every: censusEvery, now: time.Now, log: log,
+		inHand: w.InHand, parkedUnder: w.ParkedUnder, ackPending: ackPending.Count, copies: copies}, nil
+}
+
+// run takes part in the census every interval until ctx is done.
+func (c *waitingCounter) run(ctx context.Context) {
+	t := time.NewTicker(c.every)
+	defer t.Stop()
+	for {
+		c.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// tick is one round: report, count if the counter, read the counts. A
+// failure is logged at debug level and leaves the last counts, which go
+// stale (and out of /metrics) if failures last.
+func (c *waitingCounter) tick(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, c.every)
+	defer cancel()
+	now := c.now()
+	if err := c.census.ReportInHand(ctx, c.id, c.inHand(), now); err != nil {
+		c.log.Debug("reporting the jobs in hand failed", "err", err)
+	}
+	if err := c.census.NoteParked(ctx, c.parkedUnder(now.Add(-2*c.every))); err != nil {
+		c.log.Debug("noting the caps jobs were parked under failed", "err", err)
+	}
+	counter, err := c.census.TakeCounter(ctx, c.id, 3*c.every)
+	if err != nil {
+		c.log.Debug("taking the census counter failed", "err", err)
+	}
+	if counter {
+		if err := c.count(ctx, now); err != nil {
+			c.log.Warn("counting the waiting jobs failed; throttler_waiting_jobs keeps the last counts", "err", err)
+		}
+	}
+	counts, at, err := c.census.Counts(ctx)
+	if err != nil {
+		c.log.Debug("reading the counts of waiting jobs failed", "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.counts, c.at = counts, at
+	c.mu.Unlock()
+}
+
+// count counts the fleet's waiting jobs by kind and publishes them. Jobs
+// parked under a cap are moved into schedules when jobs are moved at
+// all, and NAK'd otherwise: they are taken out of the kind that holds
+// them, so that no job is counted twice.
+func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
+	ack := c.ackPending()
+	if ack < 0 {
+		return nil // the consumer not read yet: nothing to count NAK'd jobs with
+	}
+	parked, err := c.census.Parked(ctx)
+	if err != nil {
+		return err
+	}
+	inHand, err := c.census.InHand(ctx, now.Add(-3*c.every))
+	if err != nil {
+		return err
+	}
+	nak := int64(ack) - inHand
+	var scheduled int64
+	if c.copies != nil {
+		n, err := c.copies(ctx)
+		if err != nil {
+			return err
+		}
+		scheduled = int64(n) - parked
+	} else {
+		nak -= parked
+	}
+	counts := map[string]int64{waitingNak: max(0, nak), waitingScheduled: max(0, scheduled), waitingParked: parked}
+	return c.census.Publish(ctx, counts, now)
+}
+
+// waiting returns the counts last read, unless they are missing or older
+// than three intervals (the counter gone or failing): a stale count would
+// read as jobs that may have run long since.
+func (c *waitingCounter) waiting() (map[string]int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil || c.at.Before(c.now().Add(-3*c.every)) {
+		return nil, false
+	}
+	return c.counts, true
+}
