@@ -22,6 +22,9 @@ type metrics struct {
 	// tenantDetail exports every per-tenant counter with a tenant label
 	// (THROTTLER_METRICS_TENANT_DETAIL).
 	tenantDetail bool
+	// now is the clock new tenant series are held at 0 by; nil is
+	// time.Now (tests set their own).
+	now func() time.Time
 }
 
 // newMetrics returns a registry with the Go, process and histogram
@@ -43,7 +46,11 @@ func newMetrics() (*metrics, error) {
 // watch adds the worker's per-tenant counters and gauges, read from src
 // at each scrape.
 func (m *metrics) watch(src statsSource) error {
-	if err := m.reg.Register(newStatsCollector(src, m.tenantDetail, time.Now)); err != nil {
+	now := m.now
+	if now == nil {
+		now = time.Now
+	}
+	if err := m.reg.Register(newStatsCollector(src, m.tenantDetail, now)); err != nil {
 		return fmt.Errorf("registering the worker's counters: %w", err)
 	}
 	return nil
