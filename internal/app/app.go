@@ -36,6 +36,15 @@ type Options struct {
 	// OnWorker, when set, is called with the worker once it is built, so a
 	// caller can read its Stats.
 	OnWorker func(*consumer.Worker)
+	// MetricsFirstHold is how long a tenant's new counter series is
+	// served at 0 before its count, so that rate() counts its first
+	// events: longer than the longest scrape interval. Defaults to a
+	// minute; tests shorten it.
+	MetricsFirstHold time.Duration
+	// CensusEvery is how often the worker takes part in the fleet's count
+	// of waiting jobs (throttler_waiting_jobs). Defaults to 10 s; tests
+	// shorten it.
+	CensusEvery time.Duration
 }
 
 // Run sets up the streams and the consumers, retrying with backoff while
@@ -130,7 +139,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if opts.OnWorker != nil {
 		opts.OnWorker(w)
 	}
-	waiting, err := newWaitingCounter(srv, limiter, w, ackPending, st.path.copies(js, cfg), log)
+	waiting, err := newWaitingCounter(srv, limiter, w, ackPending, st.path.copies(js, cfg), orDefault(opts.CensusEvery, censusEvery), log)
 	if err != nil {
 		return err
 	}

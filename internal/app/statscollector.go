@@ -64,6 +64,7 @@ const firstHold = time.Minute
 type statsCollector struct {
 	src        statsSource
 	now        func() time.Time
+	hold       time.Duration // firstHold, or shorter in tests
 	counters   []tenantCounter
 	held       *prometheus.Desc
 	ackPending *prometheus.Desc
@@ -80,7 +81,7 @@ type statsCollector struct {
 
 // newStatsCollector returns a collector reading src; detail exports every
 // counter per tenant.
-func newStatsCollector(src statsSource, detail bool, now func() time.Time) *statsCollector {
+func newStatsCollector(src statsSource, detail bool, hold time.Duration, now func() time.Time) *statsCollector {
 	counter := func(name, help string, perTenant bool, get func(consumer.TenantStats) float64) tenantCounter {
 		return tenantCounter{name: "throttler_" + name, help: help, get: get, vt: prometheus.CounterValue, perTenant: perTenant}
 	}
@@ -141,6 +142,7 @@ func newStatsCollector(src statsSource, detail bool, now func() time.Time) *stat
 	return &statsCollector{
 		src:        src,
 		now:        now,
+		hold:       hold,
 		counters:   counters,
 		shown:      map[string][]time.Time{},
 		held:       prometheus.NewDesc("throttler_held_jobs", "Jobs pulled and not yet decided or acted on.", nil, nil),
@@ -199,7 +201,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 				}
 				shown[i] = now
 			}
-			if m.vt == prometheus.CounterValue && now.Sub(shown[i]) < firstHold {
+			if m.vt == prometheus.CounterValue && now.Sub(shown[i]) < c.hold {
 				v = 0 // new: served at 0 first, for rate() to count from
 			}
 			send(m.desc, m.vt, v, tenant)

@@ -74,7 +74,7 @@ func newWorkerID() (string, error) {
 // newWaitingCounter returns the worker's waitingCounter, or nil without a
 // metrics server (nothing would serve the counts).
 func newWaitingCounter(srv *server, limiter *throttle.Limiter, w *consumer.Worker, ackPending *consumer.AckPending,
-	copies func(context.Context) (int, error), log *slog.Logger) (*waitingCounter, error) {
+	copies func(context.Context) (int, error), every time.Duration, log *slog.Logger) (*waitingCounter, error) {
 	if srv == nil {
 		return nil, nil
 	}
@@ -82,7 +82,7 @@ func newWaitingCounter(srv *server, limiter *throttle.Limiter, w *consumer.Worke
 	if err != nil {
 		return nil, err
 	}
-	return &waitingCounter{census: limiter.Census(), id: id, every: censusEvery, now: time.Now, log: log,
+	return &waitingCounter{census: limiter.Census(), id: id, every: every, now: time.Now, log: log,
 		inHand: w.InHand, parkedUnder: w.ParkedUnder, ackPending: ackPending.Count, copies: copies}, nil
 }
 
@@ -174,4 +174,12 @@ func (c *waitingCounter) waiting() (map[string]int64, bool) {
 		return nil, false
 	}
 	return c.counts, true
+}
+
+// orDefault returns d unless it is 0, else def.
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
 }
