@@ -199,7 +199,8 @@ func TestDashboardQueriesParse(t *testing.T) {
 	for _, want := range []string{"throttler_admitted_total", "throttler_deferred_total", "throttler_dead_lettered_total",
 		"throttler_queue_wait_seconds_bucket", "throttler_throttle_wait_seconds_bucket", "throttler_handler_duration_seconds_bucket",
 		"throttler_decision_duration_seconds_bucket", "throttler_ack_pending", "throttler_max_ack_pending",
-		"throttler_redis_errors_total", "throttler_ready"} {
+		"throttler_redis_errors_total", "throttler_ready", "throttler_completed_total", "throttler_failed_total",
+		"throttler_waiting_jobs", "throttler_consumer_pending", "throttler_parks_total", "throttler_running"} {
 		if !used[want] {
 			t.Errorf("no panel uses %s", want)
 		}
