@@ -37,13 +37,14 @@ var intBounds = map[string]struct{ min, max int64 }{
 // durBounds holds the accepted range of each duration variable; a max of 0
 // means no upper bound.
 var durBounds = map[string]struct{ min, max time.Duration }{
-	"THROTTLER_MAX_DEFER":        {0, 30 * 24 * time.Hour},
-	"THROTTLER_SHUTDOWN_TIMEOUT": {1, 0},
-	"THROTTLER_ACK_WAIT":         {time.Second, 0},
-	"THROTTLER_REDIS_TIMEOUT":    {1, 0},
-	"THROTTLER_SCHEDULE_AFTER":   {time.Second, 0},
-	"THROTTLER_HTTP_TIMEOUT":     {1, 0},
-	"THROTTLER_LEASE_TTL":        {time.Second, 30 * 24 * time.Hour},
+	"THROTTLER_MAX_DEFER":          {0, 30 * 24 * time.Hour},
+	"THROTTLER_SHUTDOWN_TIMEOUT":   {1, 0},
+	"THROTTLER_ACK_WAIT":           {time.Second, 0},
+	"THROTTLER_REDIS_TIMEOUT":      {1, 0},
+	"THROTTLER_SCHEDULE_AFTER":     {time.Second, 0},
+	"THROTTLER_HTTP_TIMEOUT":       {1, 0},
+	"THROTTLER_LEASE_TTL":          {time.Second, 30 * 24 * time.Hour},
+	"THROTTLER_METRICS_FIRST_HOLD": {0, time.Hour},
 }
 
 // intWant says what whole-number variable name accepts.
@@ -105,6 +106,7 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck.durIn("THROTTLER_REDIS_TIMEOUT", c.RedisTimeout)
 	ck.durIn("THROTTLER_SCHEDULE_AFTER", c.ScheduleAfter)
 	ck.durIn("THROTTLER_LEASE_TTL", c.LeaseTTL)
+	ck.durIn("THROTTLER_METRICS_FIRST_HOLD", c.MetricsFirstHold)
 
 	ck.oneOf("THROTTLER_HANDLER", c.Handler, HandlerForward, HandlerHTTP)
 	c.HTTPHeaderList = ck.httpSettings(c)

@@ -113,6 +113,8 @@ func startLiveFleet(t *testing.T) *liveFleet {
 			"THROTTLER_HTTP_TIMEOUT":     "2m",
 			"THROTTLER_TENANT_LIMITS":    tenantSlow + "=1/m:1," + tenantCapped + "=100/s+running:1",
 			"THROTTLER_MAX_FAILURES":     "2",
+			// Prometheus scrapes every second here.
+			"THROTTLER_METRICS_FIRST_HOLD": "2s",
 		})
 		cfg, err := app.LoadSettingsFrom(vars)
 		if err != nil {
@@ -130,7 +132,7 @@ func startLiveFleet(t *testing.T) *liveFleet {
 			}
 		}
 		runWorker(t, cfg, app.Options{NATS: n.Connect(t), Redis: rdb, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			MetricsFirstHold: 2 * time.Second, CensusEvery: time.Second})
+			CensusEvery: time.Second})
 	}
 	// Cleanups run last first: the hanging requests end before the
 	// workers are stopped.

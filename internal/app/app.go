@@ -36,11 +36,6 @@ type Options struct {
 	// OnWorker, when set, is called with the worker once it is built, so a
 	// caller can read its Stats.
 	OnWorker func(*consumer.Worker)
-	// MetricsFirstHold is how long a tenant's new counter series is
-	// served at 0 before its count, so that rate() counts its first
-	// events: longer than the longest scrape interval. Defaults to a
-	// minute; tests shorten it.
-	MetricsFirstHold time.Duration
 	// CensusEvery is how often the worker takes part in the fleet's count
 	// of waiting jobs (throttler_waiting_jobs). Defaults to 10 s; tests
 	// shorten it.

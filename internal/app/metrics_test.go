@@ -46,6 +46,9 @@ func (c *testClock) advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// firstHold is the tests' THROTTLER_METRICS_FIRST_HOLD, its default.
+const firstHold = time.Minute
+
 // testMetrics is the bundle newTestMetrics returns.
 type testMetrics struct {
 	*metrics
@@ -74,6 +77,7 @@ func newTestMetrics(t *testing.T, stats *consumer.Stats, held, ackPending int, d
 	tm := &testMetrics{metrics: m, clock: &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	m.tenantDetail = detail
 	m.now = tm.clock.now
+	m.firstHold = firstHold
 	// The backlog and MaxAckPending are read with ack-pending: known
 	// together or not at all.
 	other := func(n int) func() int {

@@ -43,13 +43,6 @@ type tenantCounter struct {
 	byTenant bool
 }
 
-// firstHold is how long a tenant's series is served at 0 after it first
-// has something to count. A series appears only once its tenant has an
-// event to count, and rate() and increase() count nothing of a series'
-// first sample: served at 0 first, the series' first events are counted
-// by every Prometheus that scrapes the worker at least once a minute.
-const firstHold = time.Minute
-
 // statsCollector exposes the worker's per-tenant counters and its gauges,
 // read from the worker's own counts at scrape time: the hot path keeps
 // counting into consumer.Stats under one lock, and a scrape costs one
@@ -57,14 +50,17 @@ const firstHold = time.Minute
 // series is consumer.Stats' (THROTTLER_METRICS_TENANTS, then "_other").
 //
 // A tenant's series of a counter is served from the tenant's first event
-// of that counter on (held at 0 for firstHold), so that a counter a tenant
-// never uses costs no series; the running gauge, once a tenant has run
-// jobs under a cap. Counters kept as totals of the worker are always
-// served.
+// of that counter on, so that a counter a tenant never uses costs no
+// series; the running gauge, once a tenant has run jobs under a cap.
+// Counters kept as totals of the worker are always served. rate() and
+// increase() count nothing of a series' first sample: a new series is
+// served at 0 for hold (THROTTLER_METRICS_FIRST_HOLD, a minute by
+// default) so that every Prometheus scraping at least that often stores
+// a 0 first and counts the first events.
 type statsCollector struct {
 	src        statsSource
 	now        func() time.Time
-	hold       time.Duration // firstHold, or shorter in tests
+	hold       time.Duration // THROTTLER_METRICS_FIRST_HOLD
 	counters   []tenantCounter
 	held       *prometheus.Desc
 	ackPending *prometheus.Desc
