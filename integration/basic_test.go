@@ -72,7 +72,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, "metrics to count the jobs", func() bool {
 		return strings.Contains(get("/metrics"), `throttler_completed_total{tenant="acme"} 3`)
 	})
-	if m := get("/metrics"); !strings.Contains(m, `throttler_admitted_total{tenant="acme"} 3`) || !strings.Contains(m, "# TYPE throttler_deferred_total counter") ||
+	if m := get("/metrics"); !strings.Contains(m, `throttler_admitted_total{tenant="acme"} 3`) || !strings.Contains(m, "# TYPE throttler_completed_total counter") ||
 		!strings.Contains(m, "\nthrottler_held_jobs 0\n") {
 		t.Errorf("/metrics lacks the admitted counter, a TYPE line or held jobs back at 0:\n%s", m)
 	}

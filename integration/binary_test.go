@@ -67,12 +67,28 @@ func (b *lockedBuffer) Len() int {
 func throttlerCmd(ctx context.Context, bin string, vars map[string]string, args ...string) (cmd *exec.Cmd, stdout, stderr *lockedBuffer) {
 	cmd = exec.CommandContext(ctx, bin, args...)
 	cmd.Env = []string{}
-	for k, v := range vars {
+	for k, v := range withTestMetrics(vars) {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	return cmd, stdout, stderr
+}
+
+// withTestMetrics returns vars, and when they serve /metrics, the
+// settings the tests read it with unless vars set them: every counter per
+// tenant (THROTTLER_METRICS_TENANT_DETAIL), its count served at once
+// (THROTTLER_METRICS_FIRST_HOLD=0), as the tests scrape once, not on an
+// interval.
+func withTestMetrics(vars map[string]string) map[string]string {
+	if vars["THROTTLER_METRICS_ADDR"] == "" {
+		return vars
+	}
+	all := map[string]string{"THROTTLER_METRICS_TENANT_DETAIL": "true", "THROTTLER_METRICS_FIRST_HOLD": "0s"}
+	for k, v := range vars {
+		all[k] = v
+	}
+	return all
 }
 
 // closedPort returns a port on 127.0.0.1 nothing listens on.

@@ -80,7 +80,7 @@ func TestCapHoldsAcrossFleet(t *testing.T) {
 	exactly := f.ds.shareExactly("acme", capAt, acmeFirst, acmeLast)
 	globexMost := f.ds.maxInFlight("globex")
 	delivered := f.tenantMetric("throttler_delivered_total", "acme")
-	deferrals := f.tenantMetric("throttler_cap_deferrals_total", "acme")
+	deferrals := f.tenantMetric("throttler_parks_total", "acme")
 	info := f.e.consumerInfo(f.cfg.Stream, f.cfg.Consumer)
 	t.Logf("acme: %d jobs over %s, at most %d in flight, %.1f%% of the time at %d (exactly %.1f%%); globex: at most %d in flight, done %s after acme's first request",
 		backlog, acmeLast.Sub(acmeFirst).Round(time.Millisecond), most, busy*100, capAt, exactly*100, globexMost, globexDone.Sub(acmeFirst).Round(time.Millisecond))
@@ -103,10 +103,10 @@ func TestCapHoldsAcrossFleet(t *testing.T) {
 		t.Errorf("keys sent more than once: %v", dups)
 	}
 	if deferrals == 0 {
-		t.Errorf("throttler_cap_deferrals_total{tenant=\"acme\"}: none counted over a backlog held to its cap")
+		t.Errorf("throttler_parks_total{tenant=\"acme\"}: none counted over a backlog held to its cap")
 	}
-	if n := f.tenantMetric("throttler_cap_deferrals_total", "globex"); n != 0 {
-		t.Errorf("throttler_cap_deferrals_total{tenant=\"globex\"} = %v, globex has no cap", n)
+	if n := f.tenantMetric("throttler_parks_total", "globex"); n != 0 {
+		t.Errorf("throttler_parks_total{tenant=\"globex\"} = %v, globex has no cap", n)
 	}
 	if runningSeen == 0 {
 		t.Errorf("throttler_running{tenant=\"acme\"} never above 0 while acme ran")
@@ -146,7 +146,7 @@ func TestMaxRunningCapsAllTenants(t *testing.T) {
 	most, busy := f.ds.maxInFlight(allTenants), f.ds.shareAtLeast(allTenants, maxRunning, first, last)
 	var deferrals float64
 	for _, tenant := range tenants {
-		deferrals += f.tenantMetric("throttler_cap_deferrals_total", tenant)
+		deferrals += f.tenantMetric("throttler_parks_total", tenant)
 		from, to := spanOf(calls, tenant)
 		t.Logf("%s: requests from %s to %s, at most %d in flight", tenant, from.Sub(first).Round(time.Millisecond),
 			to.Sub(first).Round(time.Millisecond), f.ds.maxInFlight(tenant))
@@ -166,7 +166,7 @@ func TestMaxRunningCapsAllTenants(t *testing.T) {
 		t.Errorf("keys sent more than once: %v", dups)
 	}
 	if deferrals == 0 {
-		t.Errorf("throttler_cap_deferrals_total: none counted over backlogs held to THROTTLER_MAX_RUNNING")
+		t.Errorf("throttler_parks_total: none counted over backlogs held to THROTTLER_MAX_RUNNING")
 	}
 }
 

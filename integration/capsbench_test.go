@@ -88,7 +88,7 @@ func runCapBench(b *testing.B, spec string, jobs int) capBenchRun {
 	calls := f.ds.calls()
 	first, last := spanOf(calls, "acme")
 	delivered := f.tenantMetric("throttler_delivered_total", "acme")
-	parked := f.tenantMetric("throttler_cap_deferrals_total", "acme")
+	parked := f.tenantMetric("throttler_parks_total", "acme")
 	r := capBenchRun{
 		span: last.Sub(first), most: f.ds.maxInFlight("acme"), busy: f.ds.shareAtLeast("acme", 5, first, last),
 		deliveries: delivered / float64(jobs), parked: parked,

@@ -110,7 +110,7 @@ func (e *env) config(vars map[string]string) *app.Settings {
 	for k, v := range vars {
 		all[k] = v
 	}
-	cfg, err := app.LoadSettingsFrom(all)
+	cfg, err := app.LoadSettingsFrom(withTestMetrics(all))
 	if err != nil {
 		e.t.Fatalf("config: %v", err)
 	}
