@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"github.com/nats-io/nats.go"
+
 	"context"
 	"slices"
 	"sync"
@@ -36,7 +38,8 @@ func (o *recordingObserver) snapshot() (decisions, queueWaits, handlers, waits [
 
 // TestObserverSeesEachStage: a batch's decision is timed once; an admitted
 // job's queue wait and handler run are timed once each; a deferred job
-// reports the wait the throttle gave it, and no handler timing.
+// reports no handler timing and no throttle wait until it runs, when its
+// throttle wait is its whole wait since publish, like its queue wait.
 func TestObserverSeesEachStage(t *testing.T) {
 	e := setup(t)
 	obs := &recordingObserver{}
@@ -58,19 +61,48 @@ func TestObserverSeesEachStage(t *testing.T) {
 	admitted, deferred := newMsg(1, "jobs.acme"), newMsg(2, "jobs.slow")
 	e.push(admitted, deferred)
 	e.waitSettled(admitted, deferred)
+	if _, _, _, waits := obs.snapshot(); len(waits) != 0 {
+		t.Errorf("throttle waits %v before the deferred job ran, want none", waits)
+	}
+	// The deferred job comes back (NAK'd, delivered again) and runs.
+	back := newMsg(3, "jobs.back").redelivered()
+	e.push(back)
+	e.waitSettled(back)
 	e.stop()
 
 	decisions, queueWaits, handlers, waits := obs.snapshot()
 	if len(decisions) == 0 || len(decisions) > 2 {
 		t.Errorf("%d decisions timed, want one per batch (1 or 2)", len(decisions))
 	}
-	if len(queueWaits) != 1 || queueWaits[0] < 0 {
-		t.Errorf("queue waits %v, want one, not negative", queueWaits)
+	if len(queueWaits) != 2 || queueWaits[0] < 0 {
+		t.Errorf("queue waits %v, want two, not negative", queueWaits)
 	}
-	if len(handlers) != 1 || handlers[0] < handlerRan {
-		t.Errorf("handler timings %v, want one of at least %s", handlers, handlerRan)
+	if len(handlers) != 2 || handlers[0] < handlerRan {
+		t.Errorf("handler timings %v, want two of at least %s", handlers, handlerRan)
 	}
-	if !slices.Equal(waits, []time.Duration{wait}) {
-		t.Errorf("throttle waits %v, want [%s]", waits, wait)
+	if len(waits) != 1 || waits[0] != queueWaits[1] && waits[0] != queueWaits[0] {
+		t.Errorf("throttle waits %v, want one, the queue wait of the job that came back (%v)", waits, queueWaits)
+	}
+}
+
+// TestPutOff: a job counts as put off (its wait recorded as a throttle
+// wait) when it comes back delivered again, moved or woken, and not when
+// it is a moved retry of a failed run or a first delivery.
+func TestPutOff(t *testing.T) {
+	h := func(k, v string) nats.Header { return nats.Header{k: []string{v}} }
+	for _, tc := range []struct {
+		name string
+		job  Job
+		want bool
+	}{
+		{"first delivery", Job{Delivered: 1, Header: nats.Header{}}, false},
+		{"delivered again", Job{Delivered: 2, Header: nats.Header{}}, true},
+		{"moved", Job{Delivered: 1, Deferrals: 1, Header: h(HeaderWaitReason, "limit 1/m")}, true},
+		{"woken", Job{Delivered: 1, Header: h(HeaderWoken, "1")}, true},
+		{"moved retry", Job{Delivered: 1, Deferrals: 1, Header: h(HeaderWaitReason, failedReasonPrefix+" 1 of 5 times")}, false},
+	} {
+		if got := putOff(tc.job); got != tc.want {
+			t.Errorf("%s: putOff %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
