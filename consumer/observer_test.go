@@ -1,13 +1,13 @@
 package consumer
 
 import (
-	"github.com/nats-io/nats.go"
-
 	"context"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/throttler/throttler/throttle"
 )
