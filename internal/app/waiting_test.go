@@ -1,0 +1,102 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/throttle"
+)
+
+// waitingEnv is two workers' waitingCounters over one real Redis, on a
+// clock of the test's.
+type waitingEnv struct {
+	a, b  *waitingCounter
+	clock *testClock
+}
+
+// newWaitingEnv returns counters a and b of one fleet: each holds inHand
+// jobs, the consumer's ack-pending is ack, the schedules hold copies
+// moved jobs (nil: jobs are never moved), and acme's cap has parked jobs
+// waiting in its list, noted by a.
+func newWaitingEnv(t *testing.T, ack, copies, parked int, moved bool) *waitingEnv {
+	t.Helper()
+	rdb := testenv.StartRedis(t).Client(t)
+	lim, err := throttle.New(rdb, throttle.Options{Policies: throttle.Rules{Default: throttle.Policy{Running: 1}}, Prefix: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range parked {
+		// acme's waiting list (throttle's keyspace: <prefix>:{acme}:w).
+		if err := rdb.ZAdd(context.Background(), "w:{acme}:w", redis.Z{Score: float64(i), Member: fmt.Sprintf("j%d", i)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &waitingEnv{clock: &testClock{t: time.Now()}}
+	counter := func(id string, inHand int, parkedUnder []string) *waitingCounter {
+		c := &waitingCounter{census: lim.Census(), id: id, every: 10 * time.Second, now: e.clock.now, log: slog.New(slog.DiscardHandler),
+			inHand: func() int { return inHand }, parkedUnder: func(time.Time) []string { return parkedUnder },
+			ackPending: func() int { return ack }}
+		if moved {
+			c.copies = func(context.Context) (int, error) { return copies, nil }
+		}
+		return c
+	}
+	e.a, e.b = counter("a", 5, []string{"acme"}), counter("b", 3, nil)
+	return e
+}
+
+// TestWaitingCounterCounts: one worker counts for the fleet, and both
+// serve its counts: NAK'd jobs are the ack-pending less the jobs in the
+// workers' hands, scheduled ones the moved copies less the parked ones
+// (parked jobs are moved copies too), or, when nothing is moved, the
+// parked ones are NAK'd and come out of the NAK'd count.
+func TestWaitingCounterCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		moved bool
+		want  map[string]int64
+	}{
+		{"moved", true, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7, waitingParked: 7}},
+		{"nak only", false, map[string]int64{waitingNak: 20 - 8 - 7, waitingScheduled: 0, waitingParked: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newWaitingEnv(t, 20, 50, 7, tc.moved)
+			ctx := context.Background()
+			e.b.tick(ctx) // b reports its hands and takes the counter before a noted acme
+			e.a.tick(ctx) // a reports and notes acme
+			e.b.tick(ctx) // b counts with both reports
+			e.a.tick(ctx) // a reads b's counts
+			for _, c := range []*waitingCounter{e.a, e.b} {
+				got, ok := c.waiting()
+				if !ok {
+					t.Fatalf("worker %s serves no counts", c.id)
+				}
+				for k, v := range tc.want {
+					if got[k] != v {
+						t.Errorf("worker %s: %s = %d, want %d (all: %v)", c.id, k, got[k], v, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestWaitingCounterStale: counts older than three intervals (the counter
+// gone) are not served.
+func TestWaitingCounterStale(t *testing.T) {
+	e := newWaitingEnv(t, 20, 50, 0, true)
+	e.a.tick(context.Background())
+	if _, ok := e.a.waiting(); !ok {
+		t.Fatal("no counts served after a count")
+	}
+	e.clock.advance(3*e.a.every + time.Second)
+	if got, ok := e.a.waiting(); ok {
+		t.Errorf("counts %v served %s after they were counted", got, 3*e.a.every+time.Second)
+	}
+}
