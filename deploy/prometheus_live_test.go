@@ -376,6 +376,24 @@ func TestPrometheusLive(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		families := parseMetrics(t, body)
+		// docs/operations.md, "Metrics and cardinality": 8 series per
+		// tenant at most, by default.
+		perTenant := map[string]int{}
+		for _, fam := range families {
+			for _, m := range fam.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" {
+						perTenant[l.GetValue()]++
+					}
+				}
+			}
+		}
+		for tenant, n := range perTenant {
+			if n > 8 {
+				t.Errorf("worker %s serves %d series of tenant %s, want at most 8", w, n, tenant)
+			}
+		}
+		t.Logf("worker %s: series per tenant %v", w, perTenant)
 		for name, fam := range families {
 			if exported[name] == nil || name == "throttler_ready" || name == "throttler_max_ack_pending" {
 				exported[name] = fam // the gauges checked are each worker's one series
