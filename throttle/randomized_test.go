@@ -110,10 +110,11 @@ func TestRandomizedAPI(t *testing.T) {
 	inc := int64(0)
 	steps := 0
 	// Redis expires a bucket's state by its own clock, at the instant the
-	// trace's time says it is full: the trace's time must not fall behind
-	// the wall clock, or a state could vanish before it is full (a slow
-	// machine makes rounds slower than their steps).
-	start := time.Now()
+	// trace's time says it is full: between two decisions the trace's time
+	// must pass at least as fast as the wall clock's, or a state could
+	// vanish before it is full (a slow machine makes rounds slower than
+	// their steps).
+	lastAt, lastWall := now, time.Now()
 	for round := range 400 {
 		now = now.Add(time.Duration(rng.IntN(60_001)) * time.Microsecond)
 
@@ -130,11 +131,12 @@ func TestRandomizedAPI(t *testing.T) {
 			fail("HoldAt", l.HoldAt(ctx, chaos[rng.IntN(len(chaos))], now, now.Add(time.Duration(rng.IntN(3000))*time.Millisecond)))
 		}
 
-		// Caught up with the wall clock just before the decisions (the
-		// calls above may have taken a while).
-		if wall := t0.Add(time.Since(start)); now.Before(wall) {
-			now = wall
+		// Since the last decisions, at least as much time in the trace as
+		// on the wall clock (the calls above may have taken a while).
+		if caught := lastAt.Add(time.Since(lastWall)); now.Before(caught) {
+			now = caught
 		}
+		lastAt, lastWall = now, time.Now()
 		var batch []throttle.Copy
 		var stepOf []int // per plain request, its checked step's index, or -1
 		var checkedSteps []step
