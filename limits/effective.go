@@ -20,9 +20,23 @@ type Source struct {
 	// it comes from the bucket.
 	Revision uint64    `json:"revision,omitempty"`
 	Written  time.Time `json:"written,omitzero"`
-	// Ignored describes a newer value of the key that could not be read
-	// and is ignored, if any.
-	Ignored string `json:"ignored,omitempty"`
+	// Ignored is the newest value stored for the tenant (its key, or
+	// _default's when the policy comes from there or below) that the
+	// workers ignore, if any: the policy above applies instead.
+	Ignored *Ignored `json:"ignored,omitempty"`
+}
+
+// Ignored is a value stored in the bucket that the workers ignore, and why.
+type Ignored struct {
+	Key      string `json:"key"`
+	Revision uint64 `json:"revision"`
+	Value    string `json:"value"`
+	Reason   string `json:"reason"`
+}
+
+// String says which value is ignored and why, in one line.
+func (i Ignored) String() string {
+	return fmt.Sprintf("%s's value %q (revision %d) is ignored by the workers: %s", i.Key, i.Value, i.Revision, i.Reason)
 }
 
 // Effective is a tenant's policy as the workers apply it, and its source.
@@ -31,32 +45,51 @@ type Effective struct {
 	Source Source
 }
 
-// Resolve reads the policy that applies to tenant, as a Watcher applies
-// the bucket over env: the tenant's key, its entry in env, the bucket's
-// DefaultKey, env's default. kv may be nil (no bucket).
-func Resolve(ctx context.Context, kv jetstream.KeyValue, env throttle.Rules, defaultBurst int64, shadowAll bool, tenant string) (Effective, error) {
+// Resolve reads the policy that applies to tenant, as a Watcher reading
+// values with r applies the bucket over env: the tenant's key, its entry
+// in env, the bucket's DefaultKey, env's default. A key whose newest
+// values the workers ignore gives its latest value they read, as a worker
+// keeps (or, started on the bad value, takes from the key's history); the
+// first such value met is noted in Source.Ignored. kv may be nil (no
+// bucket).
+func Resolve(ctx context.Context, kv jetstream.KeyValue, env throttle.Rules, r Reader, tenant string) (Effective, error) {
+	var ignored *Ignored
+	note := func(e Effective) Effective {
+		if e.Source.Ignored == nil {
+			e.Source.Ignored = ignored
+		}
+		return e
+	}
 	if kv != nil {
-		e, ok, err := fromBucket(ctx, kv, tenant, defaultBurst, shadowAll)
+		e, ok, err := fromBucket(ctx, kv, tenant, r)
 		if err != nil || ok {
 			return e, err
 		}
+		ignored = e.Source.Ignored
 	}
 	if p, ok := env.Tenants[tenant]; ok {
-		return Effective{Policy: p, Source: Source{Where: "THROTTLER_TENANT_LIMITS"}}, nil
+		return note(Effective{Policy: p, Source: Source{Where: "THROTTLER_TENANT_LIMITS"}}), nil
 	}
 	if kv != nil {
-		e, ok, err := fromBucket(ctx, kv, DefaultKey, defaultBurst, shadowAll)
-		if err != nil || ok {
-			e.Source.Where = "bucket " + DefaultKey
+		e, ok, err := fromBucket(ctx, kv, DefaultKey, r)
+		if err != nil {
 			return e, err
 		}
+		if ok {
+			e.Source.Where = "bucket " + DefaultKey
+			return note(e), nil
+		}
+		if ignored == nil {
+			ignored = e.Source.Ignored
+		}
 	}
-	return Effective{Policy: env.Default, Source: Source{Where: "THROTTLER_DEFAULT_LIMIT"}}, nil
+	return note(Effective{Policy: env.Default, Source: Source{Where: "THROTTLER_DEFAULT_LIMIT"}}), nil
 }
 
-// fromBucket reads key's latest value that can be read, noting a newer one
-// that cannot; ok is false when the key has none.
-func fromBucket(ctx context.Context, kv jetstream.KeyValue, key string, defaultBurst int64, shadowAll bool) (Effective, bool, error) {
+// fromBucket reads key's latest value that r reads, noting in
+// Source.Ignored the newest one it cannot; ok is false when the key has
+// none (Source.Ignored may still be set).
+func fromBucket(ctx context.Context, kv jetstream.KeyValue, key string, r Reader) (Effective, bool, error) {
 	hist, err := kv.History(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Effective{}, false, nil
@@ -64,19 +97,19 @@ func fromBucket(ctx context.Context, kv jetstream.KeyValue, key string, defaultB
 	if err != nil {
 		return Effective{}, false, fmt.Errorf("reading %s in the limits bucket: %w", key, err)
 	}
-	var ignored string
+	var ignored *Ignored
 	for i := len(hist) - 1; i >= 0; i-- {
 		e := hist[i]
 		if e.Operation() != jetstream.KeyValuePut {
 			break
 		}
-		p, err := Spec(string(e.Value()), defaultBurst, shadowAll)
+		p, err := r.Read(key, string(e.Value()))
 		if err == nil {
 			return Effective{Policy: p, Source: Source{Where: "bucket", Revision: e.Revision(), Written: e.Created(), Ignored: ignored}}, true, nil
 		}
-		if ignored == "" {
-			ignored = fmt.Sprintf("revision %d, %q: %v", e.Revision(), e.Value(), err)
+		if ignored == nil {
+			ignored = &Ignored{Key: key, Revision: e.Revision(), Value: string(e.Value()), Reason: err.Error()}
 		}
 	}
-	return Effective{}, false, nil
+	return Effective{Source: Source{Ignored: ignored}}, false, nil
 }

@@ -168,21 +168,10 @@ func (w *Watcher) beforeChange(ctx context.Context, key string, to throttle.Poli
 	w.BeforeChange(ctx, key, w.Store.Policy(key), to)
 }
 
-// read checks a key and reads its value.
-func (w *Watcher) read(key, value string) (p throttle.Policy, err error) {
-	if err := CheckKey(key); err != nil {
-		return p, err
-	}
-	p, err = Spec(value, w.DefaultBurst, w.ShadowAll)
-	if err == nil && w.NoCaps && p.Running > 0 {
-		return throttle.Policy{}, ErrCapNeedsHTTP
-	}
-	return p, err
+// read checks a key and reads its value, as Reader does.
+func (w *Watcher) read(key, value string) (throttle.Policy, error) {
+	return Reader{DefaultBurst: w.DefaultBurst, ShadowAll: w.ShadowAll, NoCaps: w.NoCaps}.Read(key, value)
 }
-
-// ErrCapNeedsHTTP refuses a running cap to a worker whose handler cannot
-// see when a job ends.
-var ErrCapNeedsHTTP = errors.New("running:N needs THROTTLER_HANDLER=http: a forwarded job ends when it is published, so the worker cannot see how many run")
 
 // lastGood applies the latest value of key that can be read, from its
 // history, if it has one.

@@ -150,7 +150,7 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 			return inspection{}, fmt.Errorf("the limits bucket: %w", err)
 		}
 	}
-	eff, err := limits.Resolve(ctx, kv, cfg.Rules, cfg.DefaultBurst, cfg.Shadow, t)
+	eff, err := limits.Resolve(ctx, kv, cfg.Rules, reader(cfg), t)
 	if err != nil {
 		return inspection{}, err
 	}
@@ -218,8 +218,8 @@ func printInspection(w io.Writer, in inspection) {
 	}
 	fmt.Fprintf(w, "tenant %s at %s\n", in.Tenant, in.At.Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "limits %s from %s, %s\n", in.Limits, describe(in.Source), mode)
-	if in.Source.Ignored != "" {
-		fmt.Fprintf(w, "  ignored, as unreadable: %s\n", in.Source.Ignored)
+	if in.Source.Ignored != nil {
+		fmt.Fprintf(w, "  not applied: %s\n", in.Source.Ignored)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIMIT\tTOKENS\tFULL AGAIN\tRESERVED UNTIL\tA NEW JOB WAITS")

@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"slices"
+		"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,18 +55,14 @@ func limitsCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if args[0] == "set" {
-		// The worker's own parser, before anything is written.
-		p, err := limits.Spec(args[2], cfg.DefaultBurst, false)
-		if err != nil {
-			return fail(exitConfig, "%s: %v", args[2], err)
-		}
-		if p.Running > 0 && cfg.Handler == config.HandlerForward {
-			// The workers' handler is this environment's guess: refuse
-			// only when it says forward outright.
-			if _, set := os.LookupEnv("THROTTLER_HANDLER"); set {
-				return fail(exitConfig, "%s: %v", args[2], limits.ErrCapNeedsHTTP)
+		// What the workers of this environment would do with the value,
+		// before anything is written: a value they ignore is refused.
+		if _, err := reader(cfg).Read(args[1], args[2]); err != nil {
+			hint := ""
+			if errors.Is(err, limits.ErrCapNeedsHTTP) {
+				hint = fmt.Sprintf(" (this environment's THROTTLER_HANDLER is %s; run the command with the workers' environment)", cfg.Handler)
 			}
-			fmt.Fprintf(stderr, "throttler limits: note: %s holds a running cap, which only workers with THROTTLER_HANDLER=http apply; workers with forward ignore the value as bad\n", args[2])
+			return fail(exitConfig, "%s: the workers would ignore it: %v%s; nothing written", args[2], err, hint)
 		}
 	}
 
@@ -139,22 +134,27 @@ func (c limitsCLI) set(ctx context.Context, tenant, spec string) error {
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", tenant, err)
 	}
-	p, _ := limits.Spec(spec, c.cfg.DefaultBurst, c.cfg.Shadow)
+	p, _ := reader(c.cfg).Read(tenant, spec)
 	fmt.Fprintf(c.out, "%s: %s (revision %d); every worker applies it within a second\n", tenant, p, rev)
 	return nil
 }
 
 // get prints the limits that apply to tenant and where they come from.
 func (c limitsCLI) get(ctx context.Context, tenant string) error {
-	e, err := limits.Resolve(ctx, c.kv, c.cfg.Rules, c.cfg.DefaultBurst, c.cfg.Shadow, tenant)
+	e, err := limits.Resolve(ctx, c.kv, c.cfg.Rules, reader(c.cfg), tenant)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(c.out, "%s: %s from %s\n", tenant, e.Policy, describe(e.Source))
-	if e.Source.Ignored != "" {
-		fmt.Fprintf(c.out, "ignored, as unreadable: %s\n", e.Source.Ignored)
+	if e.Source.Ignored != nil {
+		fmt.Fprintf(c.out, "  not applied: %s\n", e.Source.Ignored)
 	}
 	return nil
+}
+
+// reader reads bucket values as the workers of cfg's environment do.
+func reader(cfg *app.Settings) limits.Reader {
+	return limits.Reader{DefaultBurst: cfg.DefaultBurst, ShadowAll: cfg.Shadow, NoCaps: cfg.Handler == config.HandlerForward}
 }
 
 // describe says where a policy comes from, in words.
@@ -186,12 +186,10 @@ func (c limitsCLI) list(ctx context.Context, prefix string) error {
 				break
 			}
 			spec, source := string(e.Value()), fmt.Sprintf("bucket (revision %d)", e.Revision())
-			if err := limits.CheckKey(e.Key()); err != nil {
-				source += ", not a tenant: ignored"
-			} else if p, err := limits.Spec(spec, c.cfg.DefaultBurst, c.cfg.Shadow); err == nil {
+			if p, err := reader(c.cfg).Read(e.Key(), spec); err == nil {
 				spec = p.String()
 			} else {
-				source += ", unreadable: ignored"
+				source += ", IGNORED by the workers: " + err.Error() + c.applied(ctx, e.Key())
 			}
 			rows[e.Key()] = row{e.Key(), spec, source}
 		}
@@ -214,15 +212,41 @@ func (c limitsCLI) list(ctx context.Context, prefix string) error {
 	return tw.Flush()
 }
 
-// rm deletes tenant's key, and says what applies now.
+// applied says what the workers apply to key's tenant instead of its
+// ignored value, as "; they apply SPEC from SOURCE", or "" for a key that
+// names no tenant.
+func (c limitsCLI) applied(ctx context.Context, key string) string {
+	if limits.CheckKey(key) != nil {
+		return ""
+	}
+	e, err := limits.Resolve(ctx, c.kv, c.cfg.Rules, reader(c.cfg), key)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("; they apply %s from %s", e.Policy, describe(e.Source))
+}
+
+// rm deletes tenant's key, and says what applies now. A tenant without a
+// key of its own is told so and nothing is written: a delete marker would
+// be one more revision in the key's history, for nothing.
 func (c limitsCLI) rm(ctx context.Context, tenant string) error {
-	if c.kv == nil {
-		return fmt.Errorf("%s has no limits in the bucket: the bucket %s does not exist", tenant, c.cfg.LimitsBucket)
+	var cur jetstream.KeyValueEntry
+	var err error
+	if c.kv != nil {
+		cur, err = c.kv.Get(ctx, tenant)
 	}
-	if err := c.kv.Delete(ctx, tenant); err != nil {
-		return fmt.Errorf("removing %s: %w", tenant, err)
+	if c.kv == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
+		fmt.Fprintf(c.out, "%s: no limits of its own in the bucket; nothing removed\n", tenant)
+		return c.get(ctx, tenant)
 	}
-	fmt.Fprintf(c.out, "%s: removed from the bucket\n", tenant)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", tenant, err)
+	}
+	// Only the value read: a write in between is not removed unseen.
+	if err := c.kv.Delete(ctx, tenant, jetstream.LastRevision(cur.Revision())); err != nil {
+		return fmt.Errorf("removing %s (revision %d; if it changed meanwhile, run the command again): %w", tenant, cur.Revision(), err)
+	}
+	fmt.Fprintf(c.out, "%s: removed from the bucket (was %q, revision %d)\n", tenant, cur.Value(), cur.Revision())
 	return c.get(ctx, tenant)
 }
 
@@ -247,8 +271,8 @@ func (c limitsCLI) history(ctx context.Context, tenant string) error {
 		case e.Operation() != jetstream.KeyValuePut:
 			value = "-"
 		default:
-			if _, err := limits.Spec(value, c.cfg.DefaultBurst, false); err != nil {
-				value += " (unreadable: ignored)"
+			if _, err := reader(c.cfg).Read(tenant, value); err != nil {
+				value += " (ignored by the workers: " + err.Error() + ")"
 			}
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", e.Revision(), e.Created().UTC().Format(time.RFC3339Nano), operation(e.Operation()), value)

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/limits"
+)
+
+// TestLimitsSetRefusesWhatTheWorkersIgnore sets a running cap in an
+// environment whose workers forward (THROTTLER_HANDLER unset): the workers
+// would ignore it and keep the old limit, so the command exits 2 and
+// writes nothing; with THROTTLER_HANDLER=http it is written.
+func TestLimitsSetRefusesWhatTheWorkersIgnore(t *testing.T) {
+	setup(t)
+	cli(t, "limits", "set", "globex", "5/m").want(t, "set 5/m", exitOK, []string{"globex: 5/m:5 (revision 1)"}, nil)
+	cli(t, "limits", "set", "globex", "running:2").want(t, "set running:2 on a forwarding fleet", exitConfig, nil,
+		[]string{"running:2: the workers would ignore it", "THROTTLER_HANDLER=http", "nothing written"})
+	cli(t, "limits", "history", "globex").want(t, "history after the refusal", exitOK, []string{"1  "}, nil)
+	if r := cli(t, "limits", "history", "globex"); contains(r.stdout, "running:2") {
+		t.Fatalf("the refused value was written:\n%s", r.stdout)
+	}
+	t.Setenv("THROTTLER_HANDLER", "http")
+	t.Setenv("THROTTLER_HTTP_URL", "http://127.0.0.1:1/jobs")
+	cli(t, "limits", "set", "globex", "running:2").want(t, "set running:2 on an http fleet", exitOK, []string{"globex: running:2 (revision 2)"}, nil)
+}
+
+// TestLimitsMarkAStoredValueTheWorkersIgnore stores a running cap behind
+// the command's back (as `nats kv put` would) on a fleet that forwards:
+// get, list and history mark it ignored and say why, and get shows the
+// latest good value, the one the workers apply.
+func TestLimitsMarkAStoredValueTheWorkersIgnore(t *testing.T) {
+	s := setup(t)
+	cli(t, "limits", "set", "globex", "5/m").want(t, "set 5/m", exitOK, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(s.nats.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := limits.OpenBucket(ctx, js, "throttler_limits", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "globex", "running:2"); err != nil {
+		t.Fatal(err)
+	}
+	cli(t, "limits", "get", "globex").want(t, "get", exitOK,
+		[]string{"globex: 5/m:5 from bucket (revision 1", `globex's value "running:2" (revision 2) is ignored by the workers: running:N needs THROTTLER_HANDLER=http`}, nil)
+	cli(t, "limits", "list").want(t, "list", exitOK,
+		[]string{"running:2", "bucket (revision 2), IGNORED by the workers: running:N needs", "they apply 5/m:5 from bucket (revision 1"}, nil)
+	cli(t, "limits", "history", "globex").want(t, "history", exitOK, []string{"running:2 (ignored by the workers: running:N needs"}, nil)
+}
+
+// TestLimitsRmOfAnAbsentKey removes a key twice: the second time says there
+// is nothing to remove, exits 0 and writes no revision.
+func TestLimitsRmOfAnAbsentKey(t *testing.T) {
+	setup(t)
+	cli(t, "limits", "rm", "acme").want(t, "rm before any bucket", exitOK, []string{"acme: no limits of its own in the bucket; nothing removed"}, nil)
+	cli(t, "limits", "set", "acme", "7/s").want(t, "set", exitOK, nil, nil)
+	cli(t, "limits", "rm", "acme").want(t, "first rm", exitOK, []string{`acme: removed from the bucket (was "7/s", revision 1)`, "acme: 100/s:100 from THROTTLER_DEFAULT_LIMIT"}, nil)
+	cli(t, "limits", "rm", "acme").want(t, "second rm", exitOK, []string{"acme: no limits of its own in the bucket; nothing removed", "acme: 100/s:100 from THROTTLER_DEFAULT_LIMIT"}, nil)
+	r := cli(t, "limits", "history", "acme")
+	if contains(r.stdout, "3  ") || !contains(r.stdout, "2  ") {
+		t.Fatalf("history after two rm: want revisions 1 and 2 only\n%s", r.stdout)
+	}
+}
