@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-		"slices"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
