@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,4 +124,76 @@ func envKeys() map[string]string {
 		}
 	}
 	return keys
+}
+
+// Prefix starts the name of every variable of the worker's own; NATS_URL,
+// REDIS_URL and the like are named after the server they configure.
+const Prefix = "THROTTLER_"
+
+// Known returns the name of every variable Config reads, from its env
+// tags, in the order of its fields.
+func Known() []string {
+	var names []string
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		if name := envName(t.Field(i)); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// Unknown returns a problem for each variable of vars named with Prefix
+// that Config does not read (a typo, or a variable of another version),
+// naming the closest variable it does read, sorted by name. The worker
+// ignores such a variable; check-config refuses it.
+func Unknown(vars map[string]string) Problems {
+	known := Known()
+	isKnown := map[string]bool{}
+	for _, k := range known {
+		isKnown[k] = true
+	}
+	var ps Problems
+	for name := range vars {
+		if !strings.HasPrefix(name, Prefix) || isKnown[name] {
+			continue
+		}
+		ps = append(ps, Problem{Var: name, Text: fmt.Sprintf("no such variable (did you mean %s?); it is ignored", closest(name, known))})
+	}
+	slices.SortFunc(ps, func(a, b Problem) int { return strings.Compare(a.Var, b.Var) })
+	return ps
+}
+
+// closest returns the name of names nearest to name in edit distance, the
+// first of those at the same distance.
+func closest(name string, names []string) string {
+	best, bestD := "", -1
+	for _, n := range names {
+		if d := editDistance(name, n); bestD < 0 || d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes
+// (variable names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

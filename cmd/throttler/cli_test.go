@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -57,3 +62,75 @@ func (r result) want(t *testing.T, what string, code int, outs []string, errs []
 
 // contains is strings.Contains, short.
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// childArgs names the variable that makes the test binary run the command
+// itself, with the variable's value as its arguments: a test of the worker
+// starts it as a process of its own and stops it with a signal.
+const childArgs = "GO_TEST_THROTTLER_ARGS"
+
+// TestMain runs the command when started as a child by startChild.
+func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv(childArgs); ok {
+		os.Exit(run(strings.Fields(args), os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// child is a run of the command in a process of its own.
+type child struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+}
+
+// startChild starts `throttler ARGS` as a process with the test's
+// environment; the test's end kills it if it still runs.
+func startChild(t *testing.T, args ...string) *child {
+	t.Helper()
+	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$"), stderr: &syncBuffer{}, done: make(chan struct{})}
+	c.cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(args, " "))
+	c.cmd.Stdout, c.cmd.Stderr = c.stderr, c.stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.cmd.Wait(); close(c.done) }()
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	})
+	return c
+}
+
+// stop sends SIGTERM and returns the exit status.
+func (c *child) stop(t *testing.T) int {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker did not stop within 30s of SIGTERM; it wrote:\n%s", c.stderr)
+	}
+	return c.cmd.ProcessState.ExitCode()
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

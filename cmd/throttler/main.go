@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/demo"
 )
@@ -83,21 +85,54 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// loadConfig reads the environment, reporting every problem on stderr.
+// loadConfig reads the environment, reporting every problem on stderr,
+// and warns there of each THROTTLER_ variable the worker does not read.
 func loadConfig(stderr io.Writer) (*app.Settings, bool) {
-	cfg, err := app.LoadSettings()
-	if err != nil {
-		fmt.Fprintf(stderr, "throttler: invalid configuration:\n%v\n", err)
-		return nil, false
+	cfg, ok := loadSettings(stderr)
+	if ok {
+		for _, p := range config.Unknown(environ()) {
+			fmt.Fprintf(stderr, "throttler: warning: %v\n", p)
+		}
 	}
-	return cfg, true
+	return cfg, ok
+}
+
+// loadSettings reads the environment, reporting every problem on stderr,
+// unknown THROTTLER_ variables among them (a typo often explains another
+// problem).
+func loadSettings(stderr io.Writer) (*app.Settings, bool) {
+	cfg, err := app.LoadSettings()
+	if err == nil {
+		return cfg, true
+	}
+	if unknown := config.Unknown(environ()); len(unknown) > 0 {
+		err = errors.Join(err, unknown.Err())
+	}
+	fmt.Fprintf(stderr, "throttler: invalid configuration:\n%v\n", err)
+	return nil, false
+}
+
+// environ returns the process environment as a map.
+func environ() map[string]string {
+	vars := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	return vars
 }
 
 // checkConfig validates the environment and prints the effective
-// configuration with secrets masked.
+// configuration with secrets masked. A THROTTLER_ variable the worker does
+// not read is a problem here (exit 2): the worker would run without it.
 func checkConfig(stdout, stderr io.Writer) int {
-	cfg, ok := loadConfig(stderr)
-	if !ok {
+	cfg, err := app.LoadSettings()
+	if unknown := config.Unknown(environ()); len(unknown) > 0 {
+		err = errors.Join(err, unknown.Err())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "throttler: invalid configuration:\n%v\n", err)
 		return exitConfig
 	}
 	if err := cfg.Print(stdout); err != nil {
@@ -109,11 +144,15 @@ func checkConfig(stdout, stderr io.Writer) int {
 
 // serve runs the worker until SIGTERM or SIGINT, then shuts down gracefully.
 func serve(stderr io.Writer) int {
-	cfg, ok := loadConfig(stderr)
+	cfg, ok := loadSettings(stderr)
 	if !ok {
 		return exitConfig
 	}
 	log := newLogger(cfg, stderr)
+	// The worker runs without them: said once, in the log's format.
+	for _, p := range config.Unknown(environ()) {
+		log.Warn("ignoring an unknown variable", "var", p.Var, "problem", p.Text)
+	}
 	// go-redis logs a few things of its own (failed dials while Redis is
 	// down); route them into the worker's log so that every line has the
 	// configured format. SetLogger is process-wide, and this is the process.

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+// TestCheckConfigRefusesAnUnknownVariable checks that a misspelt variable
+// fails check-config with exit 2, naming the variable meant.
+func TestCheckConfigRefusesAnUnknownVariable(t *testing.T) {
+	t.Setenv("THROTTLER_DEFAULT_LIMITS", "5/s")
+	cli(t, "check-config").want(t, "check-config", exitConfig, nil,
+		[]string{"THROTTLER_DEFAULT_LIMITS: no such variable (did you mean THROTTLER_DEFAULT_LIMIT?)"})
+}
+
+// TestWorkerWarnsOfAnUnknownVariable starts the worker with a misspelt
+// variable: it runs (the variable is ignored) and its log says which
+// variable was meant.
+func TestWorkerWarnsOfAnUnknownVariable(t *testing.T) {
+	setup(t)
+	t.Setenv("THROTTLER_DEFAULT_LIMITS", "5/s")
+	c := startChild(t)
+	testenv.Eventually(t, 30*time.Second, "the worker's warning", func() bool {
+		return strings.Contains(c.stderr.String(), "did you mean THROTTLER_DEFAULT_LIMIT?")
+	})
+	if out := c.stderr.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "var=THROTTLER_DEFAULT_LIMITS") {
+		t.Fatalf("the warning is not a WARN line of the log naming the variable:\n%s", out)
+	}
+	if code := c.stop(t); code != exitOK {
+		t.Fatalf("worker exit %d after SIGTERM, want 0:\n%s", code, c.stderr)
+	}
+}
