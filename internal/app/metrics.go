@@ -35,6 +35,7 @@ type metrics struct {
 func newMetrics() (*metrics, error) {
 	m := &metrics{reg: prometheus.NewRegistry(), histograms: newHistograms()}
 	cs := append([]prometheus.Collector{
+		buildInfo(ReadBuild()),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}, m.histograms.collectors()...)
@@ -74,3 +75,14 @@ type promLogger struct{ log *slog.Logger }
 
 // Println implements promhttp.Logger.
 func (l promLogger) Println(v ...any) { l.log.Warn("serving /metrics", "err", fmt.Sprint(v...)) }
+
+// buildInfo is the gauge throttler_build_info, 1 with the build's version,
+// commit and Go version as labels: a dashboard tells which fleet runs what.
+func buildInfo(b Build) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "throttler_build_info",
+		Help: "1, labelled with the worker's version, VCS commit and Go version.",
+	}, []string{"version", "commit", "goversion"})
+	g.WithLabelValues(b.Version, b.Commit, b.GoVersion).Set(1)
+	return g
+}
