@@ -197,3 +197,15 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// Default returns the default of variable name, from Config's envDefault
+// tags: "" for a variable without one or that Config does not read.
+func Default(name string) string {
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		if envName(t.Field(i)) == name {
+			return t.Field(i).Tag.Get("envDefault")
+		}
+	}
+	return ""
+}

@@ -120,3 +120,9 @@ func maskUserinfo(s string, userOnlyIsSecret bool) string {
 	}
 	return s
 }
+
+// MaskedNATSURL is NATS_URL as Print shows it: passwords and tokens masked.
+func (c *Config) MaskedNATSURL() string { return maskNATSURLs(c.NATSURL) }
+
+// MaskedRedisURL is REDIS_URL as Print shows it: its password masked.
+func (c *Config) MaskedRedisURL() string { return maskRedisURL(c.RedisURL) }

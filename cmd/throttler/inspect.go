@@ -54,7 +54,20 @@ type inspection struct {
 	// Failures maps each job whose handler failed, and that has not run
 	// since, to its failures.
 	Failures map[string]int64 `json:"handler_failures,omitempty"`
+	// Seen lists the traces the tenant left (seenRule); none means it was
+	// never seen, or not for long.
+	Seen []string `json:"seen"`
+	// StoredJobs counts the tenant's jobs the jobs stream holds, -1 when
+	// they cannot be told apart (tenant from a header, or a subject the
+	// tenant's token cannot be found in).
+	StoredJobs int `json:"stored_jobs"`
 }
+
+// seenRule is how inspect tells a tenant it has never seen, for the
+// output and the docs: no trace anywhere of the places a tenant's jobs
+// leave one.
+const seenRule = "no bucket state, reserved slot, handler failure or lease in Redis (bucket states expire once full again), " +
+	"no job in the jobs stream, none moved off the consumer, no limits of its own"
 
 // bucketView is one bucket as inspect shows it.
 type bucketView struct {
@@ -86,7 +99,7 @@ type count struct {
 }
 
 // inspectCmd runs `throttler inspect ARGS` and returns the exit status.
-func inspectCmd(args []string, stdout, stderr io.Writer) int {
+func inspectCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	fail := func(status int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "throttler inspect: "+format+"\n", a...)
 		return status
@@ -111,6 +124,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitConfig
 	}
+	announce(stderr, quiet, cfg.Config, uses{nats: true, redis: true})
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
 	in, err := inspect(ctx, cfg, t)
@@ -201,7 +215,50 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 		HoldingSlots: count{N: snap.Reserved, Exact: true},
 		Naked:        count{N: max(0, snap.Reserved-moved)},
 	}
+	in.StoredJobs = -1
+	if cfg.TenantFromToken > 0 {
+		if filters, ok := ops.TenantSubjects(cfg.Subjects, cfg.TenantFromToken, t); ok {
+			in.StoredJobs, err = ops.StoredJobs(ctx, js, cfg.Stream, filters)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				in.StoredJobs, err = 0, nil
+			}
+			if err != nil {
+				return inspection{}, err
+			}
+		}
+	}
+	in.Seen = traces(in, snap, cfg)
 	return in, nil
+}
+
+// traces lists what the servers hold of tenant in's jobs and limits.
+func traces(in inspection, snap throttle.Snapshot, cfg *app.Settings) []string {
+	seen := []string{}
+	for _, b := range snap.Buckets {
+		if b.Stored {
+			seen = append(seen, "bucket state in Redis")
+			break
+		}
+	}
+	if snap.Reserved > 0 {
+		seen = append(seen, "reserved slots")
+	}
+	if len(snap.Failures) > 0 {
+		seen = append(seen, "handler failures")
+	}
+	if c := snap.Cap; c != nil && c.Running+c.Called+c.Waiting > 0 {
+		seen = append(seen, "leases or jobs waiting for one")
+	}
+	if in.StoredJobs > 0 {
+		seen = append(seen, fmt.Sprintf("%d jobs in stream %s", in.StoredJobs, cfg.Stream))
+	}
+	if in.Jobs.Moved.N > 0 {
+		seen = append(seen, "jobs moved off the consumer")
+	}
+	if _, ok := cfg.Rules.Tenants[in.Tenant]; ok || in.Source.Where == "bucket" || (in.Source.Ignored != nil && in.Source.Ignored.Key == in.Tenant) {
+		seen = append(seen, "limits of its own")
+	}
+	return seen
 }
 
 // capFull reports whether a new job would wait for a lease of a cap of n
@@ -217,6 +274,14 @@ func printInspection(w io.Writer, in inspection) {
 		mode = "in shadow mode: every job runs; the buckets below count what enforcing would do"
 	}
 	fmt.Fprintf(w, "tenant %s at %s\n", in.Tenant, in.At.Format(time.RFC3339Nano))
+	if len(in.Seen) == 0 {
+		fmt.Fprintf(w, "never seen: %s. Check the spelling (tenants are case-sensitive): a tenant that sent no job looks like this, "+
+			"and so does one idle long enough for its buckets to refill", seenRule)
+		if in.StoredJobs < 0 {
+			fmt.Fprint(w, " (its jobs in the stream cannot be counted: the tenant is not a token of THROTTLER_SUBJECTS)")
+		}
+		fmt.Fprintln(w, ".")
+	}
 	fmt.Fprintf(w, "limits %s from %s, %s\n", in.Limits, describe(in.Source), mode)
 	if in.Source.Ignored != nil {
 		fmt.Fprintf(w, "  not applied: %s\n", in.Source.Ignored)

@@ -29,7 +29,7 @@ const limitsUsage = `usage: throttler limits set TENANT SPEC   set a tenant's li
 const cliTimeout = 10 * time.Second
 
 // limitsCmd runs `throttler limits ARGS` and returns the exit status.
-func limitsCmd(args []string, stdout, stderr io.Writer) int {
+func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	fail := func(status int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "throttler limits: "+format+"\n", a...)
 		return status
@@ -49,6 +49,7 @@ func limitsCmd(args []string, stdout, stderr io.Writer) int {
 	if cfg.LimitsBucket == config.LimitsOff {
 		return fail(exitConfig, "THROTTLER_LIMITS_BUCKET is off: the workers read no limits from NATS")
 	}
+	announce(stderr, quiet, cfg.Config, uses{nats: true})
 	if args[0] != "list" {
 		if err := limits.CheckKey(args[1]); err != nil {
 			return fail(exitConfig, "%v", err)

@@ -11,6 +11,9 @@
 //	throttler inspect TENANT why a tenant's jobs wait, from what NATS and Redis hold (see inspect.go)
 //	throttler purge TENANT   remove a tenant's waiting jobs (see purge.go)
 //	throttler dlq ...        list, show, replay and purge dead letters (see dlq.go)
+//	throttler pub, sub       publish jobs, watch what comes out (see pubsub.go)
+//	throttler version        the version, commit and Go version of the binary
+//	throttler help           the commands, the ten variables most set, where the rest are documented
 package main
 
 import (
@@ -34,10 +37,6 @@ import (
 	"github.com/throttler/throttler/internal/demo"
 )
 
-// usage is what `throttler help` prints.
-const usage = `usage: throttler [run | check-config | demo | limits | inspect | purge | dlq]
-` + limitsUsage + "\n" + inspectUsage + "\n" + purgeUsage + "\n" + dlqUsage
-
 // Exit statuses.
 const (
 	exitOK     = 0
@@ -51,6 +50,7 @@ func main() {
 
 // run dispatches the subcommand and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	args, quiet := stripQuiet(args)
 	sub := ""
 	if len(args) > 0 {
 		sub = args[0]
@@ -61,9 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "check-config":
 		return checkConfig(stdout, stderr)
 	case "limits":
-		return limitsCmd(args[1:], stdout, stderr)
+		return limitsCmd(args[1:], quiet, stdout, stderr)
 	case "inspect":
-		return inspectCmd(args[1:], stdout, stderr)
+		return inspectCmd(args[1:], quiet, stdout, stderr)
 	case "purge":
 		return purgeCmd(args[1:], stdout, stderr)
 	case "dlq":
@@ -71,16 +71,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		if err := demo.Run(ctx, demo.Options{Args: args[1:], Out: stdout, Log: stderr}); err != nil {
+		if err := demo.Run(ctx, demo.Options{Args: args[1:], Out: stdout, Log: stderr, Quiet: quiet}); err != nil {
 			fmt.Fprintln(stderr, "throttler demo:", err)
 			return exitFailed
 		}
 		return exitOK
+	case "version", "--version":
+		printVersion(stdout)
+		return exitOK
 	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, usage)
+		printHelp(stdout)
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "throttler: unknown command %q\n%s\n", sub, usage)
+		fmt.Fprintf(stderr, "throttler: unknown command %q; throttler help lists them\n", sub)
 		return exitConfig
 	}
 }

@@ -42,15 +42,21 @@ type Options struct {
 	Args []string
 	// Out receives the live table and the verdict. Defaults to io.Discard.
 	Out io.Writer
-	// Log receives usage messages and the workers' warnings. Defaults to
-	// io.Discard.
+	// Log receives usage messages, the workers' warnings and which
+	// servers the demo uses. Defaults to io.Discard.
 	Log io.Writer
+	// Quiet leaves out the lines saying which servers the demo uses.
+	Quiet bool
 }
 
 // settings are the demo's command-line flags.
 type settings struct {
 	duration time.Duration
 	workers  int
+	// shareRedis runs the demo on a Redis that holds keys it did not
+	// write.
+	shareRedis bool
+	quiet      bool
 }
 
 // Run runs the demo: it starts an embedded NATS server, connects to Redis
@@ -69,6 +75,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	fl.quiet = o.Quiet
 	ns, err := startNATS()
 	if err != nil {
 		return err
@@ -92,6 +99,7 @@ func parseFlags(args []string, usage io.Writer) (settings, error) {
 	var fl settings
 	fs.DurationVar(&fl.duration, "duration", 20*time.Second, "how long the workload publishes")
 	fs.IntVar(&fl.workers, "workers", 2, "how many workers run, each with its own NATS connection")
+	fs.BoolVar(&fl.shareRedis, "share-redis", false, "run even though REDIS_URL holds keys the demo did not write (it adds keys and its function library there)")
 	if err := fs.Parse(args); err != nil {
 		return fl, fmt.Errorf("parse flags: %w", err)
 	}
@@ -155,11 +163,29 @@ func runWith(ctx context.Context, natsURL string, fl settings, out, logw io.Writ
 	if err != nil {
 		return fmt.Errorf("demo configuration: %w", err)
 	}
+	if !fl.quiet {
+		origin := "from REDIS_URL"
+		if os.Getenv("REDIS_URL") == "" {
+			origin = "REDIS_URL is unset: the default"
+		}
+		fmt.Fprintf(logw, "throttler demo: NATS embedded at %s; Redis %s (%s)\n", natsURL, cfg.MaskedRedisURL(), origin)
+	}
 	rdb, err := connectRedis(ctx, cfg, fl.workers)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	if !fl.shareRedis {
+		k, err := foreignKey(ctx, rdb)
+		if err != nil {
+			return err
+		}
+		if k != "" {
+			return fmt.Errorf("the Redis at %s holds keys the demo did not write (%q, for one), and the demo writes keys and loads its "+
+				"function library there; run scripts/demo.sh (a Redis of its own), point REDIS_URL at an empty Redis, or pass -share-redis",
+				cfg.MaskedRedisURL(), k)
+		}
+	}
 
 	pub, err := app.ConnectNATS(cfg.Config, "throttler-demo-publisher")
 	if err != nil {

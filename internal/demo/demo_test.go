@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -88,5 +91,64 @@ func TestRunBadFlags(t *testing.T) {
 		if err := Run(t.Context(), Options{Args: args, Log: &log}); err == nil {
 			t.Errorf("Run(%q) succeeded, want an error", args)
 		}
+	}
+}
+
+// TestRunRefusesARedisInUse points the demo at a Redis holding a key of
+// someone else: it refuses before writing anything (no key, no function
+// library), naming the key and -share-redis; with -share-redis it runs, and
+// says which Redis it used.
+func TestRunRefusesARedisInUse(t *testing.T) {
+	r := testenv.StartRedis(t)
+	t.Setenv("REDIS_URL", r.URL())
+	rdb := r.Client(t)
+	ctx := t.Context()
+	if err := rdb.Set(ctx, "orders:42", "paid", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	err := Run(ctx, Options{Args: []string{"-duration", "1s"}, Log: &log})
+	if err == nil || !strings.Contains(err.Error(), `holds keys the demo did not write ("orders:42"`) || !strings.Contains(err.Error(), "-share-redis") {
+		t.Fatalf("Run on a Redis in use: %v, want a refusal naming orders:42 and -share-redis", err)
+	}
+	if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 1 {
+		t.Fatalf("after the refusal the Redis holds %d keys (%v), want the 1 it had", n, err)
+	}
+	if libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result(); err != nil || len(libs) != 0 {
+		t.Fatalf("after the refusal the Redis holds libraries %v (%v), want none", libs, err)
+	}
+	if !strings.Contains(log.String(), "Redis "+r.URL()+" (from REDIS_URL)") {
+		t.Fatalf("the demo did not say which Redis it used:\n%s", log.String())
+	}
+	var out bytes.Buffer
+	if err := Run(ctx, Options{Args: []string{"-duration", "1s", "-share-redis"}, Out: &out, Log: &log, Quiet: true}); err != nil {
+		t.Fatalf("Run -share-redis: %v\n%s", err, log.String())
+	}
+	if strings.Count(log.String(), "throttler demo: NATS embedded") != 1 {
+		t.Fatalf("Quiet still printed the servers' line:\n%s", log.String())
+	}
+}
+
+// TestForeignKeyKnowsTheDemosKeys checks that the keys a demo run left
+// behind do not count as someone else's.
+func TestForeignKeyKnowsTheDemosKeys(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.Client(t)
+	ctx := t.Context()
+	if k, err := foreignKey(ctx, rdb); err != nil || k != "" {
+		t.Fatalf("empty Redis: %q, %v", k, err)
+	}
+	prefix := demoVars("", "", time.Now())["THROTTLER_KEY_PREFIX"]
+	if err := rdb.Set(ctx, prefix+":{flood}:l:1000000", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := foreignKey(ctx, rdb); err != nil || k != "" {
+		t.Fatalf("a demo's key: %q, %v; want none foreign", k, err)
+	}
+	if err := rdb.Set(ctx, "thr:{acme}:l:1000000", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := foreignKey(ctx, rdb); err != nil || k != "thr:{acme}:l:1000000" {
+		t.Fatalf("a worker's key: %q, %v; want it found", k, err)
 	}
 }
