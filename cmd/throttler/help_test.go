@@ -1,0 +1,36 @@
+package main
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/throttler/throttler/config"
+)
+
+// TestHelpNamesCommandsVariablesAndTheDocs checks that --help lists every
+// command, ten variables with their defaults from the configuration, and
+// where the rest are documented.
+func TestHelpNamesCommandsVariablesAndTheDocs(t *testing.T) {
+	r := cli(t, "--help")
+	for _, c := range []string{"run", "check-config", "limits", "inspect", "pub", "sub", "demo", "version"} {
+		r.want(t, "help", exitOK, []string{"\n  " + c + " "}, nil)
+	}
+	if len(mostUsed) != 10 {
+		t.Fatalf("help lists %d variables, want 10", len(mostUsed))
+	}
+	known := config.Known()
+	for _, v := range mostUsed {
+		if !strings.Contains(strings.Join(known, " "), v[0]) {
+			t.Errorf("help lists %s, which the worker does not read", v[0])
+		}
+		r.want(t, "help", exitOK, []string{"  " + v[0] + " "}, nil)
+	}
+	r.want(t, "help", exitOK, []string{"(default nats://127.0.0.1:4222)", "(default 100/s)", "README.md", "\"Configuration\""}, nil)
+}
+
+// TestVersion checks that throttler version names the Go release that
+// built it, and a commit (or says it is unknown).
+func TestVersion(t *testing.T) {
+	cli(t, "version").want(t, "version", exitOK, []string{"throttler ", ", commit ", "built with " + runtime.Version()}, nil)
+}
