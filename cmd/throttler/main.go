@@ -62,6 +62,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return checkConfig(stdout, stderr)
 	case "limits":
 		return limitsCmd(args[1:], quiet, stdout, stderr)
+	case "pub":
+		return pubCmd(args[1:], quiet, stdout, stderr)
+	case "sub":
+		return subCmd(args[1:], quiet, stdout, stderr)
 	case "inspect":
 		return inspectCmd(args[1:], quiet, stdout, stderr)
 	case "purge":

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/internal/app"
+)
+
+// pubUsage and subUsage are the usage of `throttler pub` and `throttler sub`.
+const (
+	pubUsage = "usage: throttler pub [-H Name:Value]... [-n N] SUBJECT [DATA]   ({n} in DATA is the job's number, from 1)"
+	subUsage = "usage: throttler sub [-n N] [SUBJECT...]   (default: the forward and dead-letter subjects, done.* and dlq.*)"
+)
+
+// headerFlags collects repeated -H Name:Value flags.
+type headerFlags nats.Header
+
+// String implements flag.Value.
+func (h headerFlags) String() string { return fmt.Sprint(nats.Header(h)) }
+
+// Set implements flag.Value.
+func (h headerFlags) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("want Name:Value, got %q", v)
+	}
+	nats.Header(h).Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	return nil
+}
+
+// pubCmd runs `throttler pub ARGS`: it stores jobs in the jobs stream, as
+// a producer would, each with JetStream's acknowledgement.
+func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
+	fail := func(status int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "throttler pub: "+format+"\n", a...)
+		return status
+	}
+	fs := flag.NewFlagSet("throttler pub", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, pubUsage) }
+	hdr := headerFlags{}
+	fs.Var(hdr, "H", "a header of every job, Name:Value (repeat for more)")
+	n := fs.Int("n", 1, "how many jobs to publish")
+	if err := fs.Parse(args); err != nil {
+		return exitConfig
+	}
+	if fs.NArg() < 1 || fs.NArg() > 2 || *n < 1 {
+		return fail(exitConfig, "%s", pubUsage)
+	}
+	subj, data := fs.Arg(0), fs.Arg(1)
+	cfg, ok := loadConfig(stderr)
+	if !ok {
+		return exitConfig
+	}
+	announce(stderr, quiet, cfg.Config, uses{nats: true})
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout+time.Duration(*n)*time.Millisecond)
+	defer cancel()
+	nc, err := app.ConnectNATS(cfg.Config, "throttler-pub", nats.Timeout(cliTimeout))
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	var first, last *jetstream.PubAck
+	for i := 1; i <= *n; i++ {
+		msg := &nats.Msg{Subject: subj, Data: []byte(strings.ReplaceAll(data, "{n}", strconv.Itoa(i))), Header: nats.Header{}}
+		for k, vs := range hdr {
+			msg.Header[k] = slices.Clone(vs)
+		}
+		ack, err := js.PublishMsg(ctx, msg)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return fail(exitFailed, "no stream stores %s: start the worker first (it creates the stream %s for %s), or publish to a subject it binds",
+				subj, cfg.Stream, strings.Join(cfg.Subjects, ","))
+		}
+		if err != nil {
+			return fail(exitFailed, "publishing job %d of %d to %s: %v", i, *n, subj, err)
+		}
+		if first == nil {
+			first = ack
+		}
+		last = ack
+	}
+	fmt.Fprintf(stdout, "published %d to %s (stream %s, sequence %d to %d)\n", *n, subj, first.Stream, first.Sequence, last.Sequence)
+	return exitOK
+}
+
+// subCmd runs `throttler sub ARGS`: it prints each message arriving on the
+// subjects, live (core NATS: what arrived before it started is not shown),
+// until SIGINT or SIGTERM, or -n messages.
+func subCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
+	fail := func(status int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "throttler sub: "+format+"\n", a...)
+		return status
+	}
+	fs := flag.NewFlagSet("throttler sub", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, subUsage) }
+	n := fs.Int("n", 0, "exit after this many messages; 0: run until interrupted")
+	if err := fs.Parse(args); err != nil {
+		return exitConfig
+	}
+	cfg, ok := loadConfig(stderr)
+	if !ok {
+		return exitConfig
+	}
+	subjects := fs.Args()
+	if len(subjects) == 0 {
+		subjects = []string{cfg.Forward.Pattern(), cfg.DLQ.Pattern()}
+	}
+	announce(stderr, quiet, cfg.Config, uses{nats: true})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	nc, err := app.ConnectNATS(cfg.Config, "throttler-sub", nats.Timeout(cliTimeout))
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	defer nc.Close()
+	msgs := make(chan *nats.Msg, 1024)
+	for _, s := range subjects {
+		if _, err := nc.ChanSubscribe(s, msgs); err != nil {
+			return fail(exitConfig, "subscribing to %s: %v", s, err)
+		}
+	}
+	if err := nc.FlushTimeout(cliTimeout); err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	if !quiet {
+		fmt.Fprintf(stderr, "throttler sub: listening on %s; Ctrl-C ends\n", strings.Join(subjects, ", "))
+	}
+	for seen := 0; *n == 0 || seen < *n; seen++ {
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case m := <-msgs:
+			printMsg(stdout, m)
+		}
+	}
+	return exitOK
+}
+
+// maxShown bounds the bytes of a message's data sub prints.
+const maxShown = 200
+
+// printMsg writes one line for m: the time, the subject, the headers
+// sorted by name, and the data, quoted and cut to maxShown bytes.
+func printMsg(w io.Writer, m *nats.Msg) {
+	names := make([]string, 0, len(m.Header))
+	for k := range m.Header {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", time.Now().Format("15:04:05.000"), m.Subject)
+	for _, k := range names {
+		fmt.Fprintf(&b, " %s=%q", k, strings.Join(m.Header[k], ","))
+	}
+	data := m.Data
+	cut := ""
+	if len(data) > maxShown {
+		data, cut = data[:maxShown], fmt.Sprintf("… (%d bytes)", len(m.Data))
+	}
+	fmt.Fprintf(&b, " data=%q%s\n", data, cut)
+	_, _ = io.WriteString(w, b.String())
+}

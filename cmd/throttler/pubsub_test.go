@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+// TestPubStoresJobs publishes jobs with a header and numbered data: none
+// before a stream binds the subject (exit 1, saying to start the worker),
+// then each stored with its header and number.
+func TestPubStoresJobs(t *testing.T) {
+	s := setup(t)
+	cli(t, "pub", "jobs.acme.x", "hi").want(t, "pub with no stream", exitFailed, nil, []string{"no stream stores jobs.acme.x: start the worker first"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(s.nats.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli(t, "pub", "-H", "Job-Cost: 2", "-n", "3", "jobs.acme.x", "job {n}").want(t, "pub -n 3", exitOK,
+		[]string{"published 3 to jobs.acme.x (stream JOBS, sequence 1 to 3)"}, nil)
+	m, err := stream.GetMsg(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Data) != "job 2" || m.Header.Get("Job-Cost") != "2" {
+		t.Fatalf("second job: data %q, headers %v; want \"job 2\" and Job-Cost 2", m.Data, m.Header)
+	}
+	cli(t, "pub", "-H", "nocolon", "jobs.acme.x").want(t, "pub with a bad header", exitConfig, nil, []string{"want Name:Value"})
+}
+
+// TestSubPrintsWhatComesOut listens on the default subjects, the forward
+// and dead-letter ones, and prints each message with its headers.
+func TestSubPrintsWhatComesOut(t *testing.T) {
+	s := setup(t)
+	var out, errw syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"sub", "-n", "2"}, &out, &errw) }()
+	testenv.Eventually(t, 10*time.Second, "sub listening", func() bool {
+		return strings.Contains(errw.String(), "listening on done.*, dlq.*")
+	})
+	nc := s.nats.Connect(t)
+	if err := nc.Publish("done.acme", []byte("job 1")); err != nil {
+		t.Fatal(err)
+	}
+	dead := &nats.Msg{Subject: "dlq.acme", Data: []byte("job 2"), Header: nats.Header{"Throttler-Reason": []string{"cost exceeds burst"}}}
+	if err := nc.PublishMsg(dead); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("sub exit %d:\n%s", code, errw.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("sub -n 2 did not end after two messages; printed:\n%s", out.String())
+	}
+	for _, want := range []string{` done.acme data="job 1"`, ` dlq.acme Throttler-Reason="cost exceeds burst" data="job 2"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("sub printed:\n%s\nwant a line with %q", out.String(), want)
+		}
+	}
+}
