@@ -13,23 +13,6 @@ source scripts/deps.sh
 
 ensure_redis
 
-# free_port prints a TCP port on 127.0.0.1 that nothing listens on, below
-# Linux's ephemeral range (32768 and up), where outgoing connections take
-# their local ports.
-free_port() {
-	local port
-	for _ in $(seq 1 100); do
-		port=$((20000 + RANDOM % 12000))
-		# A connection that fails means nothing listens there.
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			echo "$port"
-			return 0
-		fi
-	done
-	echo "error: no free port found" >&2
-	return 1
-}
-
 tmp="$(mktemp -d)"
 redis_pid=""
 cleanup() {
