@@ -104,3 +104,20 @@ func TestServersScript(t *testing.T) {
 		t.Errorf("the NATS store %s is still there after Ctrl-C (%v)", store[1], err)
 	}
 }
+
+// TestDemoScriptSaysItBuildsFirst checks that scripts/demo.sh's first line
+// says it builds first, before the silent compile, and that the demo
+// then runs to its verdict.
+func TestDemoScriptSaysItBuildsFirst(t *testing.T) {
+	_, stdout, stderr, done := startScript(t, "demo.sh", "-duration", "1s")
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("demo.sh -duration 1s did not end; it printed:\n%s", stdout.String())
+	}
+	out := stdout.String()
+	first, _, _ := strings.Cut(out, "\n")
+	if !strings.Contains(first, "building the worker first") || !strings.Contains(out, "Verdict") {
+		t.Fatalf("demo.sh printed first %q, want the line saying it builds first, and a verdict at the end\nstdout:\n%s\nstderr:\n%s", first, out, stderr.String())
+	}
+}

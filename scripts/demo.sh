@@ -11,6 +11,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/deps.sh
 source scripts/deps.sh
 
+# go run compiles first, silently: the first time on a machine it takes a
+# minute or so, later runs a few seconds. Say so before anything else.
+echo "throttler demo: building the worker first (go run; the first build takes a while), then running it"
 ensure_redis
 
 tmp="$(mktemp -d)"
