@@ -217,6 +217,7 @@ func (s *session) run(ctx context.Context, rdb redis.UniversalClient) error {
 	}
 	fmt.Fprintf(s.out, "throttler demo: %d workers, embedded NATS at %s, Redis key prefix %s, publishing for %s\n\n",
 		s.fl.workers, s.cfg.NATSURL, s.cfg.KeyPrefix, s.fl.duration)
+	fmt.Fprint(s.out, legend+"\n")
 
 	start := time.Now()
 	pubCtx, stopPublishing := context.WithCancel(ctx)

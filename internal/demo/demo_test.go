@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,5 +151,26 @@ func TestForeignKeyKnowsTheDemosKeys(t *testing.T) {
 	}
 	if k, err := foreignKey(ctx, rdb); err != nil || k != "thr:{acme}:l:1000000" {
 		t.Fatalf("a worker's key: %q, %v; want it found", k, err)
+	}
+}
+
+// TestLegendExplainsEveryColumn checks that each column of the table has a
+// line in the legend, and that the legend says why redeliveries stay low
+// while deferred climbs.
+func TestLegendExplainsEveryColumn(t *testing.T) {
+	var b bytes.Buffer
+	printTable(&b, "t", nil, 0)
+	header := strings.Split(b.String(), "\n")[1]
+	for _, col := range regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(header), -1) {
+		name := strings.Fields(col)[0]
+		if name == "p50" || name == "p99" {
+			name = "p50/p99 wait"
+		}
+		if !strings.Contains(legend, "\n  "+name+" ") {
+			t.Errorf("column %q has no line in the legend", col)
+		}
+	}
+	if !strings.Contains(legend, "comes back as a\n                 new message") {
+		t.Error("the legend does not say why a moved job is no redelivery")
 	}
 }

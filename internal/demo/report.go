@@ -45,6 +45,24 @@ func rows(tenants []tenant, rec *recorder, f *fleet, now time.Time) []row {
 	return out
 }
 
+// legend explains each column of the table, printed once before the
+// first table (and in the README).
+const legend = `Columns:
+  tenant         flood publishes far over its limit, steady under it, bursty in bursts past its burst
+  limit          the tenant's limit, RATE/UNIT:BURST
+  published      jobs the workload stored in the jobs stream
+  admitted       jobs the worker ran (the demo's handler counts them)
+  rate/s         jobs admitted per second, over the last 5 s
+  deferred       times the worker put a job off because its tenant was over its limit
+  redeliveries   extra deliveries of the same message before it ran, summed over the
+                 jobs admitted: a job put off with a NAK comes back as a redelivery, but
+                 one moved off the consumer to wait for its slot (a wait of 5 s or more,
+                 or its tenant already holding its share of NAK'd jobs) comes back as a
+                 new message. So under a flood, deferred climbs while redeliveries stays
+                 low: most waits are moves. Neither counts failures; nothing is lost.
+  p50/p99 wait   publish to handler start of the jobs admitted, 50th and 99th percentile
+`
+
 // printTable writes the table of rs under title, columns aligned.
 func printTable(w io.Writer, title string, rs []row, elapsed time.Duration) {
 	fmt.Fprintln(w, title)
