@@ -20,7 +20,7 @@ func TestCheckConfigRefusesAnUnknownVariable(t *testing.T) {
 // variable: it runs (the variable is ignored) and its log says which
 // variable was meant.
 func TestWorkerWarnsOfAnUnknownVariable(t *testing.T) {
-	setup(t)
+	s := setup(t)
 	t.Setenv("THROTTLER_DEFAULT_LIMITS", "5/s")
 	c := startChild(t)
 	testenv.Eventually(t, 30*time.Second, "the worker's warning", func() bool {
@@ -28,6 +28,10 @@ func TestWorkerWarnsOfAnUnknownVariable(t *testing.T) {
 	})
 	if out := c.stderr.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "var=THROTTLER_DEFAULT_LIMITS") {
 		t.Fatalf("the warning is not a WARN line of the log naming the variable:\n%s", out)
+	}
+	// The worker says which servers it uses, as the commands do.
+	if out := c.stderr.String(); !strings.Contains(out, `msg="using servers" nats=`+s.nats.URL()+` nats_from="from NATS_URL" redis=`+s.redis.URL()) {
+		t.Fatalf("the worker's log does not name its servers:\n%s", out)
 	}
 	if code := c.stop(t); code != exitOK {
 		t.Fatalf("worker exit %d after SIGTERM, want 0:\n%s", code, c.stderr)

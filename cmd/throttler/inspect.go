@@ -54,6 +54,9 @@ type inspection struct {
 	// Failures maps each job whose handler failed, and that has not run
 	// since, to its failures.
 	Failures map[string]int64 `json:"handler_failures,omitempty"`
+	// Note warns that the limits come from an environment that sets none
+	// (envNote).
+	Note string `json:"note,omitempty"`
 	// Seen lists the traces the tenant left (seenRule); none means it was
 	// never seen, or not for long.
 	Seen []string `json:"seen"`
@@ -228,6 +231,7 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 		}
 	}
 	in.Seen = traces(in, snap, cfg)
+	in.Note = envNote(in.Source)
 	return in, nil
 }
 
@@ -283,11 +287,16 @@ func printInspection(w io.Writer, in inspection) {
 		fmt.Fprintln(w, ".")
 	}
 	fmt.Fprintf(w, "limits %s from %s, %s\n", in.Limits, describe(in.Source), mode)
+	if in.Note != "" {
+		fmt.Fprintf(w, "  %s\n", in.Note)
+	}
 	if in.Source.Ignored != nil {
 		fmt.Fprintf(w, "  not applied: %s\n", in.Source.Ignored)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tTOKENS\tFULL AGAIN\tRESERVED UNTIL\tA NEW JOB WAITS")
+	if len(in.Buckets) > 0 {
+		fmt.Fprintln(tw, "LIMIT\tTOKENS\tFULL AGAIN\tRESERVED UNTIL\tA NEW JOB WAITS")
+	}
 	for _, b := range in.Buckets {
 		until := "-"
 		if b.ReservedUntil != nil {

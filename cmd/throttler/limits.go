@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -147,10 +148,27 @@ func (c limitsCLI) get(ctx context.Context, tenant string) error {
 		return err
 	}
 	fmt.Fprintf(c.out, "%s: %s from %s\n", tenant, e.Policy, describe(e.Source))
+	if note := envNote(e.Source); note != "" {
+		fmt.Fprintf(c.out, "  %s\n", note)
+	}
 	if e.Source.Ignored != nil {
 		fmt.Fprintf(c.out, "  not applied: %s\n", e.Source.Ignored)
 	}
 	return nil
+}
+
+// envNote warns, for a limit read from this shell's environment, when the
+// shell sets no limits at all: the workers' environment may well set
+// some, and the command cannot see theirs.
+func envNote(src limits.Source) string {
+	if src.Where != "THROTTLER_DEFAULT_LIMIT" && src.Where != "THROTTLER_TENANT_LIMITS" {
+		return ""
+	}
+	if os.Getenv("THROTTLER_DEFAULT_LIMIT") != "" || os.Getenv("THROTTLER_TENANT_LIMITS") != "" {
+		return ""
+	}
+	return "read from this shell's environment, which sets neither THROTTLER_DEFAULT_LIMIT nor THROTTLER_TENANT_LIMITS; " +
+		"if the workers set them, run the command with the workers' settings (or keep limits in the bucket: limits set)"
 }
 
 // reader reads bucket values as the workers of cfg's environment do.

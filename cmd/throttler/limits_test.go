@@ -68,3 +68,18 @@ func TestLimitsRmOfAnAbsentKey(t *testing.T) {
 		t.Fatalf("history after two rm: want revisions 1 and 2 only\n%s", r.stdout)
 	}
 }
+
+// TestLimitsFromAnEnvironmentWithoutLimits checks that a limit read from a
+// shell that sets no limit variables says so (the workers' may set some),
+// and that one that sets them does not.
+func TestLimitsFromAnEnvironmentWithoutLimits(t *testing.T) {
+	setup(t)
+	cli(t, "limits", "get", "acme").want(t, "get in a bare shell", exitOK,
+		[]string{"acme: 100/s:100 from THROTTLER_DEFAULT_LIMIT", "sets neither THROTTLER_DEFAULT_LIMIT nor THROTTLER_TENANT_LIMITS"}, nil)
+	t.Setenv("THROTTLER_TENANT_LIMITS", "acme=2/s")
+	r := cli(t, "limits", "get", "acme")
+	r.want(t, "get with the workers' limits", exitOK, []string{"acme: 2/s:2 from THROTTLER_TENANT_LIMITS"}, nil)
+	if contains(r.stdout, "sets neither") {
+		t.Fatalf("a shell with limits is told it has none:\n%s", r.stdout)
+	}
+}

@@ -156,6 +156,8 @@ func serve(stderr io.Writer) int {
 		return exitConfig
 	}
 	log := newLogger(cfg, stderr)
+	log.Info("using servers", "nats", cfg.MaskedNATSURL(), "nats_from", origin("NATS_URL"),
+		"redis", cfg.MaskedRedisURL(), "redis_from", origin("REDIS_URL"))
 	// The worker runs without them: said once, in the log's format.
 	for _, p := range config.Unknown(environ()) {
 		log.Warn("ignoring an unknown variable", "var", p.Var, "problem", p.Text)
