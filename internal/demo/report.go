@@ -58,8 +58,8 @@ const legend = `Columns:
                  jobs admitted: a job put off with a NAK comes back as a redelivery, but
                  one moved off the consumer to wait for its slot (a wait of 5 s or more,
                  or its tenant already holding its share of NAK'd jobs) comes back as a
-                 new message. So under a flood, deferred climbs while redeliveries stays
-                 low: most waits are moves. Neither counts failures; nothing is lost.
+                 new message. So once a flood's waits pass 5 s, deferred climbs while
+                 redeliveries stays put. Neither counts failures; nothing is lost.
   p50/p99 wait   publish to handler start of the jobs admitted, 50th and 99th percentile
 `
 
