@@ -152,6 +152,14 @@ func TestForeignKeyKnowsTheDemosKeys(t *testing.T) {
 	if k, err := foreignKey(ctx, rdb); err != nil || k != "thr:{acme}:l:1000000" {
 		t.Fatalf("a worker's key: %q, %v; want it found", k, err)
 	}
+	other := testenv.StartRedis(t).Client(t)
+	lib := "#!lua name=billing\nredis.register_function('noop', function() return 1 end)"
+	if err := other.FunctionLoad(ctx, lib).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := foreignKey(ctx, other); err != nil || k != "library billing" {
+		t.Fatalf("a Redis with another library and no keys: %q, %v; want the library found", k, err)
+	}
 }
 
 // TestLegendExplainsEveryColumn checks that each column of the table has a

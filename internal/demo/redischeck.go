@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -17,8 +18,9 @@ var ownKey = regexp.MustCompile(`^demo[0-9a-z]+:`)
 // write, per node; past it, the Redis counts as in use.
 const maxScans = 100
 
-// foreignKey returns a key of rdb that no demo wrote, or "" when every key
-// it holds is a demo's (or it holds none). A Redis with such keys serves
+// foreignKey returns a key of rdb that no demo wrote (or a function
+// library that is not the worker's), or "" when every key it holds is a
+// demo's (or it holds none). A Redis with such keys serves
 // something else: the demo writes keys and loads its function library
 // there. It reads every master of a cluster.
 func foreignKey(ctx context.Context, rdb redis.UniversalClient) (string, error) {
@@ -39,8 +41,18 @@ func foreignKey(ctx context.Context, rdb redis.UniversalClient) (string, error) 
 	return foreignKeyOn(ctx, rdb)
 }
 
-// foreignKeyOn is foreignKey for one server.
+// foreignKeyOn is foreignKey for one server; a function library other than
+// the worker's counts too, named "library NAME".
 func foreignKeyOn(ctx context.Context, rdb redis.Cmdable) (string, error) {
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+	if err != nil {
+		return "", fmt.Errorf("reading REDIS_URL's function libraries: %w", err)
+	}
+	for _, l := range libs {
+		if !strings.HasPrefix(l.Name, "throttle_") {
+			return "library " + l.Name, nil
+		}
+	}
 	var cursor uint64
 	for range maxScans {
 		keys, next, err := rdb.Scan(ctx, cursor, "*", 1000).Result()
