@@ -50,12 +50,12 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("throttler pub", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, pubUsage) }
+	fs.Usage = func() { fmt.Fprintln(stderr, pubUsage); fs.PrintDefaults() }
 	hdr := headerFlags{}
 	fs.Var(hdr, "H", "a header of every job, Name:Value (repeat for more)")
 	n := fs.Int("n", 1, "how many jobs to publish")
 	if err := fs.Parse(args); err != nil {
-		return exitConfig
+		return parseStatus(err)
 	}
 	if fs.NArg() < 1 || fs.NArg() > 2 || *n < 1 {
 		return fail(exitConfig, "%s", pubUsage)
@@ -113,10 +113,10 @@ func subCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("throttler sub", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, subUsage) }
+	fs.Usage = func() { fmt.Fprintln(stderr, subUsage); fs.PrintDefaults() }
 	n := fs.Int("n", 0, "exit after this many messages; 0: run until interrupted")
 	if err := fs.Parse(args); err != nil {
-		return exitConfig
+		return parseStatus(err)
 	}
 	cfg, ok := loadConfig(stderr)
 	if !ok {
@@ -155,6 +155,15 @@ func subCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		}
 	}
 	return exitOK
+}
+
+// parseStatus is the exit status of flags that did not parse: 0 for -h,
+// which printed the usage, 2 for the rest.
+func parseStatus(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitConfig
 }
 
 // maxShown bounds the bytes of a message's data sub prints.

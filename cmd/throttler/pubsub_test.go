@@ -72,3 +72,9 @@ func TestSubPrintsWhatComesOut(t *testing.T) {
 		}
 	}
 }
+
+// TestPubSubHelp checks that -h prints the usage and the flags, exit 0.
+func TestPubSubHelp(t *testing.T) {
+	cli(t, "pub", "-h").want(t, "pub -h", exitOK, nil, []string{"usage: throttler pub", "-n int"})
+	cli(t, "sub", "-h").want(t, "sub -h", exitOK, nil, []string{"usage: throttler sub", "exit after this many messages"})
+}
