@@ -272,7 +272,8 @@ func (c limitsCLI) rm(ctx context.Context, tenant string) error {
 // history prints the values tenant's key held, oldest first.
 func (c limitsCLI) history(ctx context.Context, tenant string) error {
 	if c.kv == nil {
-		return fmt.Errorf("the bucket %s does not exist", c.cfg.LimitsBucket)
+		fmt.Fprintf(c.out, "%s: no values in the bucket (the bucket %s does not exist yet)\n", tenant, c.cfg.LimitsBucket)
+		return nil
 	}
 	hist, err := c.kv.History(ctx, tenant)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -60,6 +60,7 @@ func TestLimitsMarkAStoredValueTheWorkersIgnore(t *testing.T) {
 func TestLimitsRmOfAnAbsentKey(t *testing.T) {
 	setup(t)
 	cli(t, "limits", "rm", "acme").want(t, "rm before any bucket", exitOK, []string{"acme: no limits of its own in the bucket; nothing removed"}, nil)
+	cli(t, "limits", "history", "acme").want(t, "history before any bucket", exitOK, []string{"acme: no values in the bucket"}, nil)
 	cli(t, "limits", "set", "acme", "7/s").want(t, "set", exitOK, nil, nil)
 	cli(t, "limits", "rm", "acme").want(t, "first rm", exitOK, []string{`acme: removed from the bucket (was "7/s", revision 1)`, "acme: 100/s:100 from THROTTLER_DEFAULT_LIMIT"}, nil)
 	cli(t, "limits", "rm", "acme").want(t, "second rm", exitOK, []string{"acme: no limits of its own in the bucket; nothing removed", "acme: 100/s:100 from THROTTLER_DEFAULT_LIMIT"}, nil)
