@@ -54,7 +54,12 @@ func TestServersScript(t *testing.T) {
 	natsPort := testenv.FreePort(t)
 	cmd, stdout, stderr, done := startScript(t, "servers.sh", "-nats-port", strconv.Itoa(natsPort))
 	testenv.Eventually(t, 3*time.Minute, "servers.sh to print the environment", func() bool {
-		return strings.Contains(stdout.String(), "export REDIS_URL=") || cmd.ProcessState != nil
+		select {
+		case <-done:
+			t.Fatalf("servers.sh exited early\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		default:
+		}
+		return strings.Contains(stdout.String(), "export REDIS_URL=")
 	})
 	out := stdout.String()
 	vars := map[string]string{}
