@@ -25,7 +25,7 @@ FILTERS: --tenant T  --reason TEXT  --since D  --limit N`
 const showDataBytes = 512
 
 // dlqCmd runs `throttler dlq ARGS` and returns the exit status.
-func dlqCmd(args []string, stdout, stderr io.Writer) int {
+func dlqCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	fail := func(status int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "throttler dlq: "+format+"\n", a...)
 		return status
@@ -69,7 +69,7 @@ func dlqCmd(args []string, stdout, stderr io.Writer) int {
 	if err := filter.Validate(); err != nil {
 		return fail(exitConfig, "%v", err)
 	}
-	s, status := openOps("dlq", stderr)
+	s, status := openOps("dlq", stderr, quiet, uses{nats: true})
 	if status != exitOK {
 		return status
 	}

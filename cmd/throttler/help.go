@@ -25,15 +25,15 @@ var commands = [][2]string{
 }
 
 // mostUsed are the ten variables most often set, as help lists them; the
-// rest are documented in the README.
+// rest are documented in docs/configuration.md (the README lists the same ten).
 var mostUsed = [][2]string{
 	{"NATS_URL", "NATS server URL(s), comma-separated"},
 	{"REDIS_URL", "Redis URL (redis:// or rediss://, user, password, DB)"},
+	{"THROTTLER_SUBJECTS", "subjects the jobs stream binds and the worker consumes"},
+	{"THROTTLER_TENANT_FROM", "where a job's tenant is: subject:N or header:Name"},
 	{"THROTTLER_DEFAULT_LIMIT", "limits of every tenant without its own: RATE/UNIT[:BURST]+..."},
 	{"THROTTLER_TENANT_LIMITS", "per-tenant limits: acme=50/s:100,globex=5/m"},
-	{"THROTTLER_SUBJECTS", "subjects the jobs stream binds and the worker consumes"},
 	{"THROTTLER_HANDLER", "forward (publish admitted jobs on) or http"},
-	{"THROTTLER_FORWARD_SUBJECT", "where forward publishes admitted jobs"},
 	{"THROTTLER_HTTP_URL", "with http: where jobs are sent"},
 	{"THROTTLER_CONCURRENCY", "handlers running at once per worker"},
 	{"THROTTLER_METRICS_ADDR", "host:port of /healthz, /readyz and /metrics; empty is off"},
@@ -61,8 +61,8 @@ func printHelp(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\t(default %s)\n", v[0], v[1], def)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "\nEvery variable (%d in all), what it accepts and its default: the README's\n", len(config.Known()))
-	fmt.Fprintln(w, "\"Configuration\" section (README.md at the root of the source tree); the commands'")
+	fmt.Fprintf(w, "\nEvery variable (%d in all), what it accepts and its default: docs/configuration.md\n", len(config.Known()))
+	fmt.Fprintln(w, "in the source tree (the README starts from the first steps); the commands'")
 	fmt.Fprintln(w, "own usage: throttler limits, inspect, purge, dlq, and pub -h, sub -h, demo -h.")
 }
 

@@ -13,7 +13,7 @@ import (
 // where the rest are documented.
 func TestHelpNamesCommandsVariablesAndTheDocs(t *testing.T) {
 	r := cli(t, "--help")
-	for _, c := range []string{"run", "check-config", "limits", "inspect", "pub", "sub", "demo", "version"} {
+	for _, c := range []string{"run", "check-config", "limits", "inspect", "purge", "dlq", "pub", "sub", "demo", "version"} {
 		r.want(t, "help", exitOK, []string{"\n  " + c + " "}, nil)
 	}
 	if len(mostUsed) != 10 {
@@ -26,7 +26,7 @@ func TestHelpNamesCommandsVariablesAndTheDocs(t *testing.T) {
 		}
 		r.want(t, "help", exitOK, []string{"  " + v[0] + " "}, nil)
 	}
-	r.want(t, "help", exitOK, []string{"(default nats://127.0.0.1:4222)", "(default 100/s)", "README.md", "\"Configuration\""}, nil)
+	r.want(t, "help", exitOK, []string{"(default nats://127.0.0.1:4222)", "(default 100/s)", "docs/configuration.md", "README"}, nil)
 }
 
 // TestVersion checks that throttler version names the Go release that

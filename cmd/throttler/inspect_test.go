@@ -90,6 +90,14 @@ func TestCommandsSayWhichServersTheyUse(t *testing.T) {
 	if strings.Contains(r.stderr, "Redis") {
 		t.Fatalf("limits names a Redis it does not use:\n%s", r.stderr)
 	}
+	// sub's line is read by TestSubPrintsWhatComesOut.
+	for _, args := range [][]string{{"dlq", "list"}, {"purge", "acme"}, {"pub", "jobs.acme.x"}} {
+		r := cli(t, args...)
+		r.want(t, strings.Join(args, " "), r.code, nil, []string{"throttler: NATS " + s.nats.URL() + " (from NATS_URL)"})
+		if uses := strings.Contains(r.stderr, "throttler: Redis "); uses != (args[0] == "purge") {
+			t.Fatalf("%v names a Redis: %v, want it only for purge:\n%s", args, uses, r.stderr)
+		}
+	}
 	if r := cli(t, "limits", "list", "--quiet"); r.code != exitOK || r.stderr != "" {
 		t.Fatalf("limits list --quiet: exit %d, stderr %q; want 0 and nothing", r.code, r.stderr)
 	}

@@ -69,9 +69,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "inspect":
 		return inspectCmd(args[1:], quiet, stdout, stderr)
 	case "purge":
-		return purgeCmd(args[1:], stdout, stderr)
+		return purgeCmd(args[1:], quiet, stdout, stderr)
 	case "dlq":
-		return dlqCmd(args[1:], stdout, stderr)
+		return dlqCmd(args[1:], quiet, stdout, stderr)
 	case "demo":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

@@ -79,12 +79,14 @@ type opsSession struct {
 }
 
 // openOps reads the environment and connects to NATS; status is non-zero
-// when that failed (reported on stderr as name).
-func openOps(name string, stderr io.Writer) (*opsSession, int) {
+// when that failed (reported on stderr as name). Unless quiet, it says on
+// stderr which servers of u the command uses.
+func openOps(name string, stderr io.Writer, quiet bool, u uses) (*opsSession, int) {
 	cfg, ok := loadConfig(stderr)
 	if !ok {
 		return nil, exitConfig
 	}
+	announce(stderr, quiet, cfg.Config, u)
 	nc, err := app.ConnectNATS(cfg.Config, "throttler-"+name, nats.Timeout(cliTimeout))
 	if err != nil {
 		fmt.Fprintf(stderr, "throttler %s: %v\n", name, err)

@@ -17,7 +17,7 @@ const purgeUsage = `usage: throttler purge TENANT [--older-than D] [--dry-run] [
        removes the tenant's waiting jobs (pending, moved, parked); without --yes it only counts them`
 
 // purgeCmd runs `throttler purge ARGS` and returns the exit status.
-func purgeCmd(args []string, stdout, stderr io.Writer) int {
+func purgeCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	fail := func(status int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "throttler purge: "+format+"\n", a...)
 		return status
@@ -39,7 +39,7 @@ func purgeCmd(args []string, stdout, stderr io.Writer) int {
 	if err := tenant.Validate(rest[0]); err != nil {
 		return fail(exitConfig, "TENANT: %v", err)
 	}
-	s, status := openOps("purge", stderr)
+	s, status := openOps("purge", stderr, quiet, uses{nats: true, redis: true})
 	if status != exitOK {
 		return status
 	}
