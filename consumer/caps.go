@@ -191,10 +191,14 @@ func (w *Worker) leaseLoop(ctx context.Context, done <-chan struct{}) {
 // job runs on, but its place may be another run's.
 func (w *Worker) renewLeases(ctx context.Context) {
 	var leases []throttle.Lease
+	of := map[throttle.Lease]*flight{}
 	w.inflight.Range(func(k, _ any) bool {
 		f := k.(*flight)
 		if !f.settled.Load() {
 			leases = append(leases, f.leases...)
+			for _, ls := range f.leases {
+				of[ls] = f
+			}
 		}
 		return true
 	})
@@ -208,6 +212,11 @@ func (w *Worker) renewLeases(ctx context.Context) {
 		w.log.Warn("renewing leases failed; they expire after the lease TTL unless renewed in time", "err", err)
 	}
 	for _, ls := range lost {
+		if of[ls].settled.Load() {
+			// Its job ended while the renewal was under way, and gave
+			// the lease back (a job is settled before its leases go).
+			continue
+		}
 		w.log.Warn("a running job's lease had expired; its cap may run one more job until it ends",
 			"tenant", ls.Tenant)
 		w.stats.Add(ls.Tenant, func(s *TenantStats) { s.LeasesLost++ })

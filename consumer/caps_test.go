@@ -16,6 +16,9 @@ import (
 // Forfeit with forfeitWake.
 type fakeLeaser struct {
 	finishWake, forfeitWake []throttle.Waiter
+	// lost, when set, says which of the leases Renew renews it reports
+	// expired.
+	lost func([]throttle.Lease) []throttle.Lease
 
 	mu        sync.Mutex
 	finished  [][]throttle.Lease
@@ -34,8 +37,12 @@ func (l *fakeLeaser) Finish(_ context.Context, ls []throttle.Lease) ([]throttle.
 
 func (l *fakeLeaser) Renew(_ context.Context, ls []throttle.Lease) ([]throttle.Lease, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.renewed = append(l.renewed, ls)
+	lost := l.lost
+	l.mu.Unlock()
+	if lost != nil {
+		return lost(ls), nil
+	}
 	return nil, nil
 }
 
@@ -183,6 +190,54 @@ func TestLeaseRenewedWhileRunning(t *testing.T) {
 	for _, r := range renewed {
 		if !slices.Equal(r, []throttle.Lease{lease}) {
 			t.Fatalf("renewed %v, want the job's lease", r)
+		}
+	}
+}
+
+// A lease Renew reports expired counts as lost while its job runs, but
+// not when the job ended, and gave the lease back, while the renewal was
+// under way.
+func TestLeaseLostOnlyWhileItsJobRuns(t *testing.T) {
+	for _, ended := range []bool{false, true} {
+		e := setup(t)
+		lease := throttle.Lease{Tenant: "acme", Token: "t1"}
+		release, done := newSignal(t)
+		m := newMsg(5, "jobs.acme")
+		var once sync.Once
+		leaser := &fakeLeaser{lost: func(ls []throttle.Lease) []throttle.Lease {
+			once.Do(func() {
+				if ended {
+					done()
+					e.waitSettled(m)
+				}
+			})
+			return ls
+		}}
+		e.params.Leases = leaser
+		e.params.Config.LeaseTTL = 60 * time.Millisecond
+		e.params.Handler = func(ctx context.Context, _ Job) error {
+			<-release
+			return nil
+		}
+		e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
+			return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Admitted, Lease: lease}}
+		}
+		e.start()
+		e.push(m)
+		testenv.Eventually(t, 5*time.Second, "a renewal", func() bool {
+			_, renewed, _ := leaser.calls()
+			return len(renewed) >= 1
+		})
+		if !ended {
+			testenv.Eventually(t, 5*time.Second, "the lease counted lost", func() bool {
+				return e.stats("acme").LeasesLost >= 1
+			})
+			done()
+			e.waitSettled(m)
+		}
+		e.stop()
+		if got := e.stats("acme").LeasesLost; ended && got != 0 {
+			t.Errorf("job ended during the renewal: %d leases counted lost, want 0", got)
 		}
 	}
 }
