@@ -125,7 +125,8 @@ type Config struct {
 
 	// LeaseTTL is how long a running job's place under a running cap
 	// (running:N, MaxRunning) outlives its worker: a worker that dies frees
-	// its places within it. 1s to 30 days. Defaults to 30s.
+	// its places within it, and the next poke, within a second after, hands
+	// them to waiting jobs. 1s to 30 days. Defaults to 30s.
 	LeaseTTL time.Duration `env:"THROTTLER_LEASE_TTL" envDefault:"30s"`
 
 	// Handler is what the worker does with an admitted job: forward
