@@ -1,0 +1,132 @@
+package outage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// clock is a time the test moves.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time      { return c.t }
+func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
+func lines(b *bytes.Buffer) []string { return strings.Split(strings.TrimSpace(b.String()), "\n") }
+func refused() error                 { return fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED) }
+func newReporter(b *bytes.Buffer, c *clock) *Reporter {
+	log := slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	return New(Options{Name: "Redis", Attrs: []any{"url", "redis://127.0.0.1:1"}, Log: log, Now: c.now})
+}
+
+// TestOutageLogsOnceThenSummarisesThenRecovers follows an outage of 70 s
+// with a failure every 10 ms: one line when it begins, one summary per 30 s,
+// one line when it ends.
+func TestOutageLogsOnceThenSummarisesThenRecovers(t *testing.T) {
+	var b bytes.Buffer
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	r := newReporter(&b, c)
+	r.OK() // up: nothing to say
+	for i := 0; i < 7000; i++ {
+		r.Fail(refused())
+		c.add(10 * time.Millisecond)
+	}
+	r.OK()
+	r.OK()
+	got := lines(&b)
+	if len(got) != 4 {
+		t.Fatalf("got %d lines, want 4 (failing, two summaries, recovered):\n%s", len(got), b.String())
+	}
+	for i, want := range []string{
+		`level=WARN msg="Redis unreachable" url=redis://127.0.0.1:1 cause="connection refused" err="dial tcp 127.0.0.1:1: connection refused"`,
+		`level=WARN msg="Redis still unreachable" url=redis://127.0.0.1:1 cause="connection refused" err="dial tcp 127.0.0.1:1: connection refused" down_for=30s failures=3001`,
+		`level=WARN msg="Redis still unreachable" url=redis://127.0.0.1:1 cause="connection refused" err="dial tcp 127.0.0.1:1: connection refused" down_for=1m0s failures=6001`,
+		`level=INFO msg="Redis answers again" url=redis://127.0.0.1:1 down_for=1m10s failures=7000`,
+	} {
+		if got[i] != want {
+			t.Errorf("line %d:\n got %s\nwant %s", i, got[i], want)
+		}
+	}
+}
+
+// TestOutageLogsAChangeOfCause logs a new line when the failure changes
+// kind, and a summary from Tick when failures stop being reported.
+func TestOutageLogsAChangeOfCause(t *testing.T) {
+	var b bytes.Buffer
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	r := newReporter(&b, c)
+	r.Fail(errors.New("nats: no servers available for connection")) // says nothing yet
+	if b.Len() != 0 {
+		t.Fatalf("a failure without a cause was logged at once: %s", b.String())
+	}
+	c.add(time.Second)
+	r.Fail(refused())
+	r.Fail(refused())
+	c.add(time.Second)
+	r.Fail(errors.New("nats: Authorization Violation"))
+	r.Fail(errors.New("nats: no servers available for connection")) // keeps the known cause
+	c.add(29 * time.Second)
+	r.Tick()
+	c.add(time.Second)
+	r.Tick()
+	got := lines(&b)
+	if len(got) != 3 {
+		t.Fatalf("got %d lines, want 3:\n%s", len(got), b.String())
+	}
+	for i, want := range []string{`cause="connection refused"`, `cause=authentication`, `msg="Redis still unreachable"`} {
+		if !strings.Contains(got[i], want) {
+			t.Errorf("line %d lacks %s: %s", i, want, got[i])
+		}
+	}
+	if !strings.Contains(got[2], "failures=5") || !strings.Contains(got[2], "down_for=32s") || !strings.Contains(got[2], "cause=authentication") {
+		t.Errorf("summary: %s", got[2])
+	}
+}
+
+// TestOutageWithoutCauseIsLoggedAfterAPeriod logs an outage whose failures
+// never name a cause once a summary period has passed.
+func TestOutageWithoutCauseIsLoggedAfterAPeriod(t *testing.T) {
+	var b bytes.Buffer
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	r := newReporter(&b, c)
+	r.Fail(errors.New("no servers available for connection"))
+	c.add(29 * time.Second)
+	r.Tick()
+	if b.Len() != 0 {
+		t.Fatalf("logged before a period: %s", b.String())
+	}
+	c.add(time.Second)
+	r.Tick()
+	if got := lines(&b); len(got) != 1 || !strings.Contains(got[0], `msg="Redis unreachable"`) || !strings.Contains(got[0], "cause=unknown") {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want Cause
+	}{
+		{refused(), CauseRefused},
+		{errors.New("nats: Authorization Violation"), CauseAuth},
+		{errors.New("WRONGPASS invalid username-password pair or user is disabled"), CauseAuth},
+		{errors.New("nats: tls error: tls: failed to verify certificate: x509: certificate signed by unknown authority"), CauseTLS},
+		{errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout"), CauseTimeout},
+		{errors.New("dial tcp: lookup nosuch.invalid: no such host"), CauseDNS},
+		{errors.New("EOF"), CauseClosed},
+		{errors.New("nats: no servers available for connection"), CauseUnknown},
+	} {
+		if got := Classify(tt.err); got != tt.want {
+			t.Errorf("Classify(%q) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
