@@ -174,22 +174,16 @@ func serve(stderr io.Writer) int {
 	var stopping atomic.Int64 // UnixNano of the signal
 	context.AfterFunc(ctx, func() { stopping.Store(time.Now().UnixNano()) })
 
-	nc, err := app.ConnectNATS(cfg.Config, "throttler",
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("NATS disconnected; reconnecting", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }),
-	)
+	// The watch logs an unreachable NATS once with its URL and cause,
+	// then a summary every 30 s, and once when it is back.
+	watch := app.NewNATSWatch(cfg.Config, log)
+	nc, err := app.ConnectNATS(cfg.Config, "throttler", append(watch.Options(), nats.ReconnectWait(time.Second))...)
 	if err != nil {
 		log.Error("connecting to NATS", "err", err)
 		return exitFailed
 	}
 	defer nc.Close()
+	go watch.Run(ctx, nc)
 
 	rdb, err := app.NewRedis(cfg.Config, 1)
 	if err != nil { // validated already; kept for safety
@@ -208,6 +202,12 @@ func serve(stderr io.Writer) int {
 	// Flush the last acks and naks before the deferred Close, in what is
 	// left of the shutdown timeout. Whatever does not reach the server is
 	// redelivered after AckWait: nothing is lost.
+	// A connection that is down flushes nothing: waiting for it would hold
+	// the exit for the whole shutdown timeout.
+	if !nc.IsConnected() {
+		log.Info("stopped; NATS was unreachable, so what was not acknowledged is redelivered")
+		return exitOK
+	}
 	if err := nc.FlushTimeout(flushBudget(stopping.Load(), cfg.ShutdownTimeout, time.Now())); err != nil {
 		log.Warn("flushing NATS connection", "err", err)
 	}

@@ -176,6 +176,10 @@ func setUpWithRetry(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	bo.MaxInterval = 10 * time.Second
 	bo.MaxElapsedTime = 0
 	notify := func(err error, d time.Duration) {
+		if errors.Is(err, errNotConnected) {
+			log.Debug("waiting for NATS to set up JetStream", "retry_in", d)
+			return
+		}
 		log.Warn("setting up JetStream failed; retrying", "err", err, "retry_in", d)
 	}
 	if err := backoff.RetryNotify(setup, backoff.WithContext(bo, ctx), notify); err != nil {

@@ -36,6 +36,10 @@ type jobStreams struct {
 	recreate func(context.Context) error
 }
 
+// errNotConnected is setUp's error while NATS is unreachable; the NATS
+// watch (NATSWatch) says why, so the retries do not.
+var errNotConnected = errors.New("not connected to NATS")
+
 // streamRecreateDelay is how long a worker waits before it creates again a
 // jobs stream it found deleted.
 const streamRecreateDelay = 2 * time.Second
@@ -46,7 +50,7 @@ const streamRecreateDelay = 2 * time.Second
 // and, to move jobs, the schedule subjects bound with message schedules on.
 func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, log *slog.Logger) (*jobStreams, error) {
 	if !nc.IsConnected() {
-		return nil, errors.New("not connected to NATS")
+		return nil, errNotConnected
 	}
 	path, spec, err := choosePath(ctx, nc, js, cfg, log)
 	if err != nil {

@@ -160,3 +160,10 @@ func (r *Reporter) downFor(now time.Time) time.Duration {
 func (r *Reporter) with(kv ...any) []any {
 	return append(append(make([]any, 0, len(r.attrs)+len(kv)), r.attrs...), kv...)
 }
+
+// Cause is the kind of the failure last logged, CauseUnknown if none.
+func (r *Reporter) Cause() Cause {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cause
+}
