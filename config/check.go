@@ -107,6 +107,9 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck.durIn("THROTTLER_SCHEDULE_AFTER", c.ScheduleAfter)
 	ck.durIn("THROTTLER_LEASE_TTL", c.LeaseTTL)
 	ck.durIn("THROTTLER_METRICS_FIRST_HOLD", c.MetricsFirstHold)
+	ck.maxAge("THROTTLER_STREAM_MAX_AGE", c.StreamMaxAge)
+	ck.maxAge("THROTTLER_FORWARD_MAX_AGE", c.ForwardMaxAge)
+	ck.maxAge("THROTTLER_DLQ_MAX_AGE", c.DLQMaxAge)
 
 	ck.oneOf("THROTTLER_HANDLER", c.Handler, HandlerForward, HandlerHTTP)
 	c.HTTPHeaderList = ck.httpSettings(c)
@@ -155,6 +158,18 @@ func (ck *checker) durIn(name string, d time.Duration) {
 	b := durBounds[name]
 	if d < b.min || (b.max > 0 && d > b.max) {
 		ck.addf(name, "must be %s, got %q", durWant(name), formatDuration(d))
+	}
+}
+
+// minMaxAge is the shortest max age of a stream the worker creates: a
+// shorter one would drop jobs a backlog or a deferral holds for minutes.
+const minMaxAge = time.Hour
+
+// maxAge checks a stream's max age variable: 0 (no max age) or at least
+// minMaxAge.
+func (ck *checker) maxAge(name string, d time.Duration) {
+	if d != 0 && d < minMaxAge {
+		ck.addf(name, "must be 0 (keep every message) or a duration of at least %s, such as 168h, got %q", formatDuration(minMaxAge), formatDuration(d))
 	}
 }
 

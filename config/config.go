@@ -61,6 +61,22 @@ type Config struct {
 	// Defaults to JOBS.
 	Stream string `env:"THROTTLER_STREAM" envDefault:"JOBS"`
 
+	// StreamMaxAge is the max age of the jobs stream when the worker
+	// creates it: a job stored longer is dropped, run or not. 0 keeps every
+	// job for ever; else at least 1h. An existing stream is left as it is.
+	// Defaults to 168h (7 days).
+	StreamMaxAge time.Duration `env:"THROTTLER_STREAM_MAX_AGE" envDefault:"168h"`
+
+	// ForwardMaxAge is the max age of the stream <STREAM>_FORWARD when the
+	// worker creates it to store the forwarded jobs. 0 keeps them for ever;
+	// else at least 1h. Defaults to 168h (7 days).
+	ForwardMaxAge time.Duration `env:"THROTTLER_FORWARD_MAX_AGE" envDefault:"168h"`
+
+	// DLQMaxAge is the max age of the stream <STREAM>_DLQ when the worker
+	// creates it to store the dead letters. 0 keeps them for ever; else at
+	// least 1h. Defaults to 720h (30 days).
+	DLQMaxAge time.Duration `env:"THROTTLER_DLQ_MAX_AGE" envDefault:"720h"`
+
 	// SubjectsSpec is the comma-separated list of subjects the stream binds
 	// and the worker consumes; wildcards are allowed. Subjects holds it
 	// split. Defaults to jobs.>.

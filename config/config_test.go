@@ -49,6 +49,9 @@ func TestDefaults(t *testing.T) {
 		RedisMode:        RedisSingle,
 		RedisAddrs:       []string{"127.0.0.1:6379"},
 		Stream:           "JOBS",
+		StreamMaxAge:     168 * time.Hour,
+		ForwardMaxAge:    168 * time.Hour,
+		DLQMaxAge:        720 * time.Hour,
 		SubjectsSpec:     "jobs.>",
 		Consumer:         "throttler",
 		TenantFromSpec:   "subject:2",
@@ -241,6 +244,10 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_MAX_RUNNING", "-1", "between 0 and 1000000"},
 		{"THROTTLER_MAX_RUNNING", "5", "needs THROTTLER_HANDLER=http"},
 		{"THROTTLER_LEASE_TTL", "500ms", "between 1s and 720h"},
+		{"THROTTLER_STREAM_MAX_AGE", "30m", "0 (keep every message) or a duration of at least 1h"},
+		{"THROTTLER_STREAM_MAX_AGE", "-1h", "at least 1h"},
+		{"THROTTLER_FORWARD_MAX_AGE", "59m", "at least 1h"},
+		{"THROTTLER_DLQ_MAX_AGE", "week", "duration"},
 		{"THROTTLER_MAX_FAILURES", "0", "between 1 and 1000"},
 		{"THROTTLER_ON_REDIS_ERROR", "ignore", `"defer", "allow"`},
 		{"THROTTLER_SHUTDOWN_TIMEOUT", "0s", "greater than 0"},
@@ -461,5 +468,15 @@ func checkPrint(t *testing.T, c *Config, secrets, wants []string) {
 		if !strings.Contains(out, want) {
 			t.Errorf("Print lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestStreamMaxAges: 0 keeps every message, and any duration of an hour
+// or more bounds it.
+func TestStreamMaxAges(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, map[string]string{"THROTTLER_STREAM_MAX_AGE": "0", "THROTTLER_FORWARD_MAX_AGE": "1h", "THROTTLER_DLQ_MAX_AGE": "8760h"})
+	if c.StreamMaxAge != 0 || c.ForwardMaxAge != time.Hour || c.DLQMaxAge != 8760*time.Hour {
+		t.Fatalf("max ages %s %s %s, want 0s 1h 8760h", c.StreamMaxAge, c.ForwardMaxAge, c.DLQMaxAge)
 	}
 }

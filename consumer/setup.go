@@ -27,6 +27,9 @@ type StreamSpec struct {
 	// the fast lane's quickest read of a message. An existing stream is
 	// left as it is.
 	AllowDirect bool
+	// MaxAge, when positive, is the max age of a stream EnsureStream
+	// creates. An existing stream is left as it is.
+	MaxAge time.Duration
 }
 
 // EnsureStream returns the jobs stream, creating it if missing. A stream
@@ -43,6 +46,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 		Retention:         jetstream.LimitsPolicy,
 		AllowMsgSchedules: len(spec.ScheduleSubjects) > 0,
 		AllowDirect:       spec.AllowDirect,
+		MaxAge:            spec.MaxAge,
 	}
 	s, err := js.Stream(ctx, spec.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -125,29 +129,57 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSp
 	return c, nil
 }
 
+// CaptureSpec describes an output subject the worker publishes to with
+// publish acks, and the stream it creates to store it if none does.
+type CaptureSpec struct {
+	// Subject is the pattern published to, such as "done.*".
+	Subject string
+	// Fallback names the stream created when none stores Subject.
+	Fallback string
+	// Replicas is the created stream's replicas, at least 1: the worker
+	// passes the jobs stream's, so that a job acked once forwarded is as
+	// safe as it was in the jobs stream.
+	Replicas int
+	// MaxAge, when positive, is the created stream's max age.
+	MaxAge time.Duration
+}
+
 // EnsureCaptured makes sure some stream stores messages published to
-// subject (a pattern such as "done.*"): if none does, it creates a stream
-// named fallback for it, with replicas replicas (at least 1: the worker
-// passes the jobs stream's, so that a job acked once forwarded is as safe
-// as it was in the jobs stream). A stream that already exists, whoever made
-// it, is never an error.
-func EnsureCaptured(ctx context.Context, js jetstream.JetStream, subject, fallback string, replicas int) (string, error) {
-	name, err := js.StreamNameBySubject(ctx, subject)
-	if err == nil {
-		return name, nil
+// spec.Subject: if none does, it creates spec.Fallback for it. It returns
+// the stream that stores them. A stream that already exists, whoever made
+// it, is never an error, and is left as it is.
+func EnsureCaptured(ctx context.Context, js jetstream.JetStream, spec CaptureSpec) (jetstream.Stream, error) {
+	name, err := js.StreamNameBySubject(ctx, spec.Subject)
+	switch {
+	case err == nil:
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s for %s: %w", name, spec.Subject, err)
+		}
+		return s, nil
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("looking up the stream for %s: %w", spec.Subject, err)
 	}
-	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return "", fmt.Errorf("looking up the stream for %s: %w", subject, err)
-	}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:      fallback,
-		Subjects:  []string{subject},
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:      spec.Fallback,
+		Subjects:  []string{spec.Subject},
 		Storage:   jetstream.FileStorage,
 		Retention: jetstream.LimitsPolicy,
-		Replicas:  max(1, replicas),
+		Replicas:  max(1, spec.Replicas),
+		MaxAge:    spec.MaxAge,
 	})
-	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return "", fmt.Errorf("creating stream %s for %s: %w", fallback, subject, err)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		s, err = js.Stream(ctx, spec.Fallback) // another worker created it first
 	}
-	return fallback, nil
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s for %s: %w", spec.Fallback, spec.Subject, err)
+	}
+	return s, nil
+}
+
+// Unbounded reports whether a stream keeps every message it stores for
+// ever: limits retention with no max age, bytes or messages. Work-queue
+// and interest streams drop what their consumers have acked.
+func Unbounded(c jetstream.StreamConfig) bool {
+	return c.Retention == jetstream.LimitsPolicy && c.MaxAge <= 0 && c.MaxBytes <= 0 && c.MaxMsgs <= 0 && c.MaxMsgsPerSubject <= 0
 }

@@ -36,6 +36,10 @@ type jobStreams struct {
 	recreate func(context.Context) error
 }
 
+// nakAgeWarning is the jobs stream's max age under which a worker that
+// defers with NAK only warns that jobs deferred past it are lost.
+const nakAgeWarning = 24 * time.Hour
+
 // errNotConnected is setUp's error while NATS is unreachable; the NATS
 // watch (NATSWatch) says why, so the retries do not.
 var errNotConnected = errors.New("not connected to NATS")
@@ -78,7 +82,11 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	// must still be unpacked when they fire.
 	path.movesBack = path.mode != config.DeferNak || holdsMovedJobs(stream, cfg)
 	path.maxAge = stream.CachedInfo().Config.MaxAge
-	if path.maxAge > 0 && path.mode == config.DeferNak {
+	warnUnbounded(stream, "it holds the jobs", "THROTTLER_STREAM_MAX_AGE", cfg.StreamMaxAge, log)
+	// A NAK'd job stays the same message, so it ages while it waits; a
+	// max age of a day or more (the default is 7 days) leaves room for any
+	// usual backlog and is not worth a warning at every start.
+	if path.maxAge > 0 && path.maxAge < nakAgeWarning && path.mode == config.DeferNak {
 		log.Warn("the jobs stream drops messages older than its max age, and a job deferred with NAK stays the same message: a job deferred past it is lost; raise the max age, or defer with auto or schedule, which move such jobs",
 			"stream", cfg.Stream, "max_age", path.maxAge)
 	}
@@ -117,7 +125,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 func choosePath(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, log *slog.Logger) (deferPath, consumer.StreamSpec, error) {
 	version := nc.ConnectedServerVersion()
 	path := deferPath{mode: cfg.Defer, termWithReason: serverAtLeast(version, 2, 10)}
-	spec := consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects}
+	spec := consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: cfg.StreamMaxAge}
 	if path.mode == config.DeferNak {
 		return path, spec, nil
 	}
@@ -153,21 +161,38 @@ func choosePath(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg 
 
 // captureOutputs makes sure a stream stores the forward and dead-letter
 // subjects, which are published with publish acks; one it creates gets the
-// jobs stream's replicas.
+// jobs stream's replicas and the max age THROTTLER_FORWARD_MAX_AGE or
+// THROTTLER_DLQ_MAX_AGE sets.
 func captureOutputs(ctx context.Context, js jetstream.JetStream, cfg *Settings, replicas int, log *slog.Logger) error {
 	for _, o := range []struct {
-		pattern, stream string
+		spec  consumer.CaptureSpec
+		bound string
 	}{
-		{cfg.Forward.Pattern(), cfg.Stream + "_FORWARD"},
-		{cfg.DLQ.Pattern(), cfg.Stream + "_DLQ"},
+		{consumer.CaptureSpec{Subject: cfg.Forward.Pattern(), Fallback: cfg.Stream + "_FORWARD", Replicas: replicas, MaxAge: cfg.ForwardMaxAge}, "THROTTLER_FORWARD_MAX_AGE"},
+		{consumer.CaptureSpec{Subject: cfg.DLQ.Pattern(), Fallback: cfg.Stream + "_DLQ", Replicas: replicas, MaxAge: cfg.DLQMaxAge}, "THROTTLER_DLQ_MAX_AGE"},
 	} {
-		name, err := consumer.EnsureCaptured(ctx, js, o.pattern, o.stream, replicas)
+		s, err := consumer.EnsureCaptured(ctx, js, o.spec)
 		if err != nil {
-			return refusedIsConfig(err, "a stream for "+o.pattern, "THROTTLER_FORWARD_SUBJECT, THROTTLER_DLQ_SUBJECT and THROTTLER_STREAM")
+			return refusedIsConfig(err, "a stream for "+o.spec.Subject, "THROTTLER_FORWARD_SUBJECT, THROTTLER_DLQ_SUBJECT and THROTTLER_STREAM")
 		}
-		log.Debug("output subject captured", "subject", o.pattern, "stream", name)
+		warnUnbounded(s, "it stores "+o.spec.Subject, o.bound, o.spec.MaxAge, log)
+		log.Debug("output subject captured", "subject", o.spec.Subject, "stream", s.CachedInfo().Config.Name)
 	}
 	return nil
+}
+
+// warnUnbounded warns about a stream the worker uses that keeps every
+// message for ever: one that existed before, since the worker creates its
+// streams bounded by their variable (bound, whose value is maxAge). It
+// says nothing when that variable is 0, which asks to keep every message.
+// The worker never changes the limits of a stream that exists.
+func warnUnbounded(s jetstream.Stream, uses, bound string, maxAge time.Duration, log *slog.Logger) {
+	c := s.CachedInfo().Config
+	if maxAge == 0 || !consumer.Unbounded(c) {
+		return
+	}
+	log.Warn("stream "+c.Name+" keeps every message for ever, and grows without end; bound it, e.g. `nats stream edit "+c.Name+" --max-age 7d` (docs/operations.md, Storage)",
+		"stream", c.Name, "uses", uses, "bound_for_new_streams", bound)
 }
 
 // b2i is 1 for true, else 0.
