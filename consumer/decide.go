@@ -94,6 +94,9 @@ type decidedGroup struct {
 	// redisWait, when Redis failed under DeferOnRedisError, is how long
 	// the jobs it failed for are put off, and the pulling with them.
 	redisWait time.Duration
+	// redisBack says Redis answered this group after failing for earlier
+	// ones: act logs the next failure at once.
+	redisBack bool
 }
 
 // deferred counts the group's jobs that were decided and must wait, and
@@ -154,8 +157,9 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 	case !redisFailed:
 		w.redisBackoff.Reset()
 		if !w.redisDown.IsZero() {
-			w.log.Info("redis answers again", "down_for", w.now().Sub(w.redisDown).Round(time.Millisecond))
+			w.log.Info("redis answers again; deciding jobs", "down_for", w.now().Sub(w.redisDown).Round(time.Millisecond))
 			w.redisDown = time.Time{}
+			g.redisBack = true
 		}
 	case w.cfg.OnRedisError == DeferOnRedisError:
 		g.redisWait = w.redisBackoff.NextBackOff()

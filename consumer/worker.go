@@ -61,7 +61,7 @@ type Worker struct {
 	redisBackoff  *backoff.ExponentialBackOff // used by Run's deciding loop only
 	recreating    sync.Mutex                  // one recreate at a time (see recreateIfGone)
 	redisDown     time.Time                   // when Redis began failing, zero while it answers; deciding loop only
-	redisLogged   time.Time                   // when a Redis failure was last logged; dispatch only
+	redisLogged   time.Time                   // when a Redis failure was last logged, zero for none this outage; dispatch only
 	redisFailures int                         // jobs Redis failed for since; dispatch only
 }
 

@@ -150,3 +150,39 @@ func TestBinaryNATSOutageWhileRunning(t *testing.T) {
 		b.stopWithin(t, syscall.SIGINT, 2*time.Second)
 	})
 }
+
+// TestBinaryRedisOutage runs the worker with Redis down while jobs come
+// in: however many calls fail, the log says so once (the outage, with the
+// URL and the cause, and what the policy does with the jobs), go-redis's
+// line per failed dial is debug only, and one line says Redis is back.
+func TestBinaryRedisOutage(t *testing.T) {
+	bin := buildThrottler(t)
+	e := setup(t)
+	cfg := e.config(nil)
+	e.ensureStream(cfg)
+	e.redis.Stop(t)
+	b := startBinary(t, bin, map[string]string{
+		"NATS_URL": e.natsURL, "REDIS_URL": e.redis.URL(),
+		"THROTTLER_LOG_LEVEL": "debug", "THROTTLER_DEFAULT_LIMIT": "1000/s",
+	})
+	testenv.Eventually(t, 15*time.Second, "worker running", func() bool { return b.count("worker running") > 0 })
+	e.publishJobs(cfg.Stream, "jobs.acme", nil, 50)
+	// Many failed calls, each seen by go-redis as a failed dial.
+	testenv.Eventually(t, 30*time.Second, "8 failed dials", func() bool {
+		return b.count("failed to dial") >= 8
+	})
+	if n := b.count(`level=WARN msg="Redis unreachable" url=` + e.redis.URL() + ` cause="connection refused"`); n != 1 {
+		t.Errorf("%d lines say Redis is unreachable with its URL and cause, want 1:\n%s", n, b.stderr)
+	}
+	if n := b.count(`msg="redis failed; deferring jobs`); n != 1 {
+		t.Errorf("%d lines say the jobs are deferred, want 1:\n%s", n, b.stderr)
+	}
+	if n := b.count("level=WARN msg=\"redis: connection pool"); n != 0 {
+		t.Errorf("%d warnings from go-redis's pool, want none:\n%s", n, b.stderr)
+	}
+	e.redis.Start(t)
+	testenv.Eventually(t, 30*time.Second, "Redis answers again", func() bool {
+		return b.count(`level=INFO msg="Redis answers again" url=`+e.redis.URL()) == 1
+	})
+	b.stopWithin(t, syscall.SIGTERM, 10*time.Second)
+}

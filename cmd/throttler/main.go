@@ -162,9 +162,12 @@ func serve(stderr io.Writer) int {
 	for _, p := range config.Unknown(environ()) {
 		log.Warn("ignoring an unknown variable", "var", p.Var, "problem", p.Text)
 	}
-	// go-redis logs a few things of its own (failed dials while Redis is
-	// down); route them into the worker's log so that every line has the
-	// configured format. SetLogger is process-wide, and this is the process.
+	// go-redis logs a few things of its own; route them into the worker's
+	// log so that every line has the configured format. go-redis has no
+	// logger per client, only this process-wide one, and this is the
+	// process. Its line per failed dial, which flooded the log while Redis
+	// was down, goes to debug: the worker's watch of its Redis client (a
+	// hook on that client, internal/app) logs an outage once instead.
 	redis.SetLogger(redisLogger{log})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -233,7 +236,11 @@ type redisLogger struct{ log *slog.Logger }
 
 // Printf implements go-redis' logger interface.
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	r.log.WarnContext(ctx, fmt.Sprintf(format, v...), "source", "go-redis")
+	level := slog.LevelWarn
+	if strings.HasPrefix(format, "redis: connection pool: failed to") {
+		level = slog.LevelDebug // told once per outage by the Redis watch
+	}
+	r.log.Log(ctx, level, fmt.Sprintf(format, v...), "source", "go-redis")
 }
 
 // newLogger builds the logger THROTTLER_LOG_LEVEL and THROTTLER_LOG_FORMAT ask for.

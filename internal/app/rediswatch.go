@@ -1,0 +1,109 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/throttler/throttler/internal/outage"
+)
+
+// watchRedis reports the outages of c to log through an outage.Reporter
+// (one line when Redis fails, with REDIS_URL masked and the cause, a
+// summary every 30 s, one line when it answers again) until ctx ends. It
+// sees every command of c through a go-redis hook on this client alone,
+// so another client of the process is not watched, and says nothing of
+// it. go-redis's own log (a line per failed dial, which is what floods
+// the log while Redis is down) is process-wide and has no per-client
+// switch; cmd/throttler demotes it (redisLogger), since this watch says
+// the same once. A client that takes no hooks is not watched.
+func watchRedis(ctx context.Context, c any, url string, log *slog.Logger) *outage.Reporter {
+	r := outage.New(outage.Options{Name: "Redis", Attrs: []any{"url", url}, Log: log})
+	h := redisWatchHook{r: r}
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		// A cluster client runs every command through the client of one
+		// node: a hook on those (each made after this) sees each once.
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	case interface{ AddHook(redis.Hook) }:
+		c.AddHook(h)
+	default:
+		return r
+	}
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r.Tick()
+			}
+		}
+	}()
+	return r
+}
+
+// redisWatchHook reports each command's outcome to a Reporter.
+type redisWatchHook struct{ r *outage.Reporter }
+
+// DialHook implements redis.Hook: dials are seen through the commands
+// that needed them.
+func (h redisWatchHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (h redisWatchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.report(ctx, err)
+		return err
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (h redisWatchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.report(ctx, err)
+		return err
+	}
+}
+
+// report tells the reporter whether Redis answered.
+func (h redisWatchHook) report(ctx context.Context, err error) {
+	switch {
+	case redisFailed(err):
+		h.r.Fail(err)
+	case err == nil || ctx.Err() == nil:
+		// An answer, even an error reply, is Redis up; a call the caller
+		// cancelled says nothing either way.
+		h.r.OK()
+	}
+}
+
+// redisFailed reports whether err says Redis could not serve the command:
+// no connection, a timeout, or a reply saying it cannot serve now. A reply
+// such as NOSCRIPT or WRONGTYPE, or redis.Nil, is Redis answering; a
+// cancelled call says nothing.
+func redisFailed(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var reply redis.Error
+	var ne net.Error
+	if errors.As(err, &reply) && !errors.As(err, &ne) {
+		for _, p := range []string{"LOADING", "MASTERDOWN", "CLUSTERDOWN", "BUSY ", "TRYAGAIN", "NOAUTH", "WRONGPASS"} {
+			if strings.HasPrefix(err.Error(), p) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
