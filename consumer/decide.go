@@ -13,17 +13,40 @@ import (
 
 // decideLoop takes the pulled messages a group at a time (every message
 // already waiting, up to FetchBatch), decides each group in one round trip
-// and sends it to dispatch, until msgs is closed. Once ctx is cancelled it
-// hands back what it takes instead.
+// and sends it to dispatch, until msgs is closed. Moved copies that came
+// back before their slot wait in an earlyHold and are decided at their
+// slot. Once ctx is cancelled it hands back what it takes instead.
 func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, decided chan<- decidedGroup) {
-	for msg := range msgs {
-		group := w.drain(msg, msgs)
+	early := newEarlyHold(w.now)
+	defer func() { w.handBack(early.stop()) }()
+	stopping := ctx.Done()
+	for {
+		var group []jetstream.Msg
+		credits := 0 // the fetch credits the group holds: those of msgs
+		select {
+		case msg, ok := <-msgs:
+			if !ok {
+				return
+			}
+			group = w.drain(msg, msgs)
+			credits = len(group)
+			group = append(early.take(group), early.Ready()...)
+		case <-early.due:
+			group = early.Ready()
+		case <-stopping:
+			// Copies held for their slot go back at once: the worker will
+			// not decide them.
+			stopping = nil
+			w.handBack(early.stop())
+			continue
+		}
 		if ctx.Err() != nil {
 			w.handBack(group)
-			w.releaseCredits(len(group))
+			w.releaseCredits(credits)
 			continue
 		}
 		g := w.decide(ctx, group)
+		g.credits = credits
 		decided <- g
 		if w.lane != nil {
 			deferred, decided := g.deferred()

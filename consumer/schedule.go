@@ -51,17 +51,27 @@ type ScheduleDeferrer struct {
 	// under the jobs stream's MaxAge, so that no copy expires unrun.
 	// Defaults to 0 (no cap).
 	MaxWait time.Duration
+	// Lead is how long before its slot a copy is scheduled to fire. The
+	// server fires schedules in passes (every 250 ms) and a fired copy is
+	// delivered behind the stream's backlog, so a copy scheduled for its
+	// slot comes back late by a varying amount, and the copies that came
+	// late run together with the ones on time: more than the limit over
+	// that stretch, though their slots never were. Fired early, a copy is
+	// held by the worker until its slot (earlyhold.go) and runs on it.
+	// Defaults to 0 (fire at the slot).
+	Lead time.Duration
 	// Now is the clock the slots are counted from. Defaults to time.Now.
 	Now func() time.Time
 }
 
 // stayFor is how long the copy of a job that must wait for wait stays in the
-// stream: wait itself, or MaxWait when that is shorter.
+// stream: wait less Lead, or MaxWait when that is shorter (the copy then
+// comes back well before its slot, to be deferred again).
 func (d ScheduleDeferrer) stayFor(wait time.Duration) time.Duration {
-	if d.MaxWait > 0 {
-		return min(wait, d.MaxWait)
+	if d.MaxWait > 0 && d.MaxWait < wait {
+		return d.MaxWait
 	}
-	return wait
+	return max(0, wait-d.Lead)
 }
 
 // Defer implements Deferrer. A job whose copy cannot be stored, or would

@@ -34,6 +34,7 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings, ackPending *c
 		Timeout:   cfg.RedisTimeout + 3*time.Second,
 		Bundle:    64,
 		MaxWait:   p.maxAge / 2, // a copy comes back long before the stream would drop it
+		Lead:      consumer.ScheduleLead,
 	}
 	switch p.mode {
 	case config.DeferSchedule:

@@ -1,0 +1,124 @@
+package consumer
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ScheduleLead is how long before its slot the worker schedules a moved
+// job's copy to fire (ScheduleDeferrer.Lead): more than the server's
+// schedule pass (250 ms) and the wait behind the stream's backlog that
+// delays a fired copy (up to 0.7 s measured on two busy cores), so that
+// copies come back before their slots and the worker starts each on its
+// slot (earlyHold) instead of late and bunched.
+const ScheduleLead = 750 * time.Millisecond
+
+// earlyHoldMax is the furthest before its slot a moved copy that comes
+// back is held by the worker; one that comes back earlier (a copy whose
+// stay was capped by the stream's max age) is decided and deferred again.
+const earlyHoldMax = 2 * ScheduleLead
+
+// earlyHold keeps the moved copies that come back before their slot until
+// the slot, then hands them to the deciding loop (Due, Ready), which
+// decides them then: admitted through the slot they hold, without a second
+// charge and without a third delivery. Deciding them at once instead would
+// defer them again for the rest of the wait (a NAK: one more delivery
+// each). While held, a copy stays in Worker.held, which keeps it alive.
+type earlyHold struct {
+	now func() time.Time
+	// due has a value when ready holds copies whose slot has come.
+	due chan struct{}
+
+	mu      sync.Mutex
+	stopped bool
+	timers  map[jetstream.Msg]*time.Timer
+	ready   []jetstream.Msg
+	waiting sync.WaitGroup // one per copy held and not yet ready or stopped
+}
+
+// newEarlyHold returns an empty hold reading the time with now.
+func newEarlyHold(now func() time.Time) *earlyHold {
+	return &earlyHold{now: now, due: make(chan struct{}, 1), timers: map[jetstream.Msg]*time.Timer{}}
+}
+
+// slotOf reads the slot of a moved copy from its header; false for other
+// messages (originals, the fast lane's copies, woken jobs).
+func slotOf(m jetstream.Msg) (time.Time, bool) {
+	h := m.Headers()
+	if h == nil || h.Get(HeaderFast) != "" || h.Get(HeaderWoken) != "" {
+		return time.Time{}, false
+	}
+	us, err := strconv.ParseInt(h.Get(HeaderSlot), 10, 64)
+	if err != nil || us <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(us), true
+}
+
+// take returns the messages of group to decide now, and holds the moved
+// copies that came back before their slot (by at most earlyHoldMax) until
+// then.
+func (e *earlyHold) take(group []jetstream.Msg) []jetstream.Msg {
+	now := e.now()
+	out := group[:0:0]
+	for _, m := range group {
+		slot, ok := slotOf(m)
+		if wait := slot.Sub(now); !ok || wait <= 0 || wait > earlyHoldMax || !e.hold(m, wait) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// hold starts the wait of m; false once the hold has stopped.
+func (e *earlyHold) hold(m jetstream.Msg, wait time.Duration) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return false
+	}
+	e.waiting.Add(1)
+	e.timers[m] = time.AfterFunc(wait, func() {
+		e.mu.Lock()
+		delete(e.timers, m)
+		e.ready = append(e.ready, m)
+		e.mu.Unlock()
+		select {
+		case e.due <- struct{}{}:
+		default: // already told
+		}
+		e.waiting.Done()
+	})
+	return true
+}
+
+// Ready returns the copies whose slot has come, taking them out of the
+// hold.
+func (e *earlyHold) Ready() []jetstream.Msg {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.ready
+	e.ready = nil
+	return r
+}
+
+// stop ends the hold and returns every copy it still held, whose slot
+// has come or not: the caller hands them back.
+func (e *earlyHold) stop() []jetstream.Msg {
+	e.mu.Lock()
+	e.stopped = true
+	var left []jetstream.Msg
+	for m, t := range e.timers {
+		if t.Stop() { // else its callback is making it ready
+			left = append(left, m)
+			delete(e.timers, m)
+			e.waiting.Done()
+		}
+	}
+	e.mu.Unlock()
+	e.waiting.Wait()
+	return append(left, e.Ready()...)
+}
