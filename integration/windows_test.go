@@ -69,6 +69,7 @@ func benchRateWindows(b *testing.B, bins *binaries) {
 					b.Logf("%s: worst stretch of any length: %d jobs in %s, %+.1f over rate and burst, %+.1f over rate+5%% and burst; moved jobs late p50 %s p99 %s max %s, %d of %d over 250 ms",
 						w.tenant, w.stretch.jobs, w.stretch.length.Round(time.Millisecond), w.stretch.excess, w.stretch.over5,
 						w.late.p50.Round(time.Millisecond), w.late.p99.Round(time.Millisecond), w.late.max.Round(time.Millisecond), w.late.over250ms, w.late.n)
+					b.Logf("%s: the worst stretch began %s after the first publish; its jobs by how they came: %v", w.tenant, w.stretchAt.Round(time.Millisecond), w.kinds)
 					b.ReportMetric(w.stretch.excess, w.tenant+"-stretch-excess-jobs")
 					b.ReportMetric(w.stretch.over5, w.tenant+"-over-rate+5%-jobs")
 				}
@@ -93,6 +94,18 @@ type rateWindow struct {
 	stretch stretch
 	// late is how late moved jobs ran after their slot (in process only).
 	late lateness
+	// kinds counts the jobs of the worst stretch by how they came (in
+	// process only): fresh (first delivery), naked (redelivered after a
+	// NAK), moved (a copy); stretchAt is when it began, from the first
+	// publish.
+	kinds     map[string]int
+	stretchAt time.Duration
+}
+
+// jobKind is when a job ran and how it came.
+type jobKind struct {
+	at   time.Time
+	kind string
 }
 
 // runRateWindows runs the workload once, on servers of its own (as
@@ -133,6 +146,7 @@ func runRateWindows(tb testing.TB, mode string, maxAckPending int, bins *binarie
 	var mu sync.Mutex
 	admitted := map[string][]time.Time{}
 	late := map[string][]time.Duration{}
+	kinds := map[string][]jobKind{}
 	admit := func(tenant string) {
 		mu.Lock()
 		admitted[tenant] = append(admitted[tenant], time.Now())
@@ -154,6 +168,16 @@ func runRateWindows(tb testing.TB, mode string, maxAckPending int, bins *binarie
 	} else {
 		handle := func(_ context.Context, job consumer.Job) error {
 			admit(job.Tenant)
+			k := jobKind{at: time.Now(), kind: "fresh"}
+			switch {
+			case job.Header.Get(consumer.HeaderSlot) != "":
+				k.kind = "moved"
+			case job.Delivered > 1:
+				k.kind = "naked"
+			}
+			mu.Lock()
+			kinds[job.Tenant] = append(kinds[job.Tenant], k)
+			mu.Unlock()
 			if us, err := strconv.ParseInt(job.Header.Get(consumer.HeaderSlot), 10, 64); err == nil {
 				mu.Lock()
 				late[job.Tenant] = append(late[job.Tenant], time.Since(time.UnixMicro(us)))
@@ -217,6 +241,15 @@ func runRateWindows(tb testing.TB, mode string, maxAckPending int, bins *binarie
 	for _, tn := range windowTenants {
 		w := windowsOf(tn.name, admitted[tn.name], tn.rate, tn.burst, lastPublish)
 		w.late = latenessOf(late[tn.name])
+		w.kinds = map[string]int{}
+		for _, k := range kinds[tn.name] {
+			if !k.at.Before(w.stretch.from) && !k.at.After(w.stretch.from.Add(w.stretch.length)) {
+				w.kinds[k.kind]++
+			}
+		}
+		if len(admitted[tn.name]) > 0 {
+			w.stretchAt = w.stretch.from.Sub(start)
+		}
 		out = append(out, w)
 	}
 	return out
@@ -252,8 +285,9 @@ type stretch struct {
 	// excess is the most, over every stretch, of its jobs less burst and
 	// rate × its length.
 	excess float64
-	// jobs and length are the stretch that sets excess.
+	// jobs, from and length are the stretch that sets excess.
 	jobs   int
+	from   time.Time
 	length time.Duration
 	// over5 is the most, over every stretch, of its jobs less burst and
 	// 1.05 × rate × its length: the target is that it never exceeds 0.
@@ -281,7 +315,7 @@ func stretchOf(at []time.Time, rate, burst int) stretch {
 		best5 = max(best5, r5*sec(t)-float64(j))
 		// jobs(i..j) − burst − r·(t_j − t_i) = (j+1) − burst − r·t_j + (r·t_i − i)
 		if e := float64(j+1-burst) - r*sec(t) + best; e > w.excess {
-			w.excess, w.jobs, w.length = e, j-bestI+1, t.Sub(at[bestI])
+			w.excess, w.jobs, w.from, w.length = e, j-bestI+1, at[bestI], t.Sub(at[bestI])
 		}
 		w.over5 = max(w.over5, float64(j+1-burst)-r5*sec(t)+best5)
 	}
