@@ -14,10 +14,10 @@ import (
 // decideLoop takes the pulled messages a group at a time (every message
 // already waiting, up to FetchBatch), decides each group in one round trip
 // and sends it to dispatch, until msgs is closed. Moved copies that came
-// back before their slot wait in an earlyHold and are decided at their
-// slot. Once ctx is cancelled it hands back what it takes instead.
+// back before their slot, and jobs given a slot close at hand (act), wait
+// in the worker's earlyHold and are decided at their slot. Once ctx is cancelled it hands back what it takes instead.
 func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, decided chan<- decidedGroup) {
-	early := newEarlyHold(w.now)
+	early := w.early
 	defer func() { w.handBack(early.stop()) }()
 	stopping := ctx.Done()
 	for {
@@ -147,7 +147,9 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 		}
 		// A message on its first delivery that is not a moved copy was never
 		// decided, so it holds no reservation for the script to read.
-		fresh := it.job.Delivered == 1 && it.job.Header.Get(HeaderJobID) == ""
+		// One the worker held for its slot (earlyHold) was decided already.
+		again := w.early.decidedAgain(it.msg)
+		fresh := it.job.Delivered == 1 && it.job.Header.Get(HeaderJobID) == "" && !again
 		// A fresh original never records itself as owner, and owners are
 		// stream sequences (never 0): 0 serves it and keeps the script's
 		// cheap path for the usual value.

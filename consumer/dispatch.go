@@ -72,6 +72,10 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			}
 			it.leases = res.Leases()
 			admitted = append(admitted, it)
+		case res.Err == nil && w.holdUntilSlot(it, res.Decision):
+			// Its slot is close: it waits in the worker, not in NATS.
+			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
+			w.obs.ObserveThrottleWait(res.Wait)
 		case res.Err == nil:
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
 			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait, Reason: waitReason(res.Decision)})

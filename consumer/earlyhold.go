@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/throttle"
 )
 
 // ScheduleLead is how long before its slot the worker schedules a moved
@@ -21,6 +23,15 @@ const ScheduleLead = 750 * time.Millisecond
 // stay was capped by the stream's max age) is decided and deferred again.
 const earlyHoldMax = 2 * ScheduleLead
 
+// shortWait is the longest wait of a job the worker keeps for its slot
+// (holdUntilSlot) instead of deferring it, and shortWaitCap how many it
+// keeps so at once: as many as it may NAK (FairDeferrer.MaxNaked), since
+// each holds a MaxAckPending slot the same way.
+const (
+	shortWait    = ScheduleLead
+	shortWaitCap = Crowded / 4
+)
+
 // earlyHold keeps the moved copies that come back before their slot until
 // the slot, then hands them to the deciding loop (Due, Ready), which
 // decides them then: admitted through the slot they hold, without a second
@@ -35,13 +46,17 @@ type earlyHold struct {
 	mu      sync.Mutex
 	stopped bool
 	timers  map[jetstream.Msg]*time.Timer
+	short   int // jobs held by holdUntilSlot
+	// again holds the messages held since they were last decided: decided
+	// again, they are not fresh (they hold the slot they were given).
+	again   map[jetstream.Msg]struct{}
 	ready   []jetstream.Msg
 	waiting sync.WaitGroup // one per copy held and not yet ready or stopped
 }
 
 // newEarlyHold returns an empty hold reading the time with now.
 func newEarlyHold(now func() time.Time) *earlyHold {
-	return &earlyHold{now: now, due: make(chan struct{}, 1), timers: map[jetstream.Msg]*time.Timer{}}
+	return &earlyHold{now: now, due: make(chan struct{}, 1), timers: map[jetstream.Msg]*time.Timer{}, again: map[jetstream.Msg]struct{}{}}
 }
 
 // slotOf reads the slot of a moved copy from its header; false for other
@@ -75,14 +90,27 @@ func (e *earlyHold) take(group []jetstream.Msg) []jetstream.Msg {
 
 // hold starts the wait of m; false once the hold has stopped.
 func (e *earlyHold) hold(m jetstream.Msg, wait time.Duration) bool {
+	return e.holdAs(m, wait, false)
+}
+
+// holdAs starts the wait of m, counted among the short waits (of at most
+// shortWaitCap) when short; false once the hold has stopped or is full.
+func (e *earlyHold) holdAs(m jetstream.Msg, wait time.Duration, short bool) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.stopped {
+	if e.stopped || (short && e.short >= shortWaitCap) {
 		return false
 	}
+	if short {
+		e.short++
+	}
+	e.again[m] = struct{}{}
 	e.waiting.Add(1)
 	e.timers[m] = time.AfterFunc(wait, func() {
 		e.mu.Lock()
+		if short {
+			e.short--
+		}
 		delete(e.timers, m)
 		e.ready = append(e.ready, m)
 		e.mu.Unlock()
@@ -93,6 +121,17 @@ func (e *earlyHold) hold(m jetstream.Msg, wait time.Duration) bool {
 		e.waiting.Done()
 	})
 	return true
+}
+
+// decidedAgain reports whether m was held since it was last decided, and
+// forgets it: a job given a slot and held for it is not fresh when decided
+// again, or it would be charged a second time.
+func (e *earlyHold) decidedAgain(m jetstream.Msg) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.again[m]
+	delete(e.again, m)
+	return ok
 }
 
 // Ready returns the copies whose slot has come, taking them out of the
@@ -120,5 +159,27 @@ func (e *earlyHold) stop() []jetstream.Msg {
 	}
 	e.mu.Unlock()
 	e.waiting.Wait()
-	return append(left, e.Ready()...)
+	left = append(left, e.Ready()...)
+	e.mu.Lock()
+	clear(e.again)
+	e.mu.Unlock()
+	return left
+}
+
+// holdUntilSlot keeps a job given a slot close at hand (Reserved, within
+// shortWait) in the worker until the slot, when it is decided again and
+// admitted through it, instead of deferring it: NATS would bring it back
+// late (a NAK past 1,024 pending messages, or a move behind the stream's
+// backlog), and late jobs run together with those on time. It keeps at
+// most shortWaitCap so at once; it reports whether it kept the job.
+func (w *Worker) holdUntilSlot(it *item, d throttle.Decision) bool {
+	if d.Outcome != throttle.Reserved || d.Wait <= 0 || d.Wait > shortWait {
+		return false
+	}
+	w.held.add(it.msg, w.now()) // kept alive while it waits
+	if !w.early.holdAs(it.msg, d.Wait, true) {
+		w.held.remove(it.msg)
+		return false // full, or the worker is stopping: deferred as usual
+	}
+	return true
 }

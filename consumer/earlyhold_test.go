@@ -13,8 +13,8 @@ import (
 )
 
 // TestMoveWithLeadFiresBeforeTheSlot: with a Lead, a moved job's copy is
-// scheduled to fire that long before its slot (and a job that waits less
-// than the lead, at once), while it still carries the slot itself.
+// scheduled to fire that long before its slot, while it still carries the
+// slot itself.
 func TestMoveWithLeadFiresBeforeTheSlot(t *testing.T) {
 	now := time.Date(2026, 3, 4, 5, 6, 17, 0, time.UTC)
 	for _, tt := range []struct {
@@ -22,7 +22,7 @@ func TestMoveWithLeadFiresBeforeTheSlot(t *testing.T) {
 		at   string
 	}{
 		{3 * time.Second, "@at 2026-03-04T05:06:19.251Z"},
-		{500 * time.Millisecond, "@at 2026-03-04T05:06:17Z"},
+		{time.Second, "@at 2026-03-04T05:06:17.251Z"},
 	} {
 		e := moveEnv(t, now)
 		e.params.Deferrer = ScheduleDeferrer{JetStream: e.js, Subjects: "sched", Now: (&fakeClock{now: now}).Now, Lead: 750 * time.Millisecond}
@@ -92,5 +92,48 @@ func TestCopyBackBeforeItsSlotWaitsForIt(t *testing.T) {
 	}
 	if s := far.settled(); len(s) != 1 || s[0].kind != "nakDelay" {
 		t.Errorf("the copy 5 s early settled %v, want deferred again (a NAK)", s)
+	}
+}
+
+// TestShortWaitIsKeptInTheWorker: a job given a slot 200 ms away is kept
+// by the worker and decided again at the slot, as the holder of that slot,
+// where it runs: no NAK, one delivery.
+func TestShortWaitIsKeptInTheWorker(t *testing.T) {
+	e := setup(t)
+	var mu sync.Mutex
+	var slot time.Time
+	calls := 0
+	e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		now := time.Now()
+		if slot.IsZero() {
+			slot = now.Add(200 * time.Millisecond)
+		}
+		if wait := slot.Sub(now); wait > 0 {
+			return result(throttle.Reserved, wait)
+		}
+		return result(throttle.Admitted, 0)
+	}
+	e.start()
+	m := newMsg(1, "jobs.acme")
+	e.push(m)
+	e.waitSettled(m)
+	e.stop()
+
+	wantSettled(t, m, ack)
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 2 {
+		t.Errorf("decided %d times, want 2: at once and at its slot", calls)
+	}
+	// Decided again, it is not fresh: it holds the slot it was given, and
+	// must not be charged for another.
+	if asked := e.decider.asked(); len(asked) != 2 || !asked[0].Fresh || asked[1].Fresh {
+		t.Errorf("decided as %+v, want fresh then not", asked)
+	}
+	if got := e.ran.ids(); len(got) != 1 {
+		t.Errorf("ran %v, want the job", got)
 	}
 }

@@ -55,8 +55,9 @@ type Worker struct {
 	slots    chan struct{} // one token per running handler
 	credits  chan struct{} // one token per message pulled and not yet dispatched
 	handlers sync.WaitGroup
-	inflight sync.Map // *flight → struct{}, admitted jobs, running or waiting for a slot
-	held     heldMsgs // messages pulled and not yet acted on
+	inflight sync.Map   // *flight → struct{}, admitted jobs, running or waiting for a slot
+	held     heldMsgs   // messages pulled and not yet acted on
+	early    *earlyHold // jobs waiting in the worker for their slot
 
 	redisBackoff  *backoff.ExponentialBackOff // used by Run's deciding loop only
 	recreating    sync.Mutex                  // one recreate at a time (see recreateIfGone)
@@ -134,6 +135,7 @@ func New(p Params) (*Worker, error) {
 		credits:      make(chan struct{}, 2*cfg.FetchBatch),
 		redisBackoff: rb,
 	}
+	w.early = newEarlyHold(w.now)
 	return w, nil
 }
 

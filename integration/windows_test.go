@@ -69,7 +69,8 @@ func benchRateWindows(b *testing.B, bins *binaries) {
 					b.Logf("%s: worst stretch of any length: %d jobs in %s, %+.1f over rate and burst, %+.1f over rate+5%% and burst; moved jobs late p50 %s p99 %s max %s, %d of %d over 250 ms",
 						w.tenant, w.stretch.jobs, w.stretch.length.Round(time.Millisecond), w.stretch.excess, w.stretch.over5,
 						w.late.p50.Round(time.Millisecond), w.late.p99.Round(time.Millisecond), w.late.max.Round(time.Millisecond), w.late.over250ms, w.late.n)
-					b.Logf("%s: the worst stretch began %s after the first publish; its jobs by how they came: %v", w.tenant, w.stretchAt.Round(time.Millisecond), w.kinds)
+					b.Logf("%s: the worst stretch began %s after the first publish; its jobs by how they came: %v; the longest stall ended %s after it",
+						w.tenant, w.stretchAt.Round(time.Millisecond), w.kinds, w.stallAt.Round(time.Millisecond))
 					b.ReportMetric(w.stretch.excess, w.tenant+"-stretch-excess-jobs")
 					b.ReportMetric(w.stretch.over5, w.tenant+"-over-rate+5%-jobs")
 				}
@@ -90,6 +91,8 @@ type rateWindow struct {
 	most   int           // jobs admitted in the busiest 250 ms
 	excess int           // most, less rate × 250 ms and the burst
 	stall  time.Duration // longest gap between admissions before the last publish
+	// stallEnd is when that gap ended.
+	stallEnd time.Time
 	// stretch is the worst stretch of any length (see stretchOf).
 	stretch stretch
 	// late is how late moved jobs ran after their slot (in process only).
@@ -98,8 +101,8 @@ type rateWindow struct {
 	// process only): fresh (first delivery), naked (redelivered after a
 	// NAK), moved (a copy); stretchAt is when it began, from the first
 	// publish.
-	kinds     map[string]int
-	stretchAt time.Duration
+	kinds              map[string]int
+	stretchAt, stallAt time.Duration
 }
 
 // jobKind is when a job ran and how it came.
@@ -248,7 +251,7 @@ func runRateWindows(tb testing.TB, mode string, maxAckPending int, bins *binarie
 			}
 		}
 		if len(admitted[tn.name]) > 0 {
-			w.stretchAt = w.stretch.from.Sub(start)
+			w.stretchAt, w.stallAt = w.stretch.from.Sub(start), w.stallEnd.Sub(start)
 		}
 		out = append(out, w)
 	}
@@ -269,8 +272,8 @@ func windowsOf(tenant string, at []time.Time, rate, burst int, lastPublish time.
 			lo++
 		}
 		w.most = max(w.most, hi-lo+1)
-		if hi > 0 && at[hi].Before(lastPublish) {
-			w.stall = max(w.stall, at[hi].Sub(at[hi-1]))
+		if hi > 0 && at[hi].Before(lastPublish) && at[hi].Sub(at[hi-1]) > w.stall {
+			w.stall, w.stallEnd = at[hi].Sub(at[hi-1]), at[hi]
 		}
 	}
 	w.excess = w.most - rate/4 - burst
