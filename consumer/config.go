@@ -60,6 +60,12 @@ type Config struct {
 	// worker renews the leases of running jobs every LeaseTTL/3. Defaults
 	// to throttle.DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// ShortWait, when positive, is the longest wait of a job the worker
+	// keeps for its slot instead of deferring it (earlyhold.go): decided
+	// again at the slot, it runs on time, on one delivery. Defaults to 0:
+	// every wait goes to the Deferrer (as THROTTLER_DEFER=schedule wants,
+	// which moves every job that must wait off the consumer).
+	ShortWait time.Duration
 	// ParkFor is how long a job waiting for a lease stays parked if it is
 	// never woken (its waker died between calling it and waking it): then
 	// it comes back by itself and queues again. Defaults to 10m, or to 1s

@@ -23,14 +23,10 @@ const ScheduleLead = 750 * time.Millisecond
 // stay was capped by the stream's max age) is decided and deferred again.
 const earlyHoldMax = 2 * ScheduleLead
 
-// shortWait is the longest wait of a job the worker keeps for its slot
-// (holdUntilSlot) instead of deferring it, and shortWaitCap how many it
-// keeps so at once: as many as it may NAK (FairDeferrer.MaxNaked), since
+// shortWaitCap is how many jobs the worker keeps for their slot at once
+// (Config.ShortWait): as many as it may NAK (FairDeferrer.MaxNaked), since
 // each holds a MaxAckPending slot the same way.
-const (
-	shortWait    = ScheduleLead
-	shortWaitCap = Crowded / 4
-)
+const shortWaitCap = Crowded / 4
 
 // earlyHold keeps the moved copies that come back before their slot until
 // the slot, then hands them to the deciding loop (Due, Ready), which
@@ -167,13 +163,13 @@ func (e *earlyHold) stop() []jetstream.Msg {
 }
 
 // holdUntilSlot keeps a job given a slot close at hand (Reserved, within
-// shortWait) in the worker until the slot, when it is decided again and
+// Config.ShortWait) in the worker until the slot, when it is decided again and
 // admitted through it, instead of deferring it: NATS would bring it back
 // late (a NAK past 1,024 pending messages, or a move behind the stream's
 // backlog), and late jobs run together with those on time. It keeps at
 // most shortWaitCap so at once; it reports whether it kept the job.
 func (w *Worker) holdUntilSlot(it *item, d throttle.Decision) bool {
-	if d.Outcome != throttle.Reserved || d.Wait <= 0 || d.Wait > shortWait {
+	if d.Outcome != throttle.Reserved || d.Wait <= 0 || d.Wait > w.cfg.ShortWait {
 		return false
 	}
 	w.held.add(it.msg, w.now()) // kept alive while it waits

@@ -13,8 +13,8 @@ import (
 )
 
 // TestMoveWithLeadFiresBeforeTheSlot: with a Lead, a moved job's copy is
-// scheduled to fire that long before its slot, while it still carries the
-// slot itself.
+// scheduled to fire that long before its slot (and a job that waits less
+// than the lead, at once), while it still carries the slot itself.
 func TestMoveWithLeadFiresBeforeTheSlot(t *testing.T) {
 	now := time.Date(2026, 3, 4, 5, 6, 17, 0, time.UTC)
 	for _, tt := range []struct {
@@ -22,7 +22,7 @@ func TestMoveWithLeadFiresBeforeTheSlot(t *testing.T) {
 		at   string
 	}{
 		{3 * time.Second, "@at 2026-03-04T05:06:19.251Z"},
-		{time.Second, "@at 2026-03-04T05:06:17.251Z"},
+		{500 * time.Millisecond, "@at 2026-03-04T05:06:17Z"},
 	} {
 		e := moveEnv(t, now)
 		e.params.Deferrer = ScheduleDeferrer{JetStream: e.js, Subjects: "sched", Now: (&fakeClock{now: now}).Now, Lead: 750 * time.Millisecond}
@@ -100,6 +100,7 @@ func TestCopyBackBeforeItsSlotWaitsForIt(t *testing.T) {
 // where it runs: no NAK, one delivery.
 func TestShortWaitIsKeptInTheWorker(t *testing.T) {
 	e := setup(t)
+	e.params.Config.ShortWait = ScheduleLead
 	var mu sync.Mutex
 	var slot time.Time
 	calls := 0

@@ -101,14 +101,13 @@ func TestDecisionNamesTheIncarnation(t *testing.T) {
 	}
 }
 
-// TestLimitedJobIsNakedWithTheEnginesWait: a job that must wait (longer
-// than the worker keeps jobs for their slot) is handed to the Deferrer
-// (NakDeferrer by default), which NAKs it for the engine's wait and one
-// millisecond more (nakDelay); it does not run.
+// TestLimitedJobIsNakedWithTheEnginesWait: a job that must wait is handed
+// to the Deferrer (NakDeferrer by default), which NAKs it for the engine's
+// wait and one millisecond more (nakDelay); it does not run.
 func TestLimitedJobIsNakedWithTheEnginesWait(t *testing.T) {
 	for _, o := range []throttle.Outcome{throttle.Reserved, throttle.Limited} {
 		t.Run(o.String(), func(t *testing.T) {
-			const wait = shortWait + 250*time.Millisecond + 7*time.Microsecond
+			const wait = 250*time.Millisecond + 7*time.Microsecond
 			e := setup(t)
 			e.decider.decide = func(context.Context, throttle.Copy) throttle.Result { return result(o, wait) }
 			e.start()

@@ -229,13 +229,13 @@ func TestTwoCopiesOfOneMoveRunOnce(t *testing.T) {
 // that moves jobs came back.
 func TestNakWorkerUnpacksBundlesLeftByAnEarlierRun(t *testing.T) {
 	e := setup(t)
-	vars := map[string]string{"THROTTLER_TENANT_LIMITS": "slow=1/s:1", "THROTTLER_DEFER": "schedule"}
+	vars := map[string]string{"THROTTLER_TENANT_LIMITS": "slow=20/m:1", "THROTTLER_DEFER": "schedule"}
 	first := e.config(vars)
 	e.ensureStream(first)
 	// Published before the first worker starts, so it pulls them together:
-	// one admitted, the rest moved as one bundle firing at the first slot,
-	// 1 s from now.
-	const n = 4
+	// one admitted, the rest moved as one bundle firing a lead
+	// (consumer.ScheduleLead) before the first slot, 3 s from now.
+	const n = 3
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = jobID(first.Stream, e.publish("jobs.slow", nil, []byte("x")))

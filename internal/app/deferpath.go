@@ -57,6 +57,12 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings, ackPending *c
 func (p deferPath) workerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 	c := WorkerConfig(cfg, log)
 	c.TermWithReason = p.termWithReason
+	if p.mode != config.DeferSchedule {
+		// A job whose slot is this close waits in the worker, which starts
+		// it on its slot: a NAK or a move would bring it back late.
+		// `schedule` moves every job that must wait.
+		c.ShortWait = consumer.ScheduleLead
+	}
 	if p.mode == config.DeferNak {
 		// No parked copy to wake (waker): consumer.Config's default.
 		c.ParkFor = 0
