@@ -11,17 +11,25 @@ import (
 
 // TestRedisLoggerKeepsTheLogFormat checks that go-redis' own messages come
 // out as lines of the worker's log: with THROTTLER_LOG_FORMAT=json, one JSON
-// object with the message and its source.
+// object with the message and its source; its line per failed dial at
+// debug level (the Redis watch tells an outage once), the others at warn.
 func TestRedisLoggerKeepsTheLogFormat(t *testing.T) {
-	var buf bytes.Buffer
-	l := redisLogger{slog.New(slog.NewJSONHandler(&buf, nil))}
-	l.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts", 5)
-	var line map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
-		t.Fatalf("log line %q is not one JSON object: %v", buf.String(), err)
-	}
-	if line["msg"] != "redis: connection pool: failed to dial after 5 attempts" || line["source"] != "go-redis" || line["level"] != "WARN" {
-		t.Fatalf("log line %v, want the formatted message at WARN with source go-redis", line)
+	for _, tt := range []struct {
+		format, msg, level string
+	}{
+		{"redis: connection pool: failed to dial after %d attempts", "redis: connection pool: failed to dial after 5 attempts", "DEBUG"},
+		{"sentinel: new master=%q", `sentinel: new master="5"`, "WARN"},
+	} {
+		var buf bytes.Buffer
+		l := redisLogger{slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		l.Printf(context.Background(), tt.format, 5)
+		var line map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+			t.Fatalf("log line %q is not one JSON object: %v", buf.String(), err)
+		}
+		if line["msg"] != tt.msg || line["source"] != "go-redis" || line["level"] != tt.level {
+			t.Errorf("log line %v, want %q at %s with source go-redis", line, tt.msg, tt.level)
+		}
 	}
 }
 
