@@ -194,6 +194,9 @@ func serve(stderr io.Writer) int {
 		return exitConfig
 	}
 	defer rdb.Close()
+	// Every command of the client reports to this watch, which logs an
+	// outage once, sums it up every 30 s and logs its end.
+	app.WatchRedis(ctx, rdb, cfg.MaskedRedisURL(), log)
 
 	if err := app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Logger: log}); err != nil {
 		log.Error("worker stopped", "err", err)

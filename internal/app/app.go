@@ -43,7 +43,7 @@ type Options struct {
 }
 
 // Run sets up the streams and the consumers, retrying with backoff while
-// NATS is unreachable, adds a hook to opts.Redis that logs its outages, then runs the worker until ctx is cancelled and the
+// NATS is unreachable, then runs the worker until ctx is cancelled and the
 // worker has shut down. A setting the server cannot serve ends it with an
 // error matching ErrUnsupported.
 func Run(ctx context.Context, cfg *Settings, opts Options) error {
@@ -51,9 +51,6 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	// Every command of the Redis client reports to this watch, which logs
-	// an outage once, sums it up every 30 s and logs its end.
-	watchRedis(ctx, opts.Redis, cfg.MaskedRedisURL(), log)
 	js, err := jetstream.New(opts.NATS)
 	if err != nil {
 		return err

@@ -13,16 +13,18 @@ import (
 	"github.com/throttler/throttler/internal/outage"
 )
 
-// watchRedis reports the outages of c to log through an outage.Reporter
-// (one line when Redis fails, with REDIS_URL masked and the cause, a
-// summary every 30 s, one line when it answers again) until ctx ends. It
-// sees every command of c through a go-redis hook on this client alone,
-// so another client of the process is not watched, and says nothing of
-// it. go-redis's own log (a line per failed dial, which is what floods
-// the log while Redis is down) is process-wide and has no per-client
-// switch; cmd/throttler demotes it (redisLogger), since this watch says
-// the same once. A client that takes no hooks is not watched.
-func watchRedis(ctx context.Context, c any, url string, log *slog.Logger) *outage.Reporter {
+// WatchRedis reports the outages of c to log through an outage.Reporter
+// (one line when Redis fails, with url, REDIS_URL masked, and the cause,
+// a summary every 30 s, one line when it answers again) until ctx ends.
+// It sees every command of c through a go-redis hook on this client
+// alone: another client of the process is not watched, and the watch is
+// no global state. Whoever makes the client watches it, once (the worker
+// in cmd/throttler, the demo), however many workers share it. go-redis's
+// own log (a line per failed dial, which is what floods the log while
+// Redis is down) is process-wide and has no per-client switch;
+// cmd/throttler demotes that line to debug (redisLogger), since this
+// watch says the same once. A client that takes no hooks is not watched.
+func WatchRedis(ctx context.Context, c any, url string, log *slog.Logger) *outage.Reporter {
 	r := outage.New(outage.Options{Name: "Redis", Attrs: []any{"url", url}, Log: log})
 	h := redisWatchHook{r: r}
 	switch c := c.(type) {

@@ -207,6 +207,7 @@ func runWith(ctx context.Context, natsURL string, fl settings, out, logw io.Writ
 
 // run starts the workers, runs the workload, shuts down and reports.
 func (s *session) run(ctx context.Context, rdb redis.UniversalClient) error {
+	app.WatchRedis(ctx, rdb, s.cfg.MaskedRedisURL(), s.log) // once for the workers sharing it
 	f, err := startFleet(ctx, fleetParams{n: s.fl.workers, cfg: s.cfg, rdb: rdb, handler: s.rec.handle, log: s.log})
 	if err != nil {
 		return err
