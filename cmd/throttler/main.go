@@ -151,6 +151,15 @@ func checkConfig(stdout, stderr io.Writer) int {
 
 // serve runs the worker until SIGTERM or SIGINT, then shuts down gracefully.
 func serve(stderr io.Writer) int {
+	// Signals first: a SIGTERM that comes while the settings are read
+	// stops the worker as one that comes later does, never kills it.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// The whole shutdown, the last flush included, keeps within
+	// THROTTLER_SHUTDOWN_TIMEOUT of the signal.
+	var stopping atomic.Int64 // UnixNano of the signal
+	context.AfterFunc(ctx, func() { stopping.Store(time.Now().UnixNano()) })
+
 	cfg, ok := loadSettings(stderr)
 	if !ok {
 		return exitConfig
@@ -169,13 +178,6 @@ func serve(stderr io.Writer) int {
 	// was down, goes to debug: the worker's watch of its Redis client (a
 	// hook on that client, internal/app) logs an outage once instead.
 	redis.SetLogger(redisLogger{log})
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	// The whole shutdown, the last flush included, keeps within
-	// THROTTLER_SHUTDOWN_TIMEOUT of the signal.
-	var stopping atomic.Int64 // UnixNano of the signal
-	context.AfterFunc(ctx, func() { stopping.Store(time.Now().UnixNano()) })
 
 	// The watch logs an unreachable NATS once with its URL and cause,
 	// then a summary every 30 s, and once when it is back.
