@@ -72,6 +72,10 @@ type Config struct {
 	// without a Waker: the job then comes back that often, and finds its
 	// turn held for it when its turn came (throttle.CapOptions.CallTTL).
 	ParkFor time.Duration
+	// PauseRecheck is how long a paused tenant's job waits off the
+	// consumer before it is checked again, when its pause has no end
+	// sooner; a resume brings it back at once. Defaults to 1m.
+	PauseRecheck time.Duration
 	// StatsTenants caps the tenants Stats (and /metrics) count one by one;
 	// the counts of tenants first seen after that many go to OtherTenants,
 	// so memory stays bounded however many tenants come and go. Defaults
@@ -102,6 +106,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.DLQSubject, "dlq.{tenant}")
 	setDefault(&c.MaxHold, 10*time.Minute)
 	setDefault(&c.StatsTenants, 10_000)
+	setDefault(&c.PauseRecheck, time.Minute)
 	setDefault(&c.LeaseTTL, throttle.DefaultLeaseTTL)
 	setDefault(&c.ParkFor, 10*time.Minute)
 	if c.Logger == nil {
@@ -137,6 +142,10 @@ type Params struct {
 	// consumer; without one the job is NAK'd until then and only this
 	// job waits. *throttle.Copies satisfies it.
 	Holder Holder
+	// Pauses, when set, says which tenants an operator paused: their jobs
+	// are not decided nor started, and wait off the consumer (parked)
+	// until resumed. *pause.Set satisfies it.
+	Pauses Pauser
 	// Deferrer puts off limited jobs. Defaults to NakDeferrer.
 	Deferrer Deferrer
 	// Bundles, when set, is the consumer of fired bundles of moved jobs

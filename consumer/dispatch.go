@@ -121,6 +121,11 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.redisLogged, w.redisFailures = now, 0
 		}
 	}
+	for i := range items {
+		if it := &items[i]; it.paused != nil {
+			deferrals = append(deferrals, w.pausedDeferral(it, *it.paused))
+		}
+	}
 	for _, it := range items {
 		if it.bad != nil {
 			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
@@ -233,6 +238,11 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 		defer func() { <-w.slots }()
 		defer w.inflight.Delete(f)
 		defer w.finishLeases(workCtx, f, job.Tenant)
+		if d, paused := w.pausedNow(job.Tenant); paused {
+			// Admitted before an operator paused its tenant.
+			w.waitOutPause(workCtx, f, job, d)
+			return
+		}
 		if until, held := w.holds.after(job.Tenant, w.cfg.Now()); held {
 			// Admitted before its downstream asked to wait.
 			w.stats.Add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })

@@ -30,6 +30,7 @@ type Worker struct {
 	decider    Decider
 	failures   FailureCounter
 	holder     Holder             // nil without one
+	pauses     Pauser             // nil without one
 	leases     Leaser             // nil without one
 	waker      Waker              // nil without one
 	woken      jetstream.Consumer // nil without one
@@ -121,6 +122,7 @@ func New(p Params) (*Worker, error) {
 		decider:      p.Decider,
 		failures:     p.Failures,
 		holder:       p.Holder,
+		pauses:       p.Pauses,
 		leases:       p.Leases,
 		waker:        p.Waker,
 		woken:        p.Woken,
