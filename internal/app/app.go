@@ -70,6 +70,10 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if policies == nil {
 		return nil // stopped before the limits were in: nothing in flight
 	}
+	pauses, ok := livePauses(ctx, opts.NATS, js, cfg, st.stream.CachedInfo().Config.Replicas, log)
+	if !ok {
+		return nil // stopped before the pauses were in: nothing in flight
+	}
 	limiter, err := throttle.New(opts.Redis, throttle.Options{Policies: policies, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
 	if err != nil {
 		return err
@@ -114,6 +118,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		Decider:    copies,
 		Failures:   copies,
 		Holder:     copies,
+		Pauses:     pauses,
 		Leases:     copies,
 		Waker:      st.path.waker(js, cfg),
 		Woken:      st.woken,

@@ -135,6 +135,7 @@ func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 		LeaseTTL:     cfg.LeaseTTL,
 		HoldSubject:  HoldSubject(cfg),
 		ParkFor:      parkFor(cfg.MaxDefer),
+		PauseRecheck: cfg.PauseRecheck,
 		StatsTenants: cfg.MetricsTenants,
 		Logger:       log,
 	}
