@@ -56,6 +56,15 @@ type Config struct {
 	// Every worker of the fleet must use the same one, and no stream may
 	// bind it. Defaults to "" (each worker knows its own holds only).
 	HoldSubject string
+	// TopSubject, when set, is the core NATS subject on which the worker
+	// answers `throttler top` with what it knows of each tenant
+	// (Worker.TopRows). Every worker of the fleet must use the same one,
+	// and no stream may bind it. Defaults to "" (no answer).
+	TopSubject string
+	// TopTenants caps the tenants the worker keeps for top; those first
+	// seen past it are counted as OtherTenants. Tenants with nothing to
+	// show are forgotten. Defaults to 200,000.
+	TopTenants int
 	// LeaseTTL is the lease TTL of running caps (throttle.CapOptions): the
 	// worker renews the leases of running jobs every LeaseTTL/3. Defaults
 	// to throttle.DefaultLeaseTTL.
@@ -107,6 +116,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxHold, 10*time.Minute)
 	setDefault(&c.StatsTenants, 10_000)
 	setDefault(&c.PauseRecheck, time.Minute)
+	setDefault(&c.TopTenants, 200_000)
 	setDefault(&c.LeaseTTL, throttle.DefaultLeaseTTL)
 	setDefault(&c.ParkFor, 10*time.Minute)
 	if c.Logger == nil {

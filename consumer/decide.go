@@ -89,6 +89,7 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 			last, lastSeq = m, job.Sequence
 		}
 		w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+		w.waiting.arrived(job, w.now())
 		var bad *badJobError
 		switch {
 		case errors.As(err, &bad):

@@ -43,6 +43,8 @@ type Worker struct {
 	// admissions; this stops the jobs admitted before it, waiting for a
 	// handler slot or back for slots reserved before it, from starting.
 	holds latestTimes
+	// waiting: what this worker knows of each tenant for throttler top.
+	waiting *waiting
 	// runtimes: how long the jobs this worker ran under each cap took.
 	runtimes runTimes
 	handler  Handler
@@ -123,6 +125,7 @@ func New(p Params) (*Worker, error) {
 		failures:     p.Failures,
 		holder:       p.Holder,
 		pauses:       p.Pauses,
+		waiting:      newWaiting(cfg.TopTenants),
 		leases:       p.Leases,
 		waker:        p.Waker,
 		woken:        p.Woken,
@@ -204,6 +207,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopLeases()
 	stopHolds := w.listenForHolds()
 	defer stopHolds()
+	stopTop := w.listenForTop()
+	defer stopTop()
 	w.startUnbundler(ctx)
 	w.startAckPending(ctx)
 	stopLane := w.startLane(ctx)
