@@ -58,6 +58,8 @@ func Gather(ctx context.Context, nc *nats.Conn, o Options) (View, error) {
 	o.N = cmp.Or(o.N, 20)
 	o.Wait = cmp.Or(o.Wait, 1500*time.Millisecond)
 	o.Quiet = cmp.Or(o.Quiet, 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, o.Wait)
+	defer cancel()
 	inbox := nc.NewRespInbox()
 	ch := make(chan *nats.Msg, 1024)
 	sub, err := nc.ChanSubscribe(inbox, ch)
@@ -72,8 +74,6 @@ func Gather(ctx context.Context, nc *nats.Conn, o Options) (View, error) {
 	if err := nc.FlushWithContext(ctx); err != nil {
 		return View{}, fmt.Errorf("top: asking the workers: %w", err)
 	}
-	deadline := time.NewTimer(o.Wait)
-	defer deadline.Stop()
 	quiet := time.NewTimer(o.Wait)
 	defer quiet.Stop()
 	parts := map[string]int{} // worker → parts received
@@ -103,10 +103,8 @@ gather:
 			}
 		case <-quiet.C:
 			break gather
-		case <-deadline.C:
-			break gather
 		case <-ctx.Done():
-			return View{}, ctx.Err()
+			break gather // the wait is over, or the caller gave up
 		}
 	}
 	if len(done) == 0 {
