@@ -61,18 +61,27 @@ func (w *Worker) TopRows() []TopRow {
 // names the worker): each starts with a line "throttler-top 1 ID K N" (the
 // K-th of N messages), then a line per row of tab-separated fields.
 func EncodeTopRows(id string, rows []TopRow) [][]byte {
+	// The header's numbers are written once every chunk is cut: the room
+	// they take is kept at the start of each (parts are at most 6 digits).
+	const room = 2*6 + 2
+	prefix := topMagic + " " + id + " "
 	var chunks [][]byte
-	var buf []byte
-	for i := 0; i < len(rows) || len(chunks) == 0 && buf == nil; {
-		buf = make([]byte, 0, 4096)
+	for i := 0; i < len(rows) || len(chunks) == 0; {
+		buf := make([]byte, len(prefix)+room, topChunk+4096)
+		copy(buf, prefix)
 		for ; i < len(rows) && len(buf) < topChunk; i++ {
 			buf = appendTopRow(buf, rows[i])
 		}
 		chunks = append(chunks, buf)
 	}
-	for k := range chunks {
-		head := fmt.Sprintf("%s %s %d %d\n", topMagic, id, k+1, len(chunks))
-		chunks[k] = append([]byte(head), chunks[k]...)
+	for k, c := range chunks {
+		nums := fmt.Sprintf("%d %d", k+1, len(chunks))
+		head := c[len(prefix) : len(prefix)+room]
+		n := copy(head, nums)
+		for j := n; j < room-1; j++ {
+			head[j] = ' ' // read as spaces before the line's end
+		}
+		head[room-1] = '\n'
 	}
 	return chunks
 }
@@ -123,7 +132,7 @@ func DecodeTopReply(data []byte) (TopReply, error) {
 	if !ok {
 		return r, fmt.Errorf("not a top reply: %q", sc.Text())
 	}
-	if _, err := fmt.Sscanf(rest, "%s %d %d", &r.Worker, &r.Part, &r.Parts); err != nil || r.Part < 1 || r.Part > r.Parts {
+	if _, err := fmt.Sscanf(strings.TrimRight(rest, " "), "%s %d %d", &r.Worker, &r.Part, &r.Parts); err != nil || r.Part < 1 || r.Part > r.Parts {
 		return r, fmt.Errorf("bad top reply header %q", sc.Text())
 	}
 	for sc.Scan() {

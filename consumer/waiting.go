@@ -282,6 +282,7 @@ func (w *waiting) rows(now time.Time, paused func(string) bool) []TopRow {
 		}
 		clear(tw.buckets[len(live):])
 		tw.buckets = live
+		idle := tw.rateBase <= sec-rateSeconds // nothing counted in the rates' window
 		tw.roll(sec)
 		r.Admitted, r.Deferred = rate(&tw.admitted, sec), rate(&tw.deferred, sec)
 		if tw.dead != nil {
@@ -290,7 +291,7 @@ func (w *waiting) rows(now time.Time, paused func(string) bool) []TopRow {
 				r.DeadLetters += int64(n)
 			}
 		}
-		if len(live) == 0 && r.Admitted == 0 && r.Deferred == 0 && r.DeadLetters == 0 && tw.rateBase < sec-rateSeconds {
+		if len(live) == 0 && r.Admitted == 0 && r.Deferred == 0 && r.DeadLetters == 0 && idle {
 			delete(w.tenants, t) // nothing to show: forget it
 			continue
 		}
