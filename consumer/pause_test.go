@@ -131,3 +131,20 @@ func TestPauseStopsAnAdmittedJobBeforeItStarts(t *testing.T) {
 		t.Fatalf("owner releases %v, want acme's job's", releases)
 	}
 }
+
+// TestFairDeferrerMovesPausedJobs: a paused job is moved off the consumer
+// even when its wait is short (its pause ends soon); a limited job with
+// the same wait is NAK'd.
+func TestFairDeferrerMovesPausedJobs(t *testing.T) {
+	nak, move := &fakeDeferrer{}, &fakeDeferrer{}
+	f := &FairDeferrer{Nak: nak, Move: move, MoveAfter: 5 * time.Second, TenantShare: 100}
+	paused := Deferral{Msg: newMsg(1, "jobs.acme"), Job: Job{Tenant: "acme", ID: "JOBS:1"}, Wait: time.Second, Park: true, Paused: true, Reason: "paused"}
+	limited := Deferral{Msg: newMsg(2, "jobs.acme"), Job: Job{Tenant: "acme", ID: "JOBS:2"}, Wait: time.Second, Reason: "limit 1/s"}
+	f.Defer(context.Background(), []Deferral{paused, limited})
+	if m := move.deferred(); len(m) != 1 || !m[0].Paused {
+		t.Fatalf("moved %+v, want the paused job", m)
+	}
+	if n := nak.deferred(); len(n) != 1 || n[0].Paused {
+		t.Fatalf("NAK'd %+v, want the limited job", n)
+	}
+}

@@ -100,11 +100,89 @@ func TestPauseAcrossWorkers(t *testing.T) {
 
 	resumedAt := time.Now()
 	res, err := pause.Resume(ctx, opts, "acme")
-	if err != nil || res.Was == nil {
-		t.Fatalf("Resume = %+v, %v", res, err)
+	if err != nil || res.Was == nil || res.Released != len(ids)-ranBefore {
+		t.Fatalf("Resume = %+v, %v; want the pause lifted and its %d parked jobs released", res, err, len(ids)-ranBefore)
 	}
 	testenv.Eventually(t, 20*time.Second, "every acme job run after the resume", func() bool { return s.count("acme") == len(ids) })
 	t.Logf("resume released %d copies; the last acme job ran %s after it", res.Released, s.last("acme").Sub(resumedAt))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range ids {
+		if s.runs[id] != 1 {
+			t.Errorf("job %s ran %d times, want once", id, s.runs[id])
+		}
+	}
+}
+
+// topRow returns tenant's row of the fleet's top view, and how many
+// workers answered.
+func topRow(ctx context.Context, e *env, cfg *app.Settings, tenant string) (consumer.TopRow, int) {
+	v, err := top.Gather(ctx, e.nc, top.Options{Subject: app.TopSubject(cfg), N: -1})
+	if err != nil {
+		return consumer.TopRow{}, 0
+	}
+	for _, r := range v.Rows {
+		if r.Tenant == tenant {
+			return r, v.Workers
+		}
+	}
+	return consumer.TopRow{}, v.Workers
+}
+
+// TestPauseSurvivesWorkerRestarts: every worker stopped and new ones
+// started, a paused tenant stays paused: the jobs the old workers parked
+// come back at the recheck and are parked again by the new ones, its new
+// jobs are parked too, and none runs until the resume, after which every
+// one runs once.
+func TestPauseSurvivesWorkerRestarts(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "50/s", "THROTTLER_PAUSE_RECHECK": "2s"})
+	opts := pause.Options{JetStream: e.js, Bucket: cfg.PauseBucket, Stream: cfg.Stream, Schedules: cfg.Schedules}
+	ctx := context.Background()
+	s := &starts{at: map[string][]time.Time{}, runs: map[string]int{}}
+	old := []*worker{e.startWorker(cfg, s.handler), e.startWorker(cfg, s.handler)}
+	for _, w := range old {
+		e.waitBuilt(w)
+	}
+	if _, err := pause.Put(ctx, opts, pause.Request{Tenant: "acme", Reason: "migration"}); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.publishJobs(cfg.Stream, "jobs.acme", nil, 20)
+	e.publishJobs(cfg.Stream, "jobs.globex", nil, 5)
+	testenv.Eventually(t, 10*time.Second, "globex's jobs run, acme's 20 parked", func() bool {
+		r, _ := topRow(ctx, e, cfg, "acme")
+		return s.count("globex") == 5 && r.Paused == 20
+	})
+	for _, w := range old {
+		w.stop(t)
+	}
+
+	fresh := []*worker{e.startWorker(cfg, s.handler), e.startWorker(cfg, s.handler)}
+	for _, w := range fresh {
+		e.waitBuilt(w)
+	}
+	for id := range e.publishJobs(cfg.Stream, "jobs.acme", nil, 10) {
+		ids[id] = true
+	}
+	e.publishJobs(cfg.Stream, "jobs.globex", nil, 5)
+	// The old workers' parked jobs come back after 2 s, and the new
+	// workers park them again: all 30 are theirs to count.
+	testenv.Eventually(t, 15*time.Second, "the new workers holding all 30 of acme's jobs paused", func() bool {
+		r, workers := topRow(ctx, e, cfg, "acme")
+		return workers == 2 && r.Paused == 30 && s.count("globex") == 10
+	})
+	if n := s.count("acme"); n != 0 {
+		t.Fatalf("%d acme jobs ran while acme was paused across a restart", n)
+	}
+	res, err := pause.Resume(ctx, opts, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 15*time.Second, "every acme job run after the resume", func() bool { return s.count("acme") == len(ids) })
+	if res.Released == 0 {
+		t.Error("the resume released no parked copy: they waited for their recheck")
+	}
+	t.Logf("resume released %d of %d", res.Released, len(ids))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id := range ids {
