@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -31,7 +32,7 @@ func (w *Worker) listenForTop() (stop func()) {
 		if m.Reply == "" {
 			return
 		}
-		for _, chunk := range EncodeTopRows(id, w.TopRows()) {
+		for _, chunk := range w.encodeTop(id) {
 			if err := nc.Publish(m.Reply, chunk); err != nil {
 				w.log.Debug("answering throttler top failed", "err", err)
 				return
@@ -45,69 +46,109 @@ func (w *Worker) listenForTop() (stop func()) {
 	return func() { _ = sub.Unsubscribe() }
 }
 
+// encodeTop encodes this worker's rows as the messages of its reply,
+// without building them first (see EncodeTopRows).
+func (w *Worker) encodeTop(id string) [][]byte {
+	e := newTopEncoder(id)
+	now := w.cfg.Now()
+	w.waiting.visit(now, w.pausedAt(now), e.add)
+	return e.finish()
+}
+
+// pausedAt is a question of whether a tenant is paused at now, or nil
+// without a Pauser.
+func (w *Worker) pausedAt(now time.Time) func(string) bool {
+	if w.pauses == nil {
+		return nil
+	}
+	return func(t string) bool { _, _, p := w.pauses.Paused(t, now); return p }
+}
+
 // TopRows returns this worker's view of every tenant it knows something
 // of now: its rates, the jobs it sent to wait that are not back yet, its
 // dead letters in the last hour.
 func (w *Worker) TopRows() []TopRow {
 	now := w.cfg.Now()
-	var paused func(string) bool
-	if w.pauses != nil {
-		paused = func(t string) bool { _, _, p := w.pauses.Paused(t, now); return p }
-	}
-	return w.waiting.rows(now, paused)
+	return w.waiting.rows(now, w.pausedAt(now))
 }
 
 // EncodeTopRows writes rows as the messages of one worker's reply (id
 // names the worker): each starts with a line "throttler-top 1 ID K N" (the
-// K-th of N messages), then a line per row of tab-separated fields.
+// K-th of N messages), then a line per row of tab-separated fields (rates
+// in thousandths per second, the oldest wait in milliseconds).
 func EncodeTopRows(id string, rows []TopRow) [][]byte {
-	// The header's numbers are written once every chunk is cut: the room
-	// they take is kept at the start of each (parts are at most 6 digits).
-	const room = 2*6 + 2
-	prefix := topMagic + " " + id + " "
-	var chunks [][]byte
-	for i := 0; i < len(rows) || len(chunks) == 0; {
-		buf := make([]byte, len(prefix)+room, topChunk+4096)
-		copy(buf, prefix)
-		for ; i < len(rows) && len(buf) < topChunk; i++ {
-			buf = appendTopRow(buf, rows[i])
-		}
-		chunks = append(chunks, buf)
+	e := newTopEncoder(id)
+	for i := range rows {
+		e.add(&rows[i])
 	}
-	for k, c := range chunks {
-		nums := fmt.Sprintf("%d %d", k+1, len(chunks))
-		head := c[len(prefix) : len(prefix)+room]
-		n := copy(head, nums)
-		for j := n; j < room-1; j++ {
+	return e.finish()
+}
+
+// topEncoder cuts a reply into messages as rows are added.
+type topEncoder struct {
+	prefix string
+	chunks [][]byte
+	buf    []byte
+}
+
+// topRoom is the room kept in each message's first line for "K N": the
+// numbers are written once every message is cut.
+const topRoom = 2*6 + 2
+
+func newTopEncoder(id string) *topEncoder {
+	e := &topEncoder{prefix: topMagic + " " + id + " "}
+	e.cut()
+	return e
+}
+
+// cut starts a new message.
+func (e *topEncoder) cut() {
+	if e.buf != nil {
+		e.chunks = append(e.chunks, e.buf)
+	}
+	e.buf = make([]byte, len(e.prefix)+topRoom, topChunk+4096)
+	copy(e.buf, e.prefix)
+}
+
+// add appends one row.
+func (e *topEncoder) add(r *TopRow) {
+	if len(e.buf) >= topChunk {
+		e.cut()
+	}
+	e.buf = appendTopRow(e.buf, r)
+}
+
+// finish writes each message's numbers and returns the messages.
+func (e *topEncoder) finish() [][]byte {
+	e.cut()
+	e.buf = nil
+	for k, c := range e.chunks {
+		head := c[len(e.prefix) : len(e.prefix)+topRoom]
+		n := copy(head, fmt.Sprintf("%d %d", k+1, len(e.chunks)))
+		for j := n; j < topRoom-1; j++ {
 			head[j] = ' ' // read as spaces before the line's end
 		}
-		head[room-1] = '\n'
+		head[topRoom-1] = '\n'
 	}
-	return chunks
+	return e.chunks
 }
 
 // appendTopRow appends r as one line.
-func appendTopRow(b []byte, r TopRow) []byte {
+func appendTopRow(b []byte, r *TopRow) []byte {
 	b = append(b, r.Tenant...)
-	for _, f := range []float64{r.Admitted, r.Deferred} {
-		b = append(b, '\t')
-		b = strconv.AppendFloat(b, f, 'f', -1, 64)
-	}
-	for _, n := range []int64{r.Naked, r.Moved, r.Parked, r.Paused} {
+	for _, n := range [...]int64{int64(r.Admitted*1000 + 0.5), int64(r.Deferred*1000 + 0.5), r.Naked, r.Moved, r.Parked, r.Paused,
+		int64(r.OldestWait*1000 + 0.5), r.DeadLetters} {
 		b = append(b, '\t')
 		b = strconv.AppendInt(b, n, 10)
 	}
 	b = append(b, '\t')
-	b = strconv.AppendFloat(b, r.OldestWait, 'f', 3, 64)
-	b = append(b, '\t')
-	b = strconv.AppendInt(b, r.DeadLetters, 10)
-	b = append(b, '\t')
-	b = append(b, strings.Map(func(c rune) rune {
+	for i := 0; i < len(r.HeldBy); i++ {
+		c := r.HeldBy[i]
 		if c == '\t' || c == '\n' || c == '\r' {
-			return ' '
+			c = ' '
 		}
-		return c
-	}, r.HeldBy)...)
+		b = append(b, c)
+	}
 	return append(b, '\n')
 }
 
@@ -142,11 +183,10 @@ func DecodeTopReply(data []byte) (TopReply, error) {
 		}
 		row := TopRow{Tenant: f[0], HeldBy: f[9]}
 		var errs []error
-		pf := func(s string) float64 { v, err := strconv.ParseFloat(s, 64); errs = append(errs, err); return v }
 		pi := func(s string) int64 { v, err := strconv.ParseInt(s, 10, 64); errs = append(errs, err); return v }
-		row.Admitted, row.Deferred = pf(f[1]), pf(f[2])
+		row.Admitted, row.Deferred = float64(pi(f[1]))/1000, float64(pi(f[2]))/1000
 		row.Naked, row.Moved, row.Parked, row.Paused = pi(f[3]), pi(f[4]), pi(f[5]), pi(f[6])
-		row.OldestWait, row.DeadLetters = pf(f[7]), pi(f[8])
+		row.OldestWait, row.DeadLetters = float64(pi(f[7]))/1000, pi(f[8])
 		if err := errors.Join(errs...); err != nil {
 			return r, fmt.Errorf("bad top row %q: %w", sc.Text(), err)
 		}

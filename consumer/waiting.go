@@ -35,16 +35,28 @@ const (
 // before then), the oldest first published at oldest (Unix µs).
 type waitBucket struct {
 	due    int64 // Unix seconds
-	kind   WaitKind
-	n      int32
 	oldest int64
+	n      int32
+	kind   WaitKind
 }
+
+// sameSet reports whether b and c count jobs of one kind and one sign,
+// so that they can be merged.
+func (b waitBucket) sameSet(c waitBucket) bool { return b.kind == c.kind && (b.n > 0) == (c.n > 0) }
+
+// maxBuckets caps a tenant's buckets: past it the two of one set due
+// closest together are merged, due at the later (counted a little longer,
+// never lost). Kept inline, so that reading every tenant is one pass over
+// memory.
+const maxBuckets = 6
 
 // tenantWaits is what the waiting tracker knows of one tenant.
 type tenantWaits struct {
-	buckets []waitBucket
+	tenant  string // "" for a free record
+	buckets [maxBuckets]waitBucket
+	nb      int
 	// admitted and deferred count per second over the last rateSeconds
-	// seconds before rateBase (a ring by second).
+	// seconds up to rateBase (a ring by second).
 	admitted, deferred [rateSeconds + 1]int32
 	rateBase           int64
 	// dead counts dead letters per dlSlot over the last hour, up to
@@ -62,33 +74,40 @@ type tenantWaits struct {
 // never drifts for longer than the longest wait; a parked job woken early
 // is taken off by the worker it comes back to (a negative count, due when
 // the parked one was). It counts at most maxTenants tenants, the others
-// as OtherTenants. Safe for concurrent use.
+// as OtherTenants. The records are one slice, so an answer reads them in
+// one pass. Safe for concurrent use.
 type waiting struct {
 	maxTenants int
 
-	mu      sync.Mutex
-	tenants map[string]*tenantWaits
+	mu    sync.Mutex
+	index map[string]int32 // tenant → its record in recs
+	recs  []tenantWaits
+	free  []int32 // records of forgotten tenants, to reuse
 }
 
 // newWaiting returns a tracker of at most maxTenants tenants.
 func newWaiting(maxTenants int) *waiting {
-	return &waiting{maxTenants: maxTenants, tenants: map[string]*tenantWaits{}}
+	return &waiting{maxTenants: maxTenants, index: map[string]int32{}}
 }
 
 // get returns tenant's record; w.mu is held.
 func (w *waiting) get(tenant string) *tenantWaits {
-	tw, ok := w.tenants[tenant]
-	if !ok {
-		if len(w.tenants) >= w.maxTenants {
-			tenant = OtherTenants
-			tw = w.tenants[tenant]
-		}
-		if tw == nil {
-			tw = &tenantWaits{}
-			w.tenants[tenant] = tw
-		}
+	i, ok := w.index[tenant]
+	if !ok && len(w.index) >= w.maxTenants {
+		tenant = OtherTenants
+		i, ok = w.index[tenant]
 	}
-	return tw
+	if !ok {
+		if n := len(w.free); n > 0 {
+			i, w.free = w.free[n-1], w.free[:n-1]
+		} else {
+			w.recs = append(w.recs, tenantWaits{})
+			i = int32(len(w.recs) - 1)
+		}
+		w.recs[i] = tenantWaits{tenant: tenant}
+		w.index[tenant] = i
+	}
+	return &w.recs[i]
 }
 
 // kindOf is how the deferral d waits, once the Deferrer settled it.
@@ -104,13 +123,25 @@ func kindOf(d Deferral) WaitKind {
 	return WaitNaked
 }
 
+// dueSecond is the second a job waiting wait from now is counted until:
+// rounded up to the second for short waits, to 10 s and to the minute for
+// longer ones, so that a tenant's jobs share few buckets.
+func dueSecond(now time.Time, wait time.Duration) int64 {
+	due := now.Add(wait).Unix() + 1
+	switch {
+	case wait >= 100*time.Second:
+		return (due + 59) / 60 * 60
+	case wait >= 10*time.Second:
+		return (due + 9) / 10 * 10
+	}
+	return due
+}
+
 // deferred records a deferral settled at now.
 func (w *waiting) deferred(d Deferral, now time.Time) {
 	if d.Err != nil {
 		return // unsettled: back after AckWait, uncounted
 	}
-	kind := kindOf(d)
-	due := now.Add(d.Wait).Unix() + 1
 	pub := d.Job.Published.UnixMicro()
 	if d.Job.Published.IsZero() {
 		pub = now.UnixMicro()
@@ -122,19 +153,55 @@ func (w *waiting) deferred(d Deferral, now time.Time) {
 	if tw.heldBy != d.Reason {
 		tw.heldBy = d.Reason
 	}
-	tw.add(waitBucket{due: due, kind: kind, n: 1, oldest: pub})
+	tw.add(waitBucket{due: dueSecond(now, d.Wait), kind: kindOf(d), n: 1, oldest: pub})
 }
 
 // add merges b into the record's buckets.
 func (tw *tenantWaits) add(b waitBucket) {
-	for i := range tw.buckets {
-		if c := &tw.buckets[i]; c.due == b.due && c.kind == b.kind && (c.n > 0) == (b.n > 0) {
+	for i := range tw.nb {
+		if c := &tw.buckets[i]; c.due == b.due && c.sameSet(b) {
 			c.n += b.n
 			c.oldest = min(c.oldest, b.oldest)
 			return
 		}
 	}
-	tw.buckets = append(tw.buckets, b)
+	if tw.nb == maxBuckets {
+		tw.squeeze(b)
+	}
+	tw.buckets[tw.nb] = b
+	tw.nb++
+}
+
+// squeeze frees one bucket for b: it merges the two buckets of one set
+// due closest together (b's set first), into the later.
+func (tw *tenantWaits) squeeze(b waitBucket) {
+	best, bi, bj := int64(1<<62), -1, -1
+	for pass := range 2 {
+		for i := range tw.nb {
+			for j := range tw.nb {
+				ci, cj := tw.buckets[i], tw.buckets[j]
+				if i == j || !ci.sameSet(cj) || (pass == 0 && !ci.sameSet(b)) || cj.due < ci.due {
+					continue
+				}
+				if gap := cj.due - ci.due; gap < best {
+					best, bi, bj = gap, i, j
+				}
+			}
+		}
+		if bi >= 0 {
+			break
+		}
+	}
+	if bi < 0 { // cannot happen: more buckets than sets; keep b's count
+		bi, bj = 0, 0
+	}
+	later := &tw.buckets[bj]
+	later.n += tw.buckets[bi].n
+	later.oldest = min(later.oldest, tw.buckets[bi].oldest)
+	if bi != bj {
+		tw.nb--
+		tw.buckets[bi] = tw.buckets[tw.nb]
+	}
 }
 
 // arrived records a job delivered at now: a parked job woken before its
@@ -149,7 +216,7 @@ func (w *waiting) arrived(job Job, now time.Time) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.get(job.Tenant).add(waitBucket{due: until.Unix() + 1, kind: WaitParked, n: -1, oldest: 1<<63 - 1})
+	w.get(job.Tenant).add(waitBucket{due: dueSecond(now, until.Sub(now)), kind: WaitParked, n: -1, oldest: 1<<63 - 1})
 }
 
 // admitted records a job started at now.
@@ -238,34 +305,50 @@ type TopRow struct {
 // Waiting is the row's jobs waiting, of every kind.
 func (r TopRow) Waiting() int64 { return r.Naked + r.Moved + r.Parked + r.Paused }
 
-// rows returns a row per tenant with anything to show at now, forgetting
-// tenants with nothing; paused says whether a tenant is paused still (its
-// paused jobs are dropped once it is not: a resume released them).
+// rows returns a row per tenant with anything to show at now (see visit).
 func (w *waiting) rows(now time.Time, paused func(string) bool) []TopRow {
+	var out []TopRow
+	w.visit(now, paused, func(r *TopRow) { out = append(out, *r) })
+	return out
+}
+
+// visit calls fn with a row per tenant with anything to show at now,
+// forgetting tenants with nothing; paused says whether a tenant is paused
+// still (its paused jobs are dropped once it is not: a resume released
+// them). The row is fn's only for the call.
+func (w *waiting) visit(now time.Time, paused func(string) bool, fn func(*TopRow)) {
 	sec := now.Unix()
 	slot := now.Unix() / int64(dlSlot/time.Second)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]TopRow, 0, len(w.tenants))
-	for t, tw := range w.tenants {
-		r := TopRow{Tenant: t}
+	var r TopRow
+	for i := range w.recs {
+		tw := &w.recs[i]
+		if tw.tenant == "" {
+			continue
+		}
+		r = TopRow{Tenant: tw.tenant}
 		oldest := int64(1<<63 - 1)
-		live := tw.buckets[:0]
-		var stillPaused *bool
-		for _, b := range tw.buckets {
+		live := 0
+		stillPaused := -1 // unknown
+		for k := range tw.nb {
+			b := tw.buckets[k]
 			if b.due <= sec {
 				continue
 			}
 			if b.kind == WaitPaused {
-				if stillPaused == nil {
-					p := paused == nil || paused(t)
-					stillPaused = &p
+				if stillPaused < 0 {
+					stillPaused = 1
+					if paused != nil && !paused(tw.tenant) {
+						stillPaused = 0
+					}
 				}
-				if !*stillPaused {
+				if stillPaused == 0 {
 					continue
 				}
 			}
-			live = append(live, b)
+			tw.buckets[live] = b
+			live++
 			switch b.kind {
 			case WaitNaked:
 				r.Naked += int64(b.n)
@@ -280,8 +363,7 @@ func (w *waiting) rows(now time.Time, paused func(string) bool) []TopRow {
 				oldest = min(oldest, b.oldest)
 			}
 		}
-		clear(tw.buckets[len(live):])
-		tw.buckets = live
+		tw.nb = live
 		idle := tw.rateBase <= sec-rateSeconds // nothing counted in the rates' window
 		tw.roll(sec)
 		r.Admitted, r.Deferred = rate(&tw.admitted, sec), rate(&tw.deferred, sec)
@@ -291,17 +373,18 @@ func (w *waiting) rows(now time.Time, paused func(string) bool) []TopRow {
 				r.DeadLetters += int64(n)
 			}
 		}
-		if len(live) == 0 && r.Admitted == 0 && r.Deferred == 0 && r.DeadLetters == 0 && idle {
-			delete(w.tenants, t) // nothing to show: forget it
+		if live == 0 && r.Admitted == 0 && r.Deferred == 0 && r.DeadLetters == 0 && idle {
+			delete(w.index, tw.tenant) // nothing to show: forget it
+			*tw = tenantWaits{}
+			w.free = append(w.free, int32(i))
 			continue
 		}
-		if len(live) > 0 && oldest != 1<<63-1 {
+		if oldest != 1<<63-1 {
 			r.OldestWait = max(0, float64(now.UnixMicro()-oldest)/1e6)
 		}
 		if r.Waiting() > 0 || r.Deferred > 0 {
 			r.HeldBy = tw.heldBy
 		}
-		out = append(out, r)
+		fn(&r)
 	}
-	return out
 }
