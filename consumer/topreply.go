@@ -176,21 +176,42 @@ func DecodeTopReply(data []byte) (TopReply, error) {
 	if _, err := fmt.Sscanf(strings.TrimRight(rest, " "), "%s %d %d", &r.Worker, &r.Part, &r.Parts); err != nil || r.Part < 1 || r.Part > r.Parts {
 		return r, fmt.Errorf("bad top reply header %q", sc.Text())
 	}
+	held := map[string]string{} // the few reasons, shared by the rows
 	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), "\t", 10)
-		if len(f) != 10 {
-			return r, fmt.Errorf("bad top row %q", sc.Text())
-		}
-		row := TopRow{Tenant: f[0], HeldBy: f[9]}
-		var errs []error
-		pi := func(s string) int64 { v, err := strconv.ParseInt(s, 10, 64); errs = append(errs, err); return v }
-		row.Admitted, row.Deferred = float64(pi(f[1]))/1000, float64(pi(f[2]))/1000
-		row.Naked, row.Moved, row.Parked, row.Paused = pi(f[3]), pi(f[4]), pi(f[5]), pi(f[6])
-		row.OldestWait, row.DeadLetters = float64(pi(f[7]))/1000, pi(f[8])
-		if err := errors.Join(errs...); err != nil {
-			return r, fmt.Errorf("bad top row %q: %w", sc.Text(), err)
+		row, err := parseTopRow(sc.Bytes(), held)
+		if err != nil {
+			return r, err
 		}
 		r.Rows = append(r.Rows, row)
 	}
 	return r, sc.Err()
+}
+
+// parseTopRow reads one row's line; held interns the reasons.
+func parseTopRow(line []byte, held map[string]string) (TopRow, error) {
+	var f [10][]byte
+	rest := line
+	for i := range 9 {
+		j := bytes.IndexByte(rest, '\t')
+		if j < 0 {
+			return TopRow{}, fmt.Errorf("bad top row %q", line)
+		}
+		f[i], rest = rest[:j], rest[j+1:]
+	}
+	f[9] = rest
+	var n [8]int64
+	for i := range n {
+		v, err := strconv.ParseInt(string(f[i+1]), 10, 64)
+		if err != nil {
+			return TopRow{}, fmt.Errorf("bad top row %q: %w", line, err)
+		}
+		n[i] = v
+	}
+	h, ok := held[string(f[9])]
+	if !ok {
+		h = string(f[9])
+		held[h] = h
+	}
+	return TopRow{Tenant: string(f[0]), Admitted: float64(n[0]) / 1000, Deferred: float64(n[1]) / 1000,
+		Naked: n[2], Moved: n[3], Parked: n[4], Paused: n[5], OldestWait: float64(n[6]) / 1000, DeadLetters: n[7], HeldBy: h}, nil
 }
