@@ -156,6 +156,9 @@ type Params struct {
 	// are not decided nor started, and wait off the consumer (parked)
 	// until resumed. *pause.Set satisfies it.
 	Pauses Pauser
+	// Unreserver gives up the slots of a paused tenant's jobs (see
+	// Unreserver). Defaults to the Decider, when it is an Unreserver.
+	Unreserver Unreserver
 	// Deferrer puts off limited jobs. Defaults to NakDeferrer.
 	Deferrer Deferrer
 	// Bundles, when set, is the consumer of fired bundles of moved jobs

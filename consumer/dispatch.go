@@ -121,6 +121,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.redisLogged, w.redisFailures = now, 0
 		}
 	}
+	w.unreservePaused(workCtx, items)
 	for i := range items {
 		if it := &items[i]; it.paused != nil {
 			deferrals = append(deferrals, w.pausedDeferral(it, *it.paused))

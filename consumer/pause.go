@@ -2,9 +2,12 @@ package consumer
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/throttle"
 )
 
 // PauseReason starts the wait reason (HeaderWaitReason) of every job
@@ -20,6 +23,46 @@ type Pauser interface {
 	// Paused reports whether tenant is paused at now, why, and until when
 	// (zero: until resumed).
 	Paused(tenant string, now time.Time) (reason string, until time.Time, paused bool)
+}
+
+// Unreserver gives up the slots jobs hold, so that each is decided anew
+// when it comes back; *throttle.Copies satisfies it. The worker calls it
+// for a paused tenant's jobs: their slots would all come due during the
+// pause and run at once on resume, on top of the burst the tenant's
+// buckets filled to meanwhile.
+type Unreserver interface {
+	Unreserve(ctx context.Context, slots []throttle.Slot) error
+}
+
+// mayHoldSlot reports whether job may hold a slot reserved for it, which
+// a pause must give up: it was decided before (not a fresh original) and
+// is not back from a pause (that one gave its slot up already).
+func mayHoldSlot(job Job) bool {
+	fresh := job.Delivered == 1 && job.Header.Get(HeaderJobID) == ""
+	return !fresh && !strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason)
+}
+
+// unreservePaused gives up the slots of the group's paused jobs that may
+// hold one, in one round trip. A failure is logged: those jobs keep their
+// slots, and may run on them at once on resume.
+func (w *Worker) unreservePaused(ctx context.Context, items []item) {
+	if w.unreserver == nil {
+		return
+	}
+	var slots []throttle.Slot
+	for i := range items {
+		if it := &items[i]; it.paused != nil && mayHoldSlot(it.job) {
+			slots = append(slots, throttle.Slot{Tenant: it.job.Tenant, JobID: it.job.ID})
+		}
+	}
+	if len(slots) == 0 {
+		return
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RedisTimeout)
+	defer cancel()
+	if err := w.unreserver.Unreserve(uctx, slots); err != nil {
+		w.log.Warn("giving up paused jobs' slots failed; they may run on them at once on resume", "jobs", len(slots), "err", err)
+	}
 }
 
 // pausedNow reports whether job's tenant is paused now, and the wait of

@@ -2,12 +2,14 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/throttle"
 )
 
 // fakePauser pauses the tenants in its map, each until the time given
@@ -146,5 +148,46 @@ func TestFairDeferrerMovesPausedJobs(t *testing.T) {
 	}
 	if n := nak.deferred(); len(n) != 1 || n[0].Paused {
 		t.Fatalf("NAK'd %+v, want the limited job", n)
+	}
+}
+
+// fakeUnreserver records the slots given up.
+type fakeUnreserver struct {
+	mu    sync.Mutex
+	slots []string
+}
+
+func (u *fakeUnreserver) Unreserve(_ context.Context, slots []throttle.Slot) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, s := range slots {
+		u.slots = append(u.slots, s.Tenant+" "+s.JobID)
+	}
+	return nil
+}
+
+// TestPauseGivesUpSlots: a paused tenant's job that may hold a slot (a
+// redelivery, a moved copy back for its slot) gives it up, so that on
+// resume it is charged anew; a fresh job holds none, and a job back from
+// a pause gave its slot up already.
+func TestPauseGivesUpSlots(t *testing.T) {
+	e := setup(t)
+	u := &fakeUnreserver{}
+	e.params.Deferrer = &fakeDeferrer{}
+	e.params.Pauses = &fakePauser{paused: map[string]time.Time{"acme": {}}}
+	e.params.Unreserver = u
+	e.start()
+	fresh := newMsg(1, "jobs.acme")
+	redelivered := newMsg(2, "jobs.acme").redelivered()
+	moved := newMsg(5, "sched.acme.3", HeaderJobID, "JOBS:3", HeaderSubject, "jobs.acme", HeaderWaitReason, "limit 5/s")
+	backFromPause := newMsg(6, "sched.acme.4", HeaderJobID, "JOBS:4", HeaderSubject, "jobs.acme", HeaderWaitReason, PauseReason+": x")
+	e.push(fresh, redelivered, moved, backFromPause)
+	e.waitSettled(fresh, redelivered, moved, backFromPause)
+	e.stop()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	slices.Sort(u.slots)
+	if want := []string{"acme JOBS:2", "acme JOBS:3"}; !slices.Equal(u.slots, want) {
+		t.Fatalf("slots given up %v, want %v", u.slots, want)
 	}
 }

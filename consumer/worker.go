@@ -31,6 +31,7 @@ type Worker struct {
 	failures   FailureCounter
 	holder     Holder             // nil without one
 	pauses     Pauser             // nil without one
+	unreserver Unreserver         // nil without one
 	leases     Leaser             // nil without one
 	waker      Waker              // nil without one
 	woken      jetstream.Consumer // nil without one
@@ -94,6 +95,9 @@ func New(p Params) (*Worker, error) {
 		// A Decider that applies caps gives the leases back itself.
 		p.Leases, _ = p.Decider.(Leaser)
 	}
+	if p.Unreserver == nil {
+		p.Unreserver, _ = p.Decider.(Unreserver)
+	}
 	if p.Waker == nil && p.Config.ParkFor == 0 {
 		// No parked copy is woken: a job waiting for a lease comes back
 		// often, to find its turn held while it lasts (the call TTL).
@@ -125,6 +129,7 @@ func New(p Params) (*Worker, error) {
 		failures:     p.Failures,
 		holder:       p.Holder,
 		pauses:       p.Pauses,
+		unreserver:   p.Unreserver,
 		waiting:      newWaiting(cfg.TopTenants),
 		leases:       p.Leases,
 		waker:        p.Waker,
