@@ -23,7 +23,7 @@ func (w *Worker) startDispatching(ctx, work context.Context, batches chan<- defe
 	go func() {
 		defer close(finished)
 		for g := range in {
-			batches <- deferBatch{deferrals: w.act(ctx, work, g), credits: g.credits}
+			batches <- deferBatch{deferrals: w.act(ctx, work, g), credits: g.credits, unreserve: pausedSlots(g.items)}
 		}
 	}()
 	return in, finished
@@ -121,7 +121,6 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.redisLogged, w.redisFailures = now, 0
 		}
 	}
-	w.unreservePaused(workCtx, items)
 	for i := range items {
 		if it := &items[i]; it.paused != nil {
 			deferrals = append(deferrals, w.pausedDeferral(it, *it.paused))

@@ -42,20 +42,21 @@ func mayHoldSlot(job Job) bool {
 	return !fresh && !strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason)
 }
 
-// unreservePaused gives up the slots of the group's paused jobs that may
-// hold one, in one round trip. A failure is logged: those jobs keep their
-// slots, and may run on them at once on resume.
-func (w *Worker) unreservePaused(ctx context.Context, items []item) {
-	if w.unreserver == nil {
-		return
-	}
+// pausedSlots are the slots of a group's paused jobs that may hold one.
+func pausedSlots(items []item) []throttle.Slot {
 	var slots []throttle.Slot
 	for i := range items {
 		if it := &items[i]; it.paused != nil && mayHoldSlot(it.job) {
 			slots = append(slots, throttle.Slot{Tenant: it.job.Tenant, JobID: it.job.ID})
 		}
 	}
-	if len(slots) == 0 {
+	return slots
+}
+
+// unreserve gives up slots in one round trip. A failure is logged: those
+// jobs keep their slots, and may run on them at once on resume.
+func (w *Worker) unreserve(ctx context.Context, slots []throttle.Slot) {
+	if w.unreserver == nil || len(slots) == 0 {
 		return
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RedisTimeout)

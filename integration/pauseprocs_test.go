@@ -164,11 +164,11 @@ func TestPauseAcrossProcesses(t *testing.T) {
 		return began
 	}
 
-	time.Sleep(5 * time.Second) // both saturated, acme's slots reserved ahead
+	time.Sleep(7 * time.Second) // both saturated, acme's slots reserved ahead
 	paused := cli("pause", "acme", "--reason", "test")
-	time.Sleep(4 * time.Second)
-	globexBefore := rate(&globex, paused.Add(-3*time.Second), 3*time.Second)
-	globexDuring := rate(&globex, paused.Add(time.Second), 3*time.Second)
+	time.Sleep(7 * time.Second)
+	globexBefore := rate(&globex, paused.Add(-5*time.Second), 5*time.Second)
+	globexDuring := rate(&globex, paused.Add(time.Second), 5*time.Second)
 	close(stopAcme) // acme's backlog is what is left to drain
 	// Every worker restarted: the new ones find acme paused.
 	for _, stop := range fleetStops {
@@ -183,7 +183,7 @@ func TestPauseAcrossProcesses(t *testing.T) {
 	time.Sleep(12 * time.Second)
 	risen := rate(&acme.forwardTimes, resumed.Add(time.Second), 10*time.Second)
 	// The most forwarded above the limit in any stretch from the resume.
-	acme.mu.Lock()
+	acme.forwardTimes.mu.Lock()
 	excess := 0.0
 	n := 0
 	for _, at := range acme.times {
@@ -193,7 +193,7 @@ func TestPauseAcrossProcesses(t *testing.T) {
 		n++
 		excess = max(excess, float64(n)-acmeLimit*at.Sub(resumed).Seconds())
 	}
-	acme.mu.Unlock()
+	acme.forwardTimes.mu.Unlock()
 	cancel()
 	<-pubDone
 	if pubErr != nil {
