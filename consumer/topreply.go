@@ -32,11 +32,14 @@ func (w *Worker) listenForTop() (stop func()) {
 		if m.Reply == "" {
 			return
 		}
-		for _, chunk := range w.encodeTop(id) {
-			if err := nc.Publish(m.Reply, chunk); err != nil {
-				w.log.Debug("answering throttler top failed", "err", err)
-				return
+		var failed error
+		w.encodeTop(id, func(chunk []byte) {
+			if failed == nil {
+				failed = nc.Publish(m.Reply, chunk) // copies chunk
 			}
+		})
+		if failed != nil {
+			w.log.Debug("answering throttler top failed", "err", failed)
 		}
 	})
 	if err != nil {
@@ -47,12 +50,13 @@ func (w *Worker) listenForTop() (stop func()) {
 }
 
 // encodeTop encodes this worker's rows as the messages of its reply,
-// without building them first (see EncodeTopRows).
-func (w *Worker) encodeTop(id string) [][]byte {
-	e := newTopEncoder(id)
+// without building them first, and hands each to emit as it is cut (see
+// EncodeTopRows); emit must not keep it.
+func (w *Worker) encodeTop(id string, emit func([]byte)) {
+	e := newTopEncoder(id, emit)
 	now := w.cfg.Now()
 	w.waiting.visit(now, w.pausedAt(now), e.add)
-	return e.finish()
+	e.finish()
 }
 
 // pausedAt is a question of whether a tenant is paused at now, or nil
@@ -73,64 +77,58 @@ func (w *Worker) TopRows() []TopRow {
 }
 
 // EncodeTopRows writes rows as the messages of one worker's reply (id
-// names the worker): each starts with a line "throttler-top 1 ID K N" (the
-// K-th of N messages), then a line per row of tab-separated fields (rates
-// in thousandths per second, the oldest wait in milliseconds).
+// names the worker): each starts with a line "throttler-top 1 ID K N",
+// the K-th message, N being 0 but in the last, where it is K; then a line
+// per row of tab-separated fields (rates in thousandths per second, the
+// oldest wait in milliseconds).
 func EncodeTopRows(id string, rows []TopRow) [][]byte {
-	e := newTopEncoder(id)
+	var chunks [][]byte
+	e := newTopEncoder(id, func(c []byte) { chunks = append(chunks, bytes.Clone(c)) })
 	for i := range rows {
 		e.add(&rows[i])
 	}
-	return e.finish()
+	e.finish()
+	return chunks
 }
 
-// topEncoder cuts a reply into messages as rows are added.
+// topEncoder cuts a reply into messages as rows are added, handing each
+// to emit, in one buffer used again for the next.
 type topEncoder struct {
-	prefix string
-	chunks [][]byte
-	buf    []byte
+	head string
+	emit func([]byte)
+	buf  []byte
+	part int
 }
 
-// topRoom is the room kept in each message's first line for "K N": the
-// numbers are written once every message is cut.
-const topRoom = 2*6 + 2
-
-func newTopEncoder(id string) *topEncoder {
-	e := &topEncoder{prefix: topMagic + " " + id + " "}
-	e.cut()
+func newTopEncoder(id string, emit func([]byte)) *topEncoder {
+	e := &topEncoder{head: topMagic + " " + id + " ", emit: emit, buf: make([]byte, 0, topChunk+4096)}
+	e.start()
 	return e
 }
 
-// cut starts a new message.
-func (e *topEncoder) cut() {
-	if e.buf != nil {
-		e.chunks = append(e.chunks, e.buf)
-	}
-	e.buf = make([]byte, len(e.prefix)+topRoom, topChunk+4096)
-	copy(e.buf, e.prefix)
+// start begins the next message.
+func (e *topEncoder) start() {
+	e.part++
+	e.buf = append(e.buf[:0], e.head...)
+	e.buf = strconv.AppendInt(e.buf, int64(e.part), 10)
+	e.buf = append(e.buf, " 0\n"...)
 }
 
 // add appends one row.
 func (e *topEncoder) add(r *TopRow) {
 	if len(e.buf) >= topChunk {
-		e.cut()
+		e.emit(e.buf)
+		e.start()
 	}
 	e.buf = appendTopRow(e.buf, r)
 }
 
-// finish writes each message's numbers and returns the messages.
-func (e *topEncoder) finish() [][]byte {
-	e.cut()
-	e.buf = nil
-	for k, c := range e.chunks {
-		head := c[len(e.prefix) : len(e.prefix)+topRoom]
-		n := copy(head, fmt.Sprintf("%d %d", k+1, len(e.chunks)))
-		for j := n; j < topRoom-1; j++ {
-			head[j] = ' ' // read as spaces before the line's end
-		}
-		head[topRoom-1] = '\n'
-	}
-	return e.chunks
+// finish emits the last message, marked as such.
+func (e *topEncoder) finish() {
+	line := bytes.IndexByte(e.buf, '\n')
+	rows := e.buf[line:]
+	last := append([]byte(e.head), strconv.Itoa(e.part)+" "+strconv.Itoa(e.part)...)
+	e.emit(append(last, rows...))
 }
 
 // appendTopRow appends r as one line.
@@ -154,8 +152,8 @@ func appendTopRow(b []byte, r *TopRow) []byte {
 
 // TopReply is one message of a worker's reply, read back.
 type TopReply struct {
-	// Worker names the worker; Part is this message's number, from 1, of
-	// Parts.
+	// Worker names the worker; Part is this message's number, from 1.
+	// Parts is 0 but in the last message, where it is how many there are.
 	Worker      string
 	Part, Parts int
 	Rows        []TopRow
@@ -173,7 +171,7 @@ func DecodeTopReply(data []byte) (TopReply, error) {
 	if !ok {
 		return r, fmt.Errorf("not a top reply: %q", sc.Text())
 	}
-	if _, err := fmt.Sscanf(strings.TrimRight(rest, " "), "%s %d %d", &r.Worker, &r.Part, &r.Parts); err != nil || r.Part < 1 || r.Part > r.Parts {
+	if _, err := fmt.Sscanf(rest, "%s %d %d", &r.Worker, &r.Part, &r.Parts); err != nil || r.Part < 1 || (r.Parts != 0 && r.Parts != r.Part) {
 		return r, fmt.Errorf("bad top reply header %q", sc.Text())
 	}
 	held := map[string]string{} // the few reasons, shared by the rows

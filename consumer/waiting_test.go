@@ -118,7 +118,11 @@ func TestTopRowsRoundTrip(t *testing.T) {
 			t.Errorf("message %d is %d bytes", k, len(c))
 		}
 		r, err := DecodeTopReply(c)
-		if err != nil || r.Worker != "w1" || r.Part != k+1 || r.Parts != len(chunks) {
+		wantParts := 0
+		if k == len(chunks)-1 {
+			wantParts = len(chunks)
+		}
+		if err != nil || r.Worker != "w1" || r.Part != k+1 || r.Parts != wantParts {
 			t.Fatalf("message %d read as %s %d/%d, %v", k, r.Worker, r.Part, r.Parts, err)
 		}
 		back = append(back, r.Rows...)
@@ -152,10 +156,11 @@ func BenchmarkTopAnswer100k(b *testing.B) {
 	cpu0, _ := testenv.ProcessCPU()
 	n := 0
 	for b.Loop() {
-		e := newTopEncoder("w")
+		chunks := 0
+		e := newTopEncoder("w", func([]byte) { chunks++ })
 		w.visit(now, nil, e.add)
-		chunks := e.finish()
-		if len(chunks) == 0 {
+		e.finish()
+		if chunks == 0 {
 			b.Fatal("no reply")
 		}
 		n++

@@ -93,8 +93,8 @@ gather:
 			for _, row := range r.Rows {
 				add(byTenant, row)
 			}
-			if parts[r.Worker] == r.Parts {
-				done[r.Worker] = true
+			if r.Parts != 0 && parts[r.Worker] == r.Parts {
+				done[r.Worker] = true // its last message, none missed
 			}
 			if len(done) == len(parts) {
 				quiet.Reset(o.Quiet) // every worker that began has finished
