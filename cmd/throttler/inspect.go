@@ -347,6 +347,10 @@ func printInspection(w io.Writer, in inspection) {
 	default:
 		fmt.Fprintln(w, "a job arriving now runs at once (exact)")
 	}
+	if in.Paused != nil && !in.Paused.Active {
+		fmt.Fprintf(w, "a pause ended at %s (%s); its key stays until `throttler resume %s`\n",
+			in.Paused.Until.Format(time.RFC3339), describePause(in.Paused.Pause), in.Tenant)
+	}
 	fmt.Fprintf(w, "jobs waiting: %d holding a reserved slot (exact), %d moved off the consumer into schedules (exact), about %d NAK'd on the consumer (estimate)\n",
 		in.Jobs.HoldingSlots.N, in.Jobs.Moved.N, in.Jobs.Naked.N)
 	if in.Cap != nil {

@@ -96,11 +96,19 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	cancel()
 
 	ackPending := consumer.NewAckPending(st.jobs, 250*time.Millisecond)
-	capped := func(tenant string) bool {
+	// The lane leaves to the jobs consumer the jobs of tenants under a
+	// running cap (the worker's decision takes their leases) and of paused
+	// tenants (the worker parks them, uncharged).
+	leaveToWorker := func(tenant string) bool {
+		if pauses != nil {
+			if _, _, paused := pauses.Paused(tenant, time.Now()); paused {
+				return true
+			}
+		}
 		p := policies.Policy(tenant)
 		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow)
 	}
-	lane, claims, err := st.lane(js, cfg, laneCopies, capped, stats, log)
+	lane, claims, err := st.lane(js, cfg, laneCopies, leaveToWorker, stats, log)
 	if err != nil {
 		return err
 	}
