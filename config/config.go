@@ -121,8 +121,8 @@ type Config struct {
 
 	// PauseRecheck is how long a paused tenant's job waits off the
 	// consumer before a worker checks its pause again (a resume brings it
-	// back at once; this bounds the wait of a job it missed); at least
-	// 1s. Defaults to 1m.
+	// back at once; this bounds the wait of a job it missed); 1s to 24h.
+	// Defaults to 1m.
 	PauseRecheck time.Duration `env:"THROTTLER_PAUSE_RECHECK" envDefault:"1m"`
 
 	// Shadow puts every tenant's limits in shadow mode: every job runs at
