@@ -312,17 +312,38 @@ func (w *waiting) rows(now time.Time, paused func(string) bool) []TopRow {
 	return out
 }
 
+// visitBatch is how many records visit reads under one hold of the lock:
+// the worker's own counting waits for at most that many, not for all.
+const visitBatch = 1024
+
 // visit calls fn with a row per tenant with anything to show at now,
 // forgetting tenants with nothing; paused says whether a tenant is paused
 // still (its paused jobs are dropped once it is not: a resume released
-// them). The row is fn's only for the call.
+// them). The row is fn's only for the call. The records are read
+// visitBatch at a time, fn called outside the lock.
 func (w *waiting) visit(now time.Time, paused func(string) bool, fn func(*TopRow)) {
+	batch := make([]TopRow, 0, visitBatch)
+	for from := 0; ; from += visitBatch {
+		batch, more := w.visitFrom(from, now, paused, batch[:0])
+		for i := range batch {
+			fn(&batch[i])
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// visitFrom appends to rows the rows of records [from, from+visitBatch),
+// and reports whether records follow.
+func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, rows []TopRow) ([]TopRow, bool) {
 	sec := now.Unix()
 	slot := now.Unix() / int64(dlSlot/time.Second)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var r TopRow
-	for i := range w.recs {
+	end := min(from+visitBatch, len(w.recs))
+	for i := from; i < end; i++ {
 		tw := &w.recs[i]
 		if tw.tenant == "" {
 			continue
@@ -385,6 +406,7 @@ func (w *waiting) visit(now time.Time, paused func(string) bool, fn func(*TopRow
 		if r.Waiting() > 0 || r.Deferred > 0 {
 			r.HeldBy = tw.heldBy
 		}
-		fn(&r)
+		rows = append(rows, r)
 	}
+	return rows, end < len(w.recs)
 }
