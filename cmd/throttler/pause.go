@@ -64,6 +64,11 @@ func pauseCmd(args []string, resume, quiet bool, stdout, stderr io.Writer) int {
 	if len(rest) != 1 {
 		return fail(exitConfig, "%s", pauseUsage)
 	}
+	forSet := false
+	fs.Visit(func(f *flag.Flag) { forSet = forSet || f.Name == "for" })
+	if forSet && forD <= 0 {
+		return fail(exitConfig, "--for must be positive, got %s", forD)
+	}
 	req := pause.Request{Tenant: rest[0], Reason: reason, For: forD}
 	if until != "" {
 		if req.Until, err = time.Parse(time.RFC3339, until); err != nil {

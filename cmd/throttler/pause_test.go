@@ -18,6 +18,7 @@ func TestPauseAndTopRefuseBadInput(t *testing.T) {
 		{[]string{"pause"}, "usage"},
 		{[]string{"pause", "a.b"}, "tenant"},
 		{[]string{"pause", "acme", "--for", "-1m"}, "--for"},
+		{[]string{"pause", "acme", "--for", "0s"}, "--for must be positive"},
 		{[]string{"pause", "acme", "--until", "tomorrow"}, "RFC 3339"},
 		{[]string{"pause", "acme", "--until", "2000-01-01T00:00:00Z"}, "not in the future"},
 		{[]string{"pause", "acme", "--for", "1m", "--until", "2999-01-01T00:00:00Z"}, "not both"},
