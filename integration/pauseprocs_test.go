@@ -162,7 +162,7 @@ func TestPauseAcrossProcesses(t *testing.T) {
 		return began
 	}
 
-	const window = 10 * time.Second
+	const window = 20 * time.Second
 	// globex alone first, for two windows with no pause; acme from 8 s
 	// before the pause to 2 s after it, so that its backlog (slots
 	// reserved ahead, then jobs taken in while paused) lasts the 16 s its
@@ -218,14 +218,16 @@ func TestPauseAcrossProcesses(t *testing.T) {
 
 	t.Logf("acme: %d forwarded from 1 s after the pause to the resume; after the resume %.2f/s over 15 s (limit %g/s), at most %.1f above the limit (burst %d); %d published, %d lost",
 		afterPause, risen, acmeLimit, excess, acmeBurst, len(published), acme.missing(published))
-	t.Logf("globex over 10 s: %.2f/s before the pause, %.2f/s during it (limit %g/s); with no pause, %.2f/s then %.2f/s",
+	t.Logf("globex over 20 s: %.2f/s before the pause, %.2f/s during it (limit %g/s); with no pause, %.2f/s then %.2f/s",
 		globexBefore, globexDuring, globexLimit, controlA, controlB)
 	if afterPause != 0 {
 		t.Errorf("%d acme jobs forwarded later than 1 s after the pause command, want 0", afterPause)
 	}
-	// The target is 2%; on a machine shared with other work the rate
-	// moves by up to 5% between two windows with no pause at all
-	// (controlA, controlB), so the test holds it to 5%.
+	// The target is 2%. Moved jobs come back in the server's schedule
+	// passes, 250 ms apart (12 of globex's jobs), so a window's edges alone
+	// move its rate by about 1%, and a machine shared with other work moves
+	// it more (controlA, controlB: two windows with no pause): the test
+	// holds it to 5%, BENCHMARKS.md has the figures.
 	if globexDuring < globexBefore*0.95 || globexDuring > globexBefore*1.05 {
 		t.Errorf("globex %.2f/s during the pause against %.2f/s before, want within 5%%", globexDuring, globexBefore)
 	}
