@@ -33,7 +33,8 @@ type Options struct {
 	Schedules subject.Schedules
 	// Settle is how long Resume waits, after the first release, for the
 	// copies of jobs the workers were moving when the pause ended, before
-	// it releases those too. Defaults to 1s.
+	// it releases those too; the first release comes a tenth of it after
+	// the key is deleted. Defaults to 1s.
 	Settle time.Duration
 	// Now is the clock of Since and of For. Defaults to time.Now.
 	Now func() time.Time
@@ -117,14 +118,15 @@ type Resumed struct {
 	// Was is the pause that was lifted; nil when the tenant was not
 	// paused.
 	Was *Pause `json:"was,omitempty"`
-	// Released counts the paused jobs brought back at once.
+	// Released counts the paused jobs brought back at once, each once.
 	Released int `json:"released"`
 }
 
 // Resume lifts a tenant's pause: the workers start its jobs again within a
 // second, and its jobs waiting off the consumer are brought back at once,
-// in the order they were paused, to run at its limits. Jobs a worker was
-// moving at that moment are released after Settle; any copy missed still
+// in the order they were paused, to run at its limits (Settle/10 after the
+// key is deleted). Jobs a worker was moving at that moment are released
+// after Settle; any copy missed still
 // comes back by itself within the workers' THROTTLER_PAUSE_RECHECK. A
 // tenant not paused is not an error (Was is nil). A bad tenant matches
 // ErrInvalid.
@@ -148,19 +150,21 @@ func Resume(ctx context.Context, o Options, t string) (Resumed, error) {
 	if o.Stream == "" || o.Schedules == "" {
 		return res, nil
 	}
-	for pass := range 2 {
-		if pass == 1 {
-			settle := o.Settle
-			if settle == 0 {
-				settle = time.Second
-			}
-			select {
-			case <-time.After(settle):
-			case <-ctx.Done():
-				return res, ctx.Err()
-			}
+	settle := o.Settle
+	if settle == 0 {
+		settle = time.Second
+	}
+	seen := map[string]bool{}
+	// The first pass waits a tenth of Settle, so that the workers have
+	// applied the resume (milliseconds) and do not park the jobs it
+	// brings back again; the second catches the copies stored meanwhile.
+	for _, wait := range []time.Duration{settle / 10, settle} {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return res, ctx.Err()
 		}
-		n, err := Release(ctx, o.JetStream, o.Stream, o.Schedules, t)
+		n, err := release(ctx, o.JetStream, o.Stream, o.Schedules, t, seen)
 		res.Released += n
 		if err != nil {
 			return res, err

@@ -31,6 +31,13 @@ const releaseDeleters = 16
 // meanwhile is released once (the woken message's id deduplicates it, and
 // a copy left behind runs as a duplicate that is acked without running).
 func Release(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string) (int, error) {
+	return release(ctx, js, stream, schedules, t, map[string]bool{})
+}
+
+// release is Release, counting only the jobs not in seen, which it adds
+// to: a job released, then parked again by a worker that had not yet seen
+// the resume, and released again, counts once.
+func release(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, seen map[string]bool) (int, error) {
 	filter := schedules.Copy(t, 0)
 	filter = filter[:strings.LastIndexByte(filter, '.')] + ".*"
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
@@ -44,6 +51,7 @@ func Release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	type published struct {
 		ack jetstream.PubAckFuture
 		seq uint64 // the copy's stream sequence, to delete
+		id  string // the job's
 	}
 	var acks []published
 	for left > 0 {
@@ -69,7 +77,7 @@ func Release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 			if err != nil {
 				return len(acks), fmt.Errorf("bringing back job %s: %w", id, err)
 			}
-			acks = append(acks, published{ack: ack, seq: meta.Sequence.Stream})
+			acks = append(acks, published{ack: ack, seq: meta.Sequence.Stream, id: id})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return 0, fmt.Errorf("reading %s's waiting copies: %w", t, err)
@@ -102,7 +110,10 @@ func Release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 		case <-ctx.Done():
 			return released, ctx.Err()
 		}
-		released++
+		if !seen[p.id] {
+			seen[p.id] = true
+			released++
+		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func(seq uint64) {
