@@ -45,6 +45,7 @@ var durBounds = map[string]struct{ min, max time.Duration }{
 	"THROTTLER_HTTP_TIMEOUT":       {1, 0},
 	"THROTTLER_LEASE_TTL":          {time.Second, 30 * 24 * time.Hour},
 	"THROTTLER_METRICS_FIRST_HOLD": {0, time.Hour},
+	"THROTTLER_PAUSE_RECHECK":      {time.Second, 24 * time.Hour},
 }
 
 // intWant says what whole-number variable name accepts.
@@ -84,6 +85,9 @@ func (c *Config) check(failed map[string]bool) Problems {
 	if c.LimitsBucket != LimitsOff {
 		ck.bucket("THROTTLER_LIMITS_BUCKET", c.LimitsBucket)
 	}
+	if c.PauseBucket != LimitsOff {
+		ck.bucket("THROTTLER_PAUSE_BUCKET", c.PauseBucket)
+	}
 	ck.header("THROTTLER_COST_HEADER", c.CostHeader)
 
 	concOK := ck.intIn("THROTTLER_CONCURRENCY", int64(c.Concurrency))
@@ -110,6 +114,7 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck.maxAge("THROTTLER_STREAM_MAX_AGE", c.StreamMaxAge)
 	ck.maxAge("THROTTLER_FORWARD_MAX_AGE", c.ForwardMaxAge)
 	ck.maxAge("THROTTLER_DLQ_MAX_AGE", c.DLQMaxAge)
+	ck.durIn("THROTTLER_PAUSE_RECHECK", c.PauseRecheck)
 
 	ck.oneOf("THROTTLER_HANDLER", c.Handler, HandlerForward, HandlerHTTP)
 	c.HTTPHeaderList = ck.httpSettings(c)

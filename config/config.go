@@ -113,6 +113,18 @@ type Config struct {
 	// Defaults to throttler_limits.
 	LimitsBucket string `env:"THROTTLER_LIMITS_BUCKET" envDefault:"throttler_limits"`
 
+	// PauseBucket is the NATS key-value bucket of paused tenants (keys
+	// tenant.<tenant>), which every worker watches; the worker creates it
+	// when missing. "off" reads none (throttler pause then refuses).
+	// Defaults to throttler_pauses.
+	PauseBucket string `env:"THROTTLER_PAUSE_BUCKET" envDefault:"throttler_pauses"`
+
+	// PauseRecheck is how long a paused tenant's job waits off the
+	// consumer before a worker checks its pause again (a resume brings it
+	// back at once; this bounds the wait of a job it missed); 1s to 24h.
+	// Defaults to 1m.
+	PauseRecheck time.Duration `env:"THROTTLER_PAUSE_RECHECK" envDefault:"1m"`
+
 	// Shadow puts every tenant's limits in shadow mode: every job runs at
 	// once, and the worker counts what enforcing would have done. A
 	// tenant's own spec can say so with +shadow. Defaults to false.

@@ -56,6 +56,15 @@ type Config struct {
 	// Every worker of the fleet must use the same one, and no stream may
 	// bind it. Defaults to "" (each worker knows its own holds only).
 	HoldSubject string
+	// TopSubject, when set, is the core NATS subject on which the worker
+	// answers `throttler top` with what it knows of each tenant
+	// (Worker.TopRows). Every worker of the fleet must use the same one,
+	// and no stream may bind it. Defaults to "" (no answer).
+	TopSubject string
+	// TopTenants caps the tenants the worker keeps for top; those first
+	// seen past it are counted as OtherTenants. Tenants with nothing to
+	// show are forgotten. Defaults to 200,000.
+	TopTenants int
 	// LeaseTTL is the lease TTL of running caps (throttle.CapOptions): the
 	// worker renews the leases of running jobs every LeaseTTL/3. Defaults
 	// to throttle.DefaultLeaseTTL.
@@ -72,6 +81,10 @@ type Config struct {
 	// without a Waker: the job then comes back that often, and finds its
 	// turn held for it when its turn came (throttle.CapOptions.CallTTL).
 	ParkFor time.Duration
+	// PauseRecheck is how long a paused tenant's job waits off the
+	// consumer before it is checked again, when its pause has no end
+	// sooner; a resume brings it back at once. Defaults to 1m.
+	PauseRecheck time.Duration
 	// StatsTenants caps the tenants Stats (and /metrics) count one by one;
 	// the counts of tenants first seen after that many go to OtherTenants,
 	// so memory stays bounded however many tenants come and go. Defaults
@@ -102,6 +115,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.DLQSubject, "dlq.{tenant}")
 	setDefault(&c.MaxHold, 10*time.Minute)
 	setDefault(&c.StatsTenants, 10_000)
+	setDefault(&c.PauseRecheck, time.Minute)
+	setDefault(&c.TopTenants, 200_000)
 	setDefault(&c.LeaseTTL, throttle.DefaultLeaseTTL)
 	setDefault(&c.ParkFor, 10*time.Minute)
 	if c.Logger == nil {
@@ -137,6 +152,13 @@ type Params struct {
 	// consumer; without one the job is NAK'd until then and only this
 	// job waits. *throttle.Copies satisfies it.
 	Holder Holder
+	// Pauses, when set, says which tenants an operator paused: their jobs
+	// are not decided nor started, and wait off the consumer (parked)
+	// until resumed. *pause.Set satisfies it.
+	Pauses Pauser
+	// Unreserver gives up the slots of a paused tenant's jobs (see
+	// Unreserver). Defaults to the Decider, when it is an Unreserver.
+	Unreserver Unreserver
 	// Deferrer puts off limited jobs. Defaults to NakDeferrer.
 	Deferrer Deferrer
 	// Bundles, when set, is the consumer of fired bundles of moved jobs

@@ -68,6 +68,9 @@ type item struct {
 	job  Job
 	bad  *badJobError
 	slot int64 // the slot a moved copy was scheduled for, µs; 0 otherwise
+	// paused, when set, is the deferral of a job whose tenant is paused:
+	// it is not decided.
+	paused *Deferral
 	// leases are the leases the job was admitted holding, under running
 	// caps.
 	leases []throttle.Lease
@@ -86,6 +89,7 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 			last, lastSeq = m, job.Sequence
 		}
 		w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+		w.waiting.arrived(job, w.now())
 		var bad *badJobError
 		switch {
 		case errors.As(err, &bad):
@@ -141,8 +145,15 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 	g := decidedGroup{items: w.readGroup(group), credits: len(group)}
 	reqs := make([]throttle.Copy, 0, len(g.items))
 	g.idx = make([]int, 0, len(g.items))
-	for i, it := range g.items {
+	for i := range g.items {
+		it := &g.items[i]
 		if it.bad != nil {
+			continue
+		}
+		if d, paused := w.pausedNow(it.job.Tenant); paused {
+			// Not charged while paused: on resume the tenant takes no
+			// more than its buckets hold.
+			it.paused = &d
 			continue
 		}
 		// A message on its first delivery that is not a moved copy was never

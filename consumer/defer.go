@@ -23,6 +23,10 @@ type Deferral struct {
 	// bundle) to Schedules.Copy, where a Waker finds it in its turn; Wait
 	// is how long it stays if never woken.
 	Park bool
+	// Paused says the job waits because an operator paused its tenant
+	// (Pauser); Park is set too, so that it is moved on its own and a
+	// resume can bring it back at once.
+	Paused bool
 	// Moved is set by the Deferrer when the job left the consumer.
 	Moved bool
 	// NakedInstead is set by a Deferrer that meant to move the job but

@@ -1,12 +1,19 @@
 package consumer
 
-import "context"
+import (
+	"context"
+
+	"github.com/throttler/throttler/throttle"
+)
 
 // deferBatch is one group's deferrals, handed to the defer loop, and the
 // fetch credits the group holds until they are settled.
 type deferBatch struct {
 	deferrals []Deferral
 	credits   int
+	// unreserve are the slots of paused jobs to give up before they are
+	// deferred (see Unreserver).
+	unreserve []throttle.Slot
 }
 
 // startDeferring settles the deferrals of each batch sent on batches, in
@@ -30,7 +37,7 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 	for b := range batches {
 		// Take every batch already waiting too: one Defer call for all of
 		// them keeps more copies in flight per round trip.
-		credits, ds := b.credits, b.deferrals
+		credits, ds, slots := b.credits, b.deferrals, b.unreserve
 	more:
 		for {
 			select {
@@ -40,10 +47,15 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 				}
 				credits += nb.credits
 				ds = append(ds, nb.deferrals...)
+				slots = append(slots, nb.unreserve...)
 			default:
 				break more
 			}
 		}
+		// Off the dispatching path: a paused tenant's jobs cost the others
+		// no round trip. Before the move, so a copy never comes back to a
+		// slot it should have given up.
+		w.unreserve(ctx, slots)
 		if len(ds) > 0 {
 			w.deferrer.Defer(ctx, ds)
 		}
@@ -58,6 +70,7 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 // NAK'd instead of moved, saying why, and one for a job left unsettled.
 func (w *Worker) deferred(d Deferral) {
 	tenant, id := d.Job.Tenant, d.Job.ID
+	w.waiting.deferred(d, w.now())
 	switch {
 	case d.Moved:
 		w.stats.Add(tenant, func(s *TenantStats) { s.Moved++ })

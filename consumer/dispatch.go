@@ -23,7 +23,7 @@ func (w *Worker) startDispatching(ctx, work context.Context, batches chan<- defe
 	go func() {
 		defer close(finished)
 		for g := range in {
-			batches <- deferBatch{deferrals: w.act(ctx, work, g), credits: g.credits}
+			batches <- deferBatch{deferrals: w.act(ctx, work, g), credits: g.credits, unreserve: pausedSlots(g.items)}
 		}
 	}()
 	return in, finished
@@ -119,6 +119,11 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 				w.log.Warn("redis failed; deferring jobs until it answers (THROTTLER_ON_REDIS_ERROR=defer)", "jobs", w.redisFailures, "retry_in", g.redisWait, "err", redisErr)
 			}
 			w.redisLogged, w.redisFailures = now, 0
+		}
+	}
+	for i := range items {
+		if it := &items[i]; it.paused != nil {
+			deferrals = append(deferrals, w.pausedDeferral(it, *it.paused))
 		}
 	}
 	for _, it := range items {
@@ -227,12 +232,18 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 		return
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
+	w.waiting.admitted(job.Tenant, w.now())
 	w.handlers.Add(1)
 	go func() {
 		defer w.handlers.Done()
 		defer func() { <-w.slots }()
 		defer w.inflight.Delete(f)
 		defer w.finishLeases(workCtx, f, job.Tenant)
+		if d, paused := w.pausedNow(job.Tenant); paused {
+			// Admitted before an operator paused its tenant.
+			w.waitOutPause(workCtx, f, job, d)
+			return
+		}
 		if until, held := w.holds.after(job.Tenant, w.cfg.Now()); held {
 			// Admitted before its downstream asked to wait.
 			w.stats.Add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })

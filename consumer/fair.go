@@ -53,7 +53,10 @@ type FairDeferrer struct {
 func (f *FairDeferrer) Defer(ctx context.Context, ds []Deferral) {
 	var naks, moves []int
 	for i := range ds {
-		if f.crowded() || f.tooOldToNak(ds[i]) || f.shouldMove(ds[i].Job.Tenant, ds[i].Wait) {
+		// A paused job waits off the consumer however short its wait (its
+		// pause ends soon): a resume finds it there, and it holds no
+		// MaxAckPending slot meanwhile.
+		if ds[i].Paused || f.crowded() || f.tooOldToNak(ds[i]) || f.shouldMove(ds[i].Job.Tenant, ds[i].Wait) {
 			moves = append(moves, i)
 		} else {
 			naks = append(naks, i)

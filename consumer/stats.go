@@ -66,6 +66,8 @@ type TenantStats struct {
 	// HeldBack counts admitted jobs deferred instead of started because
 	// their tenant's downstream had asked to wait since.
 	HeldBack int64
+	// Paused counts jobs deferred because an operator paused their tenant.
+	Paused int64
 }
 
 // OtherTenants stands in for the tenants counted together once a worker

@@ -69,14 +69,7 @@ func (s *StreamWaker) Wake(ctx context.Context, tenant, jobID string) (bool, err
 	if raw.Header.Get(jetstream.ScheduleTargetHeader) == "" {
 		return false, nil // not a parked copy
 	}
-	// Brought back past the jobs consumer's backlog, on the woken jobs'
-	// subject; the job's own subject is in its HeaderSubject.
-	out := &nats.Msg{Subject: s.Subjects.Woken(tenant, seq), Data: raw.Data, Header: nats.Header{}}
-	CopyHeaders(out.Header, raw.Header)
-	out.Header.Del(HeaderSlot)
-	out.Header.Set(HeaderWoken, "1")
-	// One publish per parked copy, however many wakers call for it.
-	out.Header.Set(jetstream.MsgIDHeader, "wake:"+jobID+":"+raw.Header.Get(HeaderDeferrals))
+	out := WokenMsg(s.Subjects, tenant, jobID, seq, raw.Header, raw.Data)
 	if _, err := s.JetStream.PublishMsg(ctx, out); err != nil {
 		return false, fmt.Errorf("publishing woken job %s: %w", jobID, err)
 	}
@@ -86,6 +79,21 @@ func (s *StreamWaker) Wake(ctx context.Context, tenant, jobID string) (bool, err
 		return true, fmt.Errorf("deleting the parked copy of woken job %s: %w", jobID, err)
 	}
 	return true, nil
+}
+
+// WokenMsg is the message that brings back at once the parked copy of
+// job jobID (first stored at sequence seq) of tenant, whose headers and
+// data are given: it goes past the jobs consumer's backlog, on the woken
+// jobs' subject (the job's own subject is in its HeaderSubject), as a new
+// incarnation. Its message id makes one publish per parked copy, however
+// many wakers call for it.
+func WokenMsg(subjects subject.Schedules, tenant, jobID string, seq uint64, header nats.Header, data []byte) *nats.Msg {
+	out := &nats.Msg{Subject: subjects.Woken(tenant, seq), Data: data, Header: nats.Header{}}
+	CopyHeaders(out.Header, header)
+	out.Header.Del(HeaderSlot)
+	out.Header.Set(HeaderWoken, "1")
+	out.Header.Set(jetstream.MsgIDHeader, "wake:"+jobID+":"+header.Get(HeaderDeferrals))
+	return out
 }
 
 // gone reports whether a delete failed because the message is no longer

@@ -30,6 +30,8 @@ type Worker struct {
 	decider    Decider
 	failures   FailureCounter
 	holder     Holder             // nil without one
+	pauses     Pauser             // nil without one
+	unreserver Unreserver         // nil without one
 	leases     Leaser             // nil without one
 	waker      Waker              // nil without one
 	woken      jetstream.Consumer // nil without one
@@ -42,6 +44,8 @@ type Worker struct {
 	// admissions; this stops the jobs admitted before it, waiting for a
 	// handler slot or back for slots reserved before it, from starting.
 	holds latestTimes
+	// waiting: what this worker knows of each tenant for throttler top.
+	waiting *waiting
 	// runtimes: how long the jobs this worker ran under each cap took.
 	runtimes runTimes
 	handler  Handler
@@ -91,6 +95,9 @@ func New(p Params) (*Worker, error) {
 		// A Decider that applies caps gives the leases back itself.
 		p.Leases, _ = p.Decider.(Leaser)
 	}
+	if p.Unreserver == nil {
+		p.Unreserver, _ = p.Decider.(Unreserver)
+	}
 	if p.Waker == nil && p.Config.ParkFor == 0 {
 		// No parked copy is woken: a job waiting for a lease comes back
 		// often, to find its turn held while it lasts (the call TTL).
@@ -121,6 +128,9 @@ func New(p Params) (*Worker, error) {
 		decider:      p.Decider,
 		failures:     p.Failures,
 		holder:       p.Holder,
+		pauses:       p.Pauses,
+		unreserver:   p.Unreserver,
+		waiting:      newWaiting(cfg.TopTenants),
 		leases:       p.Leases,
 		waker:        p.Waker,
 		woken:        p.Woken,
@@ -202,6 +212,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopLeases()
 	stopHolds := w.listenForHolds()
 	defer stopHolds()
+	stopTop := w.listenForTop()
+	defer stopTop()
 	w.startUnbundler(ctx)
 	w.startAckPending(ctx)
 	stopLane := w.startLane(ctx)

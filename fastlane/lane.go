@@ -87,8 +87,9 @@ type Config struct {
 	// caps (its admissions take no lease). Required.
 	Owners Owners
 	// Capped, when set, reports whether a tenant's jobs run under a running
-	// cap: the lane leaves them to the jobs consumer, whose decision takes
-	// their leases.
+	// cap, or must be decided by the jobs consumer for another reason (its
+	// tenant is paused): the lane leaves them to the jobs consumer, whose
+	// decision takes their leases (or parks them).
 	Capped func(tenant string) bool
 	// OtherReaders, when set, names a consumer of the jobs stream, besides
 	// the workers', that reads job subjects, or returns "". The lane takes

@@ -18,6 +18,7 @@ import (
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/pause"
 	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
@@ -51,6 +52,9 @@ type inspection struct {
 	// WaitsForLease says a job arriving now would wait for a lease of
 	// the tenant's cap or the fleet's, whatever its rate says.
 	WaitsForLease bool `json:"waits_for_lease,omitempty"`
+	// Paused is the tenant's pause (throttler pause), nil when it has
+	// none; a pause whose --until has passed is shown with Active false.
+	Paused *pausedView `json:"paused,omitempty"`
 	// Failures maps each job whose handler failed, and that has not run
 	// since, to its failures.
 	Failures map[string]int64 `json:"handler_failures,omitempty"`
@@ -71,6 +75,13 @@ type inspection struct {
 // leave one.
 const seenRule = "no bucket state, reserved slot, handler failure or lease in Redis (bucket states expire once full again), " +
 	"no job in the jobs stream, none moved off the consumer, no limits of its own"
+
+// pausedView is a tenant's pause as inspect shows it.
+type pausedView struct {
+	pause.Pause
+	// Active says the pause holds now (its until, if any, is to come).
+	Active bool `json:"active"`
+}
 
 // bucketView is one bucket as inspect shows it.
 type bucketView struct {
@@ -172,6 +183,17 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 		return inspection{}, err
 	}
 
+	var paused *pausedView
+	if cfg.PauseBucket != config.LimitsOff {
+		p, err := pause.Get(ctx, pauseOptions(js, cfg), t)
+		if err != nil {
+			return inspection{}, err
+		}
+		if p != nil {
+			paused = &pausedView{Pause: *p, Active: p.Active(time.Now())}
+		}
+	}
+
 	rdb, err := app.NewRedis(cfg.Config, 1)
 	if err != nil {
 		return inspection{}, err
@@ -189,6 +211,7 @@ func inspect(ctx context.Context, cfg *app.Settings, t string) (inspection, erro
 	in := inspection{
 		Tenant: t, At: snap.At.UTC(), Limits: cmp.Or(eff.Policy.Limits.String(), "none (no rate limit)"), Shadow: eff.Policy.Shadow, Source: eff.Source,
 		WaitSeconds: snap.Wait.Seconds(), Failures: snap.Failures, Running: eff.Policy.Running, Cap: snap.Cap,
+		Paused: paused,
 	}
 	if snap.Wait > 0 {
 		in.HeldBy = snap.HeldBy.String()
@@ -311,6 +334,9 @@ func printInspection(w io.Writer, in inspection) {
 	}
 	_ = tw.Flush()
 	switch {
+	case in.Paused != nil && in.Paused.Active:
+		fmt.Fprintf(w, "PAUSED %s (since %s, revision %d): no worker starts its jobs; they wait off the consumer, uncharged, until `throttler resume %s`\n",
+			describePause(in.Paused.Pause), in.Paused.Since.Format(time.RFC3339), in.Paused.Revision, in.Tenant)
 	case capFull(in.Running, in.Cap):
 		fmt.Fprintf(w, "a job arriving now waits for a lease of running cap %d (exact)\n", in.Running)
 	case capFull(in.MaxRunning, in.Fleet):
@@ -320,6 +346,10 @@ func printInspection(w io.Writer, in inspection) {
 			time.Duration(in.WaitSeconds*float64(time.Second)).Round(time.Microsecond), in.HeldBy)
 	default:
 		fmt.Fprintln(w, "a job arriving now runs at once (exact)")
+	}
+	if in.Paused != nil && !in.Paused.Active {
+		fmt.Fprintf(w, "a pause ended at %s (%s); its key stays until `throttler resume %s`\n",
+			in.Paused.Until.Format(time.RFC3339), describePause(in.Paused.Pause), in.Tenant)
 	}
 	fmt.Fprintf(w, "jobs waiting: %d holding a reserved slot (exact), %d moved off the consumer into schedules (exact), about %d NAK'd on the consumer (estimate)\n",
 		in.Jobs.HoldingSlots.N, in.Jobs.Moved.N, in.Jobs.Naked.N)

@@ -12,6 +12,8 @@
 //	throttler purge TENANT   remove a tenant's waiting jobs (see purge.go)
 //	throttler dlq ...        list, show, replay and purge dead letters (see dlq.go)
 //	throttler pub, sub       publish jobs, watch what comes out (see pubsub.go)
+//	throttler pause TENANT   stop every worker starting a tenant's jobs; resume TENANT lets them run (see pause.go)
+//	throttler top            every tenant at once, from what the workers know (see top.go)
 //	throttler version        the version, commit and Go version of the binary
 //	throttler help           the commands, the ten variables most set, where the rest are documented
 package main
@@ -72,6 +74,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return purgeCmd(args[1:], quiet, stdout, stderr)
 	case "dlq":
 		return dlqCmd(args[1:], quiet, stdout, stderr)
+	case "pause":
+		return pauseCmd(args[1:], false, quiet, stdout, stderr)
+	case "resume":
+		return pauseCmd(args[1:], true, quiet, stdout, stderr)
+	case "top":
+		return topCmd(args[1:], quiet, stdout, stderr)
 	case "demo":
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()

@@ -70,6 +70,10 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if policies == nil {
 		return nil // stopped before the limits were in: nothing in flight
 	}
+	pauses, ok := livePauses(ctx, opts.NATS, js, cfg, st.stream.CachedInfo().Config.Replicas, log)
+	if !ok {
+		return nil // stopped before the pauses were in: nothing in flight
+	}
 	limiter, err := throttle.New(opts.Redis, throttle.Options{Policies: policies, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
 	if err != nil {
 		return err
@@ -92,11 +96,19 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	cancel()
 
 	ackPending := consumer.NewAckPending(st.jobs, 250*time.Millisecond)
-	capped := func(tenant string) bool {
+	// The lane leaves to the jobs consumer the jobs of tenants under a
+	// running cap (the worker's decision takes their leases) and of paused
+	// tenants (the worker parks them, uncharged).
+	leaveToWorker := func(tenant string) bool {
+		if pauses != nil {
+			if _, _, paused := pauses.Paused(tenant, time.Now()); paused {
+				return true
+			}
+		}
 		p := policies.Policy(tenant)
 		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow)
 	}
-	lane, claims, err := st.lane(js, cfg, laneCopies, capped, stats, log)
+	lane, claims, err := st.lane(js, cfg, laneCopies, leaveToWorker, stats, log)
 	if err != nil {
 		return err
 	}
@@ -114,6 +126,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		Decider:    copies,
 		Failures:   copies,
 		Holder:     copies,
+		Pauses:     pauses,
 		Leases:     copies,
 		Waker:      st.path.waker(js, cfg),
 		Woken:      st.woken,

@@ -100,6 +100,12 @@ func HoldSubject(cfg *Settings) string {
 	return holdPrefix + "." + cfg.Stream + "." + cfg.Consumer + ".holds"
 }
 
+// TopSubject is the subject the workers of cfg's fleet answer
+// `throttler top` on.
+func TopSubject(cfg *Settings) string {
+	return holdPrefix + "." + cfg.Stream + "." + cfg.Consumer + ".top"
+}
+
 // parkFor is how long a job waiting for a lease stays parked if never
 // woken: the horizon, or the worker's default with none.
 func parkFor(maxDefer time.Duration) time.Duration {
@@ -134,7 +140,9 @@ func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 		MaxHold:      cfg.MaxDefer,
 		LeaseTTL:     cfg.LeaseTTL,
 		HoldSubject:  HoldSubject(cfg),
+		TopSubject:   TopSubject(cfg),
 		ParkFor:      parkFor(cfg.MaxDefer),
+		PauseRecheck: cfg.PauseRecheck,
 		StatsTenants: cfg.MetricsTenants,
 		Logger:       log,
 	}

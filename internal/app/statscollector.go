@@ -125,6 +125,8 @@ func newStatsCollector(src statsSource, detail bool, hold time.Duration, now fun
 			func(s consumer.TenantStats) float64 { return n(s.LeasesLost) }),
 		counter("held_back_total", "Admitted jobs deferred instead of started because their downstream had asked to wait since (a 429 heard by any worker).",
 			total, func(s consumer.TenantStats) float64 { return n(s.HeldBack) }),
+		counter("paused_total", "Jobs deferred, uncharged, because an operator paused their tenant (throttler pause).",
+			perTenant, func(s consumer.TenantStats) float64 { return n(s.Paused) }),
 	}
 	for i := range counters {
 		c := &counters[i]

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/top"
+)
+
+// topUsage is the usage of `throttler top`.
+const topUsage = "usage: throttler top [-n N] [--json]"
+
+// topCmd runs `throttler top ARGS` and returns the exit status: a view
+// refreshed every second until interrupted, or one JSON document.
+func topCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
+	fail := func(status int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "throttler top: "+format+"\n", a...)
+		return status
+	}
+	fs := flag.NewFlagSet("throttler top", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	asJSON := fs.Bool("json", false, "")
+	n := fs.Int("n", 20, "")
+	rest, err := parseArgs(fs, args)
+	if err != nil || len(rest) != 0 {
+		return fail(exitConfig, "%s", topUsage)
+	}
+	if *n < 1 {
+		return fail(exitConfig, "-n must be at least 1, got %d", *n)
+	}
+	cfg, ok := loadConfig(stderr)
+	if !ok {
+		return exitConfig
+	}
+	announce(stderr, quiet, cfg.Config, uses{nats: true})
+	nc, err := app.ConnectNATS(cfg.Config, "throttler-top", nats.Timeout(cliTimeout))
+	if err != nil {
+		return fail(exitFailed, "%v", err)
+	}
+	defer nc.Close()
+	o := top.Options{Subject: app.TopSubject(cfg), N: *n}
+	if *asJSON {
+		ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+		defer cancel()
+		v, err := top.Gather(ctx, nc, o)
+		if err != nil {
+			return fail(exitFailed, "%v", err)
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(v); err != nil {
+			return fail(exitFailed, "%v", err)
+		}
+		return exitOK
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		v, err := top.Gather(ctx, nc, o)
+		if ctx.Err() != nil {
+			return exitOK
+		}
+		fmt.Fprint(stdout, "\033[H\033[2J") // home, clear the screen
+		if err != nil {
+			fmt.Fprintf(stdout, "throttler top: %v (retrying)\n", err)
+		} else {
+			printTop(stdout, v)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return exitOK
+		}
+	}
+}
+
+// printTop writes v for people.
+func printTop(w io.Writer, v top.View) {
+	fmt.Fprintf(w, "throttler top at %s: %d workers, %d tenants, sorted by jobs waiting\n",
+		v.At.Format(time.TimeOnly), v.Workers, v.Tenants)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TENANT\tADMITTED/S\tDEFERRED/S\tNAK'D\tMOVED\tPARKED\tPAUSED\tOLDEST WAIT\tDLQ 1H\t HELD BY\t")
+	for _, r := range v.Rows {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%s\t%d\t %s\t\n", r.Tenant, r.Admitted, r.Deferred,
+			r.Naked, r.Moved, r.Parked, r.Paused, (time.Duration(r.OldestWait * float64(time.Second))).Round(100*time.Millisecond),
+			r.DeadLetters, r.HeldBy)
+	}
+	_ = tw.Flush()
+	if v.More > 0 {
+		fmt.Fprintf(w, "… and %d more tenants\n", v.More)
+	}
+}

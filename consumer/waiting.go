@@ -1,0 +1,412 @@
+package consumer
+
+import (
+	"strings"
+	"sync"
+	"time"
+)
+
+// WaitKind is how a job waits.
+type WaitKind int
+
+const (
+	// WaitNaked jobs wait on the consumer, NAK'd with a delay.
+	WaitNaked WaitKind = iota
+	// WaitMoved jobs wait off the consumer for a limit's slot.
+	WaitMoved
+	// WaitParked jobs wait off the consumer for a lease of a running cap.
+	WaitParked
+	// WaitPaused jobs wait off the consumer because their tenant is paused.
+	WaitPaused
+	waitKinds
+)
+
+// rateSeconds is the window admitted and deferred rates are averaged over.
+const rateSeconds = 5
+
+// dlSlots and dlSlot make the hour over which dead letters are counted.
+const (
+	dlSlots = 12
+	dlSlot  = 5 * time.Minute
+)
+
+// waitBucket is the jobs of one kind this worker sent to wait until one
+// second, n of them (negative: jobs sent by any worker that came back
+// before then), the oldest first published at oldest (Unix µs).
+type waitBucket struct {
+	due    int64 // Unix seconds
+	oldest int64
+	n      int32
+	kind   WaitKind
+}
+
+// sameSet reports whether b and c count jobs of one kind and one sign,
+// so that they can be merged.
+func (b waitBucket) sameSet(c waitBucket) bool { return b.kind == c.kind && (b.n > 0) == (c.n > 0) }
+
+// maxBuckets caps a tenant's buckets: past it the two of one set due
+// closest together are merged, due at the later (counted a little longer,
+// never lost). Kept inline, so that reading every tenant is one pass over
+// memory.
+const maxBuckets = 6
+
+// tenantWaits is what the waiting tracker knows of one tenant.
+type tenantWaits struct {
+	tenant  string // "" for a free record
+	buckets [maxBuckets]waitBucket
+	nb      int
+	// admitted and deferred count per second over the last rateSeconds
+	// seconds up to rateBase (a ring by second).
+	admitted, deferred [rateSeconds + 1]int32
+	rateBase           int64
+	// dead counts dead letters per dlSlot over the last hour, up to
+	// deadBase (a ring by slot); nil until the first.
+	dead     *[dlSlots]int32
+	deadBase int64
+	// heldBy is why its last deferred job waited.
+	heldBy string
+}
+
+// waiting keeps, per tenant, the jobs this worker sent to wait and when
+// each comes back, its rates and its dead letters: what `throttler top`
+// asks every worker for (TopRows). A job sent to wait counts until it is
+// due back, so a worker that dies takes its counts with it and a count
+// never drifts for longer than the longest wait; a parked job woken early
+// is taken off by the worker it comes back to (a negative count, due when
+// the parked one was). It counts at most maxTenants tenants, the others
+// as OtherTenants. The records are one slice, so an answer reads them in
+// one pass. Safe for concurrent use.
+type waiting struct {
+	maxTenants int
+
+	mu    sync.Mutex
+	index map[string]int32 // tenant → its record in recs
+	recs  []tenantWaits
+	free  []int32 // records of forgotten tenants, to reuse
+}
+
+// newWaiting returns a tracker of at most maxTenants tenants.
+func newWaiting(maxTenants int) *waiting {
+	return &waiting{maxTenants: maxTenants, index: map[string]int32{}}
+}
+
+// get returns tenant's record; w.mu is held.
+func (w *waiting) get(tenant string) *tenantWaits {
+	i, ok := w.index[tenant]
+	if !ok && len(w.index) >= w.maxTenants {
+		tenant = OtherTenants
+		i, ok = w.index[tenant]
+	}
+	if !ok {
+		if n := len(w.free); n > 0 {
+			i, w.free = w.free[n-1], w.free[:n-1]
+		} else {
+			w.recs = append(w.recs, tenantWaits{})
+			i = int32(len(w.recs) - 1)
+		}
+		w.recs[i] = tenantWaits{tenant: tenant}
+		w.index[tenant] = i
+	}
+	return &w.recs[i]
+}
+
+// kindOf is how the deferral d waits, once the Deferrer settled it.
+func kindOf(d Deferral) WaitKind {
+	switch {
+	case d.Paused:
+		return WaitPaused
+	case d.Park:
+		return WaitParked
+	case d.Moved:
+		return WaitMoved
+	}
+	return WaitNaked
+}
+
+// dueSecond is the second a job waiting wait from now is counted until:
+// rounded up to the second for short waits, to 10 s and to the minute for
+// longer ones, so that a tenant's jobs share few buckets.
+func dueSecond(now time.Time, wait time.Duration) int64 {
+	due := now.Add(wait).Unix() + 1
+	switch {
+	case wait >= 100*time.Second:
+		return (due + 59) / 60 * 60
+	case wait >= 10*time.Second:
+		return (due + 9) / 10 * 10
+	}
+	return due
+}
+
+// deferred records a deferral settled at now.
+func (w *waiting) deferred(d Deferral, now time.Time) {
+	if d.Err != nil {
+		return // unsettled: back after AckWait, uncounted
+	}
+	pub := d.Job.Published.UnixMicro()
+	if d.Job.Published.IsZero() {
+		pub = now.UnixMicro()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.get(d.Job.Tenant)
+	tw.count(&tw.deferred, now.Unix())
+	if tw.heldBy != d.Reason {
+		tw.heldBy = d.Reason
+	}
+	tw.add(waitBucket{due: dueSecond(now, d.Wait), kind: kindOf(d), n: 1, oldest: pub})
+}
+
+// add merges b into the record's buckets.
+func (tw *tenantWaits) add(b waitBucket) {
+	for i := range tw.nb {
+		if c := &tw.buckets[i]; c.due == b.due && c.sameSet(b) {
+			c.n += b.n
+			c.oldest = min(c.oldest, b.oldest)
+			return
+		}
+	}
+	if tw.nb == maxBuckets {
+		tw.squeeze(b)
+	}
+	tw.buckets[tw.nb] = b
+	tw.nb++
+}
+
+// squeeze frees one bucket for b: it merges the two buckets of one set
+// due closest together (b's set first), into the later.
+func (tw *tenantWaits) squeeze(b waitBucket) {
+	best, bi, bj := int64(1<<62), -1, -1
+	for pass := range 2 {
+		for i := range tw.nb {
+			for j := range tw.nb {
+				ci, cj := tw.buckets[i], tw.buckets[j]
+				if i == j || !ci.sameSet(cj) || (pass == 0 && !ci.sameSet(b)) || cj.due < ci.due {
+					continue
+				}
+				if gap := cj.due - ci.due; gap < best {
+					best, bi, bj = gap, i, j
+				}
+			}
+		}
+		if bi >= 0 {
+			break
+		}
+	}
+	if bi < 0 { // cannot happen: more buckets than sets; keep b's count
+		bi, bj = 0, 0
+	}
+	later := &tw.buckets[bj]
+	later.n += tw.buckets[bi].n
+	later.oldest = min(later.oldest, tw.buckets[bi].oldest)
+	if bi != bj {
+		tw.nb--
+		tw.buckets[bi] = tw.buckets[tw.nb]
+	}
+}
+
+// arrived records a job delivered at now: a parked job woken before its
+// fallback time takes itself off the count of the worker that parked it.
+func (w *waiting) arrived(job Job, now time.Time) {
+	if job.Header.Get(HeaderWoken) == "" || strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason) {
+		return // a released paused job was dropped when its pause lifted
+	}
+	until, err := time.Parse(time.RFC3339Nano, job.Header.Get(HeaderWaitUntil))
+	if err != nil || !until.After(now) {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.get(job.Tenant).add(waitBucket{due: dueSecond(now, until.Sub(now)), kind: WaitParked, n: -1, oldest: 1<<63 - 1})
+}
+
+// admitted records a job started at now.
+func (w *waiting) admitted(tenant string, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.get(tenant)
+	tw.count(&tw.admitted, now.Unix())
+}
+
+// deadLettered records a dead letter at now.
+func (w *waiting) deadLettered(tenant string, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.get(tenant)
+	slot := now.Unix() / int64(dlSlot/time.Second)
+	if tw.dead == nil {
+		tw.dead = &[dlSlots]int32{}
+		tw.deadBase = slot
+	}
+	tw.rollDead(slot)
+	tw.dead[slot%dlSlots]++
+}
+
+// rollDead moves the dead letters' ring on to slot, zeroing the slots
+// passed.
+func (tw *tenantWaits) rollDead(slot int64) {
+	for s := tw.deadBase + 1; s <= slot && s <= tw.deadBase+dlSlots; s++ {
+		tw.dead[s%dlSlots] = 0
+	}
+	tw.deadBase = max(tw.deadBase, slot)
+}
+
+// count adds one at second sec to a rate ring.
+func (tw *tenantWaits) count(ring *[rateSeconds + 1]int32, sec int64) {
+	tw.roll(sec)
+	ring[sec%(rateSeconds+1)]++
+}
+
+// roll moves both rate rings on to second sec.
+func (tw *tenantWaits) roll(sec int64) {
+	if tw.rateBase == 0 {
+		tw.rateBase = sec
+		return
+	}
+	for s := tw.rateBase + 1; s <= sec && s <= tw.rateBase+rateSeconds+1; s++ {
+		tw.admitted[s%(rateSeconds+1)] = 0
+		tw.deferred[s%(rateSeconds+1)] = 0
+	}
+	tw.rateBase = max(tw.rateBase, sec)
+}
+
+// rate is the mean per second of the last rateSeconds whole seconds
+// before sec.
+func rate(ring *[rateSeconds + 1]int32, sec int64) float64 {
+	var n int32
+	for s := sec - rateSeconds; s < sec; s++ {
+		n += ring[s%(rateSeconds+1)]
+	}
+	return float64(n) / rateSeconds
+}
+
+// TopRow is one tenant's line of `throttler top`, as one worker knows it
+// (the rows of every worker add up to the fleet's).
+type TopRow struct {
+	Tenant string `json:"tenant"`
+	// Admitted and Deferred are jobs per second, over the last 5 s.
+	Admitted float64 `json:"admitted_per_s"`
+	Deferred float64 `json:"deferred_per_s"`
+	// Waiting counts the jobs waiting, by how: NAK'd on the consumer,
+	// moved off it for a slot, parked for a lease, paused.
+	Naked  int64 `json:"nakd"`
+	Moved  int64 `json:"moved"`
+	Parked int64 `json:"parked"`
+	Paused int64 `json:"paused"`
+	// OldestWait is how long the oldest of them has waited since it was
+	// first published, in seconds.
+	OldestWait float64 `json:"oldest_wait_s"`
+	// HeldBy is why the last of its jobs deferred waited: a limit, a cap,
+	// a pause, a downstream's hold.
+	HeldBy string `json:"held_by,omitempty"`
+	// DeadLetters counts its jobs dead-lettered in the last hour.
+	DeadLetters int64 `json:"dead_letters_1h"`
+}
+
+// Waiting is the row's jobs waiting, of every kind.
+func (r TopRow) Waiting() int64 { return r.Naked + r.Moved + r.Parked + r.Paused }
+
+// rows returns a row per tenant with anything to show at now (see visit).
+func (w *waiting) rows(now time.Time, paused func(string) bool) []TopRow {
+	var out []TopRow
+	w.visit(now, paused, func(r *TopRow) { out = append(out, *r) })
+	return out
+}
+
+// visitBatch is how many records visit reads under one hold of the lock:
+// the worker's own counting waits for at most that many, not for all.
+const visitBatch = 1024
+
+// visit calls fn with a row per tenant with anything to show at now,
+// forgetting tenants with nothing; paused says whether a tenant is paused
+// still (its paused jobs are dropped once it is not: a resume released
+// them). The row is fn's only for the call. The records are read
+// visitBatch at a time, fn called outside the lock.
+func (w *waiting) visit(now time.Time, paused func(string) bool, fn func(*TopRow)) {
+	batch := make([]TopRow, 0, visitBatch)
+	for from := 0; ; from += visitBatch {
+		batch, more := w.visitFrom(from, now, paused, batch[:0])
+		for i := range batch {
+			fn(&batch[i])
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// visitFrom appends to rows the rows of records [from, from+visitBatch),
+// and reports whether records follow.
+func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, rows []TopRow) ([]TopRow, bool) {
+	sec := now.Unix()
+	slot := now.Unix() / int64(dlSlot/time.Second)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var r TopRow
+	end := min(from+visitBatch, len(w.recs))
+	for i := from; i < end; i++ {
+		tw := &w.recs[i]
+		if tw.tenant == "" {
+			continue
+		}
+		r = TopRow{Tenant: tw.tenant}
+		oldest := int64(1<<63 - 1)
+		live := 0
+		stillPaused := -1 // unknown
+		for k := range tw.nb {
+			b := tw.buckets[k]
+			if b.due <= sec {
+				continue
+			}
+			if b.kind == WaitPaused {
+				if stillPaused < 0 {
+					stillPaused = 1
+					if paused != nil && !paused(tw.tenant) {
+						stillPaused = 0
+					}
+				}
+				if stillPaused == 0 {
+					continue
+				}
+			}
+			tw.buckets[live] = b
+			live++
+			switch b.kind {
+			case WaitNaked:
+				r.Naked += int64(b.n)
+			case WaitMoved:
+				r.Moved += int64(b.n)
+			case WaitParked:
+				r.Parked += int64(b.n)
+			case WaitPaused:
+				r.Paused += int64(b.n)
+			}
+			if b.n > 0 {
+				oldest = min(oldest, b.oldest)
+			}
+		}
+		tw.nb = live
+		idle := tw.rateBase <= sec-rateSeconds // nothing counted in the rates' window
+		tw.roll(sec)
+		r.Admitted, r.Deferred = rate(&tw.admitted, sec), rate(&tw.deferred, sec)
+		if tw.dead != nil {
+			tw.rollDead(slot)
+			for _, n := range tw.dead {
+				r.DeadLetters += int64(n)
+			}
+		}
+		if live == 0 && r.Admitted == 0 && r.Deferred == 0 && r.DeadLetters == 0 && idle {
+			delete(w.index, tw.tenant) // nothing to show: forget it
+			*tw = tenantWaits{}
+			w.free = append(w.free, int32(i))
+			continue
+		}
+		if oldest != 1<<63-1 {
+			r.OldestWait = max(0, float64(now.UnixMicro()-oldest)/1e6)
+		}
+		if r.Waiting() > 0 || r.Deferred > 0 {
+			r.HeldBy = tw.heldBy
+		}
+		rows = append(rows, r)
+	}
+	return rows, end < len(w.recs)
+}

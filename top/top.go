@@ -1,0 +1,165 @@
+// Package top builds the fleet's view of every tenant at once, for
+// `throttler top` and the admin API: it asks every worker, over core NATS,
+// what it knows of each tenant (consumer.Worker.TopRows), adds the rows
+// up and sorts the tenants by their jobs waiting. It scans no stream: the
+// workers answer from their own counts.
+package top
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/throttler/throttler/consumer"
+)
+
+// Options say where to ask and what to keep.
+type Options struct {
+	// Subject is the workers' top subject (app.TopSubject). Required.
+	Subject string
+	// N is how many tenants to keep, the most waiting first. Defaults to
+	// 20; negative keeps all.
+	N int
+	// Wait bounds the whole gathering. Defaults to 1.5s.
+	Wait time.Duration
+	// Quiet is how long after the last complete reply no new worker must
+	// answer for the gathering to end early. Defaults to 200ms.
+	Quiet time.Duration
+}
+
+// View is the fleet's tenants at one moment.
+type View struct {
+	At time.Time `json:"at"`
+	// Workers counts the workers that answered in full.
+	Workers int `json:"workers"`
+	// Tenants counts the tenants any worker knows something of.
+	Tenants int `json:"tenants"`
+	// More counts the tenants left out of Rows.
+	More int `json:"more"`
+	// Rows are the N tenants with the most jobs waiting (then the highest
+	// deferral rate, then by name), each the sum of every worker's row
+	// (OldestWait: the longest; HeldBy: the busiest worker's).
+	Rows []consumer.TopRow `json:"rows"`
+}
+
+// ErrNoWorkers says no worker answered.
+var ErrNoWorkers = errors.New("no worker answered: is any running, with the same THROTTLER_STREAM and THROTTLER_CONSUMER?")
+
+// Gather asks every worker and merges their answers.
+func Gather(ctx context.Context, nc *nats.Conn, o Options) (View, error) {
+	if o.Subject == "" {
+		return View{}, errors.New("top: no subject")
+	}
+	o.N = cmp.Or(o.N, 20)
+	o.Wait = cmp.Or(o.Wait, 1500*time.Millisecond)
+	o.Quiet = cmp.Or(o.Quiet, 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, o.Wait)
+	defer cancel()
+	inbox := nc.NewRespInbox()
+	ch := make(chan *nats.Msg, 1024)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return View{}, fmt.Errorf("top: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := nc.PublishRequest(o.Subject, inbox, nil); err != nil {
+		return View{}, fmt.Errorf("top: asking the workers: %w", err)
+	}
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return View{}, fmt.Errorf("top: asking the workers: %w", err)
+	}
+	quiet := time.NewTimer(o.Wait)
+	defer quiet.Stop()
+	parts := map[string]int{} // worker → parts received
+	done := map[string]bool{}
+	byTenant := map[string]*merged{}
+	var badErr error
+gather:
+	for {
+		select {
+		case m := <-ch:
+			r, err := consumer.DecodeTopReply(m.Data)
+			if err != nil {
+				badErr = err
+				continue
+			}
+			parts[r.Worker]++
+			for _, row := range r.Rows {
+				add(byTenant, row)
+			}
+			if r.Parts != 0 && parts[r.Worker] == r.Parts {
+				done[r.Worker] = true // its last message, none missed
+			}
+			if len(done) == len(parts) {
+				quiet.Reset(o.Quiet) // every worker that began has finished
+			} else {
+				quiet.Reset(o.Wait)
+			}
+		case <-quiet.C:
+			break gather
+		case <-ctx.Done():
+			break gather // the wait is over, or the caller gave up
+		}
+	}
+	if len(done) == 0 {
+		if badErr != nil {
+			return View{}, fmt.Errorf("top: %w", badErr)
+		}
+		return View{}, ErrNoWorkers
+	}
+	return view(byTenant, len(done), o.N), nil
+}
+
+// merged is a tenant's rows added up.
+type merged struct {
+	row  consumer.TopRow
+	busy float64 // the deferral rate of the worker HeldBy came from
+}
+
+// add adds one worker's row of a tenant.
+func add(by map[string]*merged, r consumer.TopRow) {
+	m, ok := by[r.Tenant]
+	if !ok {
+		by[r.Tenant] = &merged{row: r, busy: r.Deferred}
+		return
+	}
+	m.row.Admitted += r.Admitted
+	m.row.Deferred += r.Deferred
+	m.row.Naked += r.Naked
+	m.row.Moved += r.Moved
+	m.row.Parked += r.Parked
+	m.row.Paused += r.Paused
+	m.row.DeadLetters += r.DeadLetters
+	m.row.OldestWait = max(m.row.OldestWait, r.OldestWait)
+	if r.HeldBy != "" && (m.row.HeldBy == "" || r.Deferred > m.busy) {
+		m.row.HeldBy, m.busy = r.HeldBy, r.Deferred
+	}
+}
+
+// view sorts the merged tenants and keeps the first n.
+func view(by map[string]*merged, workers, n int) View {
+	rows := make([]consumer.TopRow, 0, len(by))
+	for _, m := range by {
+		r := m.row
+		// A worker's negative count (jobs others parked, woken here) is
+		// only part of a sum: a sum below 0 means a parker left.
+		r.Naked, r.Moved, r.Parked, r.Paused = max(0, r.Naked), max(0, r.Moved), max(0, r.Parked), max(0, r.Paused)
+		rows = append(rows, r)
+	}
+	slices.SortFunc(rows, func(a, b consumer.TopRow) int {
+		return cmp.Or(cmp.Compare(b.Waiting(), a.Waiting()), cmp.Compare(b.Deferred, a.Deferred), cmp.Compare(a.Tenant, b.Tenant))
+	})
+	v := View{At: time.Now().UTC(), Workers: workers, Tenants: len(rows)}
+	if n >= 0 && len(rows) > n {
+		v.More = len(rows) - n
+		rows = rows[:n]
+	}
+	v.Rows = rows
+	return v
+}
