@@ -156,6 +156,10 @@ func (w *Worker) Stats() map[string]TenantStats { return w.stats.Snapshot() }
 // decided, or decided and not yet started, settled or deferred).
 func (w *Worker) Held() int { return w.held.count() }
 
+// HeldDownstream returns the tenants whose downstream asked the fleet to
+// wait past now (a 429, or a 503 with Retry-After), as this worker heard.
+func (w *Worker) HeldDownstream(now time.Time) []string { return w.holds.keys(now) }
+
 // InHand is how many delivered messages the worker holds and has not yet
 // acked or handed back: pulled and not yet acted on (Held), and admitted,
 // waiting for a slot or running. The consumer's ack-pending count less the

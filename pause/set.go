@@ -51,6 +51,19 @@ func (s *Set) Remove(t string) {
 	s.mu.Unlock()
 }
 
+// Active returns the tenants paused at now.
+func (s *Set) Active(now time.Time) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []string
+	for t, p := range s.tenants {
+		if p.Active(now) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // Len is how many tenants have a pause recorded, ended or not.
 func (s *Set) Len() int {
 	s.mu.RLock()

@@ -147,7 +147,12 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if opts.OnWorker != nil {
 		opts.OnWorker(w)
 	}
-	waiting, err := newWaitingCounter(srv, limiter, w, ackPending, st.path.copies(js, cfg), orDefault(opts.CensusEvery, censusEvery), log)
+	var paused func(time.Time) []string
+	if set, ok := pauses.(interface{ Active(time.Time) []string }); ok {
+		paused = set.Active
+	}
+	waiting, err := newWaitingCounter(srv, limiter, w, ackPending, st.path.copies(js, cfg), st.path.copiesOf(js, cfg),
+		paused, orDefault(opts.CensusEvery, censusEvery), log)
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,17 @@ func (p deferPath) copies(js jetstream.JetStream, cfg *Settings) func(context.Co
 	}
 }
 
+// copiesOf counts one tenant's moved jobs waiting in schedules, or is nil
+// when jobs are never moved.
+func (p deferPath) copiesOf(js jetstream.JetStream, cfg *Settings) func(context.Context, string) (int, error) {
+	if p.mode == config.DeferNak {
+		return nil
+	}
+	return func(ctx context.Context, tenant string) (int, error) {
+		return ops.WaitingFor(ctx, js, cfg.Stream, cfg.Schedules, tenant)
+	}
+}
+
 // holdPrefix starts the core NATS subjects the workers tell each other
 // about holds on: THROTTLER_SUBJECTS may not overlap it.
 const holdPrefix = "_THROTTLER"

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,7 +24,16 @@ const (
 	waitingScheduled = "scheduled"
 	// waitingParked: jobs waiting for a lease of a running cap.
 	waitingParked = "parked"
+	// waitingPaused: moved jobs of tenants an operator paused.
+	waitingPaused = "paused"
+	// waitingHeld: moved jobs of tenants whose downstream asked to wait.
+	waitingHeld = "held"
 )
+
+// maxTenantsCounted bounds the paused and the held tenants whose moved
+// jobs one count reads (a stream info each): past it the rest count as
+// scheduled.
+const maxTenantsCounted = 64
 
 // censusEvery is how often each worker reports its jobs in hand and reads
 // the fleet's counts, and how often the counter counts: a count costs a
@@ -53,8 +63,13 @@ type waitingCounter struct {
 	// -1 before the first read.
 	ackPending func() int
 	// copies counts the moved jobs waiting in schedules (ops'
-	// WaitingInSchedules); nil when jobs are never moved (THROTTLER_DEFER=nak).
-	copies func(ctx context.Context) (int, error)
+	// WaitingInSchedules), copiesOf one tenant's (ops' WaitingFor); nil
+	// when jobs are never moved (THROTTLER_DEFER=nak).
+	copies   func(ctx context.Context) (int, error)
+	copiesOf func(ctx context.Context, tenant string) (int, error)
+	// paused and held name the tenants paused, and held by their
+	// downstream, at now; nil for none.
+	paused, held func(now time.Time) []string
 
 	mu     sync.Mutex
 	counts map[string]int64
@@ -74,7 +89,8 @@ func newWorkerID() (string, error) {
 // newWaitingCounter returns the worker's waitingCounter, or nil without a
 // metrics server (nothing would serve the counts).
 func newWaitingCounter(srv *server, limiter *throttle.Limiter, w *consumer.Worker, ackPending *consumer.AckPending,
-	copies func(context.Context) (int, error), every time.Duration, log *slog.Logger) (*waitingCounter, error) {
+	copies func(context.Context) (int, error), copiesOf func(context.Context, string) (int, error),
+	paused func(time.Time) []string, every time.Duration, log *slog.Logger) (*waitingCounter, error) {
 	if srv == nil {
 		return nil, nil
 	}
@@ -83,7 +99,8 @@ func newWaitingCounter(srv *server, limiter *throttle.Limiter, w *consumer.Worke
 		return nil, err
 	}
 	return &waitingCounter{census: limiter.Census(), id: id, every: every, now: time.Now, log: log,
-		inHand: w.InHand, parkedUnder: w.ParkedUnder, ackPending: ackPending.Count, copies: copies}, nil
+		inHand: w.InHand, parkedUnder: w.ParkedUnder, ackPending: ackPending.Count, copies: copies,
+		copiesOf: copiesOf, paused: paused, held: w.HeldDownstream}, nil
 }
 
 // run takes part in the census every interval until ctx is done.
@@ -135,7 +152,9 @@ func (c *waitingCounter) tick(ctx context.Context) {
 // count counts the fleet's waiting jobs by kind and publishes them. Jobs
 // parked under a cap are moved into schedules when jobs are moved at
 // all, and NAK'd otherwise: they are taken out of the kind that holds
-// them, so that no job is counted twice.
+// them, so that no job is counted twice. So are the moved jobs of paused
+// tenants and of tenants held by their downstream: a tenant's count is
+// one stream info, read for at most maxTenantsCounted of each.
 func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
 	ack := c.ackPending()
 	if ack < 0 {
@@ -160,8 +179,37 @@ func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
 	} else {
 		nak -= parked
 	}
-	counts := map[string]int64{waitingNak: max(0, nak), waitingScheduled: max(0, scheduled), waitingParked: parked}
+	counts := map[string]int64{waitingParked: parked}
+	if c.copiesOf != nil {
+		paused := c.tenants(c.paused, now, nil)
+		for kind, tenants := range map[string][]string{waitingPaused: paused, waitingHeld: c.tenants(c.held, now, paused)} {
+			for _, t := range tenants {
+				n, err := c.copiesOf(ctx, t)
+				if err != nil {
+					return err
+				}
+				counts[kind] += int64(n)
+				scheduled -= int64(n)
+			}
+		}
+	}
+	counts[waitingNak], counts[waitingScheduled] = max(0, nak), max(0, scheduled)
 	return c.census.Publish(ctx, counts, now)
+}
+
+// tenants returns at most maxTenantsCounted of the tenants of, at now,
+// leaving out those in but.
+func (c *waitingCounter) tenants(of func(time.Time) []string, now time.Time, but []string) []string {
+	if of == nil {
+		return nil
+	}
+	var out []string
+	for _, t := range of(now) {
+		if !slices.Contains(but, t) && len(out) < maxTenantsCounted {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // waiting returns the counts last read, unless they are missing or older

@@ -58,15 +58,26 @@ func newWaitingEnv(t *testing.T, ack, copies, parked int, moved bool) *waitingEn
 // parked ones are NAK'd and come out of the NAK'd count.
 func TestWaitingCounterCounts(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		moved bool
-		want  map[string]int64
+		name         string
+		moved, holds bool
+		want         map[string]int64
 	}{
-		{"moved", true, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7, waitingParked: 7}},
-		{"nak only", false, map[string]int64{waitingNak: 20 - 8 - 7, waitingScheduled: 0, waitingParked: 7}},
+		{"moved", true, false, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7, waitingParked: 7}},
+		{"nak only", false, false, map[string]int64{waitingNak: 20 - 8 - 7, waitingScheduled: 0, waitingParked: 7}},
+		// zeta is paused and held: its jobs count as paused, once.
+		{"paused and held", true, true, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7 - 6 - 4,
+			waitingParked: 7, waitingPaused: 6, waitingHeld: 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newWaitingEnv(t, 20, 50, 7, tc.moved)
+			if tc.holds {
+				moved := map[string]int{"zeta": 6, "globex": 4, "initech": 0}
+				for _, c := range []*waitingCounter{e.a, e.b} {
+					c.copiesOf = func(_ context.Context, t string) (int, error) { return moved[t], nil }
+					c.paused = func(time.Time) []string { return []string{"zeta"} }
+					c.held = func(time.Time) []string { return []string{"globex", "zeta", "initech"} }
+				}
+			}
 			ctx := context.Background()
 			e.b.tick(ctx) // b reports its hands and takes the counter before a noted acme
 			e.a.tick(ctx) // a reports and notes acme
