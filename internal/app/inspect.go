@@ -1,0 +1,29 @@
+package app
+
+import (
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/internal/inspect"
+	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/throttle"
+)
+
+// InspectSources names what `throttler inspect` and the admin API read
+// about a tenant, on the servers these settings configure.
+func (s *Settings) InspectSources(js jetstream.JetStream, rdb throttle.Client) inspect.Sources {
+	src := inspect.Sources{
+		JetStream: js, Redis: rdb, LimitsBucket: s.LimitsBucket,
+		Rules:     s.Rules,
+		Reader:    limits.Reader{DefaultBurst: s.DefaultBurst, ShadowAll: s.Shadow, NoCaps: s.Handler == config.HandlerForward},
+		KeyPrefix: s.KeyPrefix, MaxRunning: s.MaxRunning, Stream: s.Stream, Schedules: s.Schedules,
+		Subjects: s.Subjects, TenantFromToken: s.TenantFromToken,
+	}
+	if s.LimitsBucket == config.LimitsOff {
+		src.LimitsBucket = ""
+	}
+	if s.PauseBucket != config.LimitsOff {
+		src.PauseBucket = s.PauseBucket
+	}
+	return src
+}

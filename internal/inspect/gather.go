@@ -1,0 +1,161 @@
+package inspect
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/internal/ops"
+	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/pause"
+	"github.com/throttler/throttler/subject"
+	"github.com/throttler/throttler/throttle"
+)
+
+// Sources are the servers and settings Tenant reads: the fleet's, so that
+// whoever asks (the CLI, any worker's admin API) gets the same answer.
+type Sources struct {
+	// JetStream reaches the limits bucket and the jobs stream. Required.
+	JetStream jetstream.JetStream
+	// Redis holds the buckets and caps. Required.
+	Redis throttle.Client
+	// LimitsBucket is THROTTLER_LIMITS_BUCKET, "" when off.
+	LimitsBucket string
+	// Rules are the environment's policies (THROTTLER_DEFAULT_LIMIT,
+	// THROTTLER_TENANT_LIMITS), Reader how the workers read bucket values.
+	Rules  throttle.Rules
+	Reader limits.Reader
+	// PauseBucket is THROTTLER_PAUSE_BUCKET, "" when off.
+	PauseBucket string
+	// KeyPrefix is THROTTLER_KEY_PREFIX.
+	KeyPrefix string
+	// MaxRunning is THROTTLER_MAX_RUNNING, 0 for none.
+	MaxRunning int64
+	// Stream and Schedules name the jobs stream and its schedules.
+	Stream    string
+	Schedules subject.Schedules
+	// Subjects and TenantFromToken are THROTTLER_SUBJECTS and the subject
+	// token holding the tenant (0 when a header holds it).
+	Subjects        []string
+	TenantFromToken int
+}
+
+// Tenant gathers what the servers hold about tenant t. It only reads; t
+// must be valid (tenant.Validate).
+func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
+	var kv jetstream.KeyValue
+	if src.LimitsBucket != "" {
+		var err error
+		kv, err = src.JetStream.KeyValue(ctx, src.LimitsBucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = nil, nil
+		}
+		if err != nil {
+			return Report{}, fmt.Errorf("the limits bucket: %w", err)
+		}
+	}
+	eff, err := limits.Resolve(ctx, kv, src.Rules, src.Reader, t)
+	if err != nil {
+		return Report{}, err
+	}
+	var paused *Paused
+	if src.PauseBucket != "" {
+		p, err := pause.Get(ctx, pause.Options{JetStream: src.JetStream, Bucket: src.PauseBucket, Stream: src.Stream, Schedules: src.Schedules}, t)
+		if err != nil {
+			return Report{}, err
+		}
+		if p != nil {
+			paused = &Paused{Pause: *p, Active: p.Active(time.Now())}
+		}
+	}
+	lim, err := throttle.New(src.Redis, throttle.Options{Policies: throttle.Rules{Default: eff.Policy}, Prefix: src.KeyPrefix})
+	if err != nil {
+		return Report{}, err
+	}
+	snap, err := lim.Peek(ctx, t, time.Time{})
+	if err != nil {
+		return Report{}, err
+	}
+
+	r := Report{
+		Tenant: t, At: snap.At.UTC(), Limits: cmp.Or(eff.Policy.Limits.String(), "none (no rate limit)"), Shadow: eff.Policy.Shadow, Source: eff.Source,
+		WaitSeconds: snap.Wait.Seconds(), Failures: snap.Failures, Running: eff.Policy.Running, Cap: snap.Cap,
+		Paused: paused,
+	}
+	if snap.Wait > 0 {
+		r.HeldBy = snap.HeldBy.String()
+	}
+	for _, b := range snap.Buckets {
+		v := Bucket{Limit: b.Limit.String(), Tokens: b.Tokens, Burst: b.Limit.Burst, FullAt: b.FullAt.UTC(),
+			WaitSeconds: b.Wait.Seconds(), StoredRate: b.StoredRate}
+		if !b.ReservedUntil.IsZero() {
+			until := b.ReservedUntil.UTC()
+			v.ReservedUntil = &until
+		}
+		r.Buckets = append(r.Buckets, v)
+	}
+	if src.MaxRunning > 0 {
+		r.MaxRunning = src.MaxRunning
+		if r.Fleet, err = lim.PeekFleetFor(ctx, t, snap.At); err != nil {
+			return Report{}, err
+		}
+	}
+	r.WaitsForLease = CapFull(r.Running, r.Cap) || CapFull(r.MaxRunning, r.Fleet)
+	moved, err := ops.WaitingFor(ctx, src.JetStream, src.Stream, src.Schedules, t)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return Report{}, err
+	}
+	r.Jobs = JobCounts{
+		Moved:        Count{N: moved, Exact: true},
+		HoldingSlots: Count{N: snap.Reserved, Exact: true},
+		Naked:        Count{N: max(0, snap.Reserved-moved)},
+	}
+	r.StoredJobs = -1
+	if src.TenantFromToken > 0 {
+		if filters, ok := ops.TenantSubjects(src.Subjects, src.TenantFromToken, t); ok {
+			r.StoredJobs, err = ops.StoredJobs(ctx, src.JetStream, src.Stream, filters)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				r.StoredJobs, err = 0, nil
+			}
+			if err != nil {
+				return Report{}, err
+			}
+		}
+	}
+	r.Seen = traces(r, snap, src)
+	return r, nil
+}
+
+// traces lists what the servers hold of tenant r's jobs and limits.
+func traces(r Report, snap throttle.Snapshot, src Sources) []string {
+	seen := []string{}
+	for _, b := range snap.Buckets {
+		if b.Stored {
+			seen = append(seen, "bucket state in Redis")
+			break
+		}
+	}
+	if snap.Reserved > 0 {
+		seen = append(seen, "reserved slots")
+	}
+	if len(snap.Failures) > 0 {
+		seen = append(seen, "handler failures")
+	}
+	if c := snap.Cap; c != nil && c.Running+c.Called+c.Waiting > 0 {
+		seen = append(seen, "leases or jobs waiting for one")
+	}
+	if r.StoredJobs > 0 {
+		seen = append(seen, fmt.Sprintf("%d jobs in stream %s", r.StoredJobs, src.Stream))
+	}
+	if r.Jobs.Moved.N > 0 {
+		seen = append(seen, "jobs moved off the consumer")
+	}
+	if _, ok := src.Rules.Tenants[r.Tenant]; ok || r.Source.Where == "bucket" || (r.Source.Ignored != nil && r.Source.Ignored.Key == r.Tenant) {
+		seen = append(seen, "limits of its own")
+	}
+	return seen
+}

@@ -1,0 +1,100 @@
+// Package inspect says why a tenant's jobs wait, from what NATS and Redis
+// hold: its effective limits and where they come from, its buckets, the
+// wait a new job would get and which limit sets it, its jobs waiting and
+// its caps. It only reads. `throttler inspect` prints a Report; the admin
+// API (GET /api/v1/tenants/{tenant}) serves one as JSON.
+package inspect
+
+import (
+	"time"
+
+	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/pause"
+	"github.com/throttler/throttler/throttle"
+)
+
+// Report is what inspect finds about one tenant at one moment.
+type Report struct {
+	Tenant string        `json:"tenant"`
+	At     time.Time     `json:"at"`
+	Limits string        `json:"limits"`
+	Shadow bool          `json:"shadow"`
+	Source limits.Source `json:"source"`
+	// Buckets are the tenant's buckets now.
+	Buckets []Bucket `json:"buckets"`
+	// WaitSeconds is how long a new job would wait now, HeldBy the limit
+	// that sets it.
+	WaitSeconds float64 `json:"wait_seconds"`
+	HeldBy      string  `json:"held_by,omitempty"`
+	// Jobs counts the tenant's jobs that wait.
+	Jobs JobCounts `json:"jobs"`
+	// Running is the tenant's running cap (running:N), 0 for none; Cap
+	// what it holds now.
+	Running int64                 `json:"running_cap,omitempty"`
+	Cap     *throttle.CapSnapshot `json:"cap,omitempty"`
+	// MaxRunning is the fleet's cap (THROTTLER_MAX_RUNNING), 0 for none;
+	// Fleet what it holds now, every tenant's.
+	MaxRunning int64                 `json:"max_running,omitempty"`
+	Fleet      *throttle.CapSnapshot `json:"fleet_cap,omitempty"`
+	// WaitsForLease says a job arriving now would wait for a lease of
+	// the tenant's cap or the fleet's, whatever its rate says.
+	WaitsForLease bool `json:"waits_for_lease,omitempty"`
+	// Paused is the tenant's pause (throttler pause), nil when it has
+	// none; a pause whose --until has passed is shown with Active false.
+	Paused *Paused `json:"paused,omitempty"`
+	// Failures maps each job whose handler failed, and that has not run
+	// since, to its failures.
+	Failures map[string]int64 `json:"handler_failures,omitempty"`
+	// Note warns that the limits come from an environment that sets none;
+	// the CLI sets it, as only it reads another process's settings.
+	Note string `json:"note,omitempty"`
+	// Seen lists the traces the tenant left; none means it was never
+	// seen, or not for long.
+	Seen []string `json:"seen"`
+	// StoredJobs counts the tenant's jobs the jobs stream holds, -1 when
+	// they cannot be told apart (tenant from a header, or a subject the
+	// tenant's token cannot be found in).
+	StoredJobs int `json:"stored_jobs"`
+}
+
+// Paused is a tenant's pause as inspect shows it.
+type Paused struct {
+	pause.Pause
+	// Active says the pause holds now (its until, if any, is to come).
+	Active bool `json:"active"`
+}
+
+// Bucket is one of the tenant's buckets.
+type Bucket struct {
+	Limit         string     `json:"limit"`
+	Tokens        float64    `json:"tokens"`
+	Burst         int64      `json:"burst"`
+	FullAt        time.Time  `json:"full_at"`
+	ReservedUntil *time.Time `json:"reserved_until,omitempty"`
+	WaitSeconds   float64    `json:"wait_seconds"`
+	StoredRate    int64      `json:"stored_rate,omitempty"`
+}
+
+// JobCounts are the tenant's waiting jobs, each count saying whether it is
+// exact.
+type JobCounts struct {
+	// Moved wait off the consumer, in schedules of the jobs stream: exact.
+	Moved Count `json:"moved"`
+	// HoldingSlots hold a reserved slot in Redis, moved or NAK'd: exact.
+	HoldingSlots Count `json:"holding_slots"`
+	// Naked wait on the consumer, NAK'd: an estimate, the slots held less
+	// the jobs moved (a job just back for its slot counts as NAK'd).
+	Naked Count `json:"nakd"`
+}
+
+// Count is a number and whether it is exact.
+type Count struct {
+	N     int  `json:"n"`
+	Exact bool `json:"exact"`
+}
+
+// CapFull reports whether a new job would wait for a lease of a cap of n
+// holding c: no room once the jobs ahead of it have theirs.
+func CapFull(n int64, c *throttle.CapSnapshot) bool {
+	return c != nil && n > 0 && c.Full(n)
+}
