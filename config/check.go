@@ -128,6 +128,7 @@ func (c *Config) check(failed map[string]bool) Problems {
 		ck.addf("THROTTLER_KEY_PREFIX", "must be 1 to 32 letters, digits, _ or -, got %q", c.KeyPrefix)
 	}
 	ck.metricsAddr(c.MetricsAddr)
+	ck.admin(c.AdminAddr, c.AdminToken)
 	return ck.problems
 }
 

@@ -265,6 +265,17 @@ type Config struct {
 	// turns the server off. Defaults to empty (off).
 	MetricsAddr string `env:"THROTTLER_METRICS_ADDR"`
 
+	// AdminAddr is the host:port serving the admin API (/api/v1) and the
+	// web console (/); empty turns it off. Without AdminToken it must be
+	// a loopback address (127.0.0.1:PORT, [::1]:PORT, localhost:PORT).
+	// Defaults to empty (off).
+	AdminAddr string `env:"THROTTLER_ADMIN_ADDR"`
+
+	// AdminToken is the bearer token every request to AdminAddr must
+	// carry (Authorization: Bearer TOKEN), at least 16 characters. Print
+	// masks it. Defaults to empty (only a loopback AdminAddr is allowed).
+	AdminToken string `env:"THROTTLER_ADMIN_TOKEN"`
+
 	// MetricsTenants caps the tenants a worker counts one by one in its
 	// metrics; tenants first seen after that many are counted together as
 	// "_other", so memory stays bounded. 1 to 1,000,000. Defaults to 10000.

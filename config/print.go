@@ -11,8 +11,8 @@ import (
 
 // Print writes the variables of c to w, one NAME=value a line, sorted by
 // name, with passwords and tokens in NATS_URL, REDIS_URL and
-// THROTTLER_HTTP_URL, and the values of THROTTLER_HTTP_HEADERS, replaced by
-// ****, then a comment line, "# redis: ...", saying what REDIS_URL names in
+// THROTTLER_HTTP_URL, the values of THROTTLER_HTTP_HEADERS and
+// THROTTLER_ADMIN_TOKEN replaced by ****, then a comment line, "# redis: ...", saying what REDIS_URL names in
 // THROTTLER_REDIS_MODE: the mode, the addresses and the sentinels' master.
 func (c *Config) Print(w io.Writer) error {
 	var lines []string
@@ -37,6 +37,10 @@ func (c *Config) Print(w io.Writer) error {
 			value = maskRedisURL(value)
 		case "THROTTLER_HTTP_HEADERS":
 			value = maskHeaders(value)
+		case "THROTTLER_ADMIN_TOKEN":
+			if value != "" {
+				value = mask
+			}
 		}
 		lines = append(lines, name+"="+value+"\n")
 	}
