@@ -1,0 +1,94 @@
+// Package rollcall lets any process of a fleet list the workers that are
+// up: every worker answers a request on its fleet's roll-call subject with
+// who it is (Worker), and Gather collects the answers. The admin console's
+// fleet page uses it, so that any worker's console shows every worker.
+package rollcall
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Worker is one worker's answer to a roll call.
+type Worker struct {
+	// ID names the worker process for as long as it runs.
+	ID string `json:"id"`
+	// Host is the machine's (or the pod's) host name.
+	Host string `json:"host"`
+	// Version is the worker's build (module version and VCS revision).
+	Version string `json:"version"`
+	// Started is when the worker process started.
+	Started time.Time `json:"started"`
+	// Ready is its readiness (/readyz): running, with NATS and Redis
+	// answering; Problems say what is not, when not.
+	Ready    bool     `json:"ready"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Answer answers every request on subj with what self returns, until the
+// returned stop is called. self is called once per request.
+func Answer(nc *nats.Conn, subj string, self func() Worker) (stop func(), err error) {
+	sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
+		if m.Reply == "" {
+			return
+		}
+		b, err := json.Marshal(self())
+		if err != nil {
+			return // a Worker always encodes
+		}
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("answering roll calls on %s: %w", subj, err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// Gather asks every worker on subj and returns their answers, by host
+// then ID. It waits for answers until quiet has passed since the last one
+// (the first is awaited up to wait), so a fleet's answers come back in
+// little more than one round trip and quiet.
+func Gather(ctx context.Context, nc *nats.Conn, subj string, wait, quiet time.Duration) ([]Worker, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	inbox := nc.NewRespInbox()
+	ch := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return nil, fmt.Errorf("roll call: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(subj, inbox, nil); err != nil {
+		return nil, fmt.Errorf("roll call: asking the workers: %w", err)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var out []Worker
+	for {
+		select {
+		case m := <-ch:
+			var w Worker
+			if err := json.Unmarshal(m.Data, &w); err != nil {
+				continue // not a worker's answer
+			}
+			out = append(out, w)
+			timer.Reset(quiet)
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+			if len(out) == 0 && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, ctx.Err()
+			}
+		}
+		break
+	}
+	slices.SortFunc(out, func(a, b Worker) int { return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.ID, b.ID)) })
+	return out, nil
+}
