@@ -1,0 +1,92 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/throttle"
+)
+
+// BucketLimits is the Limits port over the limits bucket, as `throttler
+// limits get/set` reads and writes it. Safe for concurrent use.
+type BucketLimits struct {
+	JetStream jetstream.JetStream
+	// Bucket is THROTTLER_LIMITS_BUCKET; "" when off (Set then refuses).
+	Bucket string
+	// Stream is the jobs stream, whose replicas a new bucket takes.
+	Stream string
+	// Rules, DefaultBurst and Shadow are the environment's policies.
+	Rules        throttle.Rules
+	DefaultBurst int64
+	Shadow       bool
+	// RefuseCaps refuses running caps: the workers forward jobs
+	// (THROTTLER_HANDLER=forward), so they cannot see a job end.
+	RefuseCaps bool
+}
+
+// bucket opens the limits bucket; create makes it when missing, with the
+// jobs stream's replicas, as a worker would. Without create a missing
+// bucket is nil.
+func (b BucketLimits) bucket(ctx context.Context, create bool) (jetstream.KeyValue, error) {
+	if b.Bucket == "" {
+		return nil, nil
+	}
+	if !create {
+		kv, err := b.JetStream.KeyValue(ctx, b.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, nil
+		}
+		return kv, err
+	}
+	replicas := 1
+	if s, err := b.JetStream.Stream(ctx, b.Stream); err == nil {
+		replicas = s.CachedInfo().Config.Replicas
+	}
+	return limits.OpenBucket(ctx, b.JetStream, b.Bucket, replicas)
+}
+
+// Get returns the limits that apply to tenant and where they come from.
+func (b BucketLimits) Get(ctx context.Context, tenant string) (LimitsView, error) {
+	kv, err := b.bucket(ctx, false)
+	if err != nil {
+		return LimitsView{}, fmt.Errorf("the limits bucket: %w", err)
+	}
+	e, err := limits.Resolve(ctx, kv, b.Rules, b.DefaultBurst, b.Shadow, tenant)
+	if err != nil {
+		return LimitsView{}, err
+	}
+	return LimitsView{Tenant: tenant, Limits: e.Policy.String(), Where: e.Source.Where, Revision: e.Source.Revision,
+		Written: e.Source.Written, Ignored: e.Source.Ignored}, nil
+}
+
+// Set writes spec as tenant's limits once the workers' parser has read it.
+func (b BucketLimits) Set(ctx context.Context, tenant, spec string) (LimitsChange, error) {
+	if b.Bucket == "" {
+		return LimitsChange{}, fmt.Errorf("%w: THROTTLER_LIMITS_BUCKET is off: the workers read no limits from NATS", ErrBadInput)
+	}
+	p, err := limits.Spec(spec, b.DefaultBurst, b.Shadow)
+	if err != nil {
+		return LimitsChange{}, fmt.Errorf("%w: %s: %v", ErrBadInput, spec, err)
+	}
+	if p.Running > 0 && b.RefuseCaps {
+		return LimitsChange{}, fmt.Errorf("%w: %s: %v", ErrBadInput, spec, limits.ErrCapNeedsHTTP)
+	}
+	before, err := b.Get(ctx, tenant)
+	if err != nil {
+		return LimitsChange{}, err
+	}
+	kv, err := b.bucket(ctx, true)
+	if err != nil {
+		return LimitsChange{}, fmt.Errorf("the limits bucket: %w", err)
+	}
+	rev, err := kv.PutString(ctx, tenant, strings.TrimSpace(spec))
+	if err != nil {
+		return LimitsChange{}, fmt.Errorf("writing %s: %w", tenant, err)
+	}
+	return LimitsChange{Tenant: tenant, Before: before.Limits, After: p.String(), Revision: rev}, nil
+}

@@ -1,0 +1,48 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// maxBody caps a request's body: the API takes small JSON documents.
+const maxBody = 1 << 20
+
+// errTooLarge says a request's body is over maxBody.
+var errTooLarge = errors.New("request body too large")
+
+// writeJSON answers v as JSON with status.
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v)
+}
+
+// apiError is every error's body.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+// writeError answers msg as a JSON error with status.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	_ = writeJSON(w, status, apiError{Error: msg})
+}
+
+// readJSON decodes r's body into v, refusing unknown fields; an empty
+// body leaves v as it is.
+func readJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil, errors.Is(err, io.EOF):
+		return nil
+	case errors.As(err, &tooLarge):
+		return fmt.Errorf("%w: over %d bytes", errTooLarge, maxBody)
+	}
+	return fmt.Errorf("%w: the body is not the JSON expected: %v", ErrBadInput, err)
+}

@@ -1,0 +1,171 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/throttler/throttler/internal/inspect"
+	"github.com/throttler/throttler/internal/rollcall"
+)
+
+// The ports below are what the API asks of the fleet. Each is small, so
+// that the handlers are tested with fakes and the worker (internal/app)
+// plugs in the real operations. A nil port answers 501: the operation is
+// not available in this build.
+//
+// Errors a port returns are mapped to statuses: ErrBadInput (400),
+// ErrNotFound (404), anything else (502: a server of the fleet failed).
+
+// ErrBadInput marks a request the operation refuses as given.
+var ErrBadInput = errors.New("bad input")
+
+// ErrNotFound marks something asked for that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Tenants is the fleet's view of every tenant with traffic, as `throttler
+// top` shows it: every worker's rows added up.
+type Tenants interface {
+	// Top returns every tenant any worker knows something of now.
+	Top(ctx context.Context) (TopView, error)
+}
+
+// TopView is the fleet's tenants at one moment.
+type TopView struct {
+	At time.Time `json:"at"`
+	// Workers counts the workers that answered.
+	Workers int         `json:"workers"`
+	Rows    []TenantRow `json:"rows"`
+}
+
+// TenantRow is one tenant's line of the fleet view; its JSON is that of
+// `throttler top --json`.
+type TenantRow struct {
+	Tenant string `json:"tenant"`
+	// Admitted and Deferred are jobs per second, over the last seconds.
+	Admitted float64 `json:"admitted_per_s"`
+	Deferred float64 `json:"deferred_per_s"`
+	// Jobs waiting, by kind: NAK'd on the consumer, moved off it for a
+	// slot, parked for a lease, paused.
+	Naked  int64 `json:"nakd"`
+	Moved  int64 `json:"moved"`
+	Parked int64 `json:"parked"`
+	Paused int64 `json:"paused"`
+	// OldestWait is the oldest waiting job's wait, in seconds.
+	OldestWait float64 `json:"oldest_wait_s"`
+	// HeldBy is what holds its jobs: a limit, a cap, a pause, a
+	// downstream's hold.
+	HeldBy string `json:"held_by,omitempty"`
+	// DeadLetters counts its jobs dead-lettered in the last hour.
+	DeadLetters int64 `json:"dead_letters_1h"`
+}
+
+// Waiting is the row's jobs waiting, of every kind.
+func (r TenantRow) Waiting() int64 { return r.Naked + r.Moved + r.Parked + r.Paused }
+
+// Inspector says why one tenant's jobs wait (`throttler inspect`).
+type Inspector interface {
+	Inspect(ctx context.Context, tenant string) (inspect.Report, error)
+}
+
+// Limits reads and writes tenants' limits in the limits bucket.
+type Limits interface {
+	// Get returns the limits that apply to tenant and where they come
+	// from.
+	Get(ctx context.Context, tenant string) (LimitsView, error)
+	// Set writes spec as tenant's limits, once the worker's own parser
+	// has read it; a spec it refuses matches ErrBadInput, with the
+	// parser's message, and nothing is written.
+	Set(ctx context.Context, tenant, spec string) (LimitsChange, error)
+}
+
+// LimitsView is the limits that apply to a tenant.
+type LimitsView struct {
+	Tenant string `json:"tenant"`
+	// Limits is the policy as the workers read it.
+	Limits string `json:"limits"`
+	// Where says where it comes from: "bucket", "bucket _default",
+	// "THROTTLER_TENANT_LIMITS" or "THROTTLER_DEFAULT_LIMIT".
+	Where    string    `json:"where"`
+	Revision uint64    `json:"revision,omitempty"`
+	Written  time.Time `json:"written,omitzero"`
+	// Ignored describes a newer value that could not be read, if any.
+	Ignored string `json:"ignored,omitempty"`
+}
+
+// LimitsChange is what a write of limits did.
+type LimitsChange struct {
+	Tenant string `json:"tenant"`
+	// Before is what applied before, After the policy written.
+	Before   string `json:"before"`
+	After    string `json:"after"`
+	Revision uint64 `json:"revision"`
+}
+
+// Pauser pauses and resumes tenants fleet-wide (`throttler pause`,
+// `throttler resume`). Results are returned as the operations give them.
+type Pauser interface {
+	Pause(ctx context.Context, r PauseRequest) (any, error)
+	Resume(ctx context.Context, tenant string) (any, error)
+}
+
+// PauseRequest is a pause to write.
+type PauseRequest struct {
+	Tenant string
+	// Reason is shown to whoever inspects the tenant; optional.
+	Reason string
+	// For, when positive, ends the pause after it.
+	For time.Duration
+}
+
+// Purger removes a tenant's waiting jobs (`throttler purge`).
+type Purger interface {
+	// Purge removes them, or with DryRun only counts them; the result
+	// carries the count as "removed".
+	Purge(ctx context.Context, r PurgeRequest) (any, error)
+}
+
+// PurgeRequest says whose waiting jobs to remove.
+type PurgeRequest struct {
+	Tenant string
+	// OlderThan, when positive, removes only jobs first published longer
+	// ago than it.
+	OlderThan time.Duration
+	DryRun    bool
+}
+
+// DeadLetters lists, shows, replays and purges dead letters (`throttler
+// dlq`).
+type DeadLetters interface {
+	List(ctx context.Context, f DeadLetterFilter) (any, error)
+	// Show returns one dead letter with its headers and the start of its
+	// data; a missing one matches ErrNotFound.
+	Show(ctx context.Context, id uint64) (any, error)
+	Replay(ctx context.Context, s DeadLetterSelection) (any, error)
+	Purge(ctx context.Context, s DeadLetterSelection) (any, error)
+}
+
+// DeadLetterFilter selects dead letters; its zero value selects all.
+type DeadLetterFilter struct {
+	Tenant string
+	// Reason selects those whose reason contains it, in any case.
+	Reason string
+	// Since selects those dead-lettered at or after it.
+	Since time.Time
+	// Limit, when positive, keeps at most that many.
+	Limit int
+}
+
+// DeadLetterSelection selects dead letters to replay or purge: those of
+// IDs if any are given (and the filter then narrows them), else those the
+// filter selects.
+type DeadLetterSelection struct {
+	DeadLetterFilter
+	IDs    []uint64
+	DryRun bool
+}
+
+// Workers lists the fleet's workers that are up (package rollcall).
+type Workers interface {
+	Workers(ctx context.Context) ([]rollcall.Worker, error)
+}
