@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/throttle"
 )
@@ -60,6 +61,18 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		return err
 	}
 	defer srv.close()
+	ready := srv.readiness()
+	if ready == nil {
+		ready = newReadiness(ctx, opts.NATS, opts.Redis, cfg.OnRedisError == config.OnRedisErrorAllow)
+	}
+	// Every worker answers the console's roll call, with an admin address
+	// or not, so that any worker's console lists the whole fleet.
+	defer answerRollCalls(opts.NATS, cfg, ready, log)()
+	stopAdmin, err := startAdmin(cfg, opts, js, log)
+	if err != nil {
+		return err
+	}
+	defer stopAdmin()
 	st, err := setUpWithRetry(ctx, opts.NATS, js, cfg, log)
 	if err != nil || st == nil {
 		return err // nil when stopped before set-up: nothing in flight
@@ -159,6 +172,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if err := srv.running(w, ackPending, st.jobs, waiting); err != nil {
 		return err
 	}
+	ready.running(st.jobs)
 	log.Info("worker running", "stream", cfg.Stream, "consumer", cfg.Consumer, "subjects", cfg.Subjects,
 		"concurrency", cfg.Concurrency, "defer", st.path.mode, "fast_lane", lane != nil, "server", opts.NATS.ConnectedServerVersion())
 	if waiting == nil {

@@ -68,6 +68,14 @@ func (s *server) running(w *consumer.Worker, ackPending *consumer.AckPending, jo
 	return nil
 }
 
+// readiness returns the worker's readiness, or nil without a server.
+func (s *server) readiness() *readiness {
+	if s == nil {
+		return nil
+	}
+	return s.ready
+}
+
 // close stops serving.
 func (s *server) close() {
 	if s != nil {
