@@ -90,3 +90,16 @@ free_port() {
 	echo "error: no free port found" >&2
 	return 1
 }
+
+# ensure_chromium makes sure Debian's chromium is in PATH: the console's
+# tests (integration/console) drive it headless from Go.
+ensure_chromium() {
+	if ! command -v chromium >/dev/null 2>&1; then
+		apt_install chromium || return 1
+	fi
+	if ! command -v chromium >/dev/null 2>&1; then
+		echo "error: chromium is still not in PATH" >&2
+		return 1
+	fi
+	echo "using $(command -v chromium): $(chromium --version 2>/dev/null)"
+}

@@ -3,9 +3,10 @@
 #
 # Installs redis-server/redis-cli, Debian's nats-server (for the test of
 # servers without message schedules), Debian's prometheus and promtool (for
-# deploy/'s tests of the rules and dashboard against a real Prometheus) and
-# a C compiler for -race with apt-get if missing; the tests start their own
-# Redis, NATS and Prometheus servers on free ports.
+# deploy/'s tests of the rules and dashboard against a real Prometheus),
+# Debian's chromium (for the console's browser tests) and a C compiler for
+# -race with apt-get if missing; the tests start their own Redis, NATS and
+# Prometheus servers on free ports.
 # Without arguments it runs the worker's module and then deploy/'s; extra
 # arguments replace that with go test in the worker's module, e.g.
 #   scripts/test.sh ./internal/testenv/ -run Redis -v
@@ -18,6 +19,7 @@ source scripts/deps.sh
 ensure_redis
 ensure_nats_server
 ensure_prometheus
+ensure_chromium
 ensure_cc
 export CGO_ENABLED=1
 

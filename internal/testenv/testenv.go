@@ -207,3 +207,14 @@ func respCommand(addr string, args ...string) (string, error) {
 		return "", fmt.Errorf("%s: unsupported reply %q", args[0], line)
 	}
 }
+
+// FreeAddr returns "127.0.0.1:PORT" with a port nothing listens on now,
+// for a server a test starts itself (such as the admin API's).
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	port, err := freePort()
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	return net.JoinHostPort(loopback, strconv.Itoa(port))
+}
