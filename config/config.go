@@ -272,8 +272,8 @@ type Config struct {
 	AdminAddr string `env:"THROTTLER_ADMIN_ADDR"`
 
 	// AdminToken is the bearer token every request to AdminAddr must
-	// carry (Authorization: Bearer TOKEN), at least 16 characters. Print
-	// masks it. Defaults to empty (only a loopback AdminAddr is allowed).
+	// carry (Authorization: Bearer TOKEN), at least 16 characters;
+	// throttler check-config shows it as ****. Defaults to empty (only a loopback AdminAddr is allowed).
 	AdminToken string `env:"THROTTLER_ADMIN_TOKEN"`
 
 	// MetricsTenants caps the tenants a worker counts one by one in its
