@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +60,9 @@ type DeadLetterFilter struct {
 	Since time.Time
 	// Limit, when positive, selects at most that many, the oldest first.
 	Limit int
+	// IDs, when set, selects only these dead letters (the console's
+	// selection), the other fields narrowing them further.
+	IDs []uint64
 }
 
 // Validate checks the filter.
@@ -80,6 +84,9 @@ func (f DeadLetterFilter) match(d DeadLetter) bool {
 		return false
 	}
 	if f.Reason != "" && !strings.Contains(strings.ToLower(d.Reason), strings.ToLower(f.Reason)) {
+		return false
+	}
+	if len(f.IDs) > 0 && !slices.Contains(f.IDs, d.ID) {
 		return false
 	}
 	return f.Since.IsZero() || !d.Time.Before(f.Since)

@@ -31,3 +31,17 @@ func TestTenantFilters(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLetterFilterIDs: ids select only those dead letters, and the
+// other fields narrow them further.
+func TestDeadLetterFilterIDs(t *testing.T) {
+	acme7, acme8, globex9 := DeadLetter{ID: 7, Tenant: "acme"}, DeadLetter{ID: 8, Tenant: "acme"}, DeadLetter{ID: 9, Tenant: "globex"}
+	f := DeadLetterFilter{IDs: []uint64{7, 9}}
+	if !f.match(acme7) || f.match(acme8) || !f.match(globex9) {
+		t.Fatal("ids 7 and 9 select other dead letters than 7 and 9")
+	}
+	f.Tenant = "acme"
+	if !f.match(acme7) || f.match(globex9) {
+		t.Fatal("a tenant does not narrow the ids")
+	}
+}
