@@ -103,5 +103,4 @@ func TestLimitChangeFromThePage(t *testing.T) {
 	})
 	do(t, ctx, 10*time.Second, "acme's buckets shown",
 		waitJS(`document.querySelectorAll('#buckets meter').length === 1`))
-	screenshot(t, ctx, "console-tenant.png")
 }

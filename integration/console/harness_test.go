@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -38,12 +39,21 @@ type fleet struct {
 	vars  map[string]string
 	redis *testenv.Redis
 	nats  *testenv.NATS
+	// handler runs the workers' admitted jobs; nil forwards them to
+	// done.{tenant}.
+	handler consumer.Handler
 }
 
 // setup starts NATS and Redis and one worker serving the console, with
 // vars over the defaults; it returns once the worker's console answers
 // and the worker is ready.
 func setup(t *testing.T, vars map[string]string) *fleet {
+	t.Helper()
+	return setupWith(t, vars, nil)
+}
+
+// setupWith is setup with the workers running handler.
+func setupWith(t *testing.T, vars map[string]string, handler consumer.Handler) *fleet {
 	t.Helper()
 	n := testenv.StartNATS(t, "")
 	r := testenv.StartRedis(t)
@@ -52,7 +62,7 @@ func setup(t *testing.T, vars map[string]string) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet{t: t, nc: nc, js: js, redis: r, nats: n, vars: vars}
+	f := &fleet{t: t, nc: nc, js: js, redis: r, nats: n, vars: vars, handler: handler}
 	f.url = f.startWorker(testenv.FreeAddr(t))
 	return f
 }
@@ -81,7 +91,7 @@ func (f *fleet) startWorker(addr string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(logSink(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	go func() { done <- app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Logger: log}) }()
+	go func() { done <- app.Run(ctx, cfg, app.Options{NATS: nc, Redis: rdb, Logger: log, Handler: f.handler}) }()
 	f.t.Cleanup(func() {
 		cancel()
 		select {
@@ -251,3 +261,6 @@ func screenshot(t testing.TB, ctx context.Context, name string) {
 		t.Fatal(err)
 	}
 }
+
+// itoa formats n for a JavaScript expression.
+func itoa(n int) string { return fmt.Sprint(n) }

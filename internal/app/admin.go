@@ -62,7 +62,12 @@ func startAdmin(cfg *Settings, opts Options, js jetstream.JetStream, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	srv := admin.New(adminConfig(cfg, opts.NATS, js, opts.Redis, log))
+	c := adminConfig(cfg, opts.NATS, js, opts.Redis, log)
+	if err := addOperations(&c, cfg, js, opts.Redis); err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	srv := admin.New(c)
 	log.Info("admin API and console serving", "addr", ln.Addr().String(), "token", cfg.AdminToken != "")
 	return admin.Serve(ln, srv, log), nil
 }

@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/admin"
+	"github.com/throttler/throttler/internal/ops"
+	"github.com/throttler/throttler/throttle"
+)
+
+// The admin API's ports over the operators' operations: purge and the
+// dead letters (package ops). Each answers for the whole fleet from NATS and
+// Redis, whichever worker serves the request.
+
+// maxDeadLetterData is how much of a dead letter's data the API shows.
+const maxDeadLetterData = 4096
+
+// addOperations plugs the operations into c.
+func addOperations(c *admin.Config, cfg *Settings, js jetstream.JetStream, rdb throttle.Client) error {
+	// The parked jobs' places in the caps' waiting lists go with them.
+	lim, err := throttle.New(rdb, throttle.Options{Policies: cfg.Rules, Prefix: cfg.KeyPrefix})
+	if err != nil {
+		return err
+	}
+	c.Purger = purger{fleet: cfg.Fleet(js), waiting: lim}
+	c.DeadLetters = deadLetters{cfg.Fleet(js)}
+	return nil
+}
+
+// purger is the admin API's Purger.
+type purger struct {
+	fleet   ops.Fleet
+	waiting ops.Unwaiter
+}
+
+// Purge implements admin.Purger.
+func (p purger) Purge(ctx context.Context, r admin.PurgeRequest) (any, error) {
+	o := ops.PurgeOptions{Tenant: r.Tenant, DryRun: r.DryRun, Waiting: p.waiting}
+	if r.OlderThan > 0 {
+		o.Before = time.Now().Add(-r.OlderThan)
+	}
+	rep, err := ops.PurgeTenant(ctx, p.fleet, o)
+	if err != nil && rep.Removed > 0 {
+		// Part done: say what was removed with the error.
+		return nil, fmt.Errorf("%w (removed %d jobs before it)", badInput(err, ops.ErrBadInput), rep.Removed)
+	}
+	return rep, badInput(err, ops.ErrBadInput)
+}
+
+// deadLetters is the admin API's DeadLetters.
+type deadLetters struct{ fleet ops.Fleet }
+
+// filter is f as package ops takes it.
+func filter(f admin.DeadLetterFilter, ids []uint64) ops.DeadLetterFilter {
+	return ops.DeadLetterFilter{Tenant: f.Tenant, Reason: f.Reason, Since: f.Since, Limit: f.Limit, IDs: ids}
+}
+
+// List implements admin.DeadLetters.
+func (d deadLetters) List(ctx context.Context, f admin.DeadLetterFilter) (any, error) {
+	res, err := ops.ListDeadLetters(ctx, d.fleet, filter(f, nil))
+	return res, badInput(err, ops.ErrBadInput)
+}
+
+// Show implements admin.DeadLetters.
+func (d deadLetters) Show(ctx context.Context, id uint64) (any, error) {
+	res, err := ops.ShowDeadLetter(ctx, d.fleet, id, maxDeadLetterData)
+	if errors.Is(err, ops.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %v", admin.ErrNotFound, err)
+	}
+	return res, badInput(err, ops.ErrBadInput)
+}
+
+// Replay implements admin.DeadLetters.
+func (d deadLetters) Replay(ctx context.Context, s admin.DeadLetterSelection) (any, error) {
+	res, err := ops.ReplayDeadLetters(ctx, d.fleet, ops.ReplayOptions{DeadLetterFilter: filter(s.DeadLetterFilter, s.IDs), DryRun: s.DryRun})
+	return res, badInput(err, ops.ErrBadInput)
+}
+
+// Purge implements admin.DeadLetters.
+func (d deadLetters) Purge(ctx context.Context, s admin.DeadLetterSelection) (any, error) {
+	res, err := ops.PurgeDeadLetters(ctx, d.fleet, ops.DeadLetterPurgeOptions{DeadLetterFilter: filter(s.DeadLetterFilter, s.IDs), DryRun: s.DryRun})
+	return res, badInput(err, ops.ErrBadInput)
+}
+
+// badInput marks err as admin.ErrBadInput when it matches the operation's
+// own mark of bad input, so that the API answers 400.
+func badInput(err, mark error) error {
+	if err != nil && errors.Is(err, mark) && !errors.Is(err, admin.ErrBadInput) {
+		return fmt.Errorf("%w: %w", admin.ErrBadInput, err)
+	}
+	return err
+}
