@@ -12,6 +12,8 @@
   const PAGE = 50;
   const CHART_POINTS = 300; // 5 minutes at one a second
 
+  const timings = { tenants: { firstRenderMs: null, refreshMs: [] } };
+  window.throttlerConsole = { timings };
   const root = document.documentElement;
   const headerAuth = root.dataset.authed === "1";
   const $ = (id) => document.getElementById(id);
@@ -50,6 +52,13 @@
     return `<time datetime="${esc(d.toISOString())}" title="${esc(d.toISOString())} UTC">${esc(d.toLocaleString())}</time>`;
   }
 
+  // until says how long from now (at, the report's time) iso is, with the
+  // time itself.
+  function until(iso, at) {
+    const s = (new Date(iso) - new Date(at)) / 1000;
+    return (s > 0 ? `in ${seconds(s)} (` : "(now, ") + time(iso) + ")";
+  }
+
   function num(n, digits) {
     if (n === undefined || n === null) return "-";
     return digits === undefined ? Number(n).toLocaleString() : Number(n).toFixed(digits);
@@ -83,10 +92,14 @@
     });
   }
 
-  // state names what holds a tenant, as a class and words.
+  // stateOf names what holds a tenant, as a class and words: paused while
+  // it has paused jobs; held by what held its last deferred job while it
+  // has jobs waiting or deferred; else running.
   function stateOf(row) {
-    if (/^pause/i.test(row.held_by || "")) return ["state-paused", "paused"];
-    if (row.held_by) return ["state-held", "held by " + row.held_by];
+    const pause = /^pause/i.test(row.held_by || "");
+    if (row.paused > 0) return ["state-paused", pause ? row.held_by : "paused"];
+    const waiting = row.nakd + row.moved + row.parked;
+    if (row.held_by && !pause && (waiting > 0 || row.deferred_per_s > 0)) return ["state-held", "held by " + row.held_by];
     return ["", "running"];
   }
 
@@ -194,6 +207,13 @@
       table.dataset.at = page.at;
       table.dataset.renders = String(Number(table.dataset.renders || 0) + 1);
       table.dataset.lastMs = (performance.now() - started).toFixed(1);
+      // The page's own timings, for the benchmark and the curious: the
+      // first render since the page was opened, and each refresh (its
+      // request and its rendering), the last 100.
+      const tm = timings.tenants;
+      if (tm.firstRenderMs === null) tm.firstRenderMs = performance.now();
+      else tm.refreshMs.push(performance.now() - started);
+      if (tm.refreshMs.length > 100) tm.refreshMs.shift();
     }
     every(REFRESH_MS, refresh);
   }
@@ -270,10 +290,11 @@
         <svg id="chart" viewBox="0 0 600 140" preserveAspectRatio="none" role="img" aria-labelledby="chart-now"></svg>
       </section>
       <section aria-labelledby="h-dlq">
-        <h2 id="h-dlq">Recent dead letters</h2>
+        <h2 id="h-dlq">Recent dead letters <a href="#/dlq" id="all-dlq">(all of ${esc(t)}'s)</a></h2>
         <div id="tenant-dlq" class="muted">Loading…</div>
       </section>`;
 
+    $("all-dlq").addEventListener("click", () => { dlqFilter.tenant = t; dlqFilter.reason = ""; dlqFilter.since = ""; });
     $("limits-form").addEventListener("submit", async (e) => {
       e.preventDefault();
       $("limits-error").textContent = "";
@@ -325,9 +346,11 @@
       renderChart(points);
     });
     every(5000, async () => {
-      const list = await api("GET", "/dlq?" + new URLSearchParams({ tenant: t }));
+      // The last day's, the newest first: the list runs oldest first.
+      const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+      const list = await api("GET", "/dlq?" + new URLSearchParams({ tenant: t, since, limit: 100000 }));
       const recent = list.slice(-10).reverse();
-      $("tenant-dlq").innerHTML = recent.length ? deadLetterTable(recent, false) : "None.";
+      $("tenant-dlq").innerHTML = recent.length ? deadLetterTable(recent, false) : "None in the last 24 hours.";
     });
   }
 
@@ -349,9 +372,9 @@
     $("buckets").innerHTML = (rep.buckets || []).map((b) => `
       <div class="bar">
         <label for="bucket-${esc(b.limit)}">${esc(b.limit)}</label>
-        <meter id="bucket-${esc(b.limit)}" min="0" max="${b.burst}" value="${b.tokens}" low="${b.burst * 0.2}" optimum="${b.burst}">${num(b.tokens, 2)} of ${b.burst}</meter>
+        <meter id="bucket-${esc(b.limit)}" min="0" max="${b.burst}" value="${Math.max(0, b.tokens)}" low="${b.burst * 0.2}" optimum="${b.burst}">${num(Math.max(0, b.tokens), 2)} of ${b.burst}</meter>
         <span></span>
-        <span class="muted">${num(b.tokens, 2)} of ${b.burst} tokens; full again ${time(b.full_at)}${b.wait_seconds > 0 ? `; a new job waits ${seconds(b.wait_seconds)}` : ""}${b.reserved_until ? `; reserved until ${time(b.reserved_until)}` : ""}</span>
+        <span class="muted">${b.tokens >= 0 ? `${num(b.tokens, 2)} of ${b.burst} tokens` : `empty, ${num(-b.tokens, 0)} tokens reserved ahead`}; full again ${until(b.full_at, rep.at)}${b.wait_seconds > 0 ? `; a new job waits ${seconds(b.wait_seconds)}` : ""}</span>
       </div>`).join("") || '<p class="muted">No rate limit.</p>';
     const caps = [];
     if (rep.cap) caps.push(`Running cap ${rep.running_cap}: ${rep.cap.running ?? 0} running, ${rep.cap.called ?? 0} called back, ${rep.cap.waiting ?? 0} waiting`);
@@ -380,7 +403,11 @@
     if (!svg) return;
     const w = 600, h = 140;
     const top = Math.max(1, ...points.map((p) => Math.max(p.a, p.d)));
-    const line = (key) => points.map((p, i) => `${(i / (CHART_POINTS - 1)) * w},${h - 4 - (p[key] / top) * (h - 12)}`).join(" ");
+    // Newest at the right; the scale widens as points come, to 5 minutes.
+    const span = Math.max(points.length, 60) - 1;
+    const x0 = span - (points.length - 1);
+    const line = (key) => points.map((p, i) => `${((x0 + i) / span) * w},${h - 4 - (p[key] / top) * (h - 12)}`).join(" ");
+    svg.dataset.points = String(points.length);
     svg.innerHTML = `<polyline fill="none" stroke="#1a7f37" stroke-width="2" points="${line("a")}"/>` +
       `<polyline fill="none" stroke="#bc4c00" stroke-width="2" points="${line("d")}"/>`;
     const last = points[points.length - 1];
