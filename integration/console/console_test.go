@@ -74,6 +74,9 @@ func TestLimitChangeFromThePage(t *testing.T) {
 	do(t, ctx, 15*time.Second, "opening acme's page",
 		chromedp.Navigate(f.url+"/#/tenant/acme"),
 		waitJS(`document.getElementById('limits-value')?.textContent === '1/s:1'`))
+	if !eval[bool](t, ctx, `document.getElementById('login').hidden && document.getElementById('forget').hidden`) {
+		t.Fatal("a browser sending the token is shown the form")
+	}
 
 	do(t, ctx, 10*time.Second, "saving a bad spec",
 		chromedp.SendKeys(chromedp.CSS("#limits-spec"), "50/x"),
