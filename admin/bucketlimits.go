@@ -20,13 +20,10 @@ type BucketLimits struct {
 	Bucket string
 	// Stream is the jobs stream, whose replicas a new bucket takes.
 	Stream string
-	// Rules, DefaultBurst and Shadow are the environment's policies.
-	Rules        throttle.Rules
-	DefaultBurst int64
-	Shadow       bool
-	// RefuseCaps refuses running caps: the workers forward jobs
-	// (THROTTLER_HANDLER=forward), so they cannot see a job end.
-	RefuseCaps bool
+	// Rules are the environment's policies, Reader how the workers read
+	// a bucket value (what they would ignore is refused).
+	Rules  throttle.Rules
+	Reader limits.Reader
 }
 
 // bucket opens the limits bucket; create makes it when missing, with the
@@ -56,12 +53,15 @@ func (b BucketLimits) Get(ctx context.Context, tenant string) (LimitsView, error
 	if err != nil {
 		return LimitsView{}, fmt.Errorf("the limits bucket: %w", err)
 	}
-	e, err := limits.Resolve(ctx, kv, b.Rules, b.DefaultBurst, b.Shadow, tenant)
+	e, err := limits.Resolve(ctx, kv, b.Rules, b.Reader, tenant)
 	if err != nil {
 		return LimitsView{}, err
 	}
-	return LimitsView{Tenant: tenant, Limits: e.Policy.String(), Where: e.Source.Where, Revision: e.Source.Revision,
-		Written: e.Source.Written, Ignored: e.Source.Ignored}, nil
+	v := LimitsView{Tenant: tenant, Limits: e.Policy.String(), Where: e.Source.Where, Revision: e.Source.Revision, Written: e.Source.Written}
+	if e.Source.Ignored != nil {
+		v.Ignored = e.Source.Ignored.String()
+	}
+	return v, nil
 }
 
 // Set writes spec as tenant's limits once the workers' parser has read it.
@@ -69,12 +69,11 @@ func (b BucketLimits) Set(ctx context.Context, tenant, spec string) (LimitsChang
 	if b.Bucket == "" {
 		return LimitsChange{}, fmt.Errorf("%w: THROTTLER_LIMITS_BUCKET is off: the workers read no limits from NATS", ErrBadInput)
 	}
-	p, err := limits.Spec(spec, b.DefaultBurst, b.Shadow)
+	// What the workers would do with the value, before anything is
+	// written: a value they would ignore is refused.
+	p, err := b.Reader.Read(tenant, spec)
 	if err != nil {
-		return LimitsChange{}, fmt.Errorf("%w: %s: %v", ErrBadInput, spec, err)
-	}
-	if p.Running > 0 && b.RefuseCaps {
-		return LimitsChange{}, fmt.Errorf("%w: %s: %v", ErrBadInput, spec, limits.ErrCapNeedsHTTP)
+		return LimitsChange{}, fmt.Errorf("%w: %s: the workers would ignore it: %v; nothing written", ErrBadInput, spec, err)
 	}
 	before, err := b.Get(ctx, tenant)
 	if err != nil {

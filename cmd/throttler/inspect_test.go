@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	inspectpkg "github.com/throttler/throttler/internal/inspect"
 	"github.com/throttler/throttler/limits"
 )
 
@@ -57,7 +58,7 @@ func TestInspectTellsANeverSeenTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := cli(t, "inspect", "acme", "--json")
-	var in inspection
+	var in inspectpkg.Report
 	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil || r.code != exitOK {
 		t.Fatalf("inspect --json: exit %d, %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
 	}

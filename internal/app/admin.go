@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/admin"
-	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/internal/inspect"
 	"github.com/throttler/throttler/internal/rollcall"
 	"github.com/throttler/throttler/throttle"
@@ -81,8 +80,7 @@ func adminConfig(cfg *Settings, nc *nats.Conn, js jetstream.JetStream, rdb throt
 		Inspector: inspector{cfg.InspectSources(js, rdb)},
 		Limits: admin.BucketLimits{
 			JetStream: js, Bucket: cfg.InspectSources(js, rdb).LimitsBucket, Stream: cfg.Stream,
-			Rules: cfg.Rules, DefaultBurst: cfg.DefaultBurst, Shadow: cfg.Shadow,
-			RefuseCaps: cfg.Handler == config.HandlerForward,
+			Rules: cfg.Rules, Reader: cfg.LimitsReader(),
 		},
 		Workers: workers{nc: nc, subject: RollCallSubject(cfg)},
 	}

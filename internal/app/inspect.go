@@ -27,3 +27,9 @@ func (s *Settings) InspectSources(js jetstream.JetStream, rdb throttle.Client) i
 	}
 	return src
 }
+
+// LimitsReader reads limits-bucket values as the workers these settings
+// configure do.
+func (s *Settings) LimitsReader() limits.Reader {
+	return limits.Reader{DefaultBurst: s.DefaultBurst, ShadowAll: s.Shadow, NoCaps: s.Handler == config.HandlerForward}
+}
