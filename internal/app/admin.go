@@ -62,7 +62,7 @@ func startAdmin(cfg *Settings, opts Options, js jetstream.JetStream, log *slog.L
 		return nil, err
 	}
 	c := adminConfig(cfg, opts.NATS, js, opts.Redis, log)
-	if err := addOperations(&c, cfg, js, opts.Redis); err != nil {
+	if err := addOperations(&c, cfg, opts.NATS, js, opts.Redis); err != nil {
 		_ = ln.Close()
 		return nil, err
 	}

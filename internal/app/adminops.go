@@ -6,22 +6,31 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/admin"
+	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/internal/ops"
+	"github.com/throttler/throttler/pause"
 	"github.com/throttler/throttler/throttle"
+	"github.com/throttler/throttler/top"
 )
 
-// The admin API's ports over the operators' operations: purge and the
-// dead letters (package ops). Each answers for the whole fleet from NATS and
+// The admin API's ports over the operators' operations: throttler top
+// (package top), pause and resume (package pause), purge and the dead
+// letters (package ops). Each answers for the whole fleet from NATS and
 // Redis, whichever worker serves the request.
 
 // maxDeadLetterData is how much of a dead letter's data the API shows.
 const maxDeadLetterData = 4096
 
 // addOperations plugs the operations into c.
-func addOperations(c *admin.Config, cfg *Settings, js jetstream.JetStream, rdb throttle.Client) error {
+func addOperations(c *admin.Config, cfg *Settings, nc *nats.Conn, js jetstream.JetStream, rdb throttle.Client) error {
+	c.Tenants = fleetTop{nc: nc, subject: TopSubject(cfg)}
+	if cfg.PauseBucket != config.LimitsOff {
+		c.Pauser = pauser{pause.Options{JetStream: js, Bucket: cfg.PauseBucket, Stream: cfg.Stream, Schedules: cfg.Schedules}}
+	}
 	// The parked jobs' places in the caps' waiting lists go with them.
 	lim, err := throttle.New(rdb, throttle.Options{Policies: cfg.Rules, Prefix: cfg.KeyPrefix})
 	if err != nil {
@@ -30,6 +39,42 @@ func addOperations(c *admin.Config, cfg *Settings, js jetstream.JetStream, rdb t
 	c.Purger = purger{fleet: cfg.Fleet(js), waiting: lim}
 	c.DeadLetters = deadLetters{cfg.Fleet(js)}
 	return nil
+}
+
+// fleetTop is the admin API's Tenants: every worker's top rows added up.
+type fleetTop struct {
+	nc      *nats.Conn
+	subject string
+}
+
+// Top implements admin.Tenants.
+func (f fleetTop) Top(ctx context.Context) (admin.TopView, error) {
+	v, err := top.Gather(ctx, f.nc, top.Options{Subject: f.subject, N: -1})
+	if err != nil {
+		return admin.TopView{}, err
+	}
+	out := admin.TopView{At: v.At, Workers: v.Workers, Rows: make([]admin.TenantRow, len(v.Rows))}
+	for i, r := range v.Rows {
+		out.Rows[i] = admin.TenantRow{Tenant: r.Tenant, Admitted: r.Admitted, Deferred: r.Deferred,
+			Naked: r.Naked, Moved: r.Moved, Parked: r.Parked, Paused: r.Paused,
+			OldestWait: r.OldestWait, HeldBy: r.HeldBy, DeadLetters: r.DeadLetters}
+	}
+	return out, nil
+}
+
+// pauser is the admin API's Pauser.
+type pauser struct{ o pause.Options }
+
+// Pause implements admin.Pauser.
+func (p pauser) Pause(ctx context.Context, r admin.PauseRequest) (any, error) {
+	res, err := pause.Put(ctx, p.o, pause.Request{Tenant: r.Tenant, Reason: r.Reason, For: r.For})
+	return res, badInput(err, pause.ErrInvalid)
+}
+
+// Resume implements admin.Pauser.
+func (p pauser) Resume(ctx context.Context, tenant string) (any, error) {
+	res, err := pause.Resume(ctx, p.o, tenant)
+	return res, badInput(err, pause.ErrInvalid)
 }
 
 // purger is the admin API's Purger.

@@ -15,7 +15,7 @@ func (s *Settings) InspectSources(js jetstream.JetStream, rdb throttle.Client) i
 	src := inspect.Sources{
 		JetStream: js, Redis: rdb, LimitsBucket: s.LimitsBucket,
 		Rules:     s.Rules,
-		Reader:    limits.Reader{DefaultBurst: s.DefaultBurst, ShadowAll: s.Shadow, NoCaps: s.Handler == config.HandlerForward},
+		Reader:    s.LimitsReader(),
 		KeyPrefix: s.KeyPrefix, MaxRunning: s.MaxRunning, Stream: s.Stream, Schedules: s.Schedules,
 		Subjects: s.Subjects, TenantFromToken: s.TenantFromToken,
 	}

@@ -1,0 +1,93 @@
+package console
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+// TestTenantsPageFloodingAndQuiet: a tenant flooding its limit and a quiet
+// one both show on the tenants page, the flooding one held by its limit,
+// the quiet one running; the filter keeps only the tenant it names.
+func TestTenantsPageFloodingAndQuiet(t *testing.T) {
+	f := setup(t, map[string]string{"THROTTLER_TENANT_LIMITS": "flood=5/s:5,quiet=100/s"})
+	f.publish("flood", 300)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the quiet tenant: a job every 200 ms, so it always has traffic
+		defer wg.Done()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_, _ = f.js.Publish(context.Background(), "jobs.quiet", []byte("q"))
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); wg.Wait() })
+
+	ctx := browser(t, "Bearer "+token)
+	do(t, ctx, 20*time.Second, "the tenants page lists both tenants, the flooding one held by its limit",
+		chromedp.Navigate(f.url+"/#/tenants"),
+		waitJS(`(() => {
+			const flood = document.querySelector('#tenants tr[data-tenant="flood"] td.state');
+			const quiet = document.querySelector('#tenants tr[data-tenant="quiet"] td.state');
+			return flood && quiet && flood.textContent.includes('held by') && flood.textContent.includes('5/s') && quiet.textContent === 'running';
+		})()`))
+	// Live: the page refreshes by itself, without a reload.
+	renders := eval[int](t, ctx, `Number(document.getElementById('tenants').dataset.renders)`)
+	do(t, ctx, 5*time.Second, "the page refreshes by itself",
+		waitJS(`Number(document.getElementById('tenants').dataset.renders) >= `+itoa(renders+2)))
+	screenshot(t, ctx, "console-tenants.png")
+	do(t, ctx, 5*time.Second, "filtering by name",
+		chromedp.SendKeys(chromedp.CSS("#filter"), "flo"),
+		waitJS(`document.querySelectorAll('#tenants tbody tr[data-tenant]').length === 1 && document.querySelector('#tenants tbody tr[data-tenant="flood"]') !== null`))
+	do(t, ctx, 20*time.Second, "opening the flooding tenant's page from its row",
+		chromedp.Click(chromedp.CSS(`#tenants tr[data-tenant="flood"] a`)),
+		waitJS(`document.getElementById('held-by')?.textContent.includes('5/s') && document.querySelectorAll('#buckets meter').length === 1`),
+		waitJS(`Number(document.getElementById('chart').dataset.points) >= 6`))
+	screenshot(t, ctx, "console-tenant.png")
+}
+
+// TestPauseAndResumeFromThePage: pausing from the tenant's page holds its
+// jobs (the page shows it paused and its jobs waiting as paused, uncharged);
+// resuming from the page runs every one of them.
+func TestPauseAndResumeFromThePage(t *testing.T) {
+	f := setup(t, nil)
+	var forwarded atomic.Int64
+	sub, err := f.nc.Subscribe("done.acme", func(*nats.Msg) { forwarded.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	ctx := browser(t, "Bearer "+token)
+	do(t, ctx, 15*time.Second, "pausing acme from its page",
+		chromedp.Navigate(f.url+"/#/tenant/acme"),
+		waitJS(`document.getElementById('limits-value') !== null`),
+		chromedp.SendKeys(chromedp.CSS("#pause-reason"), "console test"),
+		chromedp.Click(chromedp.CSS("#pause")),
+		waitJS(`document.getElementById('tenant-state').dataset.paused === '1'`))
+	// The workers apply a pause within a second.
+	time.Sleep(time.Second) // the pause's allowance, not a wait for something to happen
+	f.publish("acme", 10)
+	do(t, ctx, 15*time.Second, "the page shows acme's 10 jobs waiting as paused",
+		waitJS(`(() => { const dd = [...document.querySelectorAll('#waiting dt')].find(d => d.textContent === 'Paused'); return dd && dd.nextElementSibling.textContent === '10'; })()`))
+	if n := forwarded.Load(); n != 0 {
+		t.Fatalf("%d jobs of a paused tenant ran", n)
+	}
+	do(t, ctx, 10*time.Second, "resuming acme from its page",
+		chromedp.Click(chromedp.CSS("#resume")),
+		waitJS(`document.getElementById('tenant-state').dataset.paused === '0'`))
+	testenv.Eventually(t, 15*time.Second, "acme's 10 jobs run after the resume", func() bool { return forwarded.Load() == 10 })
+}
