@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/top"
 )
@@ -56,11 +57,18 @@ func topCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(exitFailed, "%v", err)
 		}
+		// A list prints an array, as every command's --json does; what an
+		// array cannot carry goes to stderr.
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(v); err != nil {
+		rows := v.Rows
+		if rows == nil {
+			rows = []consumer.TopRow{}
+		}
+		if err := enc.Encode(rows); err != nil {
 			return fail(exitFailed, "%v", err)
 		}
+		fmt.Fprintf(stderr, "throttler top: %d workers, %d tenants, %d more than shown\n", v.Workers, v.Tenants, v.More)
 		return exitOK
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

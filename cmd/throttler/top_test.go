@@ -1,0 +1,42 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+// `top --json` prints one JSON document: an array of the tenants' rows,
+// as every command's --json prints a list, the totals on stderr.
+func TestTopJSONIsAnArrayOfRows(t *testing.T) {
+	setup(t)
+	t.Setenv("THROTTLER_TENANT_LIMITS", "acme=1/m:1")
+	worker := startChild(t)
+	testenv.Eventually(t, 30*time.Second, "the worker running", func() bool {
+		return strings.Contains(worker.stderr.String(), "worker running")
+	})
+	cli(t, "pub", "--quiet", "-n", "3", "jobs.acme.x", "job {n}").want(t, "pub", exitOK, nil, nil)
+	var rows []map[string]any
+	var last result
+	testenv.Eventually(t, 30*time.Second, "acme's jobs waiting in top", func() bool {
+		last = cli(t, "top", "--quiet", "--json")
+		if last.code != exitOK || json.Unmarshal([]byte(last.stdout), &rows) != nil {
+			return false
+		}
+		for _, r := range rows {
+			if r["tenant"] == "acme" && r["moved"].(float64)+r["nakd"].(float64) >= 2 {
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(last.stderr, "1 workers, ") || !strings.Contains(last.stderr, "more than shown") {
+		t.Errorf("stderr %q, want the workers that answered and the tenants left out", last.stderr)
+	}
+	if code := worker.stop(t); code != exitOK {
+		t.Fatalf("worker exit %d", code)
+	}
+}
