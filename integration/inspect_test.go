@@ -219,7 +219,9 @@ func TestInspectShowsCaps(t *testing.T) {
 		if status != 0 || json.Unmarshal([]byte(out), &in) != nil {
 			t.Fatalf("inspect --json: status %d\n%s\n%s", status, out, errOut)
 		}
-		return in.Cap.Running == 2 && in.Cap.Waiting == 3
+		// A job the fleet's cap admits holds a fleet lease for a moment,
+		// until acme's cap holds it back: wait for that to settle too.
+		return in.Cap.Running == 2 && in.Cap.Waiting == 3 && in.Fleet.Running == 2
 	})
 	if in.Running != 2 || in.MaxRunning != 3 || in.Fleet.Running != 2 || in.Fleet.Waiting != 0 || !in.WaitsForLease {
 		t.Fatalf("inspect acme: %+v, want a cap of 2, 2 of the fleet's 3 running, none waiting for it, a new job waiting for a lease", in)

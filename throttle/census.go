@@ -170,15 +170,21 @@ func (c *Census) TakeCounter(ctx context.Context, worker string, ttl time.Durati
 	return true, nil
 }
 
-// Publish writes the counts by kind, counted at at.
+// Publish writes the counts by kind, counted at at: every kind the
+// counter knows, each time, as no kind left out is cleared.
 func (c *Census) Publish(ctx context.Context, counts map[string]int64, at time.Time) error {
 	fields := make([]any, 0, 2*len(counts)+2)
 	for kind, n := range counts {
 		fields = append(fields, kind, n)
 	}
 	fields = append(fields, "at", at.UnixMilli())
+	// The counter writes every kind each time (0 included), so no kind
+	// keeps an old value; the counts go with the fleet (a day without a
+	// counter).
+	key := c.keys.censusKey("counts")
 	pipe := c.rdb.Pipeline()
-	pipe.HSet(ctx, c.keys.censusKey("counts"), fields...)
+	pipe.HSet(ctx, key, fields...)
+	pipe.PExpire(ctx, key, 24*time.Hour)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("throttle: publishing the counts of waiting jobs: %w", err)
 	}

@@ -179,7 +179,9 @@ func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
 	} else {
 		nak -= parked
 	}
-	counts := map[string]int64{waitingParked: parked}
+	// Every kind, 0 included: a kind with nothing waiting is a series at 0,
+	// not a series gone or stuck at its last value.
+	counts := map[string]int64{waitingParked: parked, waitingPaused: 0, waitingHeld: 0}
 	if c.copiesOf != nil {
 		paused := c.tenants(c.paused, now, nil)
 		for kind, tenants := range map[string][]string{waitingPaused: paused, waitingHeld: c.tenants(c.held, now, paused)} {

@@ -62,8 +62,10 @@ func TestWaitingCounterCounts(t *testing.T) {
 		moved, holds bool
 		want         map[string]int64
 	}{
-		{"moved", true, false, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7, waitingParked: 7}},
-		{"nak only", false, false, map[string]int64{waitingNak: 20 - 8 - 7, waitingScheduled: 0, waitingParked: 7}},
+		{"moved", true, false, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7, waitingParked: 7,
+			waitingPaused: 0, waitingHeld: 0}},
+		{"nak only", false, false, map[string]int64{waitingNak: 20 - 8 - 7, waitingScheduled: 0, waitingParked: 7,
+			waitingPaused: 0, waitingHeld: 0}},
 		// zeta is paused and held: its jobs count as paused, once.
 		{"paused and held", true, true, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7 - 6 - 4,
 			waitingParked: 7, waitingPaused: 6, waitingHeld: 4}},
@@ -89,12 +91,33 @@ func TestWaitingCounterCounts(t *testing.T) {
 					t.Fatalf("worker %s serves no counts", c.id)
 				}
 				for k, v := range tc.want {
-					if got[k] != v {
+					// Every kind is served, 0 included.
+					if n, ok := got[k]; !ok || n != v {
 						t.Errorf("worker %s: %s = %d, want %d (all: %v)", c.id, k, got[k], v, got)
 					}
 				}
 			}
 		})
+	}
+}
+
+// TestWaitingCounterClearsAKindGone: a kind counted once and then with
+// nothing waiting (a tenant resumed) reads 0, not its last count.
+func TestWaitingCounterClearsAKindGone(t *testing.T) {
+	e := newWaitingEnv(t, 20, 50, 0, true)
+	paused := []string{"zeta"}
+	e.a.copiesOf = func(context.Context, string) (int, error) { return 7, nil }
+	e.a.paused = func(time.Time) []string { return paused }
+	ctx := context.Background()
+	e.a.tick(ctx)
+	if got, _ := e.a.waiting(); got[waitingPaused] != 7 {
+		t.Fatalf("paused %d, want 7 (all: %v)", got[waitingPaused], got)
+	}
+	paused = nil
+	e.clock.advance(e.a.every)
+	e.a.tick(ctx)
+	if got, _ := e.a.waiting(); got[waitingPaused] != 0 {
+		t.Fatalf("after the resume: paused %d, want 0 (all: %v)", got[waitingPaused], got)
 	}
 }
 
