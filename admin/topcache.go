@@ -10,7 +10,9 @@ import (
 // every worker for every tenant, so however many pages are open, each
 // worker answers at most once an interval. A view older than the interval
 // is served while a newer one is gathered in the background, so a page's
-// refresh never waits for the workers but the first. Safe for concurrent
+// refresh never waits for the workers but the first; a view older than
+// staleAfter intervals (nobody asked for a while) is not served: the
+// request waits for a new one, as the first does. Safe for concurrent
 // use.
 type topCache struct {
 	src   Tenants
@@ -32,15 +34,20 @@ func newTopCache(src Tenants, every time.Duration, now func() time.Time) *topCac
 // gatherTimeout bounds one gathering of the fleet view.
 const gatherTimeout = 5 * time.Second
 
-// get returns the latest view: at once when there is one (starting a new
-// gathering when it is older than the interval), else after the first
-// gathering, or ctx's end.
+// staleAfter is how many intervals old a view may be and still be served
+// at once.
+const staleAfter = 3
+
+// get returns the latest view: at once when there is one not older than
+// staleAfter intervals (starting a new gathering when it is older than
+// one), else after the gathering under way, or ctx's end.
 func (c *topCache) get(ctx context.Context) (TopView, error) {
 	c.mu.Lock()
-	if c.at.IsZero() || c.now().Sub(c.at) >= c.every {
+	age := c.now().Sub(c.at)
+	if c.at.IsZero() || age >= c.every {
 		c.startLocked()
 	}
-	if !c.at.IsZero() {
+	if !c.at.IsZero() && age < staleAfter*c.every {
 		v, err := c.view, c.err
 		c.mu.Unlock()
 		return v, err
