@@ -169,7 +169,8 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 			inc = incarnation(it.job)
 		}
 		reqs = append(reqs, throttle.Copy{Request: throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost},
-			Incarnation: inc, Fresh: fresh, Order: int64(it.job.OriginalSequence() % fastBase)})
+			Incarnation: inc, Fresh: fresh, Order: int64(it.job.OriginalSequence() % fastBase),
+			Woken: it.job.Header.Get(HeaderWoken) != ""})
 		g.idx = append(g.idx, i)
 	}
 	if len(reqs) == 0 {

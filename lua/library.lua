@@ -1532,7 +1532,9 @@ ARGV[7]     its place in a tenant's list should it join: its order of
             arrival (the worker gives the stream sequence of its first
             delivery, so that the list keeps the order jobs were published
             in, whichever worker took each), [0, 2^53); 0 for the time of
-            the call. The fleet's places are fair instead (FAIR)
+            the call. The fleet's places are fair instead (FAIR): there,
+            1 says the job was called by its tenant's cap (it joins at the
+            head), 0 that it was not
 ARGV[8..]   decide's arguments for the one job, in its general form: now,
             horizon, cost, incarnation, flags, number of limits n (0 to
             MAX_LIMITS), and 3n limit arguments; for the fleet's cap, now
@@ -1663,7 +1665,10 @@ queueing): a tenant's job joins at max(V, F[tenant]) + 1, where V is the
 place of the job called last and F[tenant] the place of the tenant's job
 that joined last (both in the fair-queue hash). The tenants with jobs
 waiting are then called in turn, one job each, and each tenant's jobs in
-the order they came.
+the order they came. A job its tenant's cap called (it holds a place
+there) joins at V instead, the head, and moves no F: at the back of its
+tenant's own jobs it would wait behind jobs that its tenant's cap, whose
+room it holds meanwhile, must then hold back in turn.
 ]]
 
 -- fairPlace is where the fleet's job of tenant ten joins the list with
@@ -1801,7 +1806,11 @@ local function admit(keys, args)
   local ahead = rank or nw
   local place = order > 0 and order or t
   if V and not rank then
-    place = fairPlace(V, ten)
+    if order > 0 then
+      place = tonum(call('HGET', V, '') or 0) or 0 -- called: at the head
+    else
+      place = fairPlace(V, ten)
+    end
     -- A job at the same place is counted ahead: one of them goes first.
     ahead = call('ZCOUNT', W, '-inf', format('%d', place))
   end
@@ -1849,7 +1858,7 @@ local function admit(keys, args)
     if own and own == inc then call('DEL', keys[ownerAt]) end
     if not rank then
       call('ZADD', W, 'NX', format('%d', place), member)
-      if V then
+      if V and order == 0 then
         call('HSET', V, ten, format('%d', place))
         call('PEXPIRE', V, args[5])
       end

@@ -386,6 +386,43 @@ func TestFleetCapIsFair(t *testing.T) {
 	}
 }
 
+// A job its tenant's cap called (it came back woken) and the fleet's cap
+// holds back waits at the head of the fleet's list, not behind its
+// tenant's other jobs there, which its tenant's cap would refuse while it
+// holds the tenant's room; a job not called joins at its fair place.
+func TestWokenJobWaitsAtTheFleetsHead(t *testing.T) {
+	rules := throttle.Rules{Default: throttle.Policy{Limits: throttle.Limits{throttle.PerMinute(1000, 1000)}}}
+	ce := newCapEnv(t, rules, throttle.CapOptions{MaxRunning: 1})
+	ctx := context.Background()
+	decideAt := func(tenant, id string, woken bool) throttle.Result {
+		t.Helper()
+		inc, _ := strconv.ParseInt(id[1:], 10, 64)
+		r := ce.c.DecideBatch(ctx, []throttle.Copy{{Request: throttle.Request{Tenant: tenant, JobID: id, At: ce.now},
+			Incarnation: 100 + inc, Woken: woken}})
+		if r[0].Err != nil {
+			t.Fatalf("%s/%s: %v", tenant, id, r[0].Err)
+		}
+		return r[0]
+	}
+	running := decideAt("a", "a1", false)
+	wantOutcome(t, "a1", running, throttle.Admitted)
+	for _, id := range []string{"b2", "b3", "b4"} {
+		wantOutcome(t, id, decideAt("b", id, false), throttle.Capped)
+	}
+	for _, id := range []string{"a2", "a3"} {
+		wantOutcome(t, id, decideAt("a", id, false), throttle.Capped)
+	}
+	if late := decideAt("b", "b6", false); late.Outcome != throttle.Capped || late.Ahead != 5 {
+		t.Fatalf("b6, not called: %+v, want Capped behind all 5 (b's at its fair place)", late.Decision)
+	}
+	if woken := decideAt("b", "b5", true); woken.Outcome != throttle.Capped || woken.Ahead != 0 {
+		t.Fatalf("b5, called by b's cap: %+v, want Capped at the head (none ahead)", woken.Decision)
+	}
+	if w := ce.finish(t, running); len(w) != 1 || w[0] != "b5" {
+		t.Fatalf("the fleet's room woke %v, want b5 first", w)
+	}
+}
+
 // A copy the fleet's cap holds gives up an owner record that names it, as
 // one the tenant's cap holds does: its incarnation ran (its worker died),
 // and the copy its park makes must run, not be taken for a duplicate.

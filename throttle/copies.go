@@ -88,6 +88,12 @@ type Copy struct {
 	// for every copy, so that the list keeps the order jobs arrived in
 	// whichever worker decides each. 0 means the time it joins the list.
 	Order int64
+	// Woken says the copy was brought back in its turn under a running
+	// cap (a Result.Wake): should the fleet's cap (MaxRunning) hold it
+	// back, it waits at the head of the fleet's list, not behind its
+	// tenant's other jobs, whose turns its tenant's cap, whose place it
+	// holds, would refuse meanwhile.
+	Woken bool
 }
 
 // Decide decides one copy, as DecideBatch does.
@@ -200,7 +206,14 @@ func (c *Copies) prepareFleet(cp Copy) (prepared, error) {
 	if !cp.At.IsZero() {
 		now = strconv.FormatInt(cp.At.UnixMicro(), 10)
 	}
-	return prepared{now: now, cap: &capCall{n: c.caps.MaxRunning, leases: leases, queue: queue, places: places, member: member, token: token, fleet: true}}, nil
+	// The fleet's list orders by fair places; order says only whether the
+	// job was called (lua/library.lua, FAIR).
+	var order int64
+	if cp.Woken {
+		order = 1
+	}
+	return prepared{now: now, cap: &capCall{n: c.caps.MaxRunning, leases: leases, queue: queue, places: places, member: member,
+		order: order, token: token, fleet: true}}, nil
 }
 
 // Claim makes incarnation the owner of the tenant's job if no incarnation
