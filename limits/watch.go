@@ -5,12 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/internal/kvwatch"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -58,68 +57,20 @@ func (w *Watcher) Ready() <-chan struct{} {
 // it stopped, never reading the whole bucket again.
 func (w *Watcher) Run(ctx context.Context) {
 	w.Ready()
-	ready := w.ready
 	loaded, bad := 0, 0
-	var next uint64 // the revision to resume from; 0: the latest values
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	var reconnected chan nats.Status
-	if w.Conn != nil {
-		reconnected = w.Conn.StatusChanged(nats.CONNECTED)
-		defer w.Conn.RemoveStatusListener(reconnected)
-	}
-	for ctx.Err() == nil {
-		var opts []jetstream.WatchOpt
-		if next > 0 {
-			opts = append(opts, jetstream.IncludeHistory(), jetstream.ResumeFromRevision(next))
-		}
-		kw, err := w.Bucket.WatchAll(ctx, opts...)
-		if err != nil {
-			w.Log.Warn("watching the limits bucket failed; the last limits stay", "bucket", w.Bucket.Bucket(), "err", err)
-			if !sleep(ctx, bo.NextBackOff()) {
-				return
-			}
-			continue
-		}
-		bo.Reset()
-		resumeNow := false
-	read:
-		for {
-			var e jetstream.KeyValueEntry
-			var ok bool
-			select {
-			case e, ok = <-kw.Updates():
-			case <-reconnected:
-				resumeNow = true
-				break read
-			}
-			if !ok {
-				break read
-			}
-			if e == nil {
-				if !isClosed(ready) {
-					w.Log.Info("limits loaded", "bucket", w.Bucket.Bucket(), "values", loaded, "bad", bad, "tenants", w.Store.Overrides())
-					close(ready)
-				}
-				continue
-			}
-			next = e.Revision() + 1
-			initial := !isClosed(ready)
+	kvwatch.Run(ctx, kvwatch.Options{Bucket: w.Bucket, Conn: w.Conn, Log: w.Log, What: "limits"},
+		func(e jetstream.KeyValueEntry, initial bool) {
 			if initial {
 				loaded++
 			}
 			if !w.apply(ctx, e, initial) {
 				bad++
 			}
-		}
-		_ = kw.Stop()
-		if ctx.Err() == nil && !resumeNow {
-			w.Log.Warn("the limits watch ended; resuming it", "bucket", w.Bucket.Bucket(), "from_revision", next)
-			if !sleep(ctx, bo.NextBackOff()) {
-				return
-			}
-		}
-	}
+		},
+		func() {
+			w.Log.Info("limits loaded", "bucket", w.Bucket.Bucket(), "values", loaded, "bad", bad, "tenants", w.Store.Overrides())
+			close(w.ready)
+		})
 }
 
 // apply applies one entry, logging each change once the initial values are
@@ -196,27 +147,5 @@ func (w *Watcher) lastGood(ctx context.Context, key string) {
 			w.Log.Info("applying the latest good value of a bad key", "key", key, "spec", p.String(), "revision", e.Revision())
 			return
 		}
-	}
-}
-
-// sleep waits d or until ctx ends, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// isClosed reports whether c is closed.
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
 	}
 }

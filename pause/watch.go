@@ -3,11 +3,11 @@ package pause
 import (
 	"context"
 	"log/slog"
-	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/internal/kvwatch"
 )
 
 // Watcher keeps a Set up to date with the pause bucket: one watch from the
@@ -43,62 +43,12 @@ func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 // Run applies the bucket's pauses, then every change, until ctx ends.
 // While NATS is unreachable the last pauses stay in force.
 func (w *Watcher) Run(ctx context.Context) {
-	var next uint64 // the revision to resume from; 0: the latest values
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	var reconnected chan nats.Status
-	if w.Conn != nil {
-		reconnected = w.Conn.StatusChanged(nats.CONNECTED)
-		defer w.Conn.RemoveStatusListener(reconnected)
-	}
-	for ctx.Err() == nil {
-		var opts []jetstream.WatchOpt
-		if next > 0 {
-			opts = append(opts, jetstream.IncludeHistory(), jetstream.ResumeFromRevision(next))
-		}
-		kw, err := w.Bucket.WatchAll(ctx, opts...)
-		if err != nil {
-			w.Log.Warn("watching the pause bucket failed; the last pauses stay", "bucket", w.Bucket.Bucket(), "err", err)
-			if !sleep(ctx, bo.NextBackOff()) {
-				return
-			}
-			continue
-		}
-		bo.Reset()
-		resumeNow := false
-	read:
-		for {
-			var e jetstream.KeyValueEntry
-			var ok bool
-			select {
-			case e, ok = <-kw.Updates():
-			case <-reconnected:
-				resumeNow = true
-				break read
-			case <-ctx.Done():
-				break read
-			}
-			if !ok {
-				break read
-			}
-			if e == nil {
-				if !isClosed(w.ready) {
-					w.Log.Info("pauses loaded", "bucket", w.Bucket.Bucket(), "paused", w.Set.Len())
-					close(w.ready)
-				}
-				continue
-			}
-			next = e.Revision() + 1
-			w.apply(e, isClosed(w.ready))
-		}
-		_ = kw.Stop()
-		if ctx.Err() == nil && !resumeNow {
-			w.Log.Warn("the pause watch ended; resuming it", "bucket", w.Bucket.Bucket(), "from_revision", next)
-			if !sleep(ctx, bo.NextBackOff()) {
-				return
-			}
-		}
-	}
+	kvwatch.Run(ctx, kvwatch.Options{Bucket: w.Bucket, Conn: w.Conn, Log: w.Log, What: "pauses"},
+		func(e jetstream.KeyValueEntry, initial bool) { w.apply(e, !initial) },
+		func() {
+			w.Log.Info("pauses loaded", "bucket", w.Bucket.Bucket(), "paused", w.Set.Len())
+			close(w.ready)
+		})
 }
 
 // apply applies one entry; live says the initial values are in, so the
@@ -129,27 +79,5 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, live bool) {
 	w.Set.Put(p)
 	if live {
 		w.Log.Info("tenant paused", "tenant", t, "reason", v.Reason, "until", v.Until, "revision", e.Revision())
-	}
-}
-
-// sleep waits d or until ctx ends, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// isClosed reports whether c is closed.
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
 	}
 }
