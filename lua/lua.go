@@ -1,12 +1,16 @@
 // Package lua holds the Lua source the throttle engine runs inside Redis,
 // embedded into the binary: one Redis Functions library (Redis 7.0 or
-// later), whose comment documents each function's KEYS, ARGV and reply.
+// later), whose comments document each function's KEYS, ARGV and reply.
 // Package throttle is the only caller; it names the library's version and
 // loads it.
 //
-// library.lua is one long file on purpose: Redis loads a library as one
-// source, and its functions can share the rule functions (the charge, the
-// checks, the reads) only within it, so that each rule is written once.
+// Redis loads a library as one source, and its functions can share the
+// rule functions (the charge, the checks, the reads) only within it, so
+// that each rule is written once. The source is kept in several files,
+// one mechanism each (Files lists them), which Library joins in a fixed
+// order: a Lua local function must be defined before the code that calls
+// it, so each file comes after those it uses. head.lua opens the library
+// and documents what every function shares.
 package lua
 
 import (
@@ -15,16 +19,90 @@ import (
 	"strings"
 )
 
-// Library is the source of library.lua: the token-bucket decision, the
-// owner claim and release, the failure count, the carry of a bucket to a
-// new period, the hold of a tenant, and the running caps' decision and
-// leases, as Redis functions. The placeholder Version stands, in the
-// library's name and in every function's name, for a version the loader
-// puts in; each bound's placeholder for the bound's value.
-// Source returns it as Redis loads it.
-//
-//go:embed library.lua
-var Library string
+// The library's source files, one mechanism each; files gives their order.
+var (
+	//go:embed head.lua
+	head string
+	//go:embed rules.lua
+	rules string
+	//go:embed jobs.lua
+	jobs string
+	//go:embed fast.lua
+	fast string
+	//go:embed decide.lua
+	decide string
+	//go:embed owners.lua
+	owners string
+	//go:embed carry.lua
+	carry string
+	//go:embed hold.lua
+	hold string
+	//go:embed caps.lua
+	caps string
+	//go:embed admit.lua
+	admit string
+	//go:embed lease.lua
+	lease string
+	//go:embed register.lua
+	register string
+)
+
+// file is one source file of the library: its name in this directory and
+// its text.
+type file struct{ name, text string }
+
+// files returns the library's source files in the order Library joins
+// them: the head (the library's name, its contract, the constants and
+// argument checks), the shared rules, decide's layout, fast paths and
+// general path, the owner and failure functions, carry, hold, the running
+// caps' sets, admit, lease, and last the registrations, once every
+// function they name is defined.
+func files() []file {
+	return []file{
+		{"head.lua", head},
+		{"rules.lua", rules},
+		{"jobs.lua", jobs},
+		{"fast.lua", fast},
+		{"decide.lua", decide},
+		{"owners.lua", owners},
+		{"carry.lua", carry},
+		{"hold.lua", hold},
+		{"caps.lua", caps},
+		{"admit.lua", admit},
+		{"lease.lua", lease},
+		{"register.lua", register},
+	}
+}
+
+// Files returns the names of the library's source files, in this
+// package's directory, in the order Library joins them.
+func Files() []string {
+	fs := files()
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = f.name
+	}
+	return names
+}
+
+// join returns the texts of the library's files, one after the other in
+// their order. Each file ends in a newline, so nothing is put between them.
+func join() string {
+	var b strings.Builder
+	for _, f := range files() {
+		b.WriteString(f.text)
+	}
+	return b.String()
+}
+
+// Library is the library's source, its files joined in the order of
+// Files: the token-bucket decision, the owner claim and release, the
+// failure count, the carry of a bucket to a new period, the hold of a
+// tenant, and the running caps' decision and leases, as Redis functions.
+// The placeholder Version stands, in the library's name and in every
+// function's name, for a version the loader puts in; each bound's
+// placeholder for the bound's value. Source returns it as Redis loads it.
+var Library = join()
 
 // Version is the placeholder in Library that the loader replaces with the
 // library's version.

@@ -5,12 +5,14 @@
 # Unlike timings, the count is the same from run to run whatever else the
 # machine is doing.
 #
-#   scripts/lua-instructions.sh [library.lua ...]   (default: lua/library.lua)
+#   scripts/lua-instructions.sh [library.lua ...]   (default: the engine's, lua/*.lua joined)
 #   scripts/lua-instructions.sh --redis-rate
 #   scripts/lua-instructions.sh --batch [library.lua ...]
 #   scripts/lua-instructions.sh --reserve [library.lua ...]
 #
-# A library is loaded with FUNCTION LOAD, its version placeholder
+# The engine's library is lua/'s source files joined in the order
+# lua/lua.go gives them, as lua.Library is; a library named instead is
+# one file. A library is loaded with FUNCTION LOAD, its version placeholder
 # __VERSION__ replaced by "x" and each bound's placeholder by its value in
 # lua/lua.go (as package lua does), and its decide_x called 3,000 times, as
 # Limiter.Allow calls it: one job, one limit of 10,000/s with a burst of
@@ -115,8 +117,16 @@ else
 fi
 base0=$(instructions "$work/empty.lua" 0)
 empty=$(instructions "$work/empty.lua" "$calls")
-[ $# -gt 0 ] || set -- lua/library.lua
+if [ $# -eq 0 ]; then
+	# The files lua/lua.go's files() lists, in its order.
+	sed -n 's/^\t\t{"\([a-z]*\.lua\)", [a-z]*},$/lua\/\1/p' lua/lua.go >"$work/files"
+	[ -s "$work/files" ] || { echo "no source files found in lua/lua.go" >&2; exit 1; }
+	xargs cat <"$work/files" >"$work/library.lua"
+	set -- "$work/library.lua"
+fi
 for f in "$@"; do
 	total=$(instructions "$f" "$calls")
-	echo "$f: $(((total - base0) / calls / per)) instructions per $unit, $(((total - empty) / calls / per)) more than an empty script"
+	name=$f
+	[ "$f" != "$work/library.lua" ] || name='lua/*.lua (joined)'
+	echo "$name: $(((total - base0) / calls / per)) instructions per $unit, $(((total - empty) / calls / per)) more than an empty script"
 done

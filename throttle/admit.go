@@ -7,7 +7,7 @@ import (
 )
 
 // admitCall builds the function call that decides p under its cap (see
-// lua/library.lua, RUNNING CAPS).
+// lua/caps.lua, RUNNING CAPS).
 func (c *Copies) admitCall(p prepared, tenant string) fcall {
 	lt, ct, rt := c.capTTLs(tenant)
 	f := fcall{fn: c.l.lib.admit}

@@ -226,7 +226,7 @@ func arg(s string) any {
 }
 
 // build fills the function, keys and arguments of c from its parts (see
-// lua/library.lua, decide): the short form for one job under one limit
+// lua/decide.lua): the short form for one job under one limit
 // without a job id, else the general form, in which a job with the limits of
 // the job before sends 0 for them.
 func (l *Limiter) build(c *call) {
@@ -263,7 +263,7 @@ func (l *Limiter) build(c *call) {
 	}
 }
 
-// jobFlags are a job's flags argument (lua/library.lua, decide): 1 fresh,
+// jobFlags are a job's flags argument (lua/decide.lua): 1 fresh,
 // 2 shadow.
 var jobFlags = [4]any{"0", "1", "2", "3"}
 
@@ -302,7 +302,7 @@ func (c *call) results(results []Result) {
 	}
 }
 
-// Reply statuses of decide; see lua/library.lua.
+// Reply statuses of decide; see lua/head.lua.
 const (
 	statusAdmitted  = 1
 	statusLimited   = 2

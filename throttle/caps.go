@@ -81,7 +81,7 @@ func (k keyspace) capKeys(tenant string) (leases, queue string, err error) {
 
 // capPlaces returns the places hash of tenant's cap, or of the fleet's
 // when tenant is "": the places in the waiting list of the jobs called
-// (lua/library.lua, RUNNING CAPS).
+// (lua/caps.lua, RUNNING CAPS).
 func (k keyspace) capPlaces(tenant string) (string, error) {
 	tag := fleetTag
 	if tenant != "" {
@@ -94,7 +94,7 @@ func (k keyspace) capPlaces(tenant string) (string, error) {
 }
 
 // fairKey is the fair-queue hash of the fleet's waiting list
-// (lua/library.lua, FAIR).
+// (lua/caps.lua, FAIR).
 func (k keyspace) fairKey() string { return k.prefix + ":" + fleetTag + ":v" }
 
 // fleetTag is the hash tag of the fleet's cap: no tenant's tag can be it,

@@ -207,7 +207,7 @@ func (c *Copies) prepareFleet(cp Copy) (prepared, error) {
 		now = strconv.FormatInt(cp.At.UnixMicro(), 10)
 	}
 	// The fleet's list orders by fair places; order says only whether the
-	// job was called (lua/library.lua, FAIR).
+	// job was called (lua/caps.lua, FAIR).
 	var order int64
 	if cp.Woken {
 		order = 1

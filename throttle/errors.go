@@ -17,7 +17,7 @@ var ErrInvalid = errors.New("throttle: invalid input")
 var ErrRedis = errors.New("throttle: redis error")
 
 // Code says what was invalid about a call. Codes 2 to 24 are the E_* codes
-// of the engine's Redis functions (see lua/library.lua); code 1 is a call
+// of the engine's Redis functions (see lua/head.lua); code 1 is a call
 // the functions refused whole (a BADCALL error reply); codes from 100 are
 // found in Go before any round trip.
 type Code int

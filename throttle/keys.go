@@ -69,7 +69,7 @@ func plainTenant(tenant string) bool {
 // limitKeySuffix is what follows the tag in the state key of one limit,
 // prefix:{tag}:l:PERIOD, or prefix:{tag}:s:PERIOD in shadow mode. The key
 // names the period alone, so a limit whose rate or burst changes keeps its
-// bucket and what it holds (lua/library.lua, CHANGE); a tenant has one
+// bucket and what it holds (lua/head.lua, CHANGE); a tenant has one
 // limit per period (Limits.Validate).
 func limitKeySuffix(l Limit, shadow bool) string {
 	kind := ":l:"

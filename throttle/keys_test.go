@@ -179,7 +179,7 @@ func TestNoLeaks(t *testing.T) {
 // TestTTLWithinFillAndHorizon checks the exact TTL of the keys the script
 // writes, read in the same pipeline so that no millisecond passes between:
 // a state key lives until its bucket is full again, a reservation for at
-// most horizon + fill time (lua/library.lua).
+// most horizon + fill time (lua/rules.lua: fullIn).
 func TestTTLWithinFillAndHorizon(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -219,6 +219,6 @@ func TestTTLWithinFillAndHorizon(t *testing.T) {
 	t.Logf("largest PTTL: state after one charge %s, after the reservation %s, reservation %s", worst[0], worst[1], worst[2])
 	if worst[0] > 5*ms || worst[1] > 10*ms || worst[2] > 205*ms {
 		t.Fatalf("TTLs longer than needed: state %s (bucket full in 5ms), state %s (full in 10ms), reservation %s (horizon + fill = 205ms); "+
-			"lua/library.lua adds 1µs to an exact fill time before rounding up to ms", worst[0], worst[1], worst[2])
+			"lua/rules.lua adds 1µs to an exact fill time before rounding up to ms", worst[0], worst[1], worst[2])
 	}
 }

@@ -44,7 +44,7 @@ func (c *Copies) leaseCall(op, tenant string, tokens ...string) (fcall, error) {
 }
 
 // leaseReply reads the reply of a lease call: its count, whether it left
-// expired entries for another call to drop (lua/library.lua, BOUNDS), and
+// expired entries for another call to drop (lua/head.lua, BOUNDS), and
 // the members or tokens that follow.
 func leaseReply(f fcall) (n int64, more bool, rest []any, err error) {
 	v, err := f.cmd.Result()
@@ -127,7 +127,7 @@ const sweepRounds = 64
 // runLeaseCalls sends calls of the lease function that free room, in one
 // pipeline, and returns the waiters they called; tenant(k) is the tenant
 // of the k-th call's cap ("" for the fleet's). A call that left expired
-// entries to drop called nobody (lua/library.lua, BOUNDS): its cap is
+// entries to drop called nobody (lua/head.lua, BOUNDS): its cap is
 // poked again, in one more pipeline per round, until every sweep is done
 // or sweepRounds rounds were sent; the next Poke goes on from there.
 func (c *Copies) runLeaseCalls(ctx context.Context, calls []fcall, tenant func(k int) string) ([]Waiter, error) {

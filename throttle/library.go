@@ -36,7 +36,7 @@ type shards interface {
 	ForEachShard(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
 }
 
-// library is the engine's Redis Functions library (lua/library.lua) as one
+// library is the engine's Redis Functions library (package lua) as one
 // version of the engine loads and calls it. Its library and function names
 // carry a hash of its source, so that two versions of the worker running
 // side by side during a rolling upgrade never replace each other's

@@ -13,7 +13,7 @@
 // Jobs that may exist as several messages (an original and the copies made
 // by moving it) are decided through Copies, which lets only one of them run.
 //
-// The engine runs as a Redis Functions library (lua/library.lua), so it
+// The engine runs as a Redis Functions library (package lua), so it
 // needs Redis 7.0 or later. Load it at start (Limiter.Load); a call that
 // finds it missing (after a restart without persistence, FUNCTION FLUSH, a
 // new master) loads it again and is sent again.

@@ -127,7 +127,7 @@ func (l *Limiter) nodeOf(ctx context.Context, tenant string) (redis.Cmdable, err
 }
 
 // peekBucket reads the bucket of lim at key at now (µs), as the function
-// would (lua/library.lua: state, rebase, tokens, charge, fullIn, where the
+// would (lua/rules.lua: state, rebase, tokens, charge, fullIn, where the
 // rules are defined; TestPeekAgreesWithTheEngine holds this copy to
 // them).
 func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, now int64) (Bucket, error) {
@@ -198,7 +198,7 @@ func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 	return b, nil
 }
 
-// rebase is the function's rebase (lua/library.lua, where the rule is
+// rebase is the function's rebase (lua/rules.lua, where the rule is
 // defined; TestPeekAgreesWithTheEngine holds this copy to it): it carries
 // an empty time (a, f) in units of 1/r0 µs over to the rate r, for period
 // p and burst b. A bucket in debt is empty now: its debt was the slots

@@ -19,7 +19,7 @@ import (
 
 // Peek computes in Go what the library's functions compute in Lua (the
 // state's carry-over to a changed rate, the tokens, the charge of a job):
-// the rules are defined in lua/library.lua, and this property test holds
+// the rules are defined in lua/rules.lua, and this property test holds
 // Peek to them. It replays random sequences of decisions, batches,
 // reservations and their returns, live limit changes (rate, burst, period
 // with and without Carry, limits added and removed, shadow on and off) and
@@ -509,7 +509,7 @@ func (s *agreeSeq) check() {
 }
 
 // predict is the decision Peek predicts for a job of cost 1 with an id,
-// by the rules of decide (lua/library.lua: verdict): from the wait it
+// by the rules of decide (lua/rules.lua: verdict): from the wait it
 // gives and the limit that sets it, and the tokens of its buckets bs.
 func (s *agreeSeq) predict(shadow bool, wait time.Duration, by throttle.Limit, bs []throttle.Bucket) throttle.Decision {
 	low := math.Inf(1)

@@ -14,7 +14,7 @@ import (
 )
 
 // CapSnapshot is a running cap at one moment, as the next call of the cap
-// would find it (lua/library.lua: admit, expire).
+// would find it (lua/admit.lua: admit; lua/caps.lua: expire).
 type CapSnapshot struct {
 	// Running counts the leases of running jobs that count now.
 	Running int `json:"running"`
@@ -195,7 +195,7 @@ func placesBack(ctx context.Context, node redis.Cmdable, leases, queue, places s
 // fairAhead counts the jobs in the fleet's line placed at or before the
 // place the next job of tenant (fair, as its members name it) would take:
 // one after the later of the list's virtual time and the tenant's last
-// place (lua/library.lua, FAIR: fairPlace). back are the places of the
+// place (lua/caps.lua, FAIR: fairPlace). back are the places of the
 // jobs the next call puts back in the list.
 func fairAhead(ctx context.Context, node redis.Cmdable, fairKey, queue, fair string, back []float64) (int, error) {
 	v, err := node.HMGet(ctx, fairKey, "", fair).Result()

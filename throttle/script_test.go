@@ -18,7 +18,7 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// The decide function's E_* codes, as in lua/library.lua.
+// The decide function's E_* codes, as in lua/head.lua.
 const (
 	eNow, eCost, eHorizon              = 2, 3, 4
 	eRate, ePeriod, eBurst, eOverBurst = 6, 7, 8, 9

@@ -1,0 +1,309 @@
+-- fast.lua: decide's two fast paths, for its most common calls (one job
+-- under one limit, and the worker's call of several jobs under one limit
+-- each): the rules of the general path (decide.lua), with fewer tables.
+
+-- The shape of a call of one job under one limit, its arguments joined by
+-- spaces: the short form, and the general form with K = 0, 1 or 2.
+local ONE5 = '^%d+ %d+ %d+ %d+ %d+$'
+local ONE9 = '^%d+ %d+ %d+ %d+ %d+ 1 %d+ %d+ %d+$'
+
+-- one decides a call of one job under one limit, the most common call,
+-- with the same rules (the same functions) as the general path (decide), but
+-- keeping everything in locals: a table costs Redis about as much as a
+-- thousand instructions to create and fill. Its checks are the general
+-- path's, made cheaply: one pattern match over all arguments joined (a
+-- match per argument costs more than the decision's arithmetic), and
+-- conversion by arithmetic. A call that fails any of them is not answered
+-- here (nil): the general path checks each argument on its own and names
+-- the one at fault.
+local function one(keys, args, nargv, K)
+  local x, sn, sh, sc, si, sf = 3, args[1], '0', args[2], '0', '0'
+  if nargv == 9 then
+    x, sh, sc, si, sf = 7, args[2], args[3], args[4], args[5]
+    if not find(concat(args, ' '), ONE9) then return nil end
+  elseif not find(concat(args, ' '), ONE5) then
+    return nil
+  end
+  local now, horizon, c, inc = 0, 0, 1, 0
+  if sn ~= '0' then now = num(sn, 0, EXACT - 1) end
+  if sh ~= '0' then horizon = num(sh, 0, MAX_HORIZON) end
+  if sc ~= '1' then c = num(sc, 1, MAX_N) end
+  if si ~= '0' then inc = num(si, 0, EXACT - 1) end
+  local flags = FLAGS[sf]
+  if not (now and horizon and c and inc and flags) then return nil end
+  local fresh, shadow = flags % 2, flags >= 2
+  local r, p, b, q, m, fill = limit(args, x, num)
+  if not r or c > b then return nil end
+  now = clock(now)
+
+  -- The job's reservation (unless it is fresh) and owner.
+  local name, resv, okey = keys[1], keys[2], keys[3]
+  local slot, own, code, sid = false, false, nil, nil
+  if K > 0 and fresh == 0 then
+    slot = get(resv)
+    if slot == nil then return {WRONGTYPE, 2, 0, 0} end
+    slot, sid = reserved(slot, resv)
+    if slot == nil then return {INVALID, sid, 2, 0} end
+  end
+  if K == 2 then
+    own = get(okey)
+    if own == nil then return {WRONGTYPE, 3, 0, 0} end
+    own, code = stored(own, okey, E_OWNER, E_OWNER_TTL)
+    if own == nil then return {INVALID, code, 3, 0} end
+  end
+  local so, oo = slot, own
+  -- A slot reserved under other limits is given up: decided again.
+  if slot and sid ~= regime1(r, p) then slot, so = false, -1 end
+  local st, a1, a3
+  local a2 = 0
+  st, a1, a3, slot, own = held(own, inc, slot, K, now)
+  if not st then
+    -- The bucket.
+    local a, f, rebased = get(name), nil, false
+    if a == nil then return {WRONGTYPE, 1, 0, 0} end
+    a, f, rebased = state(a, name, r, p, b, fill, now)
+    if a == nil then return {INVALID, f, 1, 0} end
+    local na, nf, wait = charge(a, f, r, p, q, m, c, now)
+    local charged
+    st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, shadow)
+    if charged then a, f = na, nf end
+    if charged or rebased then
+      call('SET', name, spack(STATE, a, f, r), 'PX', format('%d', fullIn(a, f, r, q, m, now)))
+    end
+    if a3 == 0 then a2 = tokens(a, f, r, p, b, now) end
+    if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
+  end
+  if slot ~= so or own ~= oo then
+    local ttl = format('%d', ceil((horizon + fill) / 1000))
+    if slot ~= so then
+      if slot then call('SET', resv, format('%d:%d', slot, regime1(r, p)), 'PX', ttl) else call('DEL', resv) end
+    end
+    if own ~= oo then
+      if own then call('SET', okey, format('%d', own), 'PX', ttl) else call('DEL', okey) end
+    end
+  end
+  return {st, a1, a2, a3}
+end
+
+-- many decides the worker's call, several jobs under one limit each, each
+-- job id named once, with the same rules (the same functions) as the
+-- general path (decide), but with fewer tables and fewer slots in them: the
+-- general path spends Redis about twice as many instructions a job on its
+-- bookkeeping. Its checks are the general path's; an argument equal to one
+-- already checked (the same limit, a cost of '1', an incarnation of '0':
+-- Lua interns strings, so comparing them is cheap) is not checked again. A
+-- call that fails any check, names a job id twice or holds a job of
+-- several limits is not answered here (nil): the general path answers it.
+local function many(keys, args, nargv, nkeys)
+  -- The shape: after the header, 7 arguments for the first job, then 4
+  -- for each job with L_k = 0 and 7 for each with L_k = 1.
+  if nargv < 13 or args[6] ~= '1' then return nil end
+  local M, j = 1, 10
+  while j + 3 <= nargv do
+    local lk = args[j + 3]
+    if lk == '0' then
+      j = j + 4
+    elseif lk == '1' then
+      j = j + 7
+    else
+      return nil
+    end
+    M = M + 1
+  end
+  local K = nkeys / M - 1
+  if j ~= nargv + 1 or M > MAX_JOBS or (K ~= 0 and K ~= 1 and K ~= 2) then return nil end
+  local now, horizon = whole(args[1], 0, EXACT - 1), whole(args[2], 0, MAX_HORIZON)
+  if not (now and horizon) then return nil end
+
+  -- Limits, 7 slots each from offset 0, 7, ...: rate, period, burst, q, m,
+  -- fill time, and the TTL of a job key (ms, as text). Jobs, 5 slots each:
+  -- cost, incarnation, flags, offset of its limit, offset of its
+  -- bucket. Buckets, 6 slots each: KEYS position, RK position, empty time
+  -- (a, f), status (0 not read, 1 read, 2 changed, or an E_* code or
+  -- WRONGTYPE), offset of the limit in whose rate its empty time is. RK names the
+  -- buckets to read, JK the job keys (in job order: the reservation unless
+  -- the job is fresh, and with K = 2 the owner).
+  local LI, J, B, byName, RK, JK = {}, {}, {}, {}, {}, {}
+  local seen = K > 0 and {}
+  local nl, nb, nr, nj, o = -7, 0, 0, 0, 0
+  local lrs, lps, lbs, lcs, lis = nil, nil, nil, '1', '0'
+  local lc, li = 1, 0
+  local rs, ps, bs = args[7], args[8], args[9]
+  local cs, is, fs = args[3], args[4], args[5]
+  local kx = 1
+  j = 10
+  for k = 1, M do
+    if k > 1 then
+      cs, is, fs = args[j], args[j + 1], args[j + 2]
+      if args[j + 3] == '1' then
+        rs, ps, bs = args[j + 4], args[j + 5], args[j + 6]
+        j = j + 7
+      else
+        j = j + 4
+      end
+    end
+    if rs ~= lrs or ps ~= lps or bs ~= lbs then
+      local r, p, b, q, m, fill = limit(args, j - 3, whole) -- j is past them
+      if not r then return nil end
+      nl = nl + 7
+      LI[nl + 1], LI[nl + 2], LI[nl + 3], LI[nl + 4], LI[nl + 5], LI[nl + 6] = r, p, b, q, m, fill
+      LI[nl + 7] = format('%d', ceil((horizon + fill) / 1000))
+      lrs, lps, lbs = rs, ps, bs
+    end
+    if cs ~= lcs then lcs, lc = cs, whole(cs, 1, MAX_N) end
+    if is ~= lis then lis, li = is, whole(is, 0, EXACT - 1) end
+    local flags = FLAGS[fs]
+    if not (lc and li and flags) or lc > LI[nl + 3] then return nil end
+    local name = keys[kx]
+    local bo = byName[name]
+    if bo == nil then
+      bo = nb
+      nb = nb + 6
+      byName[name] = bo
+      nr = nr + 1
+      RK[nr] = name
+      B[bo + 1], B[bo + 2], B[bo + 5] = kx, nr, 0
+    end
+    if K > 0 then
+      local resv = keys[kx + 1]
+      if seen[resv] then return nil end
+      seen[resv] = true
+      if flags % 2 == 0 then
+        nj = nj + 1
+        JK[nj] = resv
+      end
+      if K == 2 then
+        nj = nj + 1
+        JK[nj] = keys[kx + 2]
+      end
+    end
+    J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5] = lc, li, flags, nl, bo
+    o = o + 5
+    kx = kx + 1 + K
+  end
+  now = clock(now)
+  local V, wrong = getAll(RK, nr)
+  local JV, jwrong = nil, false
+  if nj > 0 then JV, jwrong = getAll(JK, nj) end
+
+  -- Decide each job in order, in memory. Writes to job keys are listed in
+  -- W (KEYS position, value or false to delete, TTL) and made at the end,
+  -- with the buckets.
+  local reply, W = {}, {}
+  local n, nw, jx = 0, 0, 0
+  o, kx = 0, 1
+  for k = 1, M do
+    local c, inc, flags, lo, bo = J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5]
+    local fresh = flags % 2
+    o = o + 5
+    local st, a1, a2, a3 = nil, 0, 0, 0
+    local slot, own, code, sid = false, false, nil, nil
+    if K > 0 and fresh == 0 then
+      jx = jx + 1
+      if jwrong and jwrong[jx] then
+        st, a1 = WRONGTYPE, kx + 1
+      elseif JV[jx] then
+        slot, sid = reserved(JV[jx], keys[kx + 1])
+        if slot == nil then st, a1, a2, slot = INVALID, sid, kx + 1, false end
+      end
+    end
+    if K == 2 then
+      jx = jx + 1
+      if st then
+        -- refused already
+      elseif jwrong and jwrong[jx] then
+        st, a1 = WRONGTYPE, kx + 2
+      elseif JV[jx] then
+        own, code = stored(JV[jx], keys[kx + 2], E_OWNER, E_OWNER_TTL)
+        if own == nil then st, a1, a2, own = INVALID, code, kx + 2, false end
+      end
+    end
+    local so, oo = slot, own
+    -- A slot reserved under another limit is given up: decided again.
+    if slot and sid ~= regime1(LI[lo + 1], LI[lo + 2]) then slot, so = false, -1 end
+    if not st and (slot or own) then st, a1, a3, slot, own = held(own, inc, slot, K, now) end
+    if not st then
+      local s = B[bo + 5]
+      if s == 0 then
+        local x = B[bo + 2]
+        if wrong and wrong[x] then
+          s = WRONGTYPE
+        else
+          local a, f, rebased = 0, 0, false
+          if V[x] then a, f, rebased = state(V[x], RK[x], LI[lo + 1], LI[lo + 2], LI[lo + 3], LI[lo + 6], now) end
+          if a then
+            B[bo + 3], B[bo + 4], s = a, f, 1
+            -- Which limit's rate the state is in is written only when it
+            -- must be (a slot written costs Redis hundreds of
+            -- instructions): at a charge, or here when it was rebased.
+            if rebased then B[bo + 6], s = lo, 2 end
+          else
+            s = f
+          end
+        end
+        B[bo + 5] = s
+      end
+      if s == WRONGTYPE then
+        st, a1 = WRONGTYPE, B[bo + 1]
+      elseif s ~= 1 and s ~= 2 then
+        st, a1, a2 = INVALID, s, B[bo + 1]
+      else
+        local r, u = LI[lo + 1], B[bo + 6]
+        if u and u ~= lo and LI[u + 1] ~= r then
+          -- A job before, in this call, named the bucket at another rate.
+          B[bo + 3], B[bo + 4] = rebase(B[bo + 3], B[bo + 4], LI[u + 1], r, LI[lo + 2], LI[lo + 3], now)
+          B[bo + 5], B[bo + 6] = 2, lo
+        end
+        local a, f, wait = charge(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
+        local charged
+        st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, flags >= 2)
+        if charged then
+          B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = a, f, 2, lo
+        elseif not u then
+          B[bo + 6] = lo -- read in this limit's rate, and kept in it
+        end
+        if a3 == 0 then a2 = tokens(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 3], now) end
+        if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
+      end
+    end
+    if st == WRONGTYPE or st == INVALID then
+      slot, own = so, oo
+    end
+    if slot ~= so then
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, slot and format('%d:%d', slot, regime1(LI[lo + 1], LI[lo + 2])), LI[lo + 7]
+      nw = nw + 3
+    end
+    if own ~= oo then
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 2, own and format('%d', own), LI[lo + 7]
+      nw = nw + 3
+    end
+    reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
+    n = n + 4
+    kx = kx + 1 + K
+  end
+  -- Write what changed. Redis turns a number argument into text with
+  -- printf('%.17g'): TTLs repeat (a bucket under its limit is full again
+  -- within a millisecond), so the last one is kept as text.
+  local lt, lts = nil, nil
+  for bo = 0, nb - 6, 6 do
+    if B[bo + 5] == 2 then
+      local l, a, f = B[bo + 6], B[bo + 3], B[bo + 4]
+      local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
+      if ttl > 0 then
+        if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
+        call('SET', keys[B[bo + 1]], spack(STATE, a, f, LI[l + 1]), 'PX', lts)
+      else
+        call('DEL', keys[B[bo + 1]])
+      end
+    end
+  end
+  for w = 0, nw - 3, 3 do
+    local v = W[w + 2]
+    if v then
+      call('SET', keys[W[w + 1]], v, 'PX', W[w + 3])
+    else
+      call('DEL', keys[W[w + 1]])
+    end
+  end
+  return reply
+end

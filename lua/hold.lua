@@ -1,0 +1,71 @@
+--[[
+hold___VERSION__: hold a tenant back until an instant, fleet-wide: the
+worker calls it when the tenant's downstream asked it to wait (HTTP 429, or
+503 with Retry-After), so that no worker starts another of its jobs before
+then. Each bucket's empty time is set to at least `until`: the bucket holds
+no token before then, and refills from then on at its rate. A bucket whose
+empty time is already later (slots reserved past `until`) keeps it; jobs
+holding slots before `until` still run at their slots (they were charged
+then), so a hold delays new charges only.
+
+KEYS[1..n]  the tenant's enforced buckets, 1 to 8
+ARGV[1]     now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
+ARGV[2]     until: µs since the Unix epoch, at most now + 30 days
+ARGV[3..]   each bucket's limit: rate, period, burst (as decide reads
+            them), three per key, so that an absent state can be written
+
+A bucket is written in its limit's rate units (a state of another rate is
+rebased first, as decide does), with the TTL of a state that is full again
+at its empty time plus its fill time. An `until` not after now does nothing.
+
+Reply:
+  {1, held, 0, 0}          held: the buckets whose empty time moved
+  {3, code, position, 0}   INVALID (E_NOW, E_HORIZON for until, a limit's
+                           E_RATE/E_PERIOD/E_BURST, E_STATE/E_STATE_TTL of
+                           a key); nothing written
+  {5, position, 0, 0}      WRONGTYPE: KEYS[position] holds another type;
+                           nothing written
+]]
+local function hold(keys, args)
+  if not call then bind() end
+  local n = #keys
+  if n < 1 or n > MAX_LIMITS or #args ~= 2 + 3 * n then
+    return badcall('hold takes 1 to 8 keys and 2 + 3 per key arguments')
+  end
+  local now = whole(args[1], 0, EXACT - 1)
+  if now == nil then return {INVALID, E_NOW, 1, 0} end
+  local untilAt = whole(args[2], 0, EXACT - 1)
+  if untilAt == nil then return {INVALID, E_HORIZON, 2, 0} end
+  local L = {}
+  for k = 1, n do
+    local r, p, b, q, m, fill = limit(args, 3 * k, whole)
+    if r == nil then return {INVALID, p, b, 0} end
+    L[k] = {r, p, b, q, m, fill}
+  end
+  now = clock(now)
+  if untilAt > now + MAX_HORIZON then return {INVALID, E_HORIZON, 2, 0} end
+  if untilAt <= now then return {1, 0, 0, 0} end
+  -- Every read before the first write.
+  local W = {}
+  for k = 1, n do
+    local v = get(keys[k])
+    if v == nil then return {WRONGTYPE, k, 0, 0} end
+    local r, p, b, q, m, fill = unpk(L[k])
+    local a, f, rebased = state(v, keys[k], r, p, b, fill, now)
+    if a == nil then return {INVALID, f, k, 0} end
+    W[k] = {a, f, rebased}
+  end
+  local held = 0
+  for k = 1, n do
+    local r, _, _, q, m = unpk(L[k])
+    local a, f, rebased = unpk(W[k])
+    if a < untilAt then
+      a, f, rebased = untilAt, 0, true
+      held = held + 1
+    end
+    if rebased then
+      call('SET', keys[k], spack(STATE, a, f, r), 'PX', format('%d', fullIn(a, f, r, q, m, now)))
+    end
+  end
+  return {1, held, 0, 0}
+end

@@ -1,0 +1,11 @@
+-- register.lua: the library's functions, registered with Redis last,
+-- once every local function they call is defined.
+
+redis.register_function('decide___VERSION__', decide)
+redis.register_function('claim___VERSION__', claim)
+redis.register_function('release___VERSION__', release)
+redis.register_function('failed___VERSION__', failed)
+redis.register_function('carry___VERSION__', carry)
+redis.register_function('hold___VERSION__', hold)
+redis.register_function('admit___VERSION__', admit)
+redis.register_function('lease___VERSION__', lease)
