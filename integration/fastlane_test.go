@@ -20,6 +20,7 @@ import (
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/streams"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -183,7 +184,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 	claim := func(t *testing.T, e *env, cfg *app.Settings) (id string, seq uint64) {
 		t.Helper()
 		ctx := context.Background()
-		_, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects,
+		_, err := streams.EnsureStream(ctx, e.js, streams.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects,
 			ScheduleSubjects: []string{cfg.ScheduleSubject + ".>"}})
 		must(t, err, "stream")
 		seq = e.publish("jobs.b", nil, []byte("b"))
