@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 )
 
 // bundleFormat is the first byte of a bundle's data in the binary format
@@ -84,7 +85,7 @@ func appendCopy(b []byte, subject string, hdr nats.Header, asCopy bool, own [][2
 // mark (a moved copy is a copy of its own, with an incarnation of its own,
 // back on the job's subject), or one the copy sets itself.
 func replacedInCopy(k string, own [][2]string) bool {
-	if strings.HasPrefix(k, "Nats-") || k == HeaderFast || k == HeaderWoken {
+	if strings.HasPrefix(k, "Nats-") || k == fastcopy.Header || k == HeaderWoken {
 		return true
 	}
 	for _, kv := range own {

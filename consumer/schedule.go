@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -181,7 +182,7 @@ func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
 	subject, own := d.copyFields(df, now)
 	out := &nats.Msg{Subject: subject, Data: df.Msg.Data(), Header: nats.Header{}}
 	CopyHeaders(out.Header, df.Msg.Headers())
-	out.Header.Del(HeaderFast) // see replacedInCopy
+	out.Header.Del(fastcopy.Header) // see replacedInCopy
 	out.Header.Del(HeaderWoken)
 	for _, kv := range own {
 		out.Header.Set(kv[0], kv[1])
