@@ -27,7 +27,7 @@ const earlyHoldMax = 2 * ScheduleLead
 // shortWaitCap is how many jobs the worker keeps for their slot at once
 // (Config.ShortWait): as many as it may NAK (FairDeferrer.MaxNaked), since
 // each holds a MaxAckPending slot the same way.
-const shortWaitCap = Crowded / 4
+const shortWaitCap = NakedPerWorker
 
 // earlyHold keeps the moved copies that come back before their slot until
 // the slot, then hands them to the deciding loop (Due, Ready), which

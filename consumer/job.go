@@ -44,8 +44,6 @@ const (
 	// HeaderWaitReason says why a moved job waits: "limit 20/s:40", the
 	// limit that held it, or a handler failure awaiting its retry.
 	HeaderWaitReason = "Throttler-Wait-Reason"
-	// HeaderWaitUntil carries when a moved job may run, RFC 3339 in UTC.
-	HeaderWaitUntil = "Throttler-Wait-Until"
 	// HeaderWoken marks a job brought back in its turn under a running
 	// cap (StreamWaker): delivered by the consumer of woken jobs, not the
 	// jobs consumer.
@@ -54,6 +52,10 @@ const (
 	// (throttler dlq replay): "<dead-letter stream>:<sequence>".
 	HeaderReplayedFrom = "Throttler-Replayed-From"
 )
+
+// headerWaitUntil carries when a moved job may run, RFC 3339 in UTC. Only
+// the worker reads it, to count the job among those waiting.
+const headerWaitUntil = "Throttler-Wait-Until"
 
 // OwnHeaderPrefix starts the name of every header the worker sets on the
 // messages it makes (copies, bundles, forwards, dead letters): a job

@@ -43,7 +43,7 @@ type ScheduleDeferrer struct {
 	// stores far faster than a message each: a tenant dumping a backlog is
 	// taken in sooner, so the jobs stored behind it wait less. A bundle is
 	// stored on Subjects.Bundle and fires, at the earliest of its jobs'
-	// slots, onto Subjects.Unpack, where Unbundle publishes the jobs' own
+	// slots, onto Subjects.Unpack, where the worker publishes the jobs' own
 	// scheduled copies. Defaults to 0 (a message per job).
 	Bundle int
 	// MaxWait, when positive, caps how long a copy waits in the stream: a
@@ -170,7 +170,7 @@ func (d ScheduleDeferrer) copyFields(df Deferral, now time.Time) (string, [copyF
 		{HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano)},
 		{HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10)},
 		{HeaderWaitReason, df.Reason},
-		{HeaderWaitUntil, slot.UTC().Format(time.RFC3339Nano)},
+		{headerWaitUntil, slot.UTC().Format(time.RFC3339Nano)},
 		{jetstream.MsgIDHeader, "sched:" + job.ID + ":" + move},
 		{jetstream.ScheduleHeader, "@at " + fireAt(now, d.stayFor(df.Wait)).Format(time.RFC3339Nano)},
 		{jetstream.ScheduleTargetHeader, job.Subject},
@@ -253,7 +253,7 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
 	// What `nats stream get` shows of the bundle: why its jobs wait, and
 	// until when the last of them does (each copy inside says its own).
 	out.Header.Set(HeaderWaitReason, strings.Join(reasons, "; "))
-	out.Header.Set(HeaderWaitUntil, now.Add(latest).UTC().Format(time.RFC3339Nano))
+	out.Header.Set(headerWaitUntil, now.Add(latest).UTC().Format(time.RFC3339Nano))
 	out.Header.Set(HeaderJobID, job.ID)
 	out.Header.Set(HeaderSubject, job.Subject)
 	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+id)
