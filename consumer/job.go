@@ -53,8 +53,9 @@ const (
 	HeaderReplayedFrom = "Throttler-Replayed-From"
 )
 
-// headerWaitUntil carries when a moved job may run, RFC 3339 in UTC. Only
-// the worker reads it, to count the job among those waiting.
+// headerWaitUntil carries when a moved job may run, RFC 3339 in UTC, for
+// an operator reading a moved copy; of this module's packages only the
+// worker reads it, to count a woken job off those waiting.
 const headerWaitUntil = "Throttler-Wait-Until"
 
 // OwnHeaderPrefix starts the name of every header the worker sets on the
