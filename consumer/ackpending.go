@@ -9,15 +9,23 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Crowded is the most messages a consumer should have pending for NAK
+// crowdedAt is the most messages a consumer should have pending for NAK
 // delays to keep their precision. nats-server redelivers a message NAK'd
 // with a delay in its consumer's pending pass, which it skips, and retries
 // 100 ms later, whenever an ack is being processed while more than 1,024
 // messages are pending (consumer.go checkPending in 2.15.2): under a steady
 // flow of acks such delays come back late, hundreds of milliseconds and
-// more, and together (BENCHMARKS.md, "NAK delays"). Crowded leaves room
+// more, and together (BENCHMARKS.md, "NAK delays"). crowdedAt leaves room
 // below that for the jobs being pulled while a count is read.
-const Crowded = 900
+const crowdedAt = 900
+
+// NakedPerWorker is how many NAK'd jobs one worker should keep waiting at
+// most (FairDeferrer.MaxNaked), and how many it keeps for their slot
+// itself (Config.ShortWait), each holding an ack-pending slot the same way:
+// a quarter of the 900 messages a consumer may have pending before NAK
+// delays lose their precision, so that two workers stay below that with
+// their pulls and handlers.
+const NakedPerWorker = crowdedAt / 4
 
 // AckPending follows how many messages a consumer has delivered and not
 // had acked (its NumAckPending), reading its info every so often. The

@@ -14,6 +14,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/streams"
 	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
@@ -344,7 +345,7 @@ func (e *throughputEnv) fill(b *testing.B) (string, jetstream.Consumer) {
 	defer cancel()
 	e.streams++
 	name := fmt.Sprintf("BENCH_%d", e.streams)
-	stream, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: name, Subjects: []string{"jobs.*"}})
+	stream, err := streams.EnsureStream(ctx, e.js, streams.StreamSpec{Name: name, Subjects: []string{"jobs.*"}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func (e *throughputEnv) fill(b *testing.B) (string, jetstream.Consumer) {
 	if info.State.Msgs != throughputJobs {
 		b.Fatalf("stream %s holds %d jobs, want %d", name, info.State.Msgs, throughputJobs)
 	}
-	cons, err := consumer.EnsureConsumer(ctx, e.js, consumer.ConsumerSpec{
+	cons, err := streams.EnsureConsumer(ctx, e.js, streams.ConsumerSpec{
 		Stream:         name,
 		Name:           "bench",
 		FilterSubjects: []string{"jobs.*"},

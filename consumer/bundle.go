@@ -8,16 +8,17 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 )
 
 // bundleFormat is the first byte of a bundle's data in the binary format
 // below. Bundles stored before it (JSON, an array: '[') are still read.
 const bundleFormat = 0x01
 
-// ErrBadBundle is returned for bundle data that cannot be read: not a
+// errBadBundle is returned for bundle data that cannot be read: not a
 // bundle, damaged, or of a layout this version does not know. Unpacking it
 // again cannot help.
-var ErrBadBundle = errors.New("malformed bundle")
+var errBadBundle = errors.New("malformed bundle")
 
 // encodeBundle lays out the scheduled copies a bundle carries: the format
 // byte and the number of copies, then for each copy its subject, its header
@@ -84,7 +85,7 @@ func appendCopy(b []byte, subject string, hdr nats.Header, asCopy bool, own [][2
 // mark (a moved copy is a copy of its own, with an incarnation of its own,
 // back on the job's subject), or one the copy sets itself.
 func replacedInCopy(k string, own [][2]string) bool {
-	if strings.HasPrefix(k, "Nats-") || k == HeaderFast || k == HeaderWoken {
+	if strings.HasPrefix(k, "Nats-") || k == fastcopy.Header || k == HeaderWoken {
 		return true
 	}
 	for _, kv := range own {
@@ -116,7 +117,7 @@ func appendString(b []byte, s string) []byte {
 
 // BundleCopies reads the scheduled copies a bundle of moved jobs carries
 // (a message with HeaderBundle), in either format, each ready to publish
-// as its own scheduled copy; ErrBadBundle when the data cannot be read.
+// as its own scheduled copy, or an error when the data cannot be read.
 func BundleCopies(data []byte) ([]*nats.Msg, error) { return decodeBundle(data) }
 
 // decodeBundle reads the copies of a bundle, in either format. Header keys
@@ -129,7 +130,7 @@ func decodeBundle(data []byte) ([]*nats.Msg, error) {
 			Data    []byte      `json:"data"`
 		}
 		if err := json.Unmarshal(data, &legacy); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadBundle, err)
+			return nil, fmt.Errorf("%w: %w", errBadBundle, err)
 		}
 		out := make([]*nats.Msg, len(legacy))
 		for i, c := range legacy {
@@ -138,19 +139,19 @@ func decodeBundle(data []byte) ([]*nats.Msg, error) {
 		return out, nil
 	}
 	if len(data) == 0 || data[0] != bundleFormat {
-		return nil, fmt.Errorf("%w: unknown format", ErrBadBundle)
+		return nil, fmt.Errorf("%w: unknown format", errBadBundle)
 	}
 	r := bundleReader{b: data[1:]}
 	count := r.uvarint()
 	if count > uint64(len(r.b)) { // each copy takes at least three bytes
-		return nil, fmt.Errorf("%w: %d copies in %d bytes", ErrBadBundle, count, len(r.b))
+		return nil, fmt.Errorf("%w: %d copies in %d bytes", errBadBundle, count, len(r.b))
 	}
 	out := make([]*nats.Msg, 0, count)
 	for range count {
 		m := &nats.Msg{Subject: string(r.bytes())}
 		n := r.uvarint()
 		if n > uint64(len(r.b)) { // each value takes at least two bytes
-			return nil, fmt.Errorf("%w: %d header values in %d bytes", ErrBadBundle, n, len(r.b))
+			return nil, fmt.Errorf("%w: %d header values in %d bytes", errBadBundle, n, len(r.b))
 		}
 		m.Header = make(nats.Header, n)
 		for range n {
@@ -166,7 +167,7 @@ func decodeBundle(data []byte) ([]*nats.Msg, error) {
 		out = append(out, m)
 	}
 	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%w: %d bytes after the last copy", ErrBadBundle, len(r.b))
+		r.err = fmt.Errorf("%w: %d bytes after the last copy", errBadBundle, len(r.b))
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -186,7 +187,7 @@ func (r *bundleReader) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.err = fmt.Errorf("%w: bad length", ErrBadBundle)
+		r.err = fmt.Errorf("%w: bad length", errBadBundle)
 		return 0
 	}
 	r.b = r.b[n:]
@@ -199,7 +200,7 @@ func (r *bundleReader) bytes() []byte {
 		return nil
 	}
 	if n > uint64(len(r.b)) {
-		r.err = fmt.Errorf("%w: field of %d bytes past the end", ErrBadBundle, n)
+		r.err = fmt.Errorf("%w: field of %d bytes past the end", errBadBundle, n)
 		return nil
 	}
 	v := r.b[:n]

@@ -72,8 +72,8 @@ func TestBundleReadsJSON(t *testing.T) {
 func TestBundleRefusesDamage(t *testing.T) {
 	data := encodeBundle(bundleCopies())
 	for n := range len(data) {
-		if got, err := decodeBundle(data[:n]); !errors.Is(err, ErrBadBundle) {
-			t.Fatalf("cut to %d of %d bytes: %d copies, err %v; want ErrBadBundle", n, len(data), len(got), err)
+		if got, err := decodeBundle(data[:n]); !errors.Is(err, errBadBundle) {
+			t.Fatalf("cut to %d of %d bytes: %d copies, err %v; want errBadBundle", n, len(data), len(got), err)
 		}
 	}
 	for what, d := range map[string][]byte{
@@ -82,8 +82,8 @@ func TestBundleRefusesDamage(t *testing.T) {
 		"broken JSON":          []byte(`[{"subject":`),
 		"huge count":           {bundleFormat, 0xff, 0xff, 0xff, 0xff, 0x0f},
 	} {
-		if _, err := decodeBundle(d); !errors.Is(err, ErrBadBundle) {
-			t.Errorf("%s: err %v, want ErrBadBundle", what, err)
+		if _, err := decodeBundle(d); !errors.Is(err, errBadBundle) {
+			t.Errorf("%s: err %v, want errBadBundle", what, err)
 		}
 	}
 }

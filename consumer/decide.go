@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -85,7 +86,7 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 	var lastSeq uint64
 	for _, m := range group {
 		job, err := readJob(m, w.cfg.Tenant, w.cfg.CostHeader)
-		if w.lane != nil && job.Sequence > lastSeq && m.Headers().Get(HeaderFast) == "" && m.Headers().Get(HeaderWoken) == "" {
+		if w.lane != nil && job.Sequence > lastSeq && m.Headers().Get(fastcopy.Header) == "" && m.Headers().Get(HeaderWoken) == "" {
 			last, lastSeq = m, job.Sequence
 		}
 		w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
@@ -169,7 +170,7 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 			inc = incarnation(it.job)
 		}
 		reqs = append(reqs, throttle.Copy{Request: throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost},
-			Incarnation: inc, Fresh: fresh, Order: int64(it.job.OriginalSequence() % fastBase),
+			Incarnation: inc, Fresh: fresh, Order: fastcopy.Ordinary(it.job.OriginalSequence()),
 			Woken: it.job.Header.Get(HeaderWoken) != ""})
 		g.idx = append(g.idx, i)
 	}

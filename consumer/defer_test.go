@@ -234,14 +234,14 @@ func TestFairDeferrerMovesMessagesTheStreamWouldDrop(t *testing.T) {
 	}
 }
 
-// TestFairDeferrerMovesWhenTheConsumerIsCrowded: from Crowded pending
+// TestFairDeferrerMovesWhenTheConsumerIsCrowded: from crowdedAt pending
 // messages on, where a NAK delay would lose its precision, even a short
 // wait is moved; below it, a short wait is NAK'd.
 func TestFairDeferrerMovesWhenTheConsumerIsCrowded(t *testing.T) {
 	for _, tc := range []struct {
 		pending int
 		moved   bool
-	}{{-1, false}, {Crowded - 1, false}, {Crowded, true}, {20000, true}} {
+	}{{-1, false}, {crowdedAt - 1, false}, {crowdedAt, true}, {20000, true}} {
 		move := &recordingDeferrer{mark: func(d *Deferral) { d.Moved = true }}
 		f := &FairDeferrer{Move: move, MoveAfter: time.Hour, TenantShare: 100, AckPending: func() int { return tc.pending }}
 		ds := []Deferral{{Msg: &deferTestMsg{}, Job: Job{ID: "JOBS:1", Tenant: "a"}, Wait: time.Millisecond}}
@@ -395,7 +395,7 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
 				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 1, 750_003_000, time.UTC).UnixMicro(), 10)},
 				HeaderWaitReason:               {"limit 10/s:20"},
-				HeaderWaitUntil:                {"2025-06-01T12:00:01.750003Z"},
+				headerWaitUntil:                {"2025-06-01T12:00:01.750003Z"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:7:1"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:01.752Z"}, // slot + 1 ms, rounded up
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
@@ -428,7 +428,7 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
 				HeaderSlot:                     {strconv.FormatInt(now.Add(time.Minute+2*time.Second).UnixMicro(), 10)},
 				HeaderWaitReason:               {"handler failed 1 of 5 times"},
-				HeaderWaitUntil:                {"2025-06-01T12:01:02.25Z"},
+				headerWaitUntil:                {"2025-06-01T12:01:02.25Z"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:7:2"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:01:02.251Z"},
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
@@ -449,7 +449,7 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 				HeaderPublished:                {"2025-06-01T11:00:00Z"},
 				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 3, 0, time.UTC).UnixMicro(), 10)},
 				HeaderWaitReason:               {"the slot it holds"},
-				HeaderWaitUntil:                {"2025-06-01T12:00:03Z"},
+				headerWaitUntil:                {"2025-06-01T12:00:03Z"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:9:5"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:03.001Z"},
 				jetstream.ScheduleTargetHeader: {"jobs.b.x"},
@@ -461,7 +461,7 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 	last.name, last.maxWait, last.wait = "a wait past MaxWait comes back early, keeping its slot", 2*time.Second, 9*time.Second
 	last.want = cloneHeader(last.want)
 	last.want.Set(HeaderSlot, strconv.FormatInt(now.Add(9*time.Second).UnixMicro(), 10))
-	last.want.Set(HeaderWaitUntil, "2025-06-01T12:00:09.25Z")
+	last.want.Set(headerWaitUntil, "2025-06-01T12:00:09.25Z")
 	last.want.Set(jetstream.ScheduleHeader, "@at 2025-06-01T12:00:02.251Z") // now + MaxWait + 1 ms
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -587,7 +587,7 @@ func TestBundleOf(t *testing.T) {
 	want := map[string]string{
 		HeaderBundle:                   "3",
 		HeaderWaitReason:               "limit 1/s:1; the slot it holds", // each reason once
-		HeaderWaitUntil:                "2026-01-02T03:04:08.6Z",         // the last slot
+		headerWaitUntil:                "2026-01-02T03:04:08.6Z",         // the last slot
 		jetstream.ScheduleHeader:       "@at 2026-01-02T03:04:06.601Z",   // now + 1 s + 1 ms
 		jetstream.ScheduleTargetHeader: "sched.u.acme." + name,
 		jetstream.MsgIDHeader:          "bundle:" + name,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -55,7 +56,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		wake = append(wake, res.Wake...)
 		w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
-		case res.Err == nil && res.Outcome == throttle.Duplicate && IsFastCopy(res.Owner):
+		case res.Err == nil && res.Outcome == throttle.Duplicate && fastcopy.IsCopy(res.Owner):
 			// The fast lane claimed this job for its copy.
 			w.settleClaimed(workCtx, it.msg, it.job)
 		case res.Err == nil && res.Outcome == throttle.Duplicate:
@@ -259,7 +260,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 // without being decided again. It reports whether it did; any other
 // message is decided as usual.
 func (w *Worker) startPreAdmitted(ctx, work context.Context, msg jetstream.Msg) bool {
-	if msg.Headers().Get(HeaderFast) != FastAdmitted {
+	if msg.Headers().Get(fastcopy.Header) != fastcopy.Admitted {
 		return false
 	}
 	job, err := readJob(msg, w.cfg.Tenant, w.cfg.CostHeader)

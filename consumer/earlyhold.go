@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -26,7 +27,7 @@ const earlyHoldMax = 2 * ScheduleLead
 // shortWaitCap is how many jobs the worker keeps for their slot at once
 // (Config.ShortWait): as many as it may NAK (FairDeferrer.MaxNaked), since
 // each holds a MaxAckPending slot the same way.
-const shortWaitCap = Crowded / 4
+const shortWaitCap = NakedPerWorker
 
 // earlyHold keeps the moved copies that come back before their slot until
 // the slot, then hands them to the deciding loop (Due, Ready), which
@@ -59,7 +60,7 @@ func newEarlyHold(now func() time.Time) *earlyHold {
 // messages (originals, the fast lane's copies, woken jobs).
 func slotOf(m jetstream.Msg) (time.Time, bool) {
 	h := m.Headers()
-	if h == nil || h.Get(HeaderFast) != "" || h.Get(HeaderWoken) != "" {
+	if h == nil || h.Get(fastcopy.Header) != "" || h.Get(HeaderWoken) != "" {
 		return time.Time{}, false
 	}
 	us, err := strconv.ParseInt(h.Get(HeaderSlot), 10, 64)

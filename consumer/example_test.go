@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/streams"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -47,10 +48,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := consumer.EnsureStream(ctx, js, consumer.StreamSpec{Name: "JOBS", Subjects: []string{"jobs.>"}}); err != nil {
+	if _, err := streams.EnsureStream(ctx, js, streams.StreamSpec{Name: "JOBS", Subjects: []string{"jobs.>"}}); err != nil {
 		log.Fatal(err)
 	}
-	cons, err := consumer.EnsureConsumer(ctx, js, consumer.ConsumerSpec{Stream: "JOBS", Name: "mailer",
+	cons, err := streams.EnsureConsumer(ctx, js, streams.ConsumerSpec{Stream: "JOBS", Name: "mailer",
 		FilterSubjects: []string{"jobs.>"}, MaxAckPending: 1000, AckWait: 30 * time.Second})
 	if err != nil {
 		log.Fatal(err)

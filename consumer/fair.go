@@ -12,7 +12,7 @@ import (
 // its wait is at least MoveAfter, when its tenant already holds TenantShare
 // NAK'd jobs on this worker, so that one tenant's backlog cannot fill
 // MaxAckPending and starve the others, or when the consumer is crowded
-// (AckPending past Crowded), where NAKs would lose their precision. Safe for
+// (AckPending past 900), where NAKs would lose their precision. Safe for
 // concurrent use.
 type FairDeferrer struct {
 	// Nak defers short waits. Defaults to NakDeferrer.
@@ -25,9 +25,9 @@ type FairDeferrer struct {
 	// worker before its jobs are moved. Defaults to 50.
 	TenantShare int
 	// MaxNaked is how many NAK'd jobs, of all tenants, this worker may have
-	// waiting before every job is moved: it keeps the consumer under
-	// Crowded from the start, before AckPending has a count to tell.
-	// Defaults to 0 (no cap).
+	// waiting before every job is moved: it keeps the consumer below 900
+	// pending from the start, before AckPending has a count to tell
+	// (NakedPerWorker does for two workers). Defaults to 0 (no cap).
 	MaxNaked int
 	// MaxAge is the jobs stream's MaxAge (0: none). A NAK'd job stays the
 	// same message, which the stream drops once it is MaxAge old, so a job
@@ -39,7 +39,7 @@ type FairDeferrer struct {
 	// read from. Defaults to time.Now.
 	Now func() time.Time
 	// AckPending, when set, is the consumer's ack-pending count (-1 when
-	// unknown): from Crowded on, every job is moved. Defaults to nil (never
+	// unknown): from 900 on, every job is moved. Defaults to nil (never
 	// crowded).
 	AckPending func() int
 
@@ -86,7 +86,7 @@ func (f *FairDeferrer) Defer(ctx context.Context, ds []Deferral) {
 // crowded reports whether the consumer has so many messages pending that
 // a NAK delay would lose its precision.
 func (f *FairDeferrer) crowded() bool {
-	return f.AckPending != nil && f.AckPending() >= Crowded
+	return f.AckPending != nil && f.AckPending() >= crowdedAt
 }
 
 // tooOldToNak reports whether the stream's MaxAge could drop df's message

@@ -44,12 +44,6 @@ const (
 	// HeaderWaitReason says why a moved job waits: "limit 20/s:40", the
 	// limit that held it, or a handler failure awaiting its retry.
 	HeaderWaitReason = "Throttler-Wait-Reason"
-	// HeaderWaitUntil carries when a moved job may run, RFC 3339 in UTC.
-	HeaderWaitUntil = "Throttler-Wait-Until"
-	// HeaderFast marks a job's fast copy, made by a Lane to take the job
-	// out of a backlog; its value says how the lane decided the job:
-	// FastAdmitted or FastReserved.
-	HeaderFast = "Throttler-Fast"
 	// HeaderWoken marks a job brought back in its turn under a running
 	// cap (StreamWaker): delivered by the consumer of woken jobs, not the
 	// jobs consumer.
@@ -59,20 +53,15 @@ const (
 	HeaderReplayedFrom = "Throttler-Replayed-From"
 )
 
+// headerWaitUntil carries when a moved job may run, RFC 3339 in UTC, for
+// an operator reading a moved copy; of this module's packages only the
+// worker reads it, to count a woken job off those waiting.
+const headerWaitUntil = "Throttler-Wait-Until"
+
 // OwnHeaderPrefix starts the name of every header the worker sets on the
 // messages it makes (copies, bundles, forwards, dead letters): a job
 // replayed from a dead letter leaves them behind.
 const OwnHeaderPrefix = "Throttler-"
-
-// Values of HeaderFast.
-const (
-	// FastAdmitted says the lane admitted the job, and charged it: its copy
-	// runs on its first delivery without being decided again.
-	FastAdmitted = "admitted"
-	// FastReserved says the lane reserved the job a slot: its copy is
-	// decided as usual and waits for the slot.
-	FastReserved = "reserved"
-)
 
 // Job is one message handed to a Handler.
 type Job struct {

@@ -13,11 +13,12 @@ import (
 // waits until the worker has taken in (and deferred) the whole flood.
 //
 // The lane takes such a job out of the backlog: it decides it at once as
-// its copy (the copy's incarnation is FastCopyIncarnation of the original's
+// its copy (the copy's incarnation is fastcopy.Incarnation of the original's
 // sequence, so the decision records the copy as the job's owner), copies it
 // to a consumer of its own, Copies, and deletes the original. The worker
 // pulls Copies beside its jobs consumer and runs a copy the lane admitted
-// (HeaderFast "admitted") on its first delivery without deciding it again.
+// (fastcopy.Header "admitted") on its first delivery without deciding it
+// again.
 type Lane interface {
 	// Run takes jobs out of backlogs until ctx is cancelled; a take under
 	// way runs to its end before Run returns.
@@ -34,7 +35,7 @@ type Lane interface {
 }
 
 // ClaimSettler settles an original delivered after a lane claimed its job
-// for a copy (a Duplicate whose owner IsFastCopy): acked once the copy is
+// for a copy (a Duplicate whose owner is a fast copy): acked once the copy is
 // stored, handed back until then, and run when the lane that claimed it
 // stopped before making the copy. Package fastlane builds one.
 type ClaimSettler interface {

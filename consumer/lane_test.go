@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 )
 
 // fakeLane is a Lane whose copies come from a fake consumer of their own;
@@ -29,9 +30,9 @@ func TestPreAdmittedCopyRunsWithoutADecision(t *testing.T) {
 	e.params.Lane = lane
 	e.start()
 
-	admitted := newMsg(7, "sched.f.acme.3", HeaderJobID, "JOBS:3", HeaderSubject, "jobs.acme", HeaderFast, FastAdmitted)
-	reserved := newMsg(8, "sched.f.acme.4", HeaderJobID, "JOBS:4", HeaderSubject, "jobs.acme", HeaderFast, FastReserved)
-	again := newMsg(9, "sched.f.acme.5", HeaderJobID, "JOBS:5", HeaderSubject, "jobs.acme", HeaderFast, FastAdmitted).redelivered()
+	admitted := newMsg(7, "sched.f.acme.3", HeaderJobID, "JOBS:3", HeaderSubject, "jobs.acme", fastcopy.Header, fastcopy.Admitted)
+	reserved := newMsg(8, "sched.f.acme.4", HeaderJobID, "JOBS:4", HeaderSubject, "jobs.acme", fastcopy.Header, fastcopy.Reserved)
+	again := newMsg(9, "sched.f.acme.5", HeaderJobID, "JOBS:5", HeaderSubject, "jobs.acme", fastcopy.Header, fastcopy.Admitted).redelivered()
 	lane.copies.push(admitted, reserved, again)
 	for _, m := range []*fakeMsg{admitted, reserved, again} {
 		e.waitSettled(m)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -42,7 +43,7 @@ type ScheduleDeferrer struct {
 	// stores far faster than a message each: a tenant dumping a backlog is
 	// taken in sooner, so the jobs stored behind it wait less. A bundle is
 	// stored on Subjects.Bundle and fires, at the earliest of its jobs'
-	// slots, onto Subjects.Unpack, where Unbundle publishes the jobs' own
+	// slots, onto Subjects.Unpack, where the worker publishes the jobs' own
 	// scheduled copies. Defaults to 0 (a message per job).
 	Bundle int
 	// MaxWait, when positive, caps how long a copy waits in the stream: a
@@ -169,7 +170,7 @@ func (d ScheduleDeferrer) copyFields(df Deferral, now time.Time) (string, [copyF
 		{HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano)},
 		{HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10)},
 		{HeaderWaitReason, df.Reason},
-		{HeaderWaitUntil, slot.UTC().Format(time.RFC3339Nano)},
+		{headerWaitUntil, slot.UTC().Format(time.RFC3339Nano)},
 		{jetstream.MsgIDHeader, "sched:" + job.ID + ":" + move},
 		{jetstream.ScheduleHeader, "@at " + fireAt(now, d.stayFor(df.Wait)).Format(time.RFC3339Nano)},
 		{jetstream.ScheduleTargetHeader, job.Subject},
@@ -181,7 +182,7 @@ func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
 	subject, own := d.copyFields(df, now)
 	out := &nats.Msg{Subject: subject, Data: df.Msg.Data(), Header: nats.Header{}}
 	CopyHeaders(out.Header, df.Msg.Headers())
-	out.Header.Del(HeaderFast) // see replacedInCopy
+	out.Header.Del(fastcopy.Header) // see replacedInCopy
 	out.Header.Del(HeaderWoken)
 	for _, kv := range own {
 		out.Header.Set(kv[0], kv[1])
@@ -252,7 +253,7 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
 	// What `nats stream get` shows of the bundle: why its jobs wait, and
 	// until when the last of them does (each copy inside says its own).
 	out.Header.Set(HeaderWaitReason, strings.Join(reasons, "; "))
-	out.Header.Set(HeaderWaitUntil, now.Add(latest).UTC().Format(time.RFC3339Nano))
+	out.Header.Set(headerWaitUntil, now.Add(latest).UTC().Format(time.RFC3339Nano))
 	out.Header.Set(HeaderJobID, job.ID)
 	out.Header.Set(HeaderSubject, job.Subject)
 	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+id)

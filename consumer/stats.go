@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"sort"
 	"sync"
 	"time"
 
@@ -120,14 +119,4 @@ func (s *Stats) Snapshot() map[string]TenantStats {
 		out[t] = *ts
 	}
 	return out
-}
-
-// SortedTenants returns the tenants of a Stats snapshot in order.
-func SortedTenants(m map[string]TenantStats) []string {
-	ts := make([]string, 0, len(m))
-	for t := range m {
-		ts = append(ts, t)
-	}
-	sort.Strings(ts)
-	return ts
 }

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"sort"
 	"testing"
 )
 
@@ -17,11 +18,21 @@ func TestStatsCapTenants(t *testing.T) {
 	got := s.Snapshot()
 	want := map[string]int64{"t0": 1, "t1": 2, "t2": 1, OtherTenants: 7}
 	if len(got) != len(want) {
-		t.Fatalf("tenants %v, want %v", SortedTenants(got), want)
+		t.Fatalf("tenants %v, want %v", sortedTenants(got), want)
 	}
 	for tenant, n := range want {
 		if got[tenant].Delivered != n {
 			t.Errorf("%s: delivered %d, want %d", tenant, got[tenant].Delivered, n)
 		}
 	}
+}
+
+// sortedTenants returns the tenants of a Stats snapshot in order.
+func sortedTenants(m map[string]TenantStats) []string {
+	ts := make([]string, 0, len(m))
+	for t := range m {
+		ts = append(ts, t)
+	}
+	sort.Strings(ts)
+	return ts
 }

@@ -27,9 +27,9 @@ func (w *Worker) startUnbundler(ctx context.Context) {
 
 // unbundleLoop pulls fired bundles from the bundles consumer (filtering
 // <prefix>.u.*.*, which no single copy's subject matches) and unpacks them
-// with Unbundle until ctx is cancelled. A bundle that cannot be unpacked
+// with unbundle until ctx is cancelled. A bundle that cannot be unpacked
 // now is handed back and tried again after RetryInitial; one that never
-// can be (ErrBadBundle) is dead-lettered.
+// can be (errBadBundle) is dead-lettered.
 func (w *Worker) unbundleLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -54,10 +54,10 @@ func (w *Worker) unbundleLoop(ctx context.Context) {
 func (w *Worker) unbundleOne(ctx context.Context, m jetstream.Msg) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := Unbundle(uctx, w.js, m)
+	err := unbundle(uctx, w.js, m)
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrBadBundle):
+	case errors.Is(err, errBadBundle):
 		w.deadLetterBundle(uctx, m, err)
 	case errors.Is(err, errBundleLeft):
 		w.log.Warn("could not delete an unpacked bundle; it stays in the stream, acked", "subject", m.Subject(), "err", err)
@@ -69,7 +69,7 @@ func (w *Worker) unbundleOne(ctx context.Context, m jetstream.Msg) {
 	}
 }
 
-// Unbundle publishes the scheduled copies a fired bundle carries, waits for
+// unbundle publishes the scheduled copies a fired bundle carries, waits for
 // their publish acks, then deletes the bundle from the stream (so a bundle
 // still in the stream is one not yet unpacked) and acks it. If publishing
 // fails the caller hands the bundle back; unpacked again later, the copies
@@ -77,7 +77,7 @@ func (w *Worker) unbundleOne(ctx context.Context, m jetstream.Msg) {
 // deletion fails (a stream that denies deletes, say), the bundle is acked
 // all the same, its copies being stored, and the error matches
 // errBundleLeft: handed back, it would be unpacked again and again.
-func Unbundle(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) error {
+func unbundle(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) error {
 	copies, err := decodeBundle(msg.Data())
 	if err != nil {
 		return fmt.Errorf("reading bundle: %w", err)

@@ -6,18 +6,18 @@ import (
 	"time"
 )
 
-// WaitKind is how a job waits.
-type WaitKind int
+// waitKind is how a job waits.
+type waitKind int
 
 const (
-	// WaitNaked jobs wait on the consumer, NAK'd with a delay.
-	WaitNaked WaitKind = iota
-	// WaitMoved jobs wait off the consumer for a limit's slot.
-	WaitMoved
-	// WaitParked jobs wait off the consumer for a lease of a running cap.
-	WaitParked
-	// WaitPaused jobs wait off the consumer because their tenant is paused.
-	WaitPaused
+	// waitNaked jobs wait on the consumer, NAK'd with a delay.
+	waitNaked waitKind = iota
+	// waitMoved jobs wait off the consumer for a limit's slot.
+	waitMoved
+	// waitParked jobs wait off the consumer for a lease of a running cap.
+	waitParked
+	// waitPaused jobs wait off the consumer because their tenant is paused.
+	waitPaused
 	waitKinds
 )
 
@@ -37,7 +37,7 @@ type waitBucket struct {
 	due    int64 // Unix seconds
 	oldest int64
 	n      int32
-	kind   WaitKind
+	kind   waitKind
 }
 
 // sameSet reports whether b and c count jobs of one kind and one sign,
@@ -111,16 +111,16 @@ func (w *waiting) get(tenant string) *tenantWaits {
 }
 
 // kindOf is how the deferral d waits, once the Deferrer settled it.
-func kindOf(d Deferral) WaitKind {
+func kindOf(d Deferral) waitKind {
 	switch {
 	case d.Paused:
-		return WaitPaused
+		return waitPaused
 	case d.Park:
-		return WaitParked
+		return waitParked
 	case d.Moved:
-		return WaitMoved
+		return waitMoved
 	}
-	return WaitNaked
+	return waitNaked
 }
 
 // dueSecond is the second a job waiting wait from now is counted until:
@@ -210,13 +210,13 @@ func (w *waiting) arrived(job Job, now time.Time) {
 	if job.Header.Get(HeaderWoken) == "" || strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason) {
 		return // a released paused job was dropped when its pause lifted
 	}
-	until, err := time.Parse(time.RFC3339Nano, job.Header.Get(HeaderWaitUntil))
+	until, err := time.Parse(time.RFC3339Nano, job.Header.Get(headerWaitUntil))
 	if err != nil || !until.After(now) {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.get(job.Tenant).add(waitBucket{due: dueSecond(now, until.Sub(now)), kind: WaitParked, n: -1, oldest: 1<<63 - 1})
+	w.get(job.Tenant).add(waitBucket{due: dueSecond(now, until.Sub(now)), kind: waitParked, n: -1, oldest: 1<<63 - 1})
 }
 
 // admitted records a job started at now.
@@ -331,7 +331,7 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 			if b.due <= sec {
 				continue
 			}
-			if b.kind == WaitPaused {
+			if b.kind == waitPaused {
 				if stillPaused < 0 {
 					stillPaused = 1
 					if paused != nil && !paused(tw.tenant) {
@@ -345,13 +345,13 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 			tw.buckets[live] = b
 			live++
 			switch b.kind {
-			case WaitNaked:
+			case waitNaked:
 				r.Naked += int64(b.n)
-			case WaitMoved:
+			case waitMoved:
 				r.Moved += int64(b.n)
-			case WaitParked:
+			case waitParked:
 				r.Parked += int64(b.n)
-			case WaitPaused:
+			case waitPaused:
 				r.Paused += int64(b.n)
 			}
 			if b.n > 0 {

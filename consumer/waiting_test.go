@@ -55,7 +55,7 @@ func TestWaitingCountsUntilDue(t *testing.T) {
 	woken := job(3)
 	woken.Header.Set(HeaderWoken, "1")
 	woken.Header.Set(HeaderWaitReason, "waiting for a lease")
-	woken.Header.Set(HeaderWaitUntil, t0.Add(time.Minute).Format(time.RFC3339Nano))
+	woken.Header.Set(headerWaitUntil, t0.Add(time.Minute).Format(time.RFC3339Nano))
 	w.arrived(woken, t0.Add(6*time.Second))
 	paused = false // and acme was resumed
 	r = rows(t0.Add(7 * time.Second))["acme"]

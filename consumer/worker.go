@@ -3,6 +3,11 @@
 // engine about a whole pulled batch in one round trip, runs admitted jobs
 // through a Handler, defers limited ones by exactly the engine's wait, and
 // dead-letters jobs that are malformed or keep failing.
+//
+// An embedder needs New with its Params, a Handler and Run (the package
+// example shows them); package streams creates the stream and the durable
+// consumer it reads. The rest is exported for the worker's other packages:
+// the fast lane, the HTTP handler and the commands.
 package consumer
 
 import (

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
@@ -83,8 +84,8 @@ func TestDecisionNamesTheIncarnation(t *testing.T) {
 			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: 7, Order: 7}},
 		{name: "moved copy", msg: newMsg(40, "jobs.acme", HeaderJobID, "JOBS:7", HeaderDeferrals, "1"),
 			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: 40, Order: 7}},
-		{name: "fast copy", msg: newMsg(41, "jobs.acme", HeaderJobID, "JOBS:7", HeaderFast, FastReserved),
-			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: FastCopyIncarnation(7), Order: 7}},
+		{name: "fast copy", msg: newMsg(41, "jobs.acme", HeaderJobID, "JOBS:7", fastcopy.Header, fastcopy.Reserved),
+			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: fastcopy.Incarnation(7), Order: 7}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,7 +194,7 @@ func TestDuplicateIsAckedWithoutRunning(t *testing.T) {
 // claimedByLane decides every job a Duplicate whose owner is the lane's copy.
 func claimedByLane(_ context.Context, c throttle.Copy) throttle.Result {
 	seq, _ := strconv.ParseUint(strings.TrimPrefix(c.JobID, testStream+":"), 10, 64)
-	return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Duplicate, Owner: FastCopyIncarnation(seq)}}
+	return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Duplicate, Owner: fastcopy.Incarnation(seq)}}
 }
 
 // TestClaimedDuplicateGoesToTheClaimSettler: an original whose job a lane

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -84,7 +85,7 @@ func (c *Claims) SettleClaimed(ctx context.Context, msg jetstream.Msg, job consu
 		c.settle(msg, job, msg.Ack)
 		return
 	case c.cfg.Now().Sub(job.Published) > c.takeover():
-		released, rerr := c.cfg.Owners.Release(cctx, job.Tenant, job.ID, consumer.FastCopyIncarnation(seq))
+		released, rerr := c.cfg.Owners.Release(cctx, job.Tenant, job.ID, fastcopy.Incarnation(seq))
 		if rerr == nil {
 			c.cfg.Log.Warn("fast lane: a job claimed for a copy never made; running it", "tenant", job.Tenant, "job", job.ID, "released", released)
 			c.settle(msg, job, msg.Nak)

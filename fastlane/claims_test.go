@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -83,7 +84,7 @@ func TestFastClaimsSettle(t *testing.T) {
 			}
 			wantReleased := []string(nil)
 			if tc.released {
-				wantReleased = []string{"b JOBS:7 " + strconv.FormatInt(consumer.FastCopyIncarnation(7), 10)}
+				wantReleased = []string{"b JOBS:7 " + strconv.FormatInt(fastcopy.Incarnation(7), 10)}
 			}
 			if got := c.owners.releases(); !slices.Equal(got, wantReleased) {
 				t.Errorf("released %v, want %v", got, wantReleased)

@@ -10,7 +10,7 @@
 // has no job queued in that backlog, the lane takes it:
 //
 //  1. it decides the job at once as its copy (throttle.Copies, with the
-//     incarnation consumer.FastCopyIncarnation of the original's sequence),
+//     incarnation fastcopy.Incarnation of the original's sequence),
 //     which charges the tenant or reserves its slot and records the copy
 //     as the job's owner;
 //  2. it checks that the jobs consumer has not delivered the original yet;

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -75,7 +76,7 @@ func (l *Lane) claim(ctx context.Context, batch []arrival) []int {
 	copies := make([]throttle.Copy, len(batch))
 	for i, a := range batch {
 		copies[i] = throttle.Copy{Request: throttle.Request{Tenant: a.tenant, JobID: a.id, Cost: a.cost},
-			Incarnation: consumer.FastCopyIncarnation(a.seq)}
+			Incarnation: fastcopy.Incarnation(a.seq)}
 	}
 	results := l.cfg.Owners.DecideBatch(ctx, copies)
 	var claimed []int
@@ -91,7 +92,7 @@ func (l *Lane) claim(ctx context.Context, batch []arrival) []int {
 		case res.Outcome == throttle.Reserved:
 			// A slot is held for the job: the copy waits for it. Deferred,
 			// the decision recorded no owner; claim it.
-			ok, _, err := l.cfg.Owners.Claim(ctx, a.tenant, a.id, consumer.FastCopyIncarnation(a.seq))
+			ok, _, err := l.cfg.Owners.Claim(ctx, a.tenant, a.id, fastcopy.Incarnation(a.seq))
 			if err != nil || !ok {
 				l.backlog.leave(a.tenant, a.seq)
 				continue
@@ -113,16 +114,16 @@ func (l *Lane) copyOut(ctx context.Context, jobs []arrival, originals []*jetstre
 	acks := make([]jetstream.PubAckFuture, len(jobs))
 	for i, a := range jobs {
 		raw := originals[i]
-		decided := consumer.FastReserved
+		decided := fastcopy.Reserved
 		if a.admitted {
-			decided = consumer.FastAdmitted
+			decided = fastcopy.Admitted
 		}
 		msg := &nats.Msg{Subject: l.cfg.Subjects.Fast(a.tenant, a.seq), Data: raw.Data, Header: nats.Header{}}
 		consumer.CopyHeaders(msg.Header, raw.Header)
 		msg.Header.Set(consumer.HeaderJobID, a.id)
 		msg.Header.Set(consumer.HeaderSubject, raw.Subject)
 		msg.Header.Set(consumer.HeaderPublished, raw.Time.UTC().Format(time.RFC3339Nano))
-		msg.Header.Set(consumer.HeaderFast, decided)
+		msg.Header.Set(fastcopy.Header, decided)
 		msg.Header.Set(jetstream.MsgIDHeader, "fast:"+a.id)
 		f, err := l.cfg.JetStream.PublishMsgAsync(msg)
 		if err != nil {
@@ -203,7 +204,7 @@ func inParallel(n int, f func(i int)) {
 // release gives up the claim of a job the lane could not copy and leaves
 // the job to the jobs consumer.
 func (l *Lane) release(ctx context.Context, a arrival) {
-	if _, err := l.cfg.Owners.Release(ctx, a.tenant, a.id, consumer.FastCopyIncarnation(a.seq)); err != nil {
+	if _, err := l.cfg.Owners.Release(ctx, a.tenant, a.id, fastcopy.Incarnation(a.seq)); err != nil {
 		l.cfg.Log.Warn("fast lane: giving up a claim failed; the job runs once the claim is taken over", "tenant", a.tenant, "job", a.id, "err", err)
 	}
 	l.backlog.leave(a.tenant, a.seq)

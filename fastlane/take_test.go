@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -72,7 +73,7 @@ func (l *testLane) queued(tenant string, seq uint64) bool {
 
 // released is how fakeOwners records the release of b's job at seq.
 func released(tenant string, seq uint64) string {
-	return tenant + " JOBS:" + strconv.FormatUint(seq, 10) + " " + strconv.FormatInt(consumer.FastCopyIncarnation(seq), 10)
+	return tenant + " JOBS:" + strconv.FormatUint(seq, 10) + " " + strconv.FormatInt(fastcopy.Incarnation(seq), 10)
 }
 
 // TestLanePassBacklog: a take claims each job for its copy, copies the jobs
@@ -89,7 +90,7 @@ func TestLanePassBacklog(t *testing.T) {
 		l.passBacklog(ctx, []arrival{a})
 
 		if want := []throttle.Copy{{Request: throttle.Request{Tenant: "b", JobID: "JOBS:1001", Cost: 2},
-			Incarnation: consumer.FastCopyIncarnation(1001)}}; !reflect.DeepEqual(l.owners.decided, want) {
+			Incarnation: fastcopy.Incarnation(1001)}}; !reflect.DeepEqual(l.owners.decided, want) {
 			t.Errorf("decided %+v, want %+v", l.owners.decided, want)
 		}
 		copies := l.js.copies()
@@ -101,7 +102,7 @@ func TestLanePassBacklog(t *testing.T) {
 			consumer.HeaderJobID:     "JOBS:1001",
 			consumer.HeaderSubject:   "jobs.b",
 			consumer.HeaderPublished: t0.Add(-time.Second).Format(time.RFC3339Nano),
-			consumer.HeaderFast:      consumer.FastAdmitted,
+			fastcopy.Header:          fastcopy.Admitted,
 			jetstream.MsgIDHeader:    "fast:JOBS:1001",
 			"Job-Cost":               "2",
 			"Trace":                  "x",
@@ -128,7 +129,7 @@ func TestLanePassBacklog(t *testing.T) {
 		l.owners.outcome["b"] = throttle.Reserved
 		l.passBacklog(ctx, []arrival{l.job("b", 1001)})
 		copies := l.js.copies()
-		if len(copies) != 1 || copies[0].Header.Get(consumer.HeaderFast) != consumer.FastReserved || l.stream.has(1001) {
+		if len(copies) != 1 || copies[0].Header.Get(fastcopy.Header) != fastcopy.Reserved || l.stream.has(1001) {
 			t.Fatalf("%d copies (%v), original kept %v; want one reserved copy, no original", len(copies), copies, l.stream.has(1001))
 		}
 		if !slices.Equal(l.owners.claimed, []string{"b JOBS:1001"}) {
@@ -228,9 +229,9 @@ func TestLanePassBacklog(t *testing.T) {
 		l.passBacklog(ctx, batch)
 		var subjects []string
 		for _, c := range l.js.copies() {
-			subjects = append(subjects, c.Subject+" "+c.Header.Get(consumer.HeaderFast))
+			subjects = append(subjects, c.Subject+" "+c.Header.Get(fastcopy.Header))
 		}
-		if want := []string{"sched.f.b.1004 " + consumer.FastAdmitted, "sched.f.e.1006 " + consumer.FastReserved}; !slices.Equal(subjects, want) {
+		if want := []string{"sched.f.b.1004 " + fastcopy.Admitted, "sched.f.e.1006 " + fastcopy.Reserved}; !slices.Equal(subjects, want) {
 			t.Errorf("copies %v, want %v", subjects, want)
 		}
 		if want := []string{released("d", 1003)}; !slices.Equal(l.owners.releases(), want) {

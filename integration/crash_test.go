@@ -11,6 +11,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/streams"
 	"github.com/throttler/throttler/subject"
 	"github.com/throttler/throttler/throttle"
 )
@@ -42,9 +43,9 @@ const crashStream, crashSched = "JOBS", "sched"
 // crashSched.>, and a consumer "w" of jobs.> with the given AckWait.
 func (e *env) scheduleStream(ctx context.Context, ackWait time.Duration) (jetstream.Stream, jetstream.Consumer) {
 	e.t.Helper()
-	s, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: crashStream, Subjects: []string{"jobs.>"}, ScheduleSubjects: []string{crashSched + ".>"}})
+	s, err := streams.EnsureStream(ctx, e.js, streams.StreamSpec{Name: crashStream, Subjects: []string{"jobs.>"}, ScheduleSubjects: []string{crashSched + ".>"}})
 	must(e.t, err, "stream")
-	cons, err := consumer.EnsureConsumer(ctx, e.js, consumer.ConsumerSpec{Stream: crashStream, Name: "w", FilterSubjects: []string{"jobs.>"}, MaxAckPending: 100, AckWait: ackWait})
+	cons, err := streams.EnsureConsumer(ctx, e.js, streams.ConsumerSpec{Stream: crashStream, Name: "w", FilterSubjects: []string{"jobs.>"}, MaxAckPending: 100, AckWait: ackWait})
 	must(e.t, err, "consumer")
 	return s, cons
 }

@@ -18,8 +18,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/streams"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -134,7 +136,7 @@ func testFastLanePassesABacklog(t *testing.T, vars map[string]string, job func(t
 			t.Errorf("job %s ran %d times", id, len(runs))
 			continue
 		}
-		if runs[0].Header.Get(consumer.HeaderFast) == "" {
+		if runs[0].Header.Get(fastcopy.Header) == "" {
 			t.Errorf("job %s ran from the jobs consumer, not as a fast copy", id)
 		}
 		mu.Lock()
@@ -183,7 +185,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 	claim := func(t *testing.T, e *env, cfg *app.Settings) (id string, seq uint64) {
 		t.Helper()
 		ctx := context.Background()
-		_, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects,
+		_, err := streams.EnsureStream(ctx, e.js, streams.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects,
 			ScheduleSubjects: []string{cfg.ScheduleSubject + ".>"}})
 		must(t, err, "stream")
 		seq = e.publish("jobs.b", nil, []byte("b"))
@@ -192,7 +194,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 		must(t, err, "limiter")
 		copies, err := throttle.NewCopies(lim, time.Hour)
 		must(t, err, "copies")
-		ok, _, err := copies.Claim(ctx, "b", id, consumer.FastCopyIncarnation(seq))
+		ok, _, err := copies.Claim(ctx, "b", id, fastcopy.Incarnation(seq))
 		if err != nil || !ok {
 			t.Fatalf("claim: %v, %v", ok, err)
 		}
@@ -230,7 +232,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 		h := nats.Header{}
 		h.Set(consumer.HeaderJobID, id)
 		h.Set(consumer.HeaderSubject, "jobs.b")
-		h.Set(consumer.HeaderFast, "reserved")
+		h.Set(fastcopy.Header, "reserved")
 		e.publish(cfg.Schedules.Fast("b", seq), h, []byte("b"))
 		var r ran
 		w := e.startWorker(cfg, func(_ context.Context, job consumer.Job) error { r.add(job); return nil })
@@ -243,7 +245,7 @@ func TestFastLaneInterrupted(t *testing.T) {
 		if len(runs) != 1 {
 			t.Fatalf("job ran %d times, want once", len(runs))
 		}
-		if runs[0].Header.Get(consumer.HeaderFast) == "" {
+		if runs[0].Header.Get(fastcopy.Header) == "" {
 			t.Errorf("the original ran, not the copy the job was claimed for")
 		}
 	})
@@ -445,7 +447,7 @@ func TestFastLaneOff(t *testing.T) {
 			t.Errorf("consumer %s exists with the fast lane off", name)
 		}
 	}
-	if runs := r.get(id); runs[0].Header.Get(consumer.HeaderFast) != "" {
+	if runs := r.get(id); runs[0].Header.Get(fastcopy.Header) != "" {
 		t.Errorf("B's job ran as a fast copy with the fast lane off")
 	}
 	if st := w.stats()["b"]; st.FastLaned != 0 {
@@ -561,7 +563,7 @@ func TestFastCopyRetriedAfterAFailure(t *testing.T) {
 	if len(runs) != 2 {
 		t.Fatalf("job ran %d times, want 2 (a failure, then its retry)", len(runs))
 	}
-	if runs[0].Header.Get(consumer.HeaderFast) == "" {
+	if runs[0].Header.Get(fastcopy.Header) == "" {
 		t.Errorf("the first run was not the fast copy")
 	}
 	if st := w.stats()["b"]; st.FastLaned != 1 || st.Failed != 1 || st.Completed != 1 {

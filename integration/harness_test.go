@@ -23,6 +23,7 @@ import (
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/streams"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -283,7 +284,7 @@ func (e *env) ensureStream(cfg *app.Settings) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := consumer.EnsureStream(ctx, e.js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+	if _, err := streams.EnsureStream(ctx, e.js, streams.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
 		e.t.Fatalf("stream: %v", err)
 	}
 }

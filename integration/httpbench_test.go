@@ -25,6 +25,7 @@ import (
 	"github.com/throttler/throttler/httphandler"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/streams"
 )
 
 // BenchmarkHTTPHandlerRatio measures jobs/s sent by the worker with
@@ -165,7 +166,7 @@ func newHTTPBench(b *testing.B) *httpBench {
 	b.Cleanup(func() { _ = wrdb.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = consumer.EnsureStream(ctx, js, consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects})
+	_, err = streams.EnsureStream(ctx, js, streams.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects})
 	must(b, err, "stream")
 	return &httpBench{
 		nats: ns, rdb: rs.Client(b), wrdb: wrdb, js: js, cfg: cfg, sink: sink,

@@ -44,10 +44,9 @@ func (p deferPath) deferrer(js jetstream.JetStream, cfg *Settings, ackPending *c
 			Move:        move,
 			MoveAfter:   cfg.ScheduleAfter,
 			TenantShare: max(1, cfg.MaxAckPending/40),
-			// Two workers stay under Crowded with their pulls and handlers.
-			MaxNaked:   consumer.Crowded / 4,
-			MaxAge:     p.maxAge,
-			AckPending: ackPending.Count,
+			MaxNaked:    consumer.NakedPerWorker,
+			MaxAge:      p.maxAge,
+			AckPending:  ackPending.Count,
 		}
 	}
 	return consumer.NakDeferrer{}

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/config"
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/streams"
 )
 
 // jobStreams is what setUp made ready on the NATS server.
@@ -60,7 +60,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	if err != nil {
 		return nil, err
 	}
-	stream, err := consumer.EnsureStream(ctx, js, spec)
+	stream, err := streams.EnsureStream(ctx, js, spec)
 	if err != nil {
 		// Subjects that overlap another stream's (another fleet's schedule
 		// prefix, say) are a setting to change, whatever THROTTLER_DEFER:
@@ -72,7 +72,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 		log.Warn("cannot enable message schedules on the jobs stream; deferring with NAK only", "err", err)
 		path.mode = config.DeferNak
 		spec.ScheduleSubjects = nil
-		if stream, err = consumer.EnsureStream(ctx, js, spec); err != nil {
+		if stream, err = streams.EnsureStream(ctx, js, spec); err != nil {
 			return nil, refusedIsConfig(overlapIsConfig(err, cfg, false), "the jobs stream "+cfg.Stream, "THROTTLER_STREAM and THROTTLER_SUBJECTS")
 		}
 	}
@@ -102,7 +102,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	specs := consumerSpecs(cfg, path.movesBack, lane, wakes)
 	handles := make([]jetstream.Consumer, len(specs))
 	for i, c := range specs {
-		if handles[i], err = consumer.EnsureConsumer(ctx, js, c); err != nil {
+		if handles[i], err = streams.EnsureConsumer(ctx, js, c); err != nil {
 			return nil, refusedIsConfig(consumerIsConfig(err, c.Name), "the consumer "+c.Name, "THROTTLER_CONSUMER")
 		}
 	}
@@ -122,10 +122,10 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 
 // choosePath chooses how jobs are deferred on this server and stream, and
 // what the jobs stream must then bind.
-func choosePath(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, log *slog.Logger) (deferPath, consumer.StreamSpec, error) {
+func choosePath(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, log *slog.Logger) (deferPath, streams.StreamSpec, error) {
 	version := nc.ConnectedServerVersion()
 	path := deferPath{mode: cfg.Defer, termWithReason: serverAtLeast(version, 2, 10)}
-	spec := consumer.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: cfg.StreamMaxAge}
+	spec := streams.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: cfg.StreamMaxAge}
 	if path.mode == config.DeferNak {
 		return path, spec, nil
 	}
@@ -165,13 +165,13 @@ func choosePath(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg 
 // THROTTLER_DLQ_MAX_AGE sets.
 func captureOutputs(ctx context.Context, js jetstream.JetStream, cfg *Settings, replicas int, log *slog.Logger) error {
 	for _, o := range []struct {
-		spec  consumer.CaptureSpec
+		spec  streams.CaptureSpec
 		bound string
 	}{
-		{consumer.CaptureSpec{Subject: cfg.Forward.Pattern(), Fallback: cfg.Stream + "_FORWARD", Replicas: replicas, MaxAge: cfg.ForwardMaxAge}, "THROTTLER_FORWARD_MAX_AGE"},
-		{consumer.CaptureSpec{Subject: cfg.DLQ.Pattern(), Fallback: cfg.Stream + "_DLQ", Replicas: replicas, MaxAge: cfg.DLQMaxAge}, "THROTTLER_DLQ_MAX_AGE"},
+		{streams.CaptureSpec{Subject: cfg.Forward.Pattern(), Fallback: cfg.Stream + "_FORWARD", Replicas: replicas, MaxAge: cfg.ForwardMaxAge}, "THROTTLER_FORWARD_MAX_AGE"},
+		{streams.CaptureSpec{Subject: cfg.DLQ.Pattern(), Fallback: cfg.Stream + "_DLQ", Replicas: replicas, MaxAge: cfg.DLQMaxAge}, "THROTTLER_DLQ_MAX_AGE"},
 	} {
-		s, err := consumer.EnsureCaptured(ctx, js, o.spec)
+		s, err := streams.EnsureCaptured(ctx, js, o.spec)
 		if err != nil {
 			return refusedIsConfig(err, "a stream for "+o.spec.Subject, "THROTTLER_FORWARD_SUBJECT, THROTTLER_DLQ_SUBJECT and THROTTLER_STREAM")
 		}
@@ -188,7 +188,7 @@ func captureOutputs(ctx context.Context, js jetstream.JetStream, cfg *Settings, 
 // The worker never changes the limits of a stream that exists.
 func warnUnbounded(s jetstream.Stream, uses, bound string, maxAge time.Duration, log *slog.Logger) {
 	c := s.CachedInfo().Config
-	if maxAge == 0 || !consumer.Unbounded(c) {
+	if maxAge == 0 || !streams.Unbounded(c) {
 		return
 	}
 	log.Warn("stream "+c.Name+" keeps every message for ever, and grows without end; bound it, e.g. `nats stream edit "+c.Name+" --max-age 7d` (docs/operations.md, Storage)",
@@ -207,8 +207,8 @@ func b2i(b bool) int {
 // first, then the bundles consumer when moved jobs may come back, then the
 // fast lane's copies consumer when the lane runs, then the consumer of
 // woken jobs when jobs may be parked under running caps.
-func consumerSpecs(cfg *Settings, movesBack, lane, wakes bool) []consumer.ConsumerSpec {
-	specs := []consumer.ConsumerSpec{{
+func consumerSpecs(cfg *Settings, movesBack, lane, wakes bool) []streams.ConsumerSpec {
+	specs := []streams.ConsumerSpec{{
 		Stream:         cfg.Stream,
 		Name:           cfg.Consumer,
 		FilterSubjects: cfg.Subjects,
@@ -216,7 +216,7 @@ func consumerSpecs(cfg *Settings, movesBack, lane, wakes bool) []consumer.Consum
 		AckWait:        cfg.AckWait,
 	}}
 	if movesBack {
-		specs = append(specs, consumer.ConsumerSpec{
+		specs = append(specs, streams.ConsumerSpec{
 			Stream:         cfg.Stream,
 			Name:           bundlesConsumer(cfg),
 			FilterSubjects: []string{cfg.Schedules.Unpacks()},
@@ -225,7 +225,7 @@ func consumerSpecs(cfg *Settings, movesBack, lane, wakes bool) []consumer.Consum
 		})
 	}
 	if lane {
-		specs = append(specs, consumer.ConsumerSpec{
+		specs = append(specs, streams.ConsumerSpec{
 			Stream:         cfg.Stream,
 			Name:           copiesConsumer(cfg),
 			FilterSubjects: []string{cfg.Schedules.Fasts()},
@@ -234,7 +234,7 @@ func consumerSpecs(cfg *Settings, movesBack, lane, wakes bool) []consumer.Consum
 		})
 	}
 	if wakes {
-		specs = append(specs, consumer.ConsumerSpec{
+		specs = append(specs, streams.ConsumerSpec{
 			Stream:         cfg.Stream,
 			Name:           wokenConsumer(cfg),
 			FilterSubjects: []string{cfg.Schedules.Wokens()},
@@ -252,7 +252,7 @@ func wokenConsumer(cfg *Settings) string    { return cfg.Consumer + "_woken" }
 func arrivalsConsumer(cfg *Settings) string { return cfg.Consumer + "_arrivals" }
 
 // recreate sets up the jobs stream and the consumers of specs again.
-func recreate(ctx context.Context, js jetstream.JetStream, cfg *Settings, spec consumer.StreamSpec, specs []consumer.ConsumerSpec, log *slog.Logger) error {
+func recreate(ctx context.Context, js jetstream.JetStream, cfg *Settings, spec streams.StreamSpec, specs []streams.ConsumerSpec, log *slog.Logger) error {
 	if _, err := js.Stream(ctx, cfg.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
 		// A stream created again at once under the name of one just
 		// deleted can inherit the remains of the old one's store and take
@@ -265,11 +265,11 @@ func recreate(ctx context.Context, js jetstream.JetStream, cfg *Settings, spec c
 			return ctx.Err()
 		}
 	}
-	if _, err := consumer.EnsureStream(ctx, js, spec); err != nil {
+	if _, err := streams.EnsureStream(ctx, js, spec); err != nil {
 		return err
 	}
 	for _, c := range specs {
-		if _, err := consumer.EnsureConsumer(ctx, js, c); err != nil {
+		if _, err := streams.EnsureConsumer(ctx, js, c); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package consumer
+package streams
 
 import (
 	"context"
@@ -87,94 +87,6 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 		return s, fmt.Errorf("stream %s: %s: %w", spec.Name, strings.Join(changes, " and "), err)
 	}
 	return us, nil
-}
-
-// ConsumerSpec describes the durable consumer the worker reads.
-type ConsumerSpec struct {
-	// Stream is the jobs stream.
-	Stream string
-	// Name is the durable name.
-	Name string
-	// FilterSubjects are the job subjects; schedule subjects are left out.
-	FilterSubjects []string
-	// MaxAckPending caps messages delivered and not yet acked.
-	MaxAckPending int
-	// AckWait is how long the server waits for an ack before redelivering.
-	AckWait time.Duration
-}
-
-// EnsureConsumer creates or updates the durable pull consumer: explicit
-// acks, no BackOff (it would lengthen every NakWithDelay), and unlimited
-// deliveries, because a throttled job is redelivered as often as it is
-// deferred and must never be dropped for it. Handler failures are counted
-// apart, by the worker.
-func EnsureConsumer(ctx context.Context, js jetstream.JetStream, spec ConsumerSpec) (jetstream.Consumer, error) {
-	cfg := jetstream.ConsumerConfig{
-		Durable:       spec.Name,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		MaxDeliver:    -1,
-		MaxAckPending: spec.MaxAckPending,
-		AckWait:       spec.AckWait,
-	}
-	if len(spec.FilterSubjects) == 1 {
-		cfg.FilterSubject = spec.FilterSubjects[0]
-	} else {
-		cfg.FilterSubjects = spec.FilterSubjects
-	}
-	c, err := js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("consumer %s on stream %s: %w", spec.Name, spec.Stream, err)
-	}
-	return c, nil
-}
-
-// CaptureSpec describes an output subject the worker publishes to with
-// publish acks, and the stream it creates to store it if none does.
-type CaptureSpec struct {
-	// Subject is the pattern published to, such as "done.*".
-	Subject string
-	// Fallback names the stream created when none stores Subject.
-	Fallback string
-	// Replicas is the created stream's replicas, at least 1: the worker
-	// passes the jobs stream's, so that a job acked once forwarded is as
-	// safe as it was in the jobs stream.
-	Replicas int
-	// MaxAge, when positive, is the created stream's max age.
-	MaxAge time.Duration
-}
-
-// EnsureCaptured makes sure some stream stores messages published to
-// spec.Subject: if none does, it creates spec.Fallback for it. It returns
-// the stream that stores them. A stream that already exists, whoever made
-// it, is never an error, and is left as it is.
-func EnsureCaptured(ctx context.Context, js jetstream.JetStream, spec CaptureSpec) (jetstream.Stream, error) {
-	name, err := js.StreamNameBySubject(ctx, spec.Subject)
-	switch {
-	case err == nil:
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s for %s: %w", name, spec.Subject, err)
-		}
-		return s, nil
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, fmt.Errorf("looking up the stream for %s: %w", spec.Subject, err)
-	}
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:      spec.Fallback,
-		Subjects:  []string{spec.Subject},
-		Storage:   jetstream.FileStorage,
-		Retention: jetstream.LimitsPolicy,
-		Replicas:  max(1, spec.Replicas),
-		MaxAge:    spec.MaxAge,
-	})
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		s, err = js.Stream(ctx, spec.Fallback) // another worker created it first
-	}
-	if err != nil {
-		return nil, fmt.Errorf("creating stream %s for %s: %w", spec.Fallback, spec.Subject, err)
-	}
-	return s, nil
 }
 
 // Unbounded reports whether a stream keeps every message it stores for
