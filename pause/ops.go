@@ -124,7 +124,7 @@ type Resumed struct {
 
 // Resume lifts a tenant's pause: the workers start its jobs again within a
 // second, and its jobs waiting off the consumer are brought back at once,
-// in the order they were paused, to run at its limits (Settle/10 after the
+// in their order in the jobs stream, to run at its limits (Settle/10 after the
 // key is deleted). Jobs a worker was moving at that moment are released
 // after Settle; any copy missed still
 // comes back by itself within the workers' THROTTLER_PAUSE_RECHECK. A

@@ -175,8 +175,9 @@ func TestPauseSurvivesARestart(t *testing.T) {
 }
 
 // TestReleaseBringsBackPausedCopiesInOrder: Release publishes every
-// paused copy of the tenant on its woken subject, in the order they were
-// stored, and deletes them; a copy waiting for a limit's slot and another
+// paused copy of the tenant on its woken subject, in the order of the
+// jobs (not the order their copies were stored: a job that waited for a
+// slot is parked among newer ones), and deletes them; a copy waiting for a limit's slot and another
 // tenant's paused copy stay.
 func TestReleaseBringsBackPausedCopiesInOrder(t *testing.T) {
 	e := setup(t)
@@ -246,8 +247,8 @@ func TestReleaseBringsBackPausedCopiesInOrder(t *testing.T) {
 			t.Errorf("woken job %q lacks %s", m.Data(), consumer.HeaderWoken)
 		}
 	}
-	if len(order) != 3 || order[0] != "job 7" || order[1] != "job 3" || order[2] != "job 9" {
-		t.Fatalf("woken in order %v (subjects %v), want job 7, job 3, job 9", order, woken)
+	if len(order) != 3 || order[0] != "job 3" || order[1] != "job 7" || order[2] != "job 9" {
+		t.Fatalf("woken in order %v (subjects %v), want job 3, job 7, job 9", order, woken)
 	}
 }
 

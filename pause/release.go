@@ -1,14 +1,17 @@
 package pause
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
@@ -21,9 +24,17 @@ const releaseBatch = 256
 // releaseDeleters is how many deletes of released copies run at once.
 const releaseDeleters = 16
 
+// releaseSorted is how many copies Release reads before it brings them
+// back sorted: a tenant's copies are stored in the order its jobs were
+// parked, which is not their order when jobs that waited for a slot were
+// parked among new ones; past this many, each run of them is sorted on
+// its own, so that memory stays bounded.
+const releaseSorted = 65536
+
 // Release brings back at once every copy of tenant t's jobs that waits in
 // the jobs stream because t was paused (their HeaderWaitReason starts with
-// consumer.PauseReason), in the order they were stored: each is published
+// consumer.PauseReason), in the order of the jobs (their sequence in the
+// jobs stream; by runs of releaseSorted copies): each is published
 // on its woken subject (Schedules.Woken), which the workers pull past the
 // jobs consumer's backlog, then deleted. The copies of jobs that wait for
 // a limit's slot are left to come back at their slots. It returns how many
@@ -54,6 +65,20 @@ func release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 		id  string // the job's
 	}
 	var acks []published
+	var run []waitingCopy
+	// publish brings back the copies read so far, in their jobs' order.
+	publish := func() error {
+		slices.SortFunc(run, func(a, b waitingCopy) int { return cmp.Compare(a.jobSeq, b.jobSeq) })
+		for _, c := range run {
+			ack, err := js.PublishMsgAsync(consumer.WokenMsg(schedules, t, c.id, c.jobSeq, c.header, c.data))
+			if err != nil {
+				return fmt.Errorf("bringing back job %s: %w", c.id, err)
+			}
+			acks = append(acks, published{ack: ack, seq: c.seq, id: c.id})
+		}
+		run = run[:0]
+		return nil
+	}
 	for left > 0 {
 		batch, err := cons.Fetch(min(left, releaseBatch), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -63,21 +88,9 @@ func release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 		for m := range batch.Messages() {
 			got++
 			left--
-			h := m.Headers()
-			if !strings.HasPrefix(h.Get(consumer.HeaderWaitReason), consumer.PauseReason) || h.Get(jetstream.ScheduleTargetHeader) == "" {
-				continue // waits for a slot, or is no scheduled copy
+			if c, ok := pausedCopy(m); ok {
+				run = append(run, c)
 			}
-			id := h.Get(consumer.HeaderJobID)
-			seq, err := strconv.ParseUint(id[strings.LastIndexByte(id, ':')+1:], 10, 64)
-			meta, merr := m.Metadata()
-			if err != nil || merr != nil {
-				continue // not a copy the worker wrote
-			}
-			ack, err := js.PublishMsgAsync(consumer.WokenMsg(schedules, t, id, seq, h, m.Data()))
-			if err != nil {
-				return len(acks), fmt.Errorf("bringing back job %s: %w", id, err)
-			}
-			acks = append(acks, published{ack: ack, seq: meta.Sequence.Stream, id: id})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return 0, fmt.Errorf("reading %s's waiting copies: %w", t, err)
@@ -85,6 +98,14 @@ func release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 		if got == 0 {
 			break // fired or released meanwhile
 		}
+		if len(run) >= releaseSorted {
+			if err := publish(); err != nil {
+				return len(acks), err
+			}
+		}
+	}
+	if err := publish(); err != nil {
+		return len(acks), err
 	}
 	// Every woken message is stored before its copy goes: a copy deleted
 	// first would lose its job if the publish failed.
@@ -129,6 +150,31 @@ func release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	}
 	wg.Wait()
 	return released, firstErr
+}
+
+// waitingCopy is a paused job's copy, read to be brought back.
+type waitingCopy struct {
+	id     string // the job's id
+	jobSeq uint64 // the job's sequence in the jobs stream: its order
+	seq    uint64 // the copy's sequence, to delete
+	header nats.Header
+	data   []byte
+}
+
+// pausedCopy reads m as the copy of a paused job, or reports false for a
+// copy that waits for a slot or that the worker did not write.
+func pausedCopy(m jetstream.Msg) (waitingCopy, bool) {
+	h := m.Headers()
+	if !strings.HasPrefix(h.Get(consumer.HeaderWaitReason), consumer.PauseReason) || h.Get(jetstream.ScheduleTargetHeader) == "" {
+		return waitingCopy{}, false
+	}
+	id := h.Get(consumer.HeaderJobID)
+	jobSeq, err := strconv.ParseUint(id[strings.LastIndexByte(id, ':')+1:], 10, 64)
+	meta, merr := m.Metadata()
+	if err != nil || merr != nil {
+		return waitingCopy{}, false
+	}
+	return waitingCopy{id: id, jobSeq: jobSeq, seq: meta.Sequence.Stream, header: h, data: m.Data()}, true
 }
 
 // cmpErr keeps the first error.
