@@ -34,3 +34,25 @@ func TestHelpNamesCommandsVariablesAndTheDocs(t *testing.T) {
 func TestVersion(t *testing.T) {
 	cli(t, "version").want(t, "version", exitOK, []string{"throttler ", ", commit ", "built with " + runtime.Version()}, nil)
 }
+
+// TestCommandHelpReadsNothing checks that -h or --help after a command
+// prints its usage and exits 0 before the command reads the environment
+// or connects: before, `inspect --help` inspected a tenant named
+// "--help" on whatever servers the environment named, and `run --help`
+// started the worker. A bad setting in the environment shows that nothing
+// read it (it would exit 2), and an empty stderr that nothing was
+// announced or connected.
+func TestCommandHelpReadsNothing(t *testing.T) {
+	t.Setenv("THROTTLER_MAX_ACK_PENDING", "not-a-number")
+	for _, args := range [][]string{
+		{"inspect", "--help"}, {"inspect", "acme", "-h"}, {"check-config", "--help"}, {"run", "--help"},
+		{"limits", "set", "acme", "5/s", "--help"}, {"purge", "acme", "--yes", "-h"}, {"dlq", "list", "--help"},
+		{"pause", "acme", "--help"}, {"resume", "-h"}, {"top", "--help"}, {"version", "--help"},
+	} {
+		r := cli(t, args...)
+		r.want(t, strings.Join(args, " "), exitOK, []string{"usage: throttler"}, nil)
+		if r.stderr != "" {
+			t.Errorf("%s wrote to stderr: %s", strings.Join(args, " "), r.stderr)
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -56,6 +57,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sub := ""
 	if len(args) > 0 {
 		sub = args[0]
+	}
+	if len(args) > 1 && wantsHelp(args[1:]) {
+		if usage, ok := usageOf(sub); ok {
+			fmt.Fprintln(stdout, usage)
+			return exitOK
+		}
 	}
 	switch sub {
 	case "", "run":
@@ -98,6 +105,39 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "throttler: unknown command %q; throttler help lists them\n", sub)
 		return exitConfig
 	}
+}
+
+// usageOf returns the usage of the command sub when -h or --help anywhere
+// among its arguments is to answer it before it reads anything: the flag
+// would otherwise be taken as a tenant or ignored, and the command would
+// connect to the servers. pub, sub and demo answer it themselves.
+func usageOf(sub string) (string, bool) {
+	switch sub {
+	case "run":
+		return "usage: throttler [run]   the worker, configured by the environment (throttler help lists the variables most set)", true
+	case "check-config":
+		return "usage: throttler check-config   reads the environment as the worker does and prints the settings (secrets masked); exit 2 on a bad one", true
+	case "limits":
+		return limitsUsage, true
+	case "inspect":
+		return inspectUsage, true
+	case "purge":
+		return purgeUsage, true
+	case "dlq":
+		return dlqUsage, true
+	case "pause", "resume":
+		return pauseUsage, true
+	case "top":
+		return topUsage, true
+	case "version":
+		return "usage: throttler version   the module version, commit and Go version", true
+	}
+	return "", false
+}
+
+// wantsHelp reports whether args hold -h or --help.
+func wantsHelp(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" })
 }
 
 // loadConfig reads the environment, reporting every problem on stderr,
