@@ -72,7 +72,8 @@ func duration(s, name string) (time.Duration, error) {
 	return d, nil
 }
 
-// pause answers POST /tenants/{tenant}/pause {"reason": "...", "for": "1h"}.
+// pause answers POST /tenants/{tenant}/pause {"reason": "...", "for": "1h"}
+// or {"reason": "...", "until": "2026-12-06T09:00:00Z"}.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
 	t, err := tenantParam(r)
 	if err != nil {
@@ -81,6 +82,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Reason string `json:"reason"`
 		For    string `json:"for"`
+		Until  string `json:"until"`
 	}
 	if err := readJSON(r, &body); err != nil {
 		return err
@@ -89,14 +91,20 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	var until time.Time
+	if body.Until != "" {
+		if until, err = time.Parse(time.RFC3339, body.Until); err != nil {
+			return fmt.Errorf("%w: until %q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", ErrBadInput, body.Until)
+		}
+	}
 	if s.cfg.Pauser == nil {
 		return fmt.Errorf("pause: %w", errUnavailable)
 	}
-	res, err := s.cfg.Pauser.Pause(r.Context(), PauseRequest{Tenant: t, Reason: body.Reason, For: d})
+	res, err := s.cfg.Pauser.Pause(r.Context(), PauseRequest{Tenant: t, Reason: body.Reason, For: d, Until: until})
 	if err != nil {
 		return fmt.Errorf("pausing %s: %w", t, err)
 	}
-	s.log.Info("admin: tenant paused", "tenant", t, "reason", body.Reason, "for", d, "remote", r.RemoteAddr)
+	s.log.Info("admin: tenant paused", "tenant", t, "reason", body.Reason, "for", d, "until", body.Until, "remote", r.RemoteAddr)
 	return writeJSON(w, http.StatusOK, res)
 }
 

@@ -21,13 +21,26 @@ func filterOf(tnt, reason, since string, limit int) (DeadLetterFilter, error) {
 		}
 	}
 	if since != "" {
-		t, err := time.Parse(time.RFC3339, since)
+		t, err := sinceTime(since, time.Now())
 		if err != nil {
-			return f, fmt.Errorf("%w: since %q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", ErrBadInput, since)
+			return f, err
 		}
 		f.Since = t
 	}
 	return f, nil
+}
+
+// sinceTime reads since as the CLI's --since does, a duration back from
+// now (1h), or as an RFC 3339 time.
+func sinceTime(since string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(since); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, since)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: since %q: want a duration back from now such as 1h, or an RFC 3339 time such as 2026-01-02T15:04:05Z", ErrBadInput, since)
+	}
+	return t, nil
 }
 
 // listDeadLetters answers GET /dlq?tenant=&reason=&since=&limit=.

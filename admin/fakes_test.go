@@ -52,6 +52,9 @@ func (f *fakeFleet) Set(_ context.Context, t, spec string) (admin.LimitsChange, 
 }
 
 func (f *fakeFleet) Pause(_ context.Context, r admin.PauseRequest) (any, error) {
+	if !r.Until.IsZero() {
+		return f.record("pause %s %q until %s", r.Tenant, r.Reason, r.Until.Format(time.RFC3339))
+	}
 	return f.record("pause %s %q %s", r.Tenant, r.Reason, r.For)
 }
 

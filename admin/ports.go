@@ -114,8 +114,10 @@ type PauseRequest struct {
 	Tenant string
 	// Reason is shown to whoever inspects the tenant; optional.
 	Reason string
-	// For, when positive, ends the pause after it.
-	For time.Duration
+	// For, when positive, ends the pause after it; Until, when set, ends
+	// it then. Give one or neither.
+	For   time.Duration
+	Until time.Time
 }
 
 // Purger removes a tenant's waiting jobs (`throttler purge`).

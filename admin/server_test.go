@@ -141,6 +141,35 @@ func TestChangesAreLogged(t *testing.T) {
 	}
 }
 
+// TestPauseUntilSinceAndScheme: the API takes what the CLI takes: a
+// pause's end as a time (until), a dead letters' since as a duration back
+// from now or a time; and the Bearer scheme in any case (RFC 9110).
+func TestPauseUntilSinceAndScheme(t *testing.T) {
+	t.Parallel()
+	f := &fakeFleet{}
+	srv := admin.New(f.config(token))
+	auth := "Bearer " + token
+	if rec := do(t, srv, "POST", "/api/v1/tenants/acme/pause", `{"reason": "r", "until": "2030-01-02T15:04:05Z"}`, auth); rec.Code != http.StatusOK {
+		t.Fatalf("pause with until: %d %s", rec.Code, rec.Body)
+	}
+	if len(f.changes) != 1 || f.changes[0] != `pause acme "r" until 2030-01-02T15:04:05Z` {
+		t.Fatalf("the fleet was asked %q, want the pause until 2030-01-02T15:04:05Z", f.changes)
+	}
+	if rec := do(t, srv, "POST", "/api/v1/tenants/acme/pause", `{"until": "tomorrow"}`, auth); rec.Code != http.StatusBadRequest {
+		t.Errorf("pause until tomorrow: %d, want 400", rec.Code)
+	}
+	for since, want := range map[string]int{"1h": http.StatusOK, "90s": http.StatusOK, "2026-01-02T15:04:05Z": http.StatusOK, "yesterday": http.StatusBadRequest, "-1h": http.StatusBadRequest} {
+		if rec := do(t, srv, "GET", "/api/v1/dlq?since="+since, ``, auth); rec.Code != want {
+			t.Errorf("GET /dlq?since=%s: %d, want %d", since, rec.Code, want)
+		}
+	}
+	for _, scheme := range []string{"bearer ", "BEARER "} {
+		if rec := do(t, srv, "GET", "/api/v1/tenants", ``, scheme+token); rec.Code != http.StatusOK {
+			t.Errorf("Authorization %q+token: %d, want 200", scheme, rec.Code)
+		}
+	}
+}
+
 // TestEmptySelectionRefused: replaying or purging dead letters needs a
 // selection; an empty body selects none rather than all.
 func TestEmptySelectionRefused(t *testing.T) {

@@ -67,7 +67,7 @@ type pauser struct{ o pause.Options }
 
 // Pause implements admin.Pauser.
 func (p pauser) Pause(ctx context.Context, r admin.PauseRequest) (any, error) {
-	res, err := pause.Put(ctx, p.o, pause.Request{Tenant: r.Tenant, Reason: r.Reason, For: r.For})
+	res, err := pause.Put(ctx, p.o, pause.Request{Tenant: r.Tenant, Reason: r.Reason, For: r.For, Until: r.Until})
 	return res, badInput(err, pause.ErrInvalid)
 }
 
