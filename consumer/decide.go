@@ -72,6 +72,9 @@ type item struct {
 	// paused, when set, is the deferral of a job whose tenant is paused:
 	// it is not decided.
 	paused *Deferral
+	// early reports that a paused job was held in the worker for its
+	// slot (earlyHold): it holds a slot although it looks fresh.
+	early bool
 	// leases are the leases the job was admitted holding, under running
 	// caps.
 	leases []throttle.Lease
@@ -151,10 +154,11 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 		if it.bad != nil {
 			continue
 		}
-		if d, paused := w.pausedNow(it.job.Tenant); paused {
+		if d, paused := w.pausedNow(it.job); paused {
 			// Not charged while paused: on resume the tenant takes no
 			// more than its buckets hold.
 			it.paused = &d
+			it.early = w.early.decidedAgain(it.msg)
 			continue
 		}
 		// A message on its first delivery that is not a moved copy was never

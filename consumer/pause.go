@@ -15,6 +15,13 @@ import (
 // paused jobs' copies by it.
 const PauseReason = "paused"
 
+// HeaderReleased marks a paused job a resume brought back, with the time
+// it did (RFC 3339): such a job is decided even while the pause it was
+// released from is still stored, so that a resume can bring a tenant's
+// paused jobs back, in order, before it lets new ones through. A pause
+// that began later holds it again.
+const HeaderReleased = "Throttler-Released"
+
 // Pauser says whether an operator paused a tenant; *pause.Set satisfies
 // it. The worker asks it for every job it is about to decide and again
 // just before it starts one, so it must be cheap and safe for concurrent
@@ -23,6 +30,10 @@ type Pauser interface {
 	// Paused reports whether tenant is paused at now, why, and until when
 	// (zero: until resumed).
 	Paused(tenant string, now time.Time) (reason string, until time.Time, paused bool)
+	// Since returns when the pause of tenant in force at now began, zero
+	// when it is not paused. It is asked only of jobs a resume released
+	// (HeaderReleased).
+	Since(tenant string, now time.Time) time.Time
 }
 
 // Unreserver gives up the slots jobs hold, so that each is decided anew
@@ -42,11 +53,13 @@ func mayHoldSlot(job Job) bool {
 	return !fresh && !strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason)
 }
 
-// pausedSlots are the slots of a group's paused jobs that may hold one.
+// pausedSlots are the slots of a group's paused jobs that may hold one:
+// decided before, or held in the worker for their slot. A slot kept would
+// let its job run at once on resume, ahead of the jobs paused before it.
 func pausedSlots(items []item) []throttle.Slot {
 	var slots []throttle.Slot
 	for i := range items {
-		if it := &items[i]; it.paused != nil && mayHoldSlot(it.job) {
+		if it := &items[i]; it.paused != nil && (it.early || mayHoldSlot(it.job)) {
 			slots = append(slots, throttle.Slot{Tenant: it.job.Tenant, JobID: it.job.ID})
 		}
 	}
@@ -66,15 +79,15 @@ func (w *Worker) unreserve(ctx context.Context, slots []throttle.Slot) {
 	}
 }
 
-// pausedNow reports whether job's tenant is paused now, and the wait of
-// its copy until it is checked again.
-func (w *Worker) pausedNow(tenant string) (Deferral, bool) {
+// pausedNow reports whether job's tenant is paused now for job, and the
+// wait of its copy until it is checked again.
+func (w *Worker) pausedNow(job Job) (Deferral, bool) {
 	if w.pauses == nil {
 		return Deferral{}, false
 	}
 	now := w.cfg.Now()
-	reason, until, paused := w.pauses.Paused(tenant, now)
-	if !paused {
+	reason, until, paused := w.pauses.Paused(job.Tenant, now)
+	if !paused || releasedFrom(job, w.pauses.Since(job.Tenant, now)) {
 		return Deferral{}, false
 	}
 	// A paused job comes back by itself after PauseRecheck, or when the
@@ -91,6 +104,18 @@ func (w *Worker) pausedNow(tenant string) (Deferral, bool) {
 	return Deferral{Wait: max(0, wait), Reason: text, Park: true, Paused: true}, true
 }
 
+// releasedFrom reports whether a resume released job from the pause that
+// began at since, or from a later one: it was brought back at or after
+// since.
+func releasedFrom(job Job, since time.Time) bool {
+	v := job.Header.Get(HeaderReleased)
+	if v == "" {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339Nano, v)
+	return err == nil && !at.Before(since)
+}
+
 // pausedDeferral is the deferral of a pulled job whose tenant is paused,
 // decided without asking the throttle: it is not charged, and waits off
 // the consumer as a parked copy of its own.
@@ -103,8 +128,11 @@ func (w *Worker) pausedDeferral(it *item, d Deferral) Deferral {
 // waitOutPause settles an admitted job whose tenant was paused since it
 // was decided, instead of starting it: it waits as a paused job does. Its
 // admission's charge is spent (as for a hold): back, it is decided again.
+// So its slot is given up too: kept, it would let the job run at once on
+// resume, ahead of the jobs paused before it.
 func (w *Worker) waitOutPause(ctx context.Context, f *flight, job Job, d Deferral) {
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Paused++ })
+	w.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
 	released := false
 	if w.holder != nil {
 		hctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)

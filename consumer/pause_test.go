@@ -17,6 +17,7 @@ import (
 type fakePauser struct {
 	mu     sync.Mutex
 	paused map[string]time.Time
+	since  time.Time // when every pause began
 }
 
 // Paused implements Pauser.
@@ -28,6 +29,14 @@ func (p *fakePauser) Paused(tenant string, now time.Time) (string, time.Time, bo
 		return "", time.Time{}, false
 	}
 	return "maintenance", until, true
+}
+
+// Since implements Pauser: every pause began at since.
+func (p *fakePauser) Since(tenant string, now time.Time) time.Time {
+	if _, _, ok := p.Paused(tenant, now); ok {
+		return p.since
+	}
+	return time.Time{}
 }
 
 func (p *fakePauser) set(tenant string, until time.Time) {
@@ -81,6 +90,41 @@ func TestPausedTenantIsNeitherDecidedNorRun(t *testing.T) {
 	}
 	if got := e.w.Stats()["acme"].Paused; got != 1 {
 		t.Errorf("acme's Paused count = %d, want 1", got)
+	}
+}
+
+// TestReleasedJobsRunWhileThePauseIsStored: a job a resume released
+// (HeaderReleased at or after the pause's start) is decided and run
+// although the pause is still stored, so that a resume brings the paused
+// jobs back before new ones; a job released from an earlier pause, and a
+// new job, wait out the pause in force.
+func TestReleasedJobsRunWhileThePauseIsStored(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)}
+	since := clock.Now().Add(-time.Minute)
+	e := setup(t)
+	deferrer := &fakeDeferrer{}
+	e.params.Deferrer = deferrer
+	e.params.Pauses = &fakePauser{paused: map[string]time.Time{"acme": {}}, since: since}
+	e.params.Config.Now = clock.Now
+	e.start()
+	released := newMsg(1, "jobs.acme", HeaderReleased, since.Add(time.Second).Format(time.RFC3339Nano))
+	earlier := newMsg(2, "jobs.acme", HeaderReleased, since.Add(-time.Second).Format(time.RFC3339Nano))
+	fresh := newMsg(3, "jobs.acme")
+	e.push(released, earlier, fresh)
+	e.waitSettled(released, earlier, fresh)
+	e.stop()
+
+	if ran := e.ran.all(); len(ran) != 1 || string(ran[0].Data) != "job 1" {
+		t.Fatalf("ran %+v, want only the job released from the pause in force", ran)
+	}
+	ds := deferrer.deferred()
+	if len(ds) != 2 {
+		t.Fatalf("deferrals %+v, want the job released from an earlier pause and the new one", ds)
+	}
+	for _, d := range ds {
+		if !d.Paused {
+			t.Errorf("job %s deferred, but not as paused: %+v", d.Job.ID, d)
+		}
 	}
 }
 

@@ -31,10 +31,10 @@ type Options struct {
 	// Schedules names the subjects of moved jobs
 	// (THROTTLER_SCHEDULE_SUBJECT). Required for Resume.
 	Schedules subject.Schedules
-	// Settle is how long Resume waits, after the first release, for the
-	// copies of jobs the workers were moving when the pause ended, before
-	// it releases those too; the first release comes a tenth of it after
-	// the key is deleted. Defaults to 1s.
+	// Settle paces Resume: the pause is deleted half of it after the
+	// paused jobs are released, and the copies of jobs the workers were
+	// parking meanwhile are released a tenth of it and all of it after
+	// the delete. Defaults to 1s.
 	Settle time.Duration
 	// Now is the clock of Since and of For. Defaults to time.Now.
 	Now func() time.Time
@@ -122,14 +122,18 @@ type Resumed struct {
 	Released int `json:"released"`
 }
 
-// Resume lifts a tenant's pause: the workers start its jobs again within a
-// second, and its jobs waiting off the consumer are brought back at once,
-// in their order in the jobs stream, to run at its limits (Settle/10 after the
-// key is deleted). Jobs a worker was moving at that moment are released
-// after Settle; any copy missed still
-// comes back by itself within the workers' THROTTLER_PAUSE_RECHECK. A
-// tenant not paused is not an error (Was is nil). A bad tenant matches
-// ErrInvalid.
+// Resume lifts a tenant's pause: its jobs waiting off the consumer are
+// brought back in their order in the jobs stream, to run at its limits,
+// and then the workers start its new jobs again. The order matters: the
+// paused jobs are released while the pause is still stored (the workers
+// decide a released job, consumer.HeaderReleased, and still park new
+// ones), and the pause is deleted only Settle/2 later, when the workers
+// have decided the released jobs, so that no job published meanwhile
+// takes their place. Two more passes, Settle/10 and Settle after the
+// delete, bring back the jobs parked until the workers applied it; any
+// copy missed still comes back by itself within the workers'
+// THROTTLER_PAUSE_RECHECK. A tenant not paused is not an error (Was is
+// nil). A bad tenant matches ErrInvalid.
 func Resume(ctx context.Context, o Options, t string) (Resumed, error) {
 	if err := tenant.Validate(t); err != nil {
 		return Resumed{}, fmt.Errorf("%w: tenant: %w", ErrInvalid, err)
@@ -139,34 +143,44 @@ func Resume(ctx context.Context, o Options, t string) (Resumed, error) {
 	if err != nil || kv == nil {
 		return res, err
 	}
-	if p, err := get(ctx, kv, t); err != nil {
+	p, err := get(ctx, kv, t)
+	if err != nil {
 		return res, err
-	} else if p != nil {
-		res.Was = p
-		if err := kv.Delete(ctx, TenantKey(t)); err != nil {
-			return res, fmt.Errorf("deleting %s: %w", TenantKey(t), err)
-		}
 	}
-	if o.Stream == "" || o.Schedules == "" {
-		return res, nil
-	}
+	res.Was = p
 	settle := o.Settle
 	if settle == 0 {
 		settle = time.Second
 	}
 	seen := map[string]bool{}
-	// The first pass waits a tenth of Settle, so that the workers have
-	// applied the resume (milliseconds) and do not park the jobs it
-	// brings back again; the second catches the copies stored meanwhile.
-	for _, wait := range []time.Duration{settle / 10, settle} {
+	pass := func(wait time.Duration) error {
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if o.Stream == "" || o.Schedules == "" {
+			return nil
+		}
+		n, err := release(ctx, o.JetStream, o.Stream, o.Schedules, t, o.now(), seen)
+		res.Released += n
+		return err
+	}
+	if p != nil {
+		if err := pass(0); err != nil {
+			return res, err
+		}
+		select {
+		case <-time.After(settle / 2):
+		case <-ctx.Done():
 			return res, ctx.Err()
 		}
-		n, err := release(ctx, o.JetStream, o.Stream, o.Schedules, t, seen)
-		res.Released += n
-		if err != nil {
+		if err := kv.Delete(ctx, TenantKey(t)); err != nil {
+			return res, fmt.Errorf("deleting %s: %w", TenantKey(t), err)
+		}
+	}
+	for _, wait := range []time.Duration{settle / 10, settle} {
+		if err := pass(wait); err != nil {
 			return res, err
 		}
 	}

@@ -42,13 +42,16 @@ const releaseSorted = 65536
 // meanwhile is released once (the woken message's id deduplicates it, and
 // a copy left behind runs as a duplicate that is acked without running).
 func Release(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string) (int, error) {
-	return release(ctx, js, stream, schedules, t, map[string]bool{})
+	return release(ctx, js, stream, schedules, t, time.Now(), map[string]bool{})
 }
 
-// release is Release, counting only the jobs not in seen, which it adds
-// to: a job released, then parked again by a worker that had not yet seen
-// the resume, and released again, counts once.
-func release(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, seen map[string]bool) (int, error) {
+// release is Release at now, counting only the jobs not in seen, which it
+// adds to: a job released, then parked again by a worker that had not yet
+// seen the resume, and released again, counts once. Each job brought back
+// carries consumer.HeaderReleased with now, so that the workers decide it
+// even while its pause is still stored.
+func release(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, now time.Time, seen map[string]bool) (int, error) {
+	at := now.UTC().Format(time.RFC3339Nano)
 	filter := schedules.Copy(t, 0)
 	filter = filter[:strings.LastIndexByte(filter, '.')] + ".*"
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
@@ -70,7 +73,9 @@ func release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	publish := func() error {
 		slices.SortFunc(run, func(a, b waitingCopy) int { return cmp.Compare(a.jobSeq, b.jobSeq) })
 		for _, c := range run {
-			ack, err := js.PublishMsgAsync(consumer.WokenMsg(schedules, t, c.id, c.jobSeq, c.header, c.data))
+			m := consumer.WokenMsg(schedules, t, c.id, c.jobSeq, c.header, c.data)
+			m.Header.Set(consumer.HeaderReleased, at)
+			ack, err := js.PublishMsgAsync(m)
 			if err != nil {
 				return fmt.Errorf("bringing back job %s: %w", c.id, err)
 			}

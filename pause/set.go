@@ -23,6 +23,13 @@ func (s *Set) Paused(t string, now time.Time) (reason string, until time.Time, p
 	return p.Reason, p.Until, ok
 }
 
+// Since implements consumer.Pauser: when t's pause in force at now
+// began, zero when t is not paused.
+func (s *Set) Since(t string, now time.Time) time.Time {
+	p, _ := s.Lookup(t, now)
+	return p.Since
+}
+
 // Lookup returns tenant t's pause and true when t is paused at now.
 func (s *Set) Lookup(t string, now time.Time) (Pause, bool) {
 	s.mu.RLock()
