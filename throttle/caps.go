@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,8 +17,8 @@ const (
 	DefaultCallTTL  = 5 * time.Second
 )
 
-// CapOptions configures the running caps that Copies enforces: a tenant's
-// Policy.Running, and MaxRunning over every tenant together.
+// CapOptions configures the running caps that RunningCaps enforces: a
+// tenant's Policy.Running, and MaxRunning over every tenant together.
 type CapOptions struct {
 	// MaxRunning, when positive, caps how many jobs of all tenants run at
 	// once, fleet-wide. 0 means no such cap.
@@ -36,8 +37,41 @@ type CapOptions struct {
 	At func() time.Time
 }
 
+// RunningCaps enforces running caps: a tenant's Policy.Running, and
+// CapOptions.MaxRunning over every tenant together. A Decider takes a
+// lease of a job's caps in the call that admits it; RunningCaps renews
+// and gives back the leases of the jobs that run (Renew, Finish) and hands
+// the room they free to the jobs waiting (Poke, Forfeit), which the caller
+// wakes. It is safe for concurrent use.
+type RunningCaps struct {
+	l *Limiter
+	o CapOptions
+}
+
+// NewRunningCaps returns the running caps of l's tenants, enforced with o.
+func NewRunningCaps(l *Limiter, o CapOptions) (*RunningCaps, error) {
+	if l == nil {
+		return nil, errors.New("throttle: nil limiter")
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.CallTTL == 0 {
+		o.CallTTL = DefaultCallTTL
+	}
+	switch {
+	case o.MaxRunning < 0 || o.MaxRunning > MaxRunning:
+		return nil, fmt.Errorf("throttle: max running %d out of range [0, %d]", o.MaxRunning, MaxRunning)
+	case o.LeaseTTL < time.Millisecond || o.LeaseTTL > MaxHorizon:
+		return nil, fmt.Errorf("throttle: lease TTL %s out of range [1ms, %s]", o.LeaseTTL, MaxHorizon)
+	case o.CallTTL < time.Millisecond || o.CallTTL > MaxHorizon:
+		return nil, fmt.Errorf("throttle: call TTL %s out of range [1ms, %s]", o.CallTTL, MaxHorizon)
+	}
+	return &RunningCaps{l: l, o: o}, nil
+}
+
 // Lease is one run's place under a running cap, held from its admission
-// (Decision.Leases) until it is given back (Copies.Finish) or, if its
+// (Decision.Leases) until it is given back (RunningCaps.Finish) or, if its
 // worker dies, until it expires.
 type Lease struct {
 	// Tenant is the tenant whose cap it counts against; "" for the fleet's
@@ -138,17 +172,17 @@ func newToken() (string, error) {
 // capTTLs are the TTLs admit and lease take, in ms: the lease's, the
 // call's, and the sets' and owner records' (long enough for a placeholder
 // held past a slot at the horizon).
-func (c *Copies) capTTLs(tenant string) (lease, call, record string) {
-	rec := c.l.horizon + c.l.policies.Policy(tenant).Limits.longestFill() + c.caps.CallTTL + c.caps.LeaseTTL
-	return strconv.FormatInt(c.caps.LeaseTTL.Milliseconds(), 10),
-		strconv.FormatInt(c.caps.CallTTL.Milliseconds(), 10),
+func (c *RunningCaps) capTTLs(tenant string) (lease, call, record string) {
+	rec := c.l.horizon + c.l.policies.Policy(tenant).Limits.longestFill() + c.o.CallTTL + c.o.LeaseTTL
+	return strconv.FormatInt(c.o.LeaseTTL.Milliseconds(), 10),
+		strconv.FormatInt(c.o.CallTTL.Milliseconds(), 10),
 		strconv.FormatInt(max(1, rec.Milliseconds()), 10)
 }
 
 // capOf is the cap in force for tenant's leases ("" for the fleet's): when
 // a tenant's policy lost its cap, every waiter may go.
-func (c *Copies) capOf(tenant string) int64 {
-	n := c.caps.MaxRunning
+func (c *RunningCaps) capOf(tenant string) int64 {
+	n := c.o.MaxRunning
 	if tenant != "" {
 		n = c.l.policies.Policy(tenant).Running
 	}

@@ -39,13 +39,13 @@ const (
 	// would lie past the horizon): try again after Wait.
 	Limited
 	// Duplicate: another incarnation of the job ran (Decision.Owner names
-	// it); this one must not. Only Copies decides this.
+	// it); this one must not. Only a Decider decides this.
 	Duplicate
 	// Capped: wait for a lease. The tenant (or the fleet) runs as many jobs
 	// as its running cap allows; the job joined the cap's waiting list,
 	// behind Decision.Ahead others, and nothing was charged. It is woken in
-	// its turn: another call names it in Result.Wake. Only Copies decides
-	// this.
+	// its turn: another call names it in Result.Wake. Only a Decider
+	// decides this.
 	Capped
 )
 
@@ -64,6 +64,29 @@ func (o Outcome) String() string {
 		return "capped"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// CapKind says which running cap held a Capped job.
+type CapKind int
+
+// The running caps a job may wait under.
+const (
+	// TenantCap is the cap of the job's tenant, Policy.Running.
+	TenantCap CapKind = iota + 1
+	// FleetCap is the cap over every tenant together,
+	// CapOptions.MaxRunning.
+	FleetCap
+)
+
+// String names k.
+func (k CapKind) String() string {
+	switch k {
+	case TenantCap:
+		return "tenant"
+	case FleetCap:
+		return "fleet"
+	}
+	return "CapKind(" + strconv.Itoa(int(k)) + ")"
 }
 
 // Decision is the outcome of one request.
@@ -95,10 +118,15 @@ type Decision struct {
 	ShadowWait time.Duration
 	// Lease and FleetLease are the places an Admitted job holds under its
 	// tenant's running cap and under the fleet's, each the zero Lease when
-	// there is no such cap, until given back with Copies.Finish.
+	// there is no such cap, until given back with RunningCaps.Finish.
 	Lease, FleetLease Lease
-	// CappedBy names the cap that held a Capped job: "running:N", or
-	// "max running:N" for the fleet's.
+	// CapKind says which cap held a Capped job: its tenant's or the
+	// fleet's. It is 0 for any other outcome.
+	CapKind CapKind
+	// CappedBy names the cap that held a Capped job, for people to read
+	// (logs, the reason a parked job carries): "running:N", or
+	// "max running:N" for the fleet's. Code tells the caps apart by
+	// CapKind.
 	CappedBy string
 	// Ahead, when Capped, is how many jobs wait before this one, and Cap
 	// the cap's N.
@@ -125,6 +153,6 @@ type Result struct {
 	// Err is nil, or an error matching ErrInvalid or ErrRedis.
 	Err error
 	// Wake names the jobs waiting for a lease whose turn this decision
-	// made (Copies only): the caller must wake them, whatever Err says.
+	// made (a Decider's only): the caller must wake them, whatever Err says.
 	Wake []Waiter
 }
