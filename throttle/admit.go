@@ -43,7 +43,7 @@ func (c *RunningCaps) admitResult(f fcall, p prepared, tenant string) (Decision,
 			return Decision{}, nil, &RedisError{Op: "FCALL " + f.fn, Err: fmt.Errorf("reply element %d is %T, want an integer", i, arr[i])}
 		}
 	}
-	wake := c.waiters(tenant, p.cap.fleet, arr[4:])
+	wake := waiters(tenant, p.cap.fleet, arr[4:])
 	if t[0] == statusCapped {
 		return Decision{Outcome: Capped, Ahead: t[1], Running: t[2], Cap: p.cap.n, CapKind: p.cap.kind(), CappedBy: capName(p.cap)}, wake, nil
 	}
@@ -59,7 +59,7 @@ func (c *RunningCaps) admitResult(f fcall, p prepared, tenant string) (Decision,
 	return d, wake, err
 }
 
-// capName says which cap held a job: "running:N", or "max running:N"
+// capName says which cap a job waits under: "running:N", or "max running:N"
 // for the fleet's.
 func capName(cp *capCall) string {
 	if cp.fleet {
@@ -68,24 +68,8 @@ func capName(cp *capCall) string {
 	return RunningTerm + strconv.FormatInt(cp.n, 10)
 }
 
-// kind is the CapKind of the cap.
-func (cp *capCall) kind() CapKind {
-	if cp.fleet {
-		return FleetCap
-	}
-	return TenantCap
-}
-
-// tenantOf is the Lease.Tenant of a cap: "" for the fleet's.
-func tenantOf(tenant string, fleet bool) string {
-	if fleet {
-		return ""
-	}
-	return tenant
-}
-
 // waiters reads the members a call named to wake.
-func (c *RunningCaps) waiters(tenant string, fleet bool, members []any) []Waiter {
+func waiters(tenant string, fleet bool, members []any) []Waiter {
 	var out []Waiter
 	for _, m := range members {
 		s, ok := m.(string)
@@ -101,57 +85,4 @@ func (c *RunningCaps) waiters(tenant string, fleet bool, members []any) []Waiter
 		}
 	}
 	return out
-}
-
-// tenantCap is the call of the cap of cp's tenant, whose policy pol caps
-// its running jobs.
-func (c *RunningCaps) tenantCap(cp Copy, pol Policy) (*capCall, error) {
-	leases, queue, err := c.l.keys.capKeys(cp.Tenant)
-	if err != nil {
-		return nil, err
-	}
-	places, err := c.l.keys.capPlaces(cp.Tenant)
-	if err != nil {
-		return nil, err
-	}
-	token, err := newToken()
-	if err != nil {
-		return nil, err
-	}
-	if cp.Order < 0 || cp.Order >= maxExact {
-		return nil, &InvalidError{Code: CodeMember, Detail: fmt.Sprintf("order %d outside [0, 2^53)", cp.Order)}
-	}
-	return &capCall{n: pol.Running, leases: leases, queue: queue, places: places, member: cp.JobID, order: cp.Order, token: token}, nil
-}
-
-// prepareFleet prepares the fleet's cap call of a copy.
-func (c *RunningCaps) prepareFleet(cp Copy) (prepared, error) {
-	if cp.JobID == "" {
-		return prepared{}, &InvalidError{Code: CodeJobID, Detail: "a copy needs a job id"}
-	}
-	if err := validJobID(cp.JobID); err != nil {
-		return prepared{}, err
-	}
-	member, err := c.l.keys.fleetMember(cp.Tenant, cp.JobID)
-	if err != nil {
-		return prepared{}, err
-	}
-	leases, queue, _ := c.l.keys.capKeys("")
-	places, _ := c.l.keys.capPlaces("")
-	token, err := newToken()
-	if err != nil {
-		return prepared{}, err
-	}
-	now := "0"
-	if !cp.At.IsZero() {
-		now = strconv.FormatInt(cp.At.UnixMicro(), 10)
-	}
-	// The fleet's list orders by fair places; order says only whether the
-	// job was called (lua/caps.lua, FAIR).
-	var order int64
-	if cp.Woken {
-		order = 1
-	}
-	return prepared{now: now, cap: &capCall{n: c.o.MaxRunning, leases: leases, queue: queue, places: places, member: member,
-		order: order, token: token, fleet: true}}, nil
 }

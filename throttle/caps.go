@@ -1,13 +1,9 @@
 package throttle
 
 import (
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -68,105 +64,6 @@ func NewRunningCaps(l *Limiter, o CapOptions) (*RunningCaps, error) {
 		return nil, fmt.Errorf("throttle: call TTL %s out of range [1ms, %s]", o.CallTTL, MaxHorizon)
 	}
 	return &RunningCaps{l: l, o: o}, nil
-}
-
-// Lease is one run's place under a running cap, held from its admission
-// (Decision.Leases) until it is given back (RunningCaps.Finish) or, if its
-// worker dies, until it expires.
-type Lease struct {
-	// Tenant is the tenant whose cap it counts against; "" for the fleet's
-	// cap (CapOptions.MaxRunning).
-	Tenant string
-	// Token names the run: unique to it, so that only it can give the
-	// lease back (compare and delete).
-	Token string
-}
-
-// Waiter is a job waiting for a lease whose turn came: the caller that
-// got it must wake the job (bring its parked message back), which then
-// finds its place held for CallTTL.
-type Waiter struct {
-	Tenant string
-	JobID  string
-}
-
-// capCall is the running cap a prepared job is admitted under.
-type capCall struct {
-	n             int64
-	leases, queue string // the cap's lease set and waiting list
-	places        string // the places of the jobs it called
-	member        string // the job's member of the waiting list
-	order         int64  // its place in a tenant's list (Copy.Order)
-	token         string
-	fleet         bool // the fleet's cap: no rate, no owner
-}
-
-// capKeys returns the lease set and waiting list of tenant's cap, or of
-// the fleet's when tenant is "" (see fairKey).
-func (k keyspace) capKeys(tenant string) (leases, queue string, err error) {
-	tag := fleetTag
-	if tenant != "" {
-		if tag, err = k.tag(tenant); err != nil {
-			return "", "", err
-		}
-	}
-	return k.prefix + ":" + tag + ":r", k.prefix + ":" + tag + ":w", nil
-}
-
-// capPlaces returns the places hash of tenant's cap, or of the fleet's
-// when tenant is "": the places in the waiting list of the jobs called
-// (lua/caps.lua, RUNNING CAPS).
-func (k keyspace) capPlaces(tenant string) (string, error) {
-	tag := fleetTag
-	if tenant != "" {
-		var err error
-		if tag, err = k.tag(tenant); err != nil {
-			return "", err
-		}
-	}
-	return k.prefix + ":" + tag + ":p", nil
-}
-
-// fairKey is the fair-queue hash of the fleet's waiting list
-// (lua/caps.lua, FAIR).
-func (k keyspace) fairKey() string { return k.prefix + ":" + fleetTag + ":v" }
-
-// fleetTag is the hash tag of the fleet's cap: no tenant's tag can be it,
-// as an encoded tenant is never empty.
-const fleetTag = "{~}"
-
-// fleetMember names a tenant's job in the fleet's waiting list.
-func (k keyspace) fleetMember(tenant, jobID string) (string, error) {
-	tag, err := k.tag(tenant)
-	if err != nil {
-		return "", err
-	}
-	return tag[1:len(tag)-1] + "/" + jobID, nil
-}
-
-// parseFleetMember reads a member of the fleet's waiting list.
-func parseFleetMember(m string) (Waiter, bool) {
-	t, id, ok := strings.Cut(m, "/")
-	if !ok {
-		return Waiter{}, false
-	}
-	if enc, ok := strings.CutPrefix(t, "~"); ok {
-		b, err := base64.RawURLEncoding.DecodeString(enc)
-		if err != nil {
-			return Waiter{}, false
-		}
-		t = string(b)
-	}
-	return Waiter{Tenant: t, JobID: id}, true
-}
-
-// newToken returns an owner token no other run shares: 128 random bits.
-func newToken() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("throttle: owner token: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
 }
 
 // capTTLs are the TTLs admit and lease take, in ms: the lease's, the

@@ -1,35 +1,9 @@
 package throttle
 
-import "fmt"
-
-// Copy is one incarnation of a job to decide. JobID is required: it names
-// the job's owner record as well as its reservation.
-type Copy struct {
-	Request
-	// Incarnation tells the incarnations of a job apart: a number unique to
-	// the message carrying it, in [0, 2^53), such as its stream sequence.
-	// The original and every copy differ, and so do two copies of one move
-	// (stored twice when the move was redone after its dedup window).
-	Incarnation int64
-	// Fresh says this is the first delivery of the original, never decided
-	// before: it holds no reservation, so its reservation is not read
-	// (which saves Redis a read per job), and admitted at once it records
-	// no owner (no copy of it can exist). Set it only when that is
-	// certain: a fresh job that does hold a slot is charged again.
-	Fresh bool
-	// Order is the copy's place in its tenant's waiting list, should it
-	// wait for a lease of its tenant's running cap: the job's order of
-	// arrival, such as the stream sequence of its first delivery, the same
-	// for every copy, so that the list keeps the order jobs arrived in
-	// whichever worker decides each. 0 means the time it joins the list.
-	Order int64
-	// Woken says the copy was brought back in its turn under a running
-	// cap (a Result.Wake): should the fleet's cap (MaxRunning) hold it
-	// back, it waits at the head of the fleet's list, not behind its
-	// tenant's other jobs, whose turns its tenant's cap, whose place it
-	// holds, would refuse meanwhile.
-	Woken bool
-}
+import (
+	"fmt"
+	"strconv"
+)
 
 // validIncarnation reports whether inc is in [0, 2^53).
 func validIncarnation(inc int64) error {
@@ -65,4 +39,22 @@ func ownerKey(k keyspace, tenant, jobID string, incarnation int64) (string, erro
 		return "", err
 	}
 	return k.owner(tag, jobID), nil
+}
+
+// prepare validates cp and builds the pieces of its function call.
+func (d *Decider) prepare(cp Copy) (prepared, error) {
+	if cp.JobID == "" {
+		return prepared{}, &InvalidError{Code: CodeJobID, Detail: "a copy needs a job id"}
+	}
+	if err := validIncarnation(cp.Incarnation); err != nil {
+		return prepared{}, err
+	}
+	p, err := d.l.prepare(cp.Request)
+	if err != nil {
+		return prepared{}, err
+	}
+	p.ownerKey = d.l.keys.owner(p.tag, cp.JobID)
+	p.incarnation = strconv.FormatInt(cp.Incarnation, 10)
+	p.fresh = cp.Fresh
+	return p, nil
 }

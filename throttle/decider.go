@@ -3,8 +3,6 @@ package throttle
 import (
 	"context"
 	"errors"
-	"strconv"
-	"time"
 )
 
 // Decider decides jobs that may exist as several messages, so that only
@@ -88,43 +86,4 @@ func (d *Decider) anyCapped(copies []Copy) bool {
 		}
 	}
 	return false
-}
-
-// prepare validates cp and builds the pieces of its function call.
-func (d *Decider) prepare(cp Copy) (prepared, error) {
-	if cp.JobID == "" {
-		return prepared{}, &InvalidError{Code: CodeJobID, Detail: "a copy needs a job id"}
-	}
-	if err := validIncarnation(cp.Incarnation); err != nil {
-		return prepared{}, err
-	}
-	p, err := d.l.prepare(cp.Request)
-	if err != nil {
-		return prepared{}, err
-	}
-	p.ownerKey = d.l.keys.owner(p.tag, cp.JobID)
-	p.incarnation = strconv.FormatInt(cp.Incarnation, 10)
-	p.fresh = cp.Fresh
-	return p, nil
-}
-
-// prepareCapped prepares a copy of a tenant whose policy caps its running
-// jobs at pol.Running: it may have no limits.
-func (d *Decider) prepareCapped(cp Copy, pol Policy) (prepared, error) {
-	var p prepared
-	var err error
-	if len(pol.Limits) == 0 && len(cp.Limits) == 0 {
-		p, err = d.prepare(Copy{Request: Request{Tenant: cp.Tenant, JobID: cp.JobID, Cost: cp.Cost, At: cp.At,
-			Limits: Limits{{Rate: 1, Period: time.Second, Burst: MaxBurst}}}, Incarnation: cp.Incarnation, Fresh: cp.Fresh})
-		p.limitKeys, p.limitArgs, p.limits = nil, nil, nil
-	} else {
-		p, err = d.prepare(cp)
-	}
-	if err != nil {
-		return prepared{}, err
-	}
-	if p.cap, err = d.caps.tenantCap(cp, pol); err != nil {
-		return prepared{}, err
-	}
-	return p, nil
 }

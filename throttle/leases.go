@@ -144,7 +144,7 @@ func (c *RunningCaps) runLeaseCalls(ctx context.Context, calls []fcall, tenant f
 				continue
 			}
 			t := tenant(k)
-			wake = append(wake, c.waiters(t, t == "", members)...)
+			wake = append(wake, waiters(t, t == "", members)...)
 			if !more {
 				continue
 			}

@@ -60,3 +60,40 @@ func (o *Owners) Release(ctx context.Context, tenant, jobID string, incarnation 
 	}
 	return v[1] == 1, nil
 }
+
+// giveUpCapped gives up the owner record of each copy the fleet's cap
+// held that names its incarnation, in one round trip, as admit does for a
+// tenant's cap (the fleet's call cannot: the record lies in the tenant's
+// slot). The copy did not run, and the copy its park makes must be free
+// to: an incarnation redelivered after its worker died, say. A copy whose
+// record could not be given up gets the error instead of Capped, so that
+// it is not parked.
+func giveUpCapped(ctx context.Context, l *Limiter, copies []Copy, results []Result) {
+	var calls []fcall
+	var idx []int
+	for i, cp := range copies {
+		if results[i].Err != nil || results[i].Outcome != Capped || cp.Fresh {
+			continue
+		}
+		key, err := ownerKey(l.keys, cp.Tenant, cp.JobID, cp.Incarnation)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		calls = append(calls, fcall{fn: l.lib.release, keys: []string{key}, args: []any{strconv.FormatInt(cp.Incarnation, 10)}})
+		idx = append(idx, i)
+	}
+	if len(calls) == 0 {
+		return
+	}
+	l.lib.run(ctx, calls)
+	for k, f := range calls {
+		v, err := replyInts(f.cmd, f.fn, 4)
+		if err == nil {
+			err = replyStatus(f.fn, f.keys[0], v)
+		}
+		if err != nil {
+			results[idx[k]].Decision, results[idx[k]].Err = Decision{}, err
+		}
+	}
+}
