@@ -62,12 +62,12 @@ func (o *Owners) Release(ctx context.Context, tenant, jobID string, incarnation 
 }
 
 // giveUpCapped gives up the owner record of each copy the fleet's cap
-// held that names its incarnation, in one round trip, as admit does for a
-// tenant's cap (the fleet's call cannot: the record lies in the tenant's
-// slot). The copy did not run, and the copy its park makes must be free
-// to: an incarnation redelivered after its worker died, say. A copy whose
-// record could not be given up gets the error instead of Capped, so that
-// it is not parked.
+// made wait, if the record names the copy's incarnation, in one round
+// trip, as admit does for a tenant's cap (the fleet's call cannot: the
+// record lies in the tenant's slot). The copy did not run, and the copy
+// its park makes must be free to: an incarnation redelivered after its
+// worker died, say. A copy whose record could not be given up gets the
+// error instead of Capped, so that it is not parked.
 func giveUpCapped(ctx context.Context, l *Limiter, copies []Copy, results []Result) {
 	var calls []fcall
 	var idx []int

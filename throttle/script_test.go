@@ -492,8 +492,8 @@ func TestInvalidRequests(t *testing.T) {
 			t.Fatalf("DecideBatch, %s: error %v, want an InvalidError with code %d", cases[i].name, r.Err, cases[i].code)
 		}
 	}
-	// A Decider refuses what a Limiter refuses, and a copy without a job id or
-	// with an incarnation out of range.
+	// A Decider refuses what a Limiter refuses, and a copy without a job
+	// id or with an incarnation out of range.
 	c := newEngine(t, l)
 	copies := []struct {
 		name string
