@@ -133,16 +133,31 @@ func BenchmarkWorkerThroughputRatio(b *testing.B) {
 // BenchmarkWorkerThroughputRatio runs.
 const throughputPairs = 7
 
-// limiter returns the Copies of a Limiter on e's Redis with limits no
+// limiter returns the Decider of a Limiter on e's Redis with limits no
 // benchmark reaches.
-func (e *throughputEnv) limiter(b *testing.B) *throttle.Copies {
+func (e *throughputEnv) limiter(b *testing.B) *throttle.Decider {
 	b.Helper()
-	return benchCopies(b, e.rdb)
+	d, err := throttle.NewDecider(benchLimiter(b, e.rdb), nil)
+	if err != nil {
+		b.Fatalf("throttle.NewDecider: %v", err)
+	}
+	return d
 }
 
-// benchCopies returns the Copies of a Limiter on rdb with limits no
-// benchmark reaches, its functions loaded.
-func benchCopies(b *testing.B, rdb *redis.Client) *throttle.Copies {
+// benchFailures returns the Failures of a Limiter on rdb with limits no
+// benchmark reaches.
+func benchFailures(b *testing.B, rdb *redis.Client) *throttle.Failures {
+	b.Helper()
+	f, err := throttle.NewFailures(benchLimiter(b, rdb), time.Hour)
+	if err != nil {
+		b.Fatalf("throttle.NewFailures: %v", err)
+	}
+	return f
+}
+
+// benchLimiter returns a Limiter on rdb with limits no benchmark
+// reaches, its functions loaded.
+func benchLimiter(b *testing.B, rdb *redis.Client) *throttle.Limiter {
 	b.Helper()
 	l, err := throttle.New(rdb, throttle.Options{
 		Policies: throttle.Rules{Default: throttle.Enforce(throttle.PerSecond(throttle.MaxRate, throttle.MaxBurst))},
@@ -154,11 +169,7 @@ func benchCopies(b *testing.B, rdb *redis.Client) *throttle.Copies {
 	if err := l.Load(context.Background()); err != nil {
 		b.Fatalf("Load: %v", err)
 	}
-	c, err := throttle.NewCopies(l, time.Hour)
-	if err != nil {
-		b.Fatalf("throttle.NewCopies: %v", err)
-	}
-	return c
+	return l
 }
 
 // runStats is what one iteration measured.
@@ -316,7 +327,7 @@ type throughputEnv struct {
 	js       jetstream.JetStream // consumes, acks and dead-letters
 	pub      jetstream.JetStream // fills streams, on its own connection
 	rdb      *redis.Client
-	failures *throttle.Copies
+	failures *throttle.Failures
 	streams  int // streams made so far, to name the next one
 }
 
@@ -333,7 +344,7 @@ func newThroughputEnv(b *testing.B) *throughputEnv {
 	if err != nil {
 		b.Fatalf("jetstream: %v", err)
 	}
-	return &throughputEnv{js: js, pub: pub, rdb: rdb, failures: benchCopies(b, rdb)}
+	return &throughputEnv{js: js, pub: pub, rdb: rdb, failures: benchFailures(b, rdb)}
 }
 
 // fill creates a fresh stream bound to jobs.*, publishes throughputJobs

@@ -2,14 +2,13 @@ package consumer
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/throttler/throttler/throttle"
 )
 
 // Leaser gives back, renews and hands on the leases of running caps;
-// *throttle.Copies satisfies it.
+// *throttle.RunningCaps satisfies it.
 type Leaser interface {
 	// Finish gives back the leases of a run that ended and returns the
 	// waiting jobs whose turn that made.
@@ -48,7 +47,7 @@ const pokeEvery = time.Second
 // capOf is the cap a Capped decision waits under: its tenant's, or ""
 // for the fleet's.
 func capOf(job Job, d throttle.Decision) string {
-	if strings.HasPrefix(d.CappedBy, throttle.RunningTerm) {
+	if d.CapKind == throttle.TenantCap {
 		return job.Tenant
 	}
 	return ""

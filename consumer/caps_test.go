@@ -97,7 +97,7 @@ func TestCappedJobIsParked(t *testing.T) {
 	e.params.Leases = &fakeLeaser{}
 	e.params.Config.ParkFor = 90 * time.Second
 	e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
-		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Capped, CappedBy: "running:3", Ahead: 4}}
+		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Capped, CapKind: throttle.TenantCap, CappedBy: "running:3", Ahead: 4}}
 	}
 	e.start()
 	m := newMsg(5, "jobs.acme")

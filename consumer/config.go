@@ -150,7 +150,7 @@ type Params struct {
 	// Holder, when set, holds a tenant back fleet-wide when a handler
 	// returns RetryAfter, and lets the job's deferred copy leave the
 	// consumer; without one the job is NAK'd until then and only this
-	// job waits. *throttle.Copies satisfies it.
+	// job waits. *throttle.Holds satisfies it.
 	Holder Holder
 	// Pauses, when set, says which tenants an operator paused: their jobs
 	// are not decided nor started, and wait off the consumer (parked)
@@ -188,7 +188,7 @@ type Params struct {
 	Recreate func(context.Context) error
 	// Leases renews and gives back the leases of jobs admitted under
 	// running caps, and hands their turn to waiting jobs (see
-	// throttle.Copies.DecideBatch); *throttle.Copies satisfies it.
+	// throttle.Decider.DecideBatch); *throttle.RunningCaps satisfies it.
 	// Defaults to the Decider, when it is a Leaser.
 	Leases Leaser
 	// Waker, when set, brings back a parked job (one the Decider told to
@@ -203,18 +203,19 @@ type Params struct {
 	Config Config
 }
 
-// Decider decides a batch of jobs, each an incarnation of its job (see
-// throttle.Copies); *throttle.Copies satisfies it.
+// Decider decides a batch of jobs, each an incarnation of its job;
+// *throttle.Decider satisfies it.
 type Decider interface {
 	DecideBatch(ctx context.Context, copies []throttle.Copy) []throttle.Result
 }
 
 // FailureCounter counts handler failures per job across the fleet;
-// *throttle.Copies satisfies it.
+// *throttle.Failures satisfies it.
 type FailureCounter interface {
 	// Failed records one more failure of a job and returns the count;
 	// below giveUpAt it also gives up the job's owner record if that names
-	// incarnation (see throttle.Copies.Failed), so the retry may be moved.
+	// incarnation (see throttle.Failures.Failed), so the retry may be
+	// moved.
 	Failed(ctx context.Context, tenant, jobID string, incarnation, giveUpAt int64) (n int64, released bool, err error)
 }
 

@@ -59,17 +59,21 @@ func Example() {
 	if err := limiter.Load(ctx); err != nil {
 		log.Print(err) // loaded on first use
 	}
-	copies, err := throttle.NewCopies(limiter, 24*time.Hour)
-	if err != nil {
-		log.Fatal(err)
-	}
 	// Running caps: a job runs holding a lease, which the worker renews
-	// while it runs and gives back when it ends (copies is the Leaser).
-	copies, err = copies.WithCaps(throttle.CapOptions{MaxRunning: 50, LeaseTTL: 30 * time.Second})
+	// while it runs and gives back when it ends (caps is the Leaser).
+	caps, err := throttle.NewRunningCaps(limiter, throttle.CapOptions{MaxRunning: 50, LeaseTTL: 30 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
-	w, err := consumer.New(consumer.Params{JetStream: js, Consumer: cons, Decider: copies, Failures: copies,
+	decider, err := throttle.NewDecider(limiter, caps)
+	if err != nil {
+		log.Fatal(err)
+	}
+	failures, err := throttle.NewFailures(limiter, 24*time.Hour)
+	if err != nil {
+		log.Fatal(err)
+	}
+	w, err := consumer.New(consumer.Params{JetStream: js, Consumer: cons, Decider: decider, Failures: failures, Leases: caps,
 		Handler: func(ctx context.Context, job consumer.Job) error { return sendMail(ctx, job.Tenant, job.Data) }})
 	if err != nil {
 		log.Fatal(err)

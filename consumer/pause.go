@@ -37,7 +37,7 @@ type Pauser interface {
 }
 
 // Unreserver gives up the slots jobs hold, so that each is decided anew
-// when it comes back; *throttle.Copies satisfies it. The worker calls it
+// when it comes back; *throttle.Decider satisfies it. The worker calls it
 // for a paused tenant's jobs: their slots would all come due during the
 // pause and run at once on resume, on top of the burst the tenant's
 // buckets filled to meanwhile.

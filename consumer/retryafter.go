@@ -34,7 +34,7 @@ func (e *RetryAfter) Error() string {
 
 // Holder holds a tenant back fleet-wide while its downstream asks the
 // worker to wait, and gives up the owner record of the job that was told
-// to wait, so that its deferred copy may run; *throttle.Copies satisfies
+// to wait, so that its deferred copy may run; *throttle.Holds satisfies
 // it.
 type Holder interface {
 	// Hold makes the tenant's buckets empty until until at the earliest.

@@ -75,6 +75,7 @@ func BenchmarkArrivals(b *testing.B) {
 				Subjects:    subject.Schedules("sched_" + subj),
 				Tenant:      tenant.FromSubject(2),
 				CostHeader:  "Job-Cost",
+				Decider:     newFakeOwners(),
 				Owners:      newFakeOwners(),
 				Log:         discard,
 			})

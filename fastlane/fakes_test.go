@@ -459,6 +459,7 @@ func newTestLane(t *testing.T, pending uint64, change ...func(*Config)) *testLan
 		Subjects:    subject.Schedules("sched"),
 		Tenant:      tenant.FromSubject(2),
 		CostHeader:  "Job-Cost",
+		Decider:     owners,
 		Owners:      owners,
 		Log:         discard,
 		Now:         clk.Now,

@@ -9,7 +9,7 @@
 // (Config.Arrivals), shared by the fleet. When a job arrives whose tenant
 // has no job queued in that backlog, the lane takes it:
 //
-//  1. it decides the job at once as its copy (throttle.Copies, with the
+//  1. it decides the job at once as its copy (throttle.Decider, with the
 //     incarnation fastcopy.Incarnation of the original's sequence),
 //     which charges the tenant or reserves its slot and records the copy
 //     as the job's owner;
@@ -48,10 +48,15 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// Owners decides jobs as copies and claims or gives up their owner
-// records; *throttle.Copies satisfies it.
-type Owners interface {
+// Decider decides jobs as copies, recording the copy admitted as its
+// job's owner; *throttle.Decider satisfies it.
+type Decider interface {
 	DecideBatch(ctx context.Context, copies []throttle.Copy) []throttle.Result
+}
+
+// Owners claims or gives up the owner records of jobs; *throttle.Owners
+// satisfies it.
+type Owners interface {
 	Claim(ctx context.Context, tenant, jobID string, incarnation int64) (claimed bool, owner int64, err error)
 	Release(ctx context.Context, tenant, jobID string, incarnation int64) (bool, error)
 }
@@ -83,8 +88,11 @@ type Config struct {
 	Tenant tenant.Source
 	// CostHeader names the header carrying a job's cost. Required.
 	CostHeader string
-	// Owners decides and claims jobs for their copies, without running
-	// caps (its admissions take no lease). Required.
+	// Decider decides jobs for their copies, without a fleet-wide running
+	// cap (its admissions take no lease of it). Required.
+	Decider Decider
+	// Owners claims jobs for their copies and gives the claims up.
+	// Required.
 	Owners Owners
 	// Capped, when set, reports whether a tenant's jobs run under a running
 	// cap, or must be decided by the jobs consumer for another reason (its
@@ -158,7 +166,8 @@ func New(cfg Config) (*Lane, error) {
 		required{"Jobs", cfg.Jobs == nil}, required{"Copies", cfg.Copies == nil},
 		required{"Arrivals", cfg.Arrivals == ""}, required{"JobSubjects", len(cfg.JobSubjects) == 0},
 		required{"Subjects", cfg.Subjects == ""}, required{"Tenant", cfg.Tenant == (tenant.Source{})},
-		required{"CostHeader", cfg.CostHeader == ""}, required{"Owners", cfg.Owners == nil},
+		required{"CostHeader", cfg.CostHeader == ""}, required{"Decider", cfg.Decider == nil},
+		required{"Owners", cfg.Owners == nil},
 	); err != nil {
 		return nil, fmt.Errorf("fastlane: %w", err)
 	}

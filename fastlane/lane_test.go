@@ -34,6 +34,7 @@ func TestLaneNewNamesWhatIsMissing(t *testing.T) {
 		{"Subjects", func(c *Config) { c.Subjects = "" }},
 		{"Tenant", func(c *Config) { c.Tenant = tenant.Source{} }},
 		{"CostHeader", func(c *Config) { c.CostHeader = "" }},
+		{"Decider", func(c *Config) { c.Decider = nil }},
 		{"Owners", func(c *Config) { c.Owners = nil }},
 	}
 	for _, r := range required {
@@ -415,7 +416,7 @@ func TestLaneRun(t *testing.T) {
 func TestLaneRunFinishesATake(t *testing.T) {
 	l := newTestLane(t, 5000)
 	block, entered := make(chan struct{}), make(chan struct{})
-	l.cfg.Owners = &blockingOwners{fakeOwners: l.owners, entered: entered, block: block}
+	l.cfg.Decider = &blockingOwners{fakeOwners: l.owners, entered: entered, block: block}
 	l.stream.store("jobs.b", 1001, "b")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -78,7 +78,7 @@ func (l *Lane) claim(ctx context.Context, batch []arrival) []int {
 		copies[i] = throttle.Copy{Request: throttle.Request{Tenant: a.tenant, JobID: a.id, Cost: a.cost},
 			Incarnation: fastcopy.Incarnation(a.seq)}
 	}
-	results := l.cfg.Owners.DecideBatch(ctx, copies)
+	results := l.cfg.Decider.DecideBatch(ctx, copies)
 	var claimed []int
 	for i, a := range batch {
 		res := results[i]

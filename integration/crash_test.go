@@ -80,8 +80,10 @@ func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.
 	rdb := e.redis.Client(t)
 	lim, err := throttle.New(rdb, throttle.Options{Policies: throttle.Rules{Default: throttle.Enforce(limit)}, Horizon: time.Minute})
 	must(t, err, "limiter")
-	copies, err := throttle.NewCopies(lim, time.Hour)
-	must(t, err, "copies")
+	decider, err := throttle.NewDecider(lim, nil)
+	must(t, err, "decider")
+	failures, err := throttle.NewFailures(lim, time.Hour)
+	must(t, err, "failures")
 
 	var mu sync.Mutex
 	runs := map[string]int{}
@@ -92,7 +94,7 @@ func crashBetweenMoveAndAck(t *testing.T, ackWait time.Duration, limit throttle.
 		return nil
 	}
 	deferrer := &crashOnce{inner: consumer.ScheduleDeferrer{JetStream: e.js, Subjects: sched}}
-	w, err := consumer.New(consumer.Params{JetStream: e.js, Consumer: cons, Decider: copies, Failures: copies, Handler: handler,
+	w, err := consumer.New(consumer.Params{JetStream: e.js, Consumer: cons, Decider: decider, Failures: failures, Handler: handler,
 		Deferrer: deferrer, Config: consumer.Config{Concurrency: 4}})
 	must(t, err, "worker")
 	runCtx, stop := context.WithCancel(context.Background())

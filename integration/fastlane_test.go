@@ -192,9 +192,9 @@ func TestFastLaneInterrupted(t *testing.T) {
 		id = jobID(cfg.Stream, seq)
 		lim, err := throttle.New(e.redisClient(cfg), throttle.Options{Policies: cfg.Rules, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
 		must(t, err, "limiter")
-		copies, err := throttle.NewCopies(lim, time.Hour)
-		must(t, err, "copies")
-		ok, _, err := copies.Claim(ctx, "b", id, fastcopy.Incarnation(seq))
+		owners, err := throttle.NewOwners(lim)
+		must(t, err, "owners")
+		ok, _, err := owners.Claim(ctx, "b", id, fastcopy.Incarnation(seq))
 		if err != nil || !ok {
 			t.Fatalf("claim: %v, %v", ok, err)
 		}

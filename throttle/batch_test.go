@@ -25,7 +25,7 @@ import (
 // order. Two limiters with their own key prefixes replay the same random
 // rounds; each round is a batch at one instant of new jobs, jobs coming back
 // for their slots (early or on time), the same job twice in one batch, and
-// jobs without ids; with owners (Copies), copies of moved jobs (other
+// jobs without ids; with owners (a Decider), copies of moved jobs (other
 // incarnations) and new jobs marked fresh too.
 //
 // With oneLimit every tenant but t2 has a single limit, so that a lone
@@ -46,7 +46,7 @@ func TestBatchMatchesSequential(t *testing.T) {
 			}
 			batched := newLimiter(t, e.rdb, e.prefix+"b", 3*time.Minute, limits)
 			single := newLimiter(t, e.rdb, e.prefix+"s", 3*time.Minute, limits)
-			batchedCopies, singleCopies := newCopies(t, batched), newCopies(t, single)
+			batchedCopies, singleCopies := newEngine(t, batched), newEngine(t, single)
 			seed := uint64(time.Now().UnixNano())
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, 7))

@@ -176,11 +176,11 @@ func newBenchCapEnv(b *testing.B, rules throttle.Rules) *capEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := throttle.NewCopies(l, time.Hour)
+	c, err := makeEngine(l, time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if ce.c, err = c.WithCaps(throttle.CapOptions{At: func() time.Time { return ce.now }}); err != nil {
+	if ce.c, err = c.withCaps(l, throttle.CapOptions{At: func() time.Time { return ce.now }}); err != nil {
 		b.Fatal(err)
 	}
 	ce.l = l

@@ -177,11 +177,11 @@ func TestExpiredCallsKeepTheirPlaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := throttle.NewCopies(l, time.Hour)
+	c, err := makeEngine(l, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ce.c, err = c.WithCaps(throttle.CapOptions{CallTTL: time.Second, At: func() time.Time { return ce.now }}); err != nil {
+	if ce.c, err = c.withCaps(l, throttle.CapOptions{CallTTL: time.Second, At: func() time.Time { return ce.now }}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

@@ -98,7 +98,7 @@ type prepared struct {
 	limitArgs   []any // rate, period, burst of each limit; with one limit, the Limiter's own (read only)
 	now, cost   string
 	resvKey     string // reservation key, or ""
-	ownerKey    string // owner key, or "" (Copies only)
+	ownerKey    string // owner key, or "" (a Decider's only)
 	incarnation string // with ownerKey
 	fresh       bool
 	shadow      bool // decided against the tenant's shadow buckets, always admitted
@@ -301,15 +301,6 @@ func (c *call) results(results []Result) {
 		results[i].Decision, results[i].Err = c.tuple(k, v[4*k:4*k+4])
 	}
 }
-
-// Reply statuses of decide; see lua/head.lua.
-const (
-	statusAdmitted  = 1
-	statusLimited   = 2
-	statusInvalid   = 3
-	statusDuplicate = 4
-	statusWrongType = 5
-)
 
 // tuple reads the reply tuple of the call's k-th job.
 func (c *call) tuple(k int, t []int64) (Decision, error) {

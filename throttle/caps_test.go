@@ -12,15 +12,15 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// capEnv is a Copies with running caps at a clock the test moves.
+// capEnv is an engine with running caps at a clock the test moves.
 type capEnv struct {
 	env
 	l   *throttle.Limiter
-	c   *throttle.Copies
+	c   *engine
 	now time.Time
 }
 
-// newCapEnv returns Copies over rules with caps o, its lease calls at
+// newCapEnv returns an engine over rules with caps o, its lease calls at
 // the env's clock (starting at t0).
 func newCapEnv(t *testing.T, rules throttle.Rules, o throttle.CapOptions) *capEnv {
 	t.Helper()
@@ -30,12 +30,12 @@ func newCapEnv(t *testing.T, rules throttle.Rules, o throttle.CapOptions) *capEn
 		t.Fatal(err)
 	}
 	ce.l = l
-	c, err := throttle.NewCopies(l, time.Hour)
+	c, err := makeEngine(l, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.At = func() time.Time { return ce.now }
-	if ce.c, err = c.WithCaps(o); err != nil {
+	if ce.c, err = c.withCaps(l, o); err != nil {
 		t.Fatal(err)
 	}
 	return ce

@@ -20,7 +20,7 @@ func TestClaimOwner(t *testing.T) {
 	ctx := context.Background()
 	// Fill time of 5/s with a burst of 10: 2s; horizon 10s.
 	l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.PerSecond(5, 10)})
-	c := newCopies(t, l)
+	c := newEngine(t, l)
 	key := e.prefix + ":{a}:o:j"
 	const claim = int64(1<<52 + 17)
 

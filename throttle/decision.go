@@ -23,6 +23,35 @@ type Request struct {
 	Limits Limits
 }
 
+// Copy is one incarnation of a job to decide. JobID is required: it names
+// the job's owner record as well as its reservation.
+type Copy struct {
+	Request
+	// Incarnation tells the incarnations of a job apart: a number unique to
+	// the message carrying it, in [0, 2^53), such as its stream sequence.
+	// The original and every copy differ, and so do two copies of one move
+	// (stored twice when the move was redone after its dedup window).
+	Incarnation int64
+	// Fresh says this is the first delivery of the original, never decided
+	// before: it holds no reservation, so its reservation is not read
+	// (which saves Redis a read per job), and admitted at once it records
+	// no owner (no copy of it can exist). Set it only when that is
+	// certain: a fresh job that does hold a slot is charged again.
+	Fresh bool
+	// Order is the copy's place in its tenant's waiting list, should it
+	// wait for a lease of its tenant's running cap: the job's order of
+	// arrival, such as the stream sequence of its first delivery, the same
+	// for every copy, so that the list keeps the order jobs arrived in
+	// whichever worker decides each. 0 means the time it joins the list.
+	Order int64
+	// Woken says the copy was brought back in its turn under a running
+	// cap (a Result.Wake): should the fleet's cap (MaxRunning) hold it
+	// back, it waits at the head of the fleet's list, not behind its
+	// tenant's other jobs, whose turns its tenant's cap, whose place it
+	// holds, would refuse meanwhile.
+	Woken bool
+}
+
 // Outcome is what a decision tells the job to do.
 type Outcome int
 
@@ -39,13 +68,13 @@ const (
 	// would lie past the horizon): try again after Wait.
 	Limited
 	// Duplicate: another incarnation of the job ran (Decision.Owner names
-	// it); this one must not. Only Copies decides this.
+	// it); this one must not. Only a Decider decides this.
 	Duplicate
 	// Capped: wait for a lease. The tenant (or the fleet) runs as many jobs
 	// as its running cap allows; the job joined the cap's waiting list,
 	// behind Decision.Ahead others, and nothing was charged. It is woken in
-	// its turn: another call names it in Result.Wake. Only Copies decides
-	// this.
+	// its turn: another call names it in Result.Wake. Only a Decider
+	// decides this.
 	Capped
 )
 
@@ -64,6 +93,29 @@ func (o Outcome) String() string {
 		return "capped"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// CapKind says which running cap a Capped job waits under.
+type CapKind int
+
+// The running caps a job may wait under.
+const (
+	// TenantCap is the cap of the job's tenant, Policy.Running.
+	TenantCap CapKind = iota + 1
+	// FleetCap is the cap over every tenant together,
+	// CapOptions.MaxRunning.
+	FleetCap
+)
+
+// String names k.
+func (k CapKind) String() string {
+	switch k {
+	case TenantCap:
+		return "tenant"
+	case FleetCap:
+		return "fleet"
+	}
+	return "CapKind(" + strconv.Itoa(int(k)) + ")"
 }
 
 // Decision is the outcome of one request.
@@ -95,10 +147,15 @@ type Decision struct {
 	ShadowWait time.Duration
 	// Lease and FleetLease are the places an Admitted job holds under its
 	// tenant's running cap and under the fleet's, each the zero Lease when
-	// there is no such cap, until given back with Copies.Finish.
+	// there is no such cap, until given back with RunningCaps.Finish.
 	Lease, FleetLease Lease
-	// CappedBy names the cap that held a Capped job: "running:N", or
-	// "max running:N" for the fleet's.
+	// CapKind says which cap a Capped job waits under: its tenant's or
+	// the fleet's. It is 0 for any other outcome.
+	CapKind CapKind
+	// CappedBy names the cap a Capped job waits under, for people to read
+	// (logs, the reason a parked job carries): "running:N", or
+	// "max running:N" for the fleet's. Code tells the caps apart by
+	// CapKind.
 	CappedBy string
 	// Ahead, when Capped, is how many jobs wait before this one, and Cap
 	// the cap's N.
@@ -125,6 +182,26 @@ type Result struct {
 	// Err is nil, or an error matching ErrInvalid or ErrRedis.
 	Err error
 	// Wake names the jobs waiting for a lease whose turn this decision
-	// made (Copies only): the caller must wake them, whatever Err says.
+	// made (a Decider's only): the caller must wake them, whatever Err says.
 	Wake []Waiter
+}
+
+// Lease is one run's place under a running cap, held from its admission
+// (Decision.Leases) until it is given back (RunningCaps.Finish) or, if its
+// worker dies, until it expires.
+type Lease struct {
+	// Tenant is the tenant whose cap it counts against; "" for the fleet's
+	// cap (CapOptions.MaxRunning).
+	Tenant string
+	// Token names the run: unique to it, so that only it can give the
+	// lease back (compare and delete).
+	Token string
+}
+
+// Waiter is a job waiting for a lease whose turn came: the caller that
+// got it must wake the job (bring its parked message back), which then
+// finds its place held for CallTTL.
+type Waiter struct {
+	Tenant string
+	JobID  string
 }

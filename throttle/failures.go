@@ -10,7 +10,7 @@ import (
 
 // FailureCounter counts handler failures per job in Redis, apart from
 // throttle deferrals, so that every worker of a fleet sees the same count.
-// It is safe for concurrent use. (Copies.Failed counts the same failures
+// It is safe for concurrent use. (Failures.Failed counts the same failures
 // and also gives up the job's owner record.)
 type FailureCounter struct {
 	lib  *library
@@ -43,6 +43,49 @@ func (f *FailureCounter) Incr(ctx context.Context, tenant, jobID string) (int64,
 	}
 	n, _, err := countFailure(ctx, f.lib, []string{f.keys.failures(tag, jobID)}, f.ttl)
 	return n, err
+}
+
+// Failures counts handler failures of the jobs a Decider decides, as
+// FailureCounter does, and gives up the owner record of the incarnation
+// that failed, so that the job's next incarnation may run. It is safe for
+// concurrent use.
+type Failures struct {
+	l   *Limiter
+	ttl any // the failure counter's TTL in ms, as the function reads it
+}
+
+// NewFailures returns the Failures of l's jobs. ttl is how long a job's
+// failure count lives after its last failure, in [1ms, 30 days].
+func NewFailures(l *Limiter, ttl time.Duration) (*Failures, error) {
+	if l == nil {
+		return nil, errors.New("throttle: nil limiter")
+	}
+	if ttl < time.Millisecond || ttl > MaxHorizon {
+		return nil, fmt.Errorf("throttle: failure TTL %s out of range [1ms, %s]", ttl, MaxHorizon)
+	}
+	return &Failures{l: l, ttl: strconv.FormatInt(ttl.Milliseconds(), 10)}, nil
+}
+
+// Failed records one more handler failure of the tenant's job and returns
+// how many have been recorded, this one included. While the count stays
+// below giveUpAt it also gives up the job's owner record if that names
+// incarnation, the incarnation that failed, in the same atomic call: it did
+// not run to success, so the job's next incarnation, a moved copy included,
+// must be free to run. At giveUpAt the record is kept, as the job is given
+// up. It reports whether the record was released.
+func (f *Failures) Failed(ctx context.Context, tenant, jobID string, incarnation, giveUpAt int64) (n int64, released bool, err error) {
+	if err := validIncarnation(incarnation); err != nil {
+		return 0, false, err
+	}
+	if giveUpAt < 1 || giveUpAt > 1_000_000 {
+		return 0, false, &InvalidError{Code: CodeGiveUp, Detail: fmt.Sprintf("give-up count %d outside [1, 10^6]", giveUpAt)}
+	}
+	tag, err := jobTag(f.l.keys, tenant, jobID)
+	if err != nil {
+		return 0, false, err
+	}
+	keys := []string{f.l.keys.failures(tag, jobID), f.l.keys.owner(tag, jobID)}
+	return countFailure(ctx, f.l.lib, keys, f.ttl, strconv.FormatInt(incarnation, 10), strconv.FormatInt(giveUpAt, 10))
 }
 
 // countFailure calls the library's failed function: keys are the failure

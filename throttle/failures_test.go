@@ -22,7 +22,7 @@ func TestFailureCounterReleasesTheOwner(t *testing.T) {
 		t.Fatalf("NewFailureCounter: %v", err)
 	}
 	l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.PerSecond(1000, 1000)})
-	c := newCopies(t, l)
+	c := newEngine(t, l)
 	ownerKey := e.prefix + ":{a}:o:j"
 	owner := func() string {
 		t.Helper()

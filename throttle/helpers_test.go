@@ -98,22 +98,60 @@ func sameDecision(t testing.TB, what string, got, want throttle.Decision) {
 	}
 }
 
-// newCopies returns the Copies of l, with failure counts that live an hour.
-func newCopies(t testing.TB, l *throttle.Limiter) *throttle.Copies {
-	t.Helper()
-	c, err := throttle.NewCopies(l, time.Hour)
-	if err != nil {
-		t.Fatalf("throttle.NewCopies: %v", err)
+// engine bundles the components a worker wires over one Limiter, for
+// tests that call several of them: decisions, owners, failures and
+// running caps.
+type engine struct {
+	*throttle.Decider
+	*throttle.Owners
+	*throttle.Failures
+	*throttle.RunningCaps
+}
+
+// makeEngine returns the engine of l with the default running caps and
+// failure counts that live failureTTL.
+func makeEngine(l *throttle.Limiter, failureTTL time.Duration) (*engine, error) {
+	e := &engine{}
+	var err error
+	if e.Owners, err = throttle.NewOwners(l); err != nil {
+		return nil, err
 	}
-	return c
+	if e.Failures, err = throttle.NewFailures(l, failureTTL); err != nil {
+		return nil, err
+	}
+	return e.withCaps(l, throttle.CapOptions{})
+}
+
+// withCaps returns e deciding under running caps o over l.
+func (e *engine) withCaps(l *throttle.Limiter, o throttle.CapOptions) (*engine, error) {
+	out := *e
+	var err error
+	if out.RunningCaps, err = throttle.NewRunningCaps(l, o); err != nil {
+		return nil, err
+	}
+	if out.Decider, err = throttle.NewDecider(l, out.RunningCaps); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// newEngine returns the engine of l, with failure counts that live an
+// hour.
+func newEngine(t testing.TB, l *throttle.Limiter) *engine {
+	t.Helper()
+	e, err := makeEngine(l, time.Hour)
+	if err != nil {
+		t.Fatalf("makeEngine: %v", err)
+	}
+	return e
 }
 
 // decideCopy calls c.Decide and fails t on any error.
-func decideCopy(t testing.TB, c *throttle.Copies, cp throttle.Copy) throttle.Decision {
+func decideCopy(t testing.TB, c *engine, cp throttle.Copy) throttle.Decision {
 	t.Helper()
 	d, err := c.Decide(context.Background(), cp)
 	if err != nil {
-		t.Fatalf("Copies.Decide(%+v): %v", cp, err)
+		t.Fatalf("Decider.Decide(%+v): %v", cp, err)
 	}
 	return d
 }

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 )
@@ -56,8 +57,33 @@ func (l *Limiter) HoldAt(ctx context.Context, tenant string, at, until time.Time
 	return replyStatus(l.lib.hold, at0, v)
 }
 
-// Hold is the Limiter's Hold, so that Copies can both hold a tenant and
-// release the owner record of the job that was told to wait.
-func (c *Copies) Hold(ctx context.Context, tenant string, until time.Time) error {
-	return c.l.Hold(ctx, tenant, until)
+// Holds keeps the holds of tenants whose downstream asked the worker to
+// wait (Retry-After): it holds a tenant back fleet-wide (Limiter.Hold) and
+// lets the job that was told to wait go, giving up its owner record
+// (Owners.Release), so that its deferred copy may run. It is safe for
+// concurrent use.
+type Holds struct {
+	l      *Limiter
+	owners *Owners
+}
+
+// NewHolds returns the Holds of l's tenants, releasing the owner records
+// of owners.
+func NewHolds(l *Limiter, owners *Owners) (*Holds, error) {
+	if l == nil || owners == nil {
+		return nil, errors.New("throttle: nil limiter or owners")
+	}
+	return &Holds{l: l, owners: owners}, nil
+}
+
+// Hold holds tenant back until until, as Limiter.Hold does.
+func (h *Holds) Hold(ctx context.Context, tenant string, until time.Time) error {
+	return h.l.Hold(ctx, tenant, until)
+}
+
+// Release gives up the owner record of the tenant's job that was told to
+// wait if it names incarnation, as Owners.Release does, and reports
+// whether it did.
+func (h *Holds) Release(ctx context.Context, tenant, jobID string, incarnation int64) (bool, error) {
+	return h.owners.Release(ctx, tenant, jobID, incarnation)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/throttler/throttler/tenant"
 )
@@ -28,6 +29,11 @@ const MaxJobIDLen = 128
 //	<prefix>:{<tenant>}:j:<job id>             slot reserved for one job
 //	<prefix>:{<tenant>}:f:<job id>             handler failures of one job
 //	<prefix>:{<tenant>}:o:<job id>             incarnation of a moved job that ran
+//	<prefix>:{<tenant>}:r                      leases of the tenant's running cap
+//	<prefix>:{<tenant>}:w                      the cap's waiting list
+//	<prefix>:{<tenant>}:p                      places of the waiting jobs it called
+//	<prefix>:{~}:r, :w, :p                     the same of the fleet's cap
+//	<prefix>:{~}:v                             fair places of the fleet's list
 //
 // A tenant made only of letters, digits, '_', '-' and '.' is used as it is.
 // Any other tenant (braces, colons, spaces, control bytes, UTF-8, ...) is
@@ -106,4 +112,63 @@ func (k keyspace) failures(tag, jobID string) string {
 // owner returns the key naming the incarnation of jobID that was admitted.
 func (k keyspace) owner(tag, jobID string) string {
 	return k.prefix + ":" + tag + ":o:" + jobID
+}
+
+// capKeys returns the lease set and waiting list of tenant's cap, or of
+// the fleet's when tenant is "" (see fairKey).
+func (k keyspace) capKeys(tenant string) (leases, queue string, err error) {
+	tag := fleetTag
+	if tenant != "" {
+		if tag, err = k.tag(tenant); err != nil {
+			return "", "", err
+		}
+	}
+	return k.prefix + ":" + tag + ":r", k.prefix + ":" + tag + ":w", nil
+}
+
+// capPlaces returns the places hash of tenant's cap, or of the fleet's
+// when tenant is "": the places in the waiting list of the jobs called
+// (lua/caps.lua, RUNNING CAPS).
+func (k keyspace) capPlaces(tenant string) (string, error) {
+	tag := fleetTag
+	if tenant != "" {
+		var err error
+		if tag, err = k.tag(tenant); err != nil {
+			return "", err
+		}
+	}
+	return k.prefix + ":" + tag + ":p", nil
+}
+
+// fairKey is the fair-queue hash of the fleet's waiting list
+// (lua/caps.lua, FAIR).
+func (k keyspace) fairKey() string { return k.prefix + ":" + fleetTag + ":v" }
+
+// fleetTag is the hash tag of the fleet's cap: no tenant's tag can be it,
+// as an encoded tenant is never empty.
+const fleetTag = "{~}"
+
+// fleetMember names a tenant's job in the fleet's waiting list.
+func (k keyspace) fleetMember(tenant, jobID string) (string, error) {
+	tag, err := k.tag(tenant)
+	if err != nil {
+		return "", err
+	}
+	return tag[1:len(tag)-1] + "/" + jobID, nil
+}
+
+// parseFleetMember reads a member of the fleet's waiting list.
+func parseFleetMember(m string) (Waiter, bool) {
+	t, id, ok := strings.Cut(m, "/")
+	if !ok {
+		return Waiter{}, false
+	}
+	if enc, ok := strings.CutPrefix(t, "~"); ok {
+		b, err := base64.RawURLEncoding.DecodeString(enc)
+		if err != nil {
+			return Waiter{}, false
+		}
+		t = string(b)
+	}
+	return Waiter{Tenant: t, JobID: id}, true
 }

@@ -139,7 +139,7 @@ func TestNoLeaks(t *testing.T) {
 		}
 	}
 	var reserved int
-	for _, r := range append(newCopies(t, l).DecideBatch(ctx, copies), l.DecideBatch(ctx, reqs)...) {
+	for _, r := range append(newEngine(t, l).DecideBatch(ctx, copies), l.DecideBatch(ctx, reqs)...) {
 		if r.Err != nil {
 			t.Fatalf("DecideBatch: %v", r.Err)
 		}

@@ -18,7 +18,7 @@ const (
 
 // leaseCall builds one call of the lease function on the cap of tenant
 // ("" for the fleet's).
-func (c *Copies) leaseCall(op, tenant string, tokens ...string) (fcall, error) {
+func (c *RunningCaps) leaseCall(op, tenant string, tokens ...string) (fcall, error) {
 	leases, queue, err := c.l.keys.capKeys(tenant)
 	if err != nil {
 		return fcall{}, err
@@ -29,8 +29,8 @@ func (c *Copies) leaseCall(op, tenant string, tokens ...string) (fcall, error) {
 	}
 	lt, ct, rt := c.capTTLs(tenant)
 	now := "0"
-	if c.caps.At != nil {
-		now = strconv.FormatInt(c.caps.At().UnixMicro(), 10)
+	if c.o.At != nil {
+		now = strconv.FormatInt(c.o.At().UnixMicro(), 10)
 	}
 	args := []any{op, now, strconv.FormatInt(c.capOf(tenant), 10), lt, ct, rt}
 	for _, t := range tokens {
@@ -71,7 +71,7 @@ func leaseReply(f fcall) (n int64, more bool, rest []any, err error) {
 // Finish gives back the leases of a run that ended (compare and delete:
 // only the leases its tokens name), in one round trip, and returns the
 // waiting jobs whose turn that made: the caller wakes them.
-func (c *Copies) Finish(ctx context.Context, leases []Lease) ([]Waiter, error) {
+func (c *RunningCaps) Finish(ctx context.Context, leases []Lease) ([]Waiter, error) {
 	calls := make([]fcall, 0, len(leases))
 	for _, ls := range leases {
 		f, err := c.leaseCall(leaseRelease, ls.Tenant, ls.Token)
@@ -86,7 +86,7 @@ func (c *Copies) Finish(ctx context.Context, leases []Lease) ([]Waiter, error) {
 // Forfeit gives up the place held for a waiting job that was called but
 // cannot be woken (its parked message is gone): the place goes to the
 // next in line, returned for the caller to wake.
-func (c *Copies) Forfeit(ctx context.Context, w Waiter, fleet bool) ([]Waiter, error) {
+func (c *RunningCaps) Forfeit(ctx context.Context, w Waiter, fleet bool) ([]Waiter, error) {
 	member, tenant := w.JobID, w.Tenant
 	if fleet {
 		m, err := c.l.keys.fleetMember(w.Tenant, w.JobID)
@@ -106,7 +106,7 @@ func (c *Copies) Forfeit(ctx context.Context, w Waiter, fleet bool) ([]Waiter, e
 // hands the room free to the head of its waiting list, returned for the
 // caller to wake. A lease whose worker died frees no room until a call
 // sees it expired: the worker pokes the caps it parks jobs under.
-func (c *Copies) Poke(ctx context.Context, tenants []string) ([]Waiter, error) {
+func (c *RunningCaps) Poke(ctx context.Context, tenants []string) ([]Waiter, error) {
 	calls := make([]fcall, 0, len(tenants))
 	for _, t := range tenants {
 		f, err := c.leaseCall(leasePoke, t)
@@ -130,7 +130,7 @@ const sweepRounds = 64
 // entries to drop called nobody (lua/head.lua, BOUNDS): its cap is
 // poked again, in one more pipeline per round, until every sweep is done
 // or sweepRounds rounds were sent; the next Poke goes on from there.
-func (c *Copies) runLeaseCalls(ctx context.Context, calls []fcall, tenant func(k int) string) ([]Waiter, error) {
+func (c *RunningCaps) runLeaseCalls(ctx context.Context, calls []fcall, tenant func(k int) string) ([]Waiter, error) {
 	var wake []Waiter
 	var first error
 	for round := 0; len(calls) > 0 && round < sweepRounds; round++ {
@@ -144,7 +144,7 @@ func (c *Copies) runLeaseCalls(ctx context.Context, calls []fcall, tenant func(k
 				continue
 			}
 			t := tenant(k)
-			wake = append(wake, c.waiters(t, t == "", members)...)
+			wake = append(wake, waiters(t, t == "", members)...)
 			if !more {
 				continue
 			}
@@ -171,7 +171,7 @@ const renewPipeline = 32
 // returns those that had expired: their runs lost their places, which may
 // be another run's by now. A cap's tokens go at most lua.MaxRenew to a
 // call (the function's bound), pipelined.
-func (c *Copies) Renew(ctx context.Context, leases []Lease) (lost []Lease, err error) {
+func (c *RunningCaps) Renew(ctx context.Context, leases []Lease) (lost []Lease, err error) {
 	byCap := map[string][]string{}
 	var order []string
 	for _, ls := range leases {

@@ -203,3 +203,28 @@ func replyInts(cmd *redis.Cmd, fn string, n int) ([]int64, error) {
 	}
 	return out, nil
 }
+
+// Reply statuses of decide and the other functions; see lua/head.lua.
+const (
+	statusAdmitted  = 1
+	statusLimited   = 2
+	statusInvalid   = 3
+	statusDuplicate = 4
+	statusWrongType = 5
+)
+
+// replyStatus reads the status of a reply of one of the functions outside
+// decide (claim, release, carry, hold, lease): nil when it did its work,
+// else the error its status names; key is the key named in a WRONGTYPE
+// error.
+func replyStatus(fn, key string, v []int64) error {
+	switch v[0] {
+	case statusAdmitted:
+		return nil
+	case statusInvalid:
+		return &InvalidError{Code: Code(v[1]), Index: int(v[2])}
+	case statusWrongType:
+		return &RedisError{Op: "FCALL " + fn, Err: fmt.Errorf("WRONGTYPE key %s holds another type than a string", key)}
+	}
+	return &RedisError{Op: "FCALL " + fn, Err: fmt.Errorf("unexpected reply %v", v)}
+}

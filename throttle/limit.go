@@ -201,3 +201,15 @@ func parseUnit(u string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// longestFill is the longest time any of the limits takes to refill from
+// empty, rounded up to the microsecond.
+func (ls Limits) longestFill() time.Duration {
+	var longest int64
+	for _, lim := range ls {
+		// burst*period < 2^53 µs (Limit.Validate), so this cannot overflow.
+		fill := (lim.Burst*lim.periodMicros() + lim.Rate - 1) / lim.Rate
+		longest = max(longest, fill)
+	}
+	return time.Duration(longest) * time.Microsecond
+}

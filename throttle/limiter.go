@@ -11,7 +11,8 @@
 // (errors.Is(err, ErrInvalid)) or a Redis failure (errors.Is(err, ErrRedis)).
 //
 // Jobs that may exist as several messages (an original and the copies made
-// by moving it) are decided through Copies, which lets only one of them run.
+// by moving it) are decided through a Decider, which lets only one of them
+// run.
 //
 // The engine runs as a Redis Functions library (package lua), so it
 // needs Redis 7.0 or later. Load it at start (Limiter.Load); a call that

@@ -25,7 +25,7 @@ func TestOwnerGivesUpWhenDeferredAgain(t *testing.T) {
 			// step decides req, alone or in a batch with another tenant's job.
 			step := func(l *throttle.Limiter, req throttle.Copy) throttle.Decision {
 				t.Helper()
-				c := newCopies(t, l)
+				c := newEngine(t, l)
 				if path == "lean" {
 					return decideCopy(t, c, req)
 				}

@@ -39,7 +39,7 @@ func TestPeekSeesWhatTheNextDecisionSees(t *testing.T) {
 	ctx := context.Background()
 	perSec, perMin := throttle.PerSecond(10, 5), throttle.PerMinute(20, 8)
 	l, live := newLiveLimiter(t, e, time.Hour, throttle.Enforce(perSec, perMin))
-	c := newCopies(t, l)
+	c := newEngine(t, l)
 	for i := range 7 {
 		decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("a", i), At: t0})
 	}

@@ -135,7 +135,7 @@ type agreeSeq struct {
 	main    *throttle.Limiter
 	mainP   string // main's key prefix
 	probe   *throttle.Limiter
-	probeC  *throttle.Copies
+	probeC  *engine
 	probeP  string // probe's key prefix
 	at      time.Time
 	slots   map[string]time.Time // the slots the pool's jobs hold
@@ -161,7 +161,7 @@ func newAgreeSeq(t *testing.T, e env, seed uint64, prefix string) *agreeSeq {
 	if s.probe, err = throttle.New(e.rdb, throttle.Options{Policies: s.live, Horizon: s.horizon, Prefix: s.probeP}); err != nil {
 		t.Fatal(err)
 	}
-	s.probeC = newCopies(t, s.probe)
+	s.probeC = newEngine(t, s.probe)
 	s.logf("start: %v, horizon %s", s.live.def.Limits, s.horizon)
 	return s
 }
@@ -547,7 +547,7 @@ func (s *agreeSeq) predict(shadow bool, wait time.Duration, by throttle.Limit, b
 // probeOnce copies the main keys to the probe's prefix and decides a job
 // of cost 1 there, at at, under ls (the tenant's limits
 // when nil): through Decide, through a batch (as its first job), or
-// through Copies, so that every decide path is held to Peek.
+// through a Decider, so that every decide path is held to Peek.
 func (s *agreeSeq) probeOnce(ls throttle.Limits, at time.Time) throttle.Decision {
 	s.t.Helper()
 	s.copyKeys()

@@ -65,7 +65,7 @@ type capSeq struct {
 	inc              int64
 	fleet            int64 // the fleet's cap, 0 for none
 	running          map[string]int64
-	main, probe      *throttle.Copies
+	main, probe      *engine
 	mainL            *throttle.Limiter
 	mainP, probeP    string
 	runs             [][]throttle.Lease // the leases of the jobs running
@@ -94,13 +94,13 @@ func newCapSeq(t *testing.T, e env, seed uint64, prefix string) *capSeq {
 		At: func() time.Time { return s.at }}
 	for _, c := range []struct {
 		p   string
-		out **throttle.Copies
+		out **engine
 	}{{s.mainP, &s.main}, {s.probeP, &s.probe}} {
 		l, err := throttle.New(e.rdb, throttle.Options{Policies: rules, Horizon: time.Hour, Prefix: c.p})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if *c.out, err = newCopies(t, l).WithCaps(opts); err != nil {
+		if *c.out, err = newEngine(t, l).withCaps(l, opts); err != nil {
 			t.Fatal(err)
 		}
 		if c.p == s.mainP {

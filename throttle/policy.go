@@ -31,8 +31,8 @@ type Policy struct {
 	Shadow bool
 	// Running, when positive, caps how many of the tenant's jobs run at
 	// once, fleet-wide: a job runs only holding one of Running leases
-	// (Copies.Admit). 0 means no cap. A policy may have a cap and no
-	// Limits: its jobs are then bounded in number, not in rate.
+	// (see Decider and RunningCaps). 0 means no cap. A policy may have a
+	// cap and no Limits: its jobs are then bounded in number, not in rate.
 	Running int64
 }
 

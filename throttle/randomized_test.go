@@ -88,12 +88,12 @@ func TestRandomizedAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	copies, err := throttle.NewCopies(l, time.Hour)
+	copies, err := makeEngine(l, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := t0
-	c, err := copies.WithCaps(throttle.CapOptions{MaxRunning: 40, LeaseTTL: 3 * time.Second, CallTTL: time.Second,
+	c, err := copies.withCaps(l, throttle.CapOptions{MaxRunning: 40, LeaseTTL: 3 * time.Second, CallTTL: time.Second,
 		At: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)

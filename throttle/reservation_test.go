@@ -144,7 +144,7 @@ func TestFreshJobs(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.PerSecond(10, 1)})
-	c := newCopies(t, l)
+	c := newEngine(t, l)
 	req := func(tenant, id string, at time.Duration, fresh bool) throttle.Copy {
 		return throttle.Copy{Request: throttle.Request{Tenant: tenant, JobID: id, At: t0.Add(at)}, Fresh: fresh}
 	}

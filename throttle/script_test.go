@@ -492,9 +492,9 @@ func TestInvalidRequests(t *testing.T) {
 			t.Fatalf("DecideBatch, %s: error %v, want an InvalidError with code %d", cases[i].name, r.Err, cases[i].code)
 		}
 	}
-	// Copies refuse what a Limiter refuses, and a copy without a job id or
-	// with an incarnation out of range.
-	c := newCopies(t, l)
+	// A Decider refuses what a Limiter refuses, and a copy without a job
+	// id or with an incarnation out of range.
+	c := newEngine(t, l)
 	copies := []struct {
 		name string
 		cp   throttle.Copy
@@ -518,7 +518,7 @@ func TestInvalidRequests(t *testing.T) {
 	for i, r := range c.DecideBatch(ctx, cps) {
 		var inv *throttle.InvalidError
 		if !errors.As(r.Err, &inv) || inv.Code != copies[i].code {
-			t.Fatalf("Copies.DecideBatch, %s: error %v, want code %d", copies[i].name, r.Err, copies[i].code)
+			t.Fatalf("Decider.DecideBatch, %s: error %v, want code %d", copies[i].name, r.Err, copies[i].code)
 		}
 	}
 	if n := hook.n.Load(); n != 0 {

@@ -48,7 +48,7 @@ func TestShadowLeavesTheEnforcedBucketsAlone(t *testing.T) {
 	ctx := context.Background()
 	limit := throttle.PerSecond(10, 5)
 	l, live := newLiveLimiter(t, e, time.Minute, throttle.Policy{Limits: throttle.Limits{limit}, Shadow: true})
-	c := newCopies(t, l)
+	c := newEngine(t, l)
 	for i := range 30 {
 		decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("job-", i), At: t0})
 		if d := decideCopy(t, c, throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: fmt.Sprint("copy-", i), At: t0}, Incarnation: 7}); d.Outcome != throttle.Admitted {

@@ -19,20 +19,20 @@ type Slot struct {
 // run at once on resume, on top of the burst the tenant's buckets filled
 // to. One pipelined round trip of plain DELs: each key is the job's own,
 // so no condition is needed.
-func (c *Copies) Unreserve(ctx context.Context, slots []Slot) error {
+func (d *Decider) Unreserve(ctx context.Context, slots []Slot) error {
 	if len(slots) == 0 {
 		return nil
 	}
-	pipe := c.l.lib.rdb.Pipeline()
+	pipe := d.l.lib.rdb.Pipeline()
 	for _, s := range slots {
 		if err := validJobID(s.JobID); err != nil {
 			return err
 		}
-		tag, err := c.l.keys.tag(s.Tenant)
+		tag, err := d.l.keys.tag(s.Tenant)
 		if err != nil {
 			return err
 		}
-		pipe.Del(ctx, c.l.keys.reservation(tag, s.JobID))
+		pipe.Del(ctx, d.l.keys.reservation(tag, s.JobID))
 	}
 	cmds, err := pipe.Exec(ctx)
 	var errs []error

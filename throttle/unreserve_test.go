@@ -15,7 +15,7 @@ import (
 func TestUnreserveDecidesAJobAnew(t *testing.T) {
 	e := setup(t)
 	l := newLimiter(t, e.rdb, e.prefix, time.Hour, throttle.Limits{throttle.PerSecond(1, 1)})
-	c := newCopies(t, l)
+	c := newEngine(t, l)
 	job := func(id string, inc int64, at time.Time) throttle.Copy {
 		return throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: id, Cost: 1, At: at}, Incarnation: inc}
 	}

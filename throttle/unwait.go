@@ -13,7 +13,7 @@ import (
 // operator purged their parked messages. It returns how many places it
 // removed; a job not waiting is no error. A job already called is not in
 // a list but holds a placeholder lease: its waker, finding no parked
-// message, hands the turn on (Copies.Forfeit), as for any job gone.
+// message, hands the turn on (RunningCaps.Forfeit), as for any job gone.
 //
 // Without it a purged job's place would still be called in its turn, and
 // its waker, finding no parked message, would hand the turn on: harmless,

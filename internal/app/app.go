@@ -91,13 +91,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if err != nil {
 		return err
 	}
-	laneCopies, err := throttle.NewCopies(limiter, failureTTL)
-	if err != nil {
-		return err
-	}
-	// The worker's decisions take the leases of running caps; the fast
-	// lane's take none, as it leaves capped tenants to the worker.
-	copies, err := laneCopies.WithCaps(throttle.CapOptions{MaxRunning: cfg.MaxRunning, LeaseTTL: cfg.LeaseTTL})
+	engine, err := newEngine(limiter, cfg, failureTTL)
 	if err != nil {
 		return err
 	}
@@ -121,7 +115,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		p := policies.Policy(tenant)
 		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow)
 	}
-	lane, claims, err := st.lane(js, cfg, laneCopies, leaveToWorker, stats, log)
+	lane, claims, err := st.lane(js, cfg, engine, leaveToWorker, stats, log)
 	if err != nil {
 		return err
 	}
@@ -136,11 +130,11 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	w, err := consumer.New(consumer.Params{
 		JetStream:  js,
 		Consumer:   st.jobs,
-		Decider:    copies,
-		Failures:   copies,
-		Holder:     copies,
+		Decider:    engine.decider,
+		Failures:   engine.failures,
+		Holder:     engine.holds,
 		Pauses:     pauses,
-		Leases:     copies,
+		Leases:     engine.caps,
 		Waker:      st.path.waker(js, cfg),
 		Woken:      st.woken,
 		Handler:    handler,

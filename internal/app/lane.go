@@ -12,7 +12,6 @@ import (
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/fastlane"
 	"github.com/throttler/throttler/subject"
-	"github.com/throttler/throttler/throttle"
 )
 
 // laneAvailable reports whether the fast lane can run on the jobs stream.
@@ -77,13 +76,13 @@ func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *Settin
 // lane builds the fast lane, when it runs, and the settler of the jobs a
 // lane claimed, whenever moved jobs may come back (a lane of an earlier
 // worker may have claimed some).
-func (st *jobStreams) lane(js jetstream.JetStream, cfg *Settings, copies *throttle.Copies, capped func(tenant string) bool,
+func (st *jobStreams) lane(js jetstream.JetStream, cfg *Settings, e *engine, capped func(tenant string) bool,
 	stats *consumer.Stats, log *slog.Logger) (consumer.Lane, consumer.ClaimSettler, error) {
 	if !st.path.movesBack {
 		return nil, nil, nil
 	}
 	deadline := laneDeadline(cfg)
-	claims, err := fastlane.NewClaims(fastlane.ClaimsConfig{Stream: st.stream, Owners: copies, Subjects: cfg.Schedules,
+	claims, err := fastlane.NewClaims(fastlane.ClaimsConfig{Stream: st.stream, Owners: e.owners, Subjects: cfg.Schedules,
 		Deadline: deadline, Stats: stats, Log: log})
 	if err != nil || st.copies == nil {
 		return nil, claims, err
@@ -102,7 +101,8 @@ func (st *jobStreams) lane(js jetstream.JetStream, cfg *Settings, copies *thrott
 		Subjects:    cfg.Schedules,
 		Tenant:      cfg.TenantFrom,
 		CostHeader:  cfg.CostHeader,
-		Owners:      copies,
+		Decider:     e.laneDecider,
+		Owners:      e.owners,
 		Capped:      capped,
 		OtherReaders: func(ctx context.Context) (string, error) {
 			return otherJobsConsumer(ctx, st.stream, cfg)

@@ -1,0 +1,48 @@
+package app
+
+import (
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// engine is the throttle's components a worker wires over its Limiter,
+// each its own: the decisions, the owner records, the failure counts, the
+// running caps and the downstream holds.
+type engine struct {
+	// decider decides the worker's jobs, taking the leases of running caps.
+	decider *throttle.Decider
+	// laneDecider decides the fast lane's jobs: it takes no lease of the
+	// fleet's cap, as the lane leaves capped tenants to the worker.
+	laneDecider *throttle.Decider
+	owners      *throttle.Owners
+	failures    *throttle.Failures
+	caps        *throttle.RunningCaps
+	holds       *throttle.Holds
+}
+
+// newEngine builds the components over limiter, with the running caps
+// cfg sets and failure counts that live failureTTL.
+func newEngine(limiter *throttle.Limiter, cfg *Settings, failureTTL time.Duration) (*engine, error) {
+	var e engine
+	var err error
+	if e.owners, err = throttle.NewOwners(limiter); err != nil {
+		return nil, err
+	}
+	if e.failures, err = throttle.NewFailures(limiter, failureTTL); err != nil {
+		return nil, err
+	}
+	if e.holds, err = throttle.NewHolds(limiter, e.owners); err != nil {
+		return nil, err
+	}
+	if e.caps, err = throttle.NewRunningCaps(limiter, throttle.CapOptions{MaxRunning: cfg.MaxRunning, LeaseTTL: cfg.LeaseTTL}); err != nil {
+		return nil, err
+	}
+	if e.decider, err = throttle.NewDecider(limiter, e.caps); err != nil {
+		return nil, err
+	}
+	if e.laneDecider, err = throttle.NewDecider(limiter, nil); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
