@@ -121,7 +121,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("resuming %s: %w", t, err)
 	}
-	s.log.Info("admin: tenant resumed", "tenant", t, "remote", r.RemoteAddr)
+	s.log.Info("admin: tenant resumed", "tenant", t, "result", res, "remote", r.RemoteAddr)
 	return writeJSON(w, http.StatusOK, res)
 }
 

@@ -232,6 +232,11 @@ func TestTenantsFilterSortPage(t *testing.T) {
 	if p := get("sort=admitted&order=asc&offset=1&limit=1"); names(p.Rows) != "acme-eu" || p.Matched != 3 {
 		t.Errorf("paged: %s", names(p.Rows))
 	}
+	for col, want := range map[string]string{"moved": "globex", "parked": "acme-eu", "nakd": "acme", "paused": ""} {
+		if p := get("sort=" + col + "&limit=1"); col != "paused" && names(p.Rows) != want {
+			t.Errorf("sorted by %s: %s first, want %s", col, names(p.Rows), want)
+		}
+	}
 	if p := get("name=globex"); names(p.Rows) != "globex" {
 		t.Errorf("by name: %s", names(p.Rows))
 	}

@@ -48,6 +48,10 @@ var sorts = map[string]func(a, b TenantRow) int{
 	"admitted":     func(a, b TenantRow) int { return cmp.Compare(a.Admitted, b.Admitted) },
 	"deferred":     func(a, b TenantRow) int { return cmp.Compare(a.Deferred, b.Deferred) },
 	"waiting":      func(a, b TenantRow) int { return cmp.Compare(a.Waiting(), b.Waiting()) },
+	"nakd":         func(a, b TenantRow) int { return cmp.Compare(a.Naked, b.Naked) },
+	"moved":        func(a, b TenantRow) int { return cmp.Compare(a.Moved, b.Moved) },
+	"parked":       func(a, b TenantRow) int { return cmp.Compare(a.Parked, b.Parked) },
+	"paused":       func(a, b TenantRow) int { return cmp.Compare(a.Paused, b.Paused) },
 	"oldest_wait":  func(a, b TenantRow) int { return cmp.Compare(a.OldestWait, b.OldestWait) },
 	"held_by":      func(a, b TenantRow) int { return strings.Compare(a.HeldBy, b.HeldBy) },
 	"dead_letters": func(a, b TenantRow) int { return cmp.Compare(a.DeadLetters, b.DeadLetters) },
@@ -62,7 +66,7 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) error {
 	by := cmp.Or(q.Get("sort"), "waiting")
 	less, ok := sorts[by]
 	if !ok {
-		return fmt.Errorf("%w: sort %q: want one of tenant, admitted, deferred, waiting, oldest_wait, held_by, dead_letters", ErrBadInput, by)
+		return fmt.Errorf("%w: sort %q: want one of tenant, admitted, deferred, waiting, nakd, moved, parked, paused, oldest_wait, held_by, dead_letters", ErrBadInput, by)
 	}
 	order := cmp.Or(q.Get("order"), "desc")
 	if order != "asc" && order != "desc" {

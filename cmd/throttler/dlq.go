@@ -57,6 +57,8 @@ func dlqCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		if id, err = strconv.ParseUint(rest[0], 10, 64); err != nil || id == 0 {
 			return fail(exitConfig, "show: ID %q: want a dead letter's id, a whole number from 1", rest[0])
 		}
+	case sub == "show" && len(rest) == 0:
+		return fail(exitConfig, "show: which dead letter? give its ID (dlq list shows them)\n%s", dlqUsage)
 	case len(rest) > 0 || sub == "show":
 		return fail(exitConfig, "%s: unexpected %q\n%s", sub, strings.Join(rest, " "), dlqUsage)
 	}

@@ -56,3 +56,19 @@ func TestCommandHelpReadsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestBadArgumentsSayWhat: a refused argument is named with what is
+// wanted, not only the usage line or the flag package's "parse error".
+func TestBadArgumentsSayWhat(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dlq", "show"}, "give its ID"},
+		{[]string{"pause", "acme", "--for", "xyz"}, "want a duration such as 90m"},
+		{[]string{"top", "-n", "abc"}, `invalid value "abc" for flag -n`},
+		{[]string{"top", "extra"}, `unexpected "extra"`},
+	} {
+		cli(t, c.args...).want(t, strings.Join(c.args, " "), exitConfig, nil, []string{c.want})
+	}
+}

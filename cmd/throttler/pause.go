@@ -54,7 +54,7 @@ func pauseCmd(args []string, resume, quiet bool, stdout, stderr io.Writer) int {
 	var forD time.Duration
 	if !resume {
 		fs.StringVar(&until, "until", "", "")
-		fs.DurationVar(&forD, "for", 0, "")
+		fs.Var(durationValue{&forD}, "for", "")
 		fs.StringVar(&reason, "reason", "", "")
 	}
 	rest, err := parseArgs(fs, args)

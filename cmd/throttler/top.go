@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -33,8 +34,11 @@ func topCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "")
 	n := fs.Int("n", 20, "")
 	rest, err := parseArgs(fs, args)
-	if err != nil || len(rest) != 0 {
-		return fail(exitConfig, "%s", topUsage)
+	if err != nil {
+		return fail(exitConfig, "%v\n%s", err, topUsage)
+	}
+	if len(rest) != 0 {
+		return fail(exitConfig, "unexpected %q\n%s", strings.Join(rest, " "), topUsage)
 	}
 	if *n < 1 {
 		return fail(exitConfig, "-n must be at least 1, got %d", *n)

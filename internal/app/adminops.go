@@ -115,7 +115,7 @@ func (d deadLetters) List(ctx context.Context, f admin.DeadLetterFilter) (any, e
 func (d deadLetters) Show(ctx context.Context, id uint64) (any, error) {
 	res, err := ops.ShowDeadLetter(ctx, d.fleet, id, maxDeadLetterData)
 	if errors.Is(err, ops.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %v", admin.ErrNotFound, err)
+		return nil, admin.ErrNotFound // the API names the id: "dead letter 7: not found"
 	}
 	return res, badInput(err, ops.ErrBadInput)
 }
