@@ -140,7 +140,31 @@ func ReplayDeadLetters(ctx context.Context, fl Fleet, opts ReplayOptions) (Repla
 	if serr := settle(); err == nil {
 		err = serr
 	}
+	if err == nil {
+		rep.Skipped = append(rep.Skipped, missing(opts.IDs, rep)...)
+	}
 	return rep, err
+}
+
+// missing reports the ids asked for by number that no dead letter has (or
+// none the filter's other terms matched), so that a replay of a wrong id
+// says so rather than answering with nothing.
+func missing(ids []uint64, rep ReplayReport) []Skipped {
+	found := map[uint64]bool{}
+	for _, r := range rep.Replayed {
+		found[r.ID] = true
+	}
+	for _, s := range rep.Skipped {
+		found[s.ID] = true
+	}
+	var out []Skipped
+	for _, id := range ids {
+		if !found[id] {
+			found[id] = true
+			out = append(out, Skipped{ID: id, Why: "no such dead letter (or not selected by the other filters)"})
+		}
+	}
+	return out
 }
 
 // replayOf builds the job a dead letter replays.

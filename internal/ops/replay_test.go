@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -151,5 +152,26 @@ func TestReplayInterrupted(t *testing.T) {
 	}
 	if left, _ := ops.ListDeadLetters(f.ctx, f.fleet, ops.DeadLetterFilter{}); len(left) != 0 {
 		t.Errorf("%d dead letters left", len(left))
+	}
+}
+
+// TestReplayNamesMissingIDs: ids asked for that no dead letter has are
+// reported as skipped, not left out of the answer.
+func TestReplayNamesMissingIDs(t *testing.T) {
+	f := setup(t)
+	f.deadLetter("acme", "jobs.acme.1", "failed", 1, nil, "one")
+	all, err := ops.ListDeadLetters(f.ctx, f.fleet, ops.DeadLetterFilter{})
+	if err != nil || len(all) != 1 {
+		t.Fatalf("dead letters %v, %v; want one", all, err)
+	}
+	rep, err := ops.ReplayDeadLetters(f.ctx, f.fleet, ops.ReplayOptions{DryRun: true, DeadLetterFilter: ops.DeadLetterFilter{IDs: []uint64{all[0].ID, 99999}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Replayed) != 1 || rep.Replayed[0].ID != all[0].ID {
+		t.Errorf("replayed %+v, want dead letter %d", rep.Replayed, all[0].ID)
+	}
+	if len(rep.Skipped) != 1 || rep.Skipped[0].ID != 99999 || !strings.Contains(rep.Skipped[0].Why, "no such dead letter") {
+		t.Errorf("skipped %+v, want 99999 named as missing", rep.Skipped)
 	}
 }
