@@ -15,6 +15,11 @@ import (
 // paused jobs' copies by it.
 const PauseReason = "paused"
 
+// PauseEndGrace is how long after a pause's end its jobs' copies come back
+// by themselves: time for a worker to end it and bring them back in order
+// first.
+const PauseEndGrace = 2 * time.Second
+
 // HeaderReleased marks a paused job a resume brought back, with the time
 // it did (RFC 3339): such a job is decided even while the pause it was
 // released from is still stored, so that a resume can bring a tenant's
@@ -95,7 +100,10 @@ func (w *Worker) pausedNow(job Job) (Deferral, bool) {
 	wait := w.cfg.PauseRecheck
 	text := PauseReason
 	if !until.IsZero() {
-		wait = min(wait, until.Sub(now))
+		// A worker ends the pause at until and brings its jobs back in
+		// their order (pause.End); the copies come back by themselves
+		// PauseEndGrace later, when no worker did, in no set order.
+		wait = min(wait, until.Sub(now)+PauseEndGrace)
 		text += " until " + until.UTC().Format(time.RFC3339)
 	}
 	if reason != "" {

@@ -125,3 +125,51 @@ func TestResumeRunsPausedJobsInOrderBeforeNewOnes(t *testing.T) {
 	}
 	t.Logf("resume released %d (the late jobs parked during it included); starts %v, from %d on after the resume", res.Released, got, resumedAfter)
 }
+
+// TestPauseEndingByItselfRunsJobsInOrder: a pause with an end (--for)
+// is ended at its end by a worker, which brings its jobs back in the
+// order they were published, rather than as each copy fires; none of
+// them starts before the end.
+func TestPauseEndingByItselfRunsJobsInOrder(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "20/s:1", "THROTTLER_PAUSE_RECHECK": "1m"})
+	opts := pause.Options{JetStream: e.js, Bucket: cfg.PauseBucket, Stream: cfg.Stream, Schedules: cfg.Schedules}
+	ctx := context.Background()
+	o := &startOrder{}
+	w := e.startWorker(cfg, o.handler)
+	e.waitBuilt(w)
+
+	e.publishJobs(cfg.Stream, "jobs.acme", nil, 20)
+	p, err := pause.Put(ctx, opts, pause.Request{Tenant: "acme", Reason: "order", For: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publishJobs(cfg.Stream, "jobs.acme", nil, 20)
+	testenv.Eventually(t, 4*time.Second, "acme's jobs all parked or run", func() bool {
+		r, _ := topRow(ctx, e, cfg, "acme")
+		return int(r.Paused)+len(o.started()) == 40
+	})
+	before := len(o.started())
+	if 40-before < 25 {
+		t.Fatalf("only %d of acme's jobs paused, want the order tried on at least 25", 40-before)
+	}
+	testenv.Eventually(t, 20*time.Second, "every acme job run after the pause's end", func() bool { return len(o.started()) == 40 })
+
+	got := o.started()
+	o.mu.Lock()
+	at := append([]time.Time(nil), o.at...)
+	o.mu.Unlock()
+	for i := before; i < len(got); i++ {
+		if at[i].Before(p.Until) {
+			t.Fatalf("job %d started %s before the pause's end", got[i], p.Until.Sub(at[i]))
+		}
+		if i > before && got[i-1] > got[i] {
+			t.Fatalf("job %d started after job %d; starts %v, from %d on after the end", got[i], got[i-1], got, before)
+		}
+	}
+	// Ended by a worker, not by the copies firing PauseEndGrace later.
+	if first := at[before]; first.Sub(p.Until) >= consumer.PauseEndGrace {
+		t.Errorf("the first job after the end started %s after it: the copies came back by themselves", first.Sub(p.Until))
+	}
+	t.Logf("starts %v, from %d on after the end; the first %s after it", got, before, at[before].Sub(p.Until))
+}

@@ -187,6 +187,56 @@ func Resume(ctx context.Context, o Options, t string) (Resumed, error) {
 	return res, nil
 }
 
+// End ends pause p, whose Until has come, as Resume would, bringing its
+// jobs back in their order: it deletes p's key only if the bucket still
+// holds p's revision, so that of every worker that tries at Until one
+// ends it, and a pause written again since is left alone. It reports
+// whether this call ended it. Jobs published since Until may run before
+// the paused ones (a resume keeps the pause until they are back). The
+// copies come back by themselves consumer.PauseEndGrace after Until when
+// no worker ends it.
+func End(ctx context.Context, o Options, p Pause) (Resumed, bool, error) {
+	res := Resumed{Tenant: p.Tenant, Was: &p}
+	kv, err := o.open(ctx, false)
+	if err != nil || kv == nil {
+		return res, false, err
+	}
+	if err := kv.Delete(ctx, p.Key, jetstream.LastRevision(p.Revision)); err != nil {
+		if isWrongRevision(err) {
+			return res, false, nil // another worker ended it, or it was written again
+		}
+		return res, false, fmt.Errorf("deleting %s: %w", p.Key, err)
+	}
+	if o.Stream == "" || o.Schedules == "" {
+		return res, true, nil
+	}
+	settle := o.Settle
+	if settle == 0 {
+		settle = time.Second
+	}
+	seen := map[string]bool{}
+	for _, wait := range []time.Duration{0, settle / 10, settle} {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return res, true, ctx.Err()
+		}
+		n, err := release(ctx, o.JetStream, o.Stream, o.Schedules, p.Tenant, o.now(), seen)
+		res.Released += n
+		if err != nil {
+			return res, true, err
+		}
+	}
+	return res, true, nil
+}
+
+// isWrongRevision reports whether err refused a delete because the key's
+// last revision was another.
+func isWrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
 // Get returns tenant t's pause, or nil when it has none (an ended pause
 // still in the bucket is returned: see Pause.Active).
 func Get(ctx context.Context, o Options, t string) (*Pause, error) {

@@ -253,3 +253,50 @@ func TestReleaseBringsBackPausedCopiesInOrder(t *testing.T) {
 }
 
 func errorsIsInvalid(err error) bool { return errors.Is(err, ErrInvalid) }
+
+// TestEndIsDoneOnceAtTheRevisionRead: of several workers ending a pause
+// whose end has come, one ends it; a pause written again since (a new
+// revision) is not ended by a worker that read the old one.
+func TestEndIsDoneOnceAtTheRevisionRead(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	p, err := Put(ctx, e.opts, Request{Tenant: "acme", For: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Put(ctx, e.opts, Request{Tenant: "acme", Reason: "longer", For: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, won, err := End(ctx, e.opts, p); err != nil || won {
+		t.Fatalf("End of an old revision = %v, %v; want not ended, no error", won, err)
+	}
+	if got, err := Get(ctx, e.opts, "acme"); err != nil || got == nil || got.Reason != "longer" {
+		t.Fatalf("after End of the old revision, Get = %+v, %v; want the pause written again", got, err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, won, err := End(ctx, e.opts, again)
+			if err != nil {
+				t.Error(err)
+			}
+			if won {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d of 4 workers ended the pause, want 1", wins)
+	}
+	if got, err := Get(ctx, e.opts, "acme"); err != nil || got != nil {
+		t.Fatalf("Get after End = %+v, %v; want nil", got, err)
+	}
+}

@@ -41,6 +41,20 @@ func (s *Set) Lookup(t string, now time.Time) (Pause, bool) {
 	return p, true
 }
 
+// Ended returns the pauses recorded whose Until has come by now: still in
+// the bucket, to be ended (End).
+func (s *Set) Ended(now time.Time) []Pause {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Pause
+	for _, p := range s.tenants {
+		if !p.Until.IsZero() && !now.Before(p.Until) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Put records p (a tenant's pause; others are ignored).
 func (s *Set) Put(p Pause) {
 	if p.Tenant == "" {

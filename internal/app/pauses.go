@@ -41,6 +41,9 @@ func livePauses(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg 
 	w := pause.NewWatcher(set, kv, log)
 	w.Conn = nc
 	go w.Run(ctx)
+	ender := pauseEnder{set: set, every: pauseEndEvery, now: time.Now, log: log,
+		opts: pause.Options{JetStream: js, Bucket: cfg.PauseBucket, Stream: cfg.Stream, Schedules: cfg.Schedules}}
+	go ender.run(ctx)
 	select {
 	case <-w.Ready():
 		return set, true
