@@ -29,6 +29,10 @@ type Deferral struct {
 	Paused bool
 	// Moved is set by the Deferrer when the job left the consumer.
 	Moved bool
+	// FiresAt, set by a Deferrer that moved the job, is when its copy
+	// leaves the stream to come back: before its slot by the Deferrer's
+	// lead, or sooner when its stay is capped. Zero: at its slot.
+	FiresAt time.Time
 	// NakedInstead is set by a Deferrer that meant to move the job but
 	// NAK'd it with its wait: why the move could not be made (its copy
 	// would be too large, or could not be stored). The job waits all the

@@ -131,6 +131,7 @@ func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 			// The copy is stored. A lost ack only means the original comes
 			// back after AckWait and is found to be a duplicate.
 			ds[i].Moved = true
+			ds[i].FiresAt = fireAt(now, d.stayFor(ds[i].Wait))
 			if err := ds[i].Msg.Ack(); err != nil {
 				ds[i].Err = fmt.Errorf("acking moved job %s: %w", ds[i].Job.ID, err)
 			}

@@ -1,13 +1,14 @@
 package consumer
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"time"
 )
 
 // waitKind is how a job waits.
-type waitKind int
+type waitKind int8
 
 const (
 	// waitNaked jobs wait on the consumer, NAK'd with a delay.
@@ -30,26 +31,6 @@ const (
 	dlSlot  = 5 * time.Minute
 )
 
-// waitBucket is the jobs of one kind this worker sent to wait until one
-// second, n of them (negative: jobs sent by any worker that came back
-// before then), the oldest first published at oldest (Unix µs).
-type waitBucket struct {
-	due    int64 // Unix seconds
-	oldest int64
-	n      int32
-	kind   waitKind
-}
-
-// sameSet reports whether b and c count jobs of one kind and one sign,
-// so that they can be merged.
-func (b waitBucket) sameSet(c waitBucket) bool { return b.kind == c.kind && (b.n > 0) == (c.n > 0) }
-
-// maxBuckets caps a tenant's buckets: past it the two of one set due
-// closest together are merged, due at the later (counted a little longer,
-// never lost). Kept inline, so that reading every tenant is one pass over
-// memory.
-const maxBuckets = 6
-
 // tenantWaits is what the waiting tracker knows of one tenant.
 type tenantWaits struct {
 	tenant  string // "" for a free record
@@ -70,8 +51,9 @@ type tenantWaits struct {
 // waiting keeps, per tenant, the jobs this worker sent to wait and when
 // each comes back, its rates and its dead letters: what `throttler top`
 // asks every worker for (TopRows). A job sent to wait counts until it is
-// due back, so a worker that dies takes its counts with it and a count
-// never drifts for longer than the longest wait; a parked job woken early
+// due back (a moved job: until its copy fires), to the millisecond, so a
+// worker that dies takes its counts with it and a count never drifts for
+// longer than the longest wait; a parked job woken early
 // is taken off by the worker it comes back to (a negative count, due when
 // the parked one was). It counts at most maxTenants tenants, the others
 // as OtherTenants. The records are one slice, so an answer reads them in
@@ -123,20 +105,6 @@ func kindOf(d Deferral) waitKind {
 	return waitNaked
 }
 
-// dueSecond is the second a job waiting wait from now is counted until:
-// rounded up to the second for short waits, to 10 s and to the minute for
-// longer ones, so that a tenant's jobs share few buckets.
-func dueSecond(now time.Time, wait time.Duration) int64 {
-	due := now.Add(wait).Unix() + 1
-	switch {
-	case wait >= 100*time.Second:
-		return (due + 59) / 60 * 60
-	case wait >= 10*time.Second:
-		return (due + 9) / 10 * 10
-	}
-	return due
-}
-
 // deferred records a deferral settled at now.
 func (w *waiting) deferred(d Deferral, now time.Time) {
 	if d.Err != nil {
@@ -153,55 +121,17 @@ func (w *waiting) deferred(d Deferral, now time.Time) {
 	if tw.heldBy != d.Reason {
 		tw.heldBy = d.Reason
 	}
-	tw.add(waitBucket{due: dueSecond(now, d.Wait), kind: kindOf(d), n: 1, oldest: pub})
-}
-
-// add merges b into the record's buckets.
-func (tw *tenantWaits) add(b waitBucket) {
-	for i := range tw.nb {
-		if c := &tw.buckets[i]; c.due == b.due && c.sameSet(b) {
-			c.n += b.n
-			c.oldest = min(c.oldest, b.oldest)
-			return
-		}
+	kind := kindOf(d)
+	due := now.Add(d.Wait)
+	if kind == waitMoved && !d.FiresAt.IsZero() {
+		// A moved job is in the stream until its copy fires, before its
+		// slot: from then on it is the worker's that holds it, or it is
+		// decided (and perhaps moved) again. Counting it to its slot
+		// would count it twice if moved again.
+		due = d.FiresAt
 	}
-	if tw.nb == maxBuckets {
-		tw.squeeze(b)
-	}
-	tw.buckets[tw.nb] = b
-	tw.nb++
-}
-
-// squeeze frees one bucket for b: it merges the two buckets of one set
-// due closest together (b's set first), into the later.
-func (tw *tenantWaits) squeeze(b waitBucket) {
-	best, bi, bj := int64(1<<62), -1, -1
-	for pass := range 2 {
-		for i := range tw.nb {
-			for j := range tw.nb {
-				ci, cj := tw.buckets[i], tw.buckets[j]
-				if i == j || !ci.sameSet(cj) || (pass == 0 && !ci.sameSet(b)) || cj.due < ci.due {
-					continue
-				}
-				if gap := cj.due - ci.due; gap < best {
-					best, bi, bj = gap, i, j
-				}
-			}
-		}
-		if bi >= 0 {
-			break
-		}
-	}
-	if bi < 0 { // cannot happen: more buckets than sets; keep b's count
-		bi, bj = 0, 0
-	}
-	later := &tw.buckets[bj]
-	later.n += tw.buckets[bi].n
-	later.oldest = min(later.oldest, tw.buckets[bi].oldest)
-	if bi != bj {
-		tw.nb--
-		tw.buckets[bi] = tw.buckets[tw.nb]
-	}
+	ms := due.UnixMilli()
+	tw.add(waitBucket{from: ms, due: ms, kind: kind, n: 1, oldest: pub}, now.UnixMilli())
 }
 
 // arrived records a job delivered at now: a parked job woken before its
@@ -216,7 +146,8 @@ func (w *waiting) arrived(job Job, now time.Time) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.get(job.Tenant).add(waitBucket{due: dueSecond(now, until.Sub(now)), kind: waitParked, n: -1, oldest: 1<<63 - 1})
+	ms := until.UnixMilli()
+	w.get(job.Tenant).add(waitBucket{from: ms, due: ms, kind: waitParked, n: -1, oldest: 1<<63 - 1}, now.UnixMilli())
 }
 
 // admitted records a job started at now.
@@ -311,7 +242,7 @@ func (w *waiting) visit(now time.Time, paused func(string) bool, fn func(*TopRow
 // visitFrom appends to rows the rows of records [from, from+visitBatch),
 // and reports whether records follow.
 func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, rows []TopRow) ([]TopRow, bool) {
-	sec := now.Unix()
+	sec, ms := now.Unix(), now.UnixMilli()
 	slot := now.Unix() / int64(dlSlot/time.Second)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -325,10 +256,13 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 		r = TopRow{Tenant: tw.tenant}
 		oldest := int64(1<<63 - 1)
 		live := 0
-		stillPaused := -1 // unknown
+		stillPaused := -1           // unknown
+		var whole [waitKinds]int64  // buckets all still away
+		var part [waitKinds]float64 // buckets partly back
+		partly := false
 		for k := range tw.nb {
 			b := tw.buckets[k]
-			if b.due <= sec {
+			if b.due <= ms {
 				continue
 			}
 			if b.kind == waitPaused {
@@ -344,20 +278,22 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 			}
 			tw.buckets[live] = b
 			live++
-			switch b.kind {
-			case waitNaked:
-				r.Naked += int64(b.n)
-			case waitMoved:
-				r.Moved += int64(b.n)
-			case waitParked:
-				r.Parked += int64(b.n)
-			case waitPaused:
-				r.Paused += int64(b.n)
+			if ms < b.from {
+				whole[b.kind] += int64(b.n)
+			} else {
+				part[b.kind] += b.at(ms)
+				partly = true
 			}
 			if b.n > 0 {
 				oldest = min(oldest, b.oldest)
 			}
 		}
+		if partly {
+			for k := range whole {
+				whole[k] += int64(math.Round(part[k]))
+			}
+		}
+		r.Naked, r.Moved, r.Parked, r.Paused = whole[waitNaked], whole[waitMoved], whole[waitParked], whole[waitPaused]
 		tw.nb = live
 		idle := tw.rateBase <= sec-rateSeconds // nothing counted in the rates' window
 		tw.roll(sec)
@@ -374,7 +310,7 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 			w.free = append(w.free, int32(i))
 			continue
 		}
-		if oldest != 1<<63-1 {
+		if oldest != 1<<63-1 && r.Waiting() > 0 {
 			r.OldestWait = max(0, float64(now.UnixMicro()-oldest)/1e6)
 		}
 		if r.Waiting() > 0 || r.Deferred > 0 {

@@ -62,10 +62,14 @@ func TestWaitingCountsUntilDue(t *testing.T) {
 	if r.Parked != 0 || r.Paused != 0 || r.Moved != 1 || r.Admitted != 0 {
 		t.Fatalf("at 7s: %+v, want the woken and the released gone, the moved one left, no admissions in the last 5 s", r)
 	}
-	// A wait of 10 s or more is counted to the next 10 s.
-	r = rows(t0.Add(39 * time.Second))["acme"]
+	// A wait is counted to the millisecond it ends, not rounded up.
+	r = rows(t0.Add(30*time.Second - time.Millisecond))["acme"]
 	if r.Moved != 1 {
-		t.Fatalf("at 39s: %+v, want the moved job counted to 40 s", r)
+		t.Fatalf("at 29.999s: %+v, want the moved job counted until 30 s", r)
+	}
+	r = rows(t0.Add(30 * time.Second))["acme"]
+	if r.Moved != 0 || r.OldestWait != 0 {
+		t.Fatalf("at 30s: %+v, want the moved job back, nothing waiting for any time", r)
 	}
 	r = rows(t0.Add(41 * time.Second))["acme"]
 	if r.Waiting() != 0 || r.DeadLetters != 1 {
