@@ -191,19 +191,6 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 			break
 		}
 	}
-	switch {
-	case !redisFailed:
-		w.redisBackoff.Reset()
-		if !w.redisDown.IsZero() {
-			w.log.Info("redis answers again; deciding jobs", "down_for", w.now().Sub(w.redisDown).Round(time.Millisecond))
-			w.redisDown = time.Time{}
-			g.redisBack = true
-		}
-	case w.cfg.OnRedisError == DeferOnRedisError:
-		g.redisWait = w.redisBackoff.NextBackOff()
-	}
-	if redisFailed && w.redisDown.IsZero() {
-		w.redisDown = w.now()
-	}
+	g.redisWait, g.redisBack = w.redis.decided(redisFailed)
 	return g
 }

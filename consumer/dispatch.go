@@ -30,10 +30,6 @@ func (w *Worker) startDispatching(ctx, work context.Context, batches chan<- defe
 	return in, finished
 }
 
-// redisSummaryEvery is how often a worker sums up the jobs Redis failed
-// for while it keeps failing.
-const redisSummaryEvery = 30 * time.Second
-
 // act acts on each decision of a group: start, ack a duplicate, or
 // dead-letter. It returns the limited jobs, in slot order, for the defer
 // loop.
@@ -103,25 +99,8 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
 		}
 	}
-	// One line when Redis starts failing, then one every
-	// redisSummaryEvery with the jobs it failed for since: not one per job
-	// or group, which would flood the log. The outage itself (cause, how
-	// long, when it ends) is logged by the Redis client's watch
-	// (internal/app); these lines say what the policy did with the jobs.
-	if g.redisBack {
-		w.redisLogged, w.redisFailures = time.Time{}, 0
-	}
-	if redisFailed > 0 {
-		w.redisFailures += redisFailed
-		if now := w.now(); w.redisLogged.IsZero() || now.Sub(w.redisLogged) >= redisSummaryEvery {
-			if w.cfg.OnRedisError == AllowOnRedisError {
-				w.log.Warn("redis failed; admitting jobs unthrottled by THROTTLER_ON_REDIS_ERROR=allow", "jobs", w.redisFailures, "err", redisErr)
-			} else {
-				w.log.Warn("redis failed; deferring jobs until it answers (THROTTLER_ON_REDIS_ERROR=defer)", "jobs", w.redisFailures, "retry_in", g.redisWait, "err", redisErr)
-			}
-			w.redisLogged, w.redisFailures = now, 0
-		}
-	}
+	// One line when Redis starts failing, then a summary now and then.
+	w.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
 	for i := range items {
 		if it := &items[i]; it.paused != nil {
 			deferrals = append(deferrals, w.pausedDeferral(it, *it.paused))

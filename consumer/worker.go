@@ -19,7 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -68,11 +67,8 @@ type Worker struct {
 	held     heldMsgs   // messages pulled and not yet acted on
 	early    *earlyHold // jobs waiting in the worker for their slot
 
-	redisBackoff  *backoff.ExponentialBackOff // used by Run's deciding loop only
-	recreating    sync.Mutex                  // one recreate at a time (see recreateIfGone)
-	redisDown     time.Time                   // when Redis began failing, zero while it answers; deciding loop only
-	redisLogged   time.Time                   // when a Redis failure was last logged, zero for none this outage; dispatch only
-	redisFailures int                         // jobs Redis failed for since; dispatch only
+	recreating sync.Mutex   // one recreate at a time (see recreateIfGone)
+	redis      *redisHealth // Redis answering decisions, its backoff and log summary
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -118,39 +114,35 @@ func New(p Params) (*Worker, error) {
 	if p.Observer == nil {
 		p.Observer = nopObserver{}
 	}
-	// Options, not fields set afterwards: NewExponentialBackOff resets
-	// the current interval to the initial one it is given.
-	rb := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0))
 	w := &Worker{
-		js:           p.JetStream,
-		cons:         p.Consumer,
-		bundles:      p.Bundles,
-		lane:         p.Lane,
-		claims:       p.Claims,
-		ackPending:   p.AckPending,
-		recreate:     p.Recreate,
-		decider:      p.Decider,
-		failures:     p.Failures,
-		holder:       p.Holder,
-		pauses:       p.Pauses,
-		unreserver:   p.Unreserver,
-		waiting:      newWaiting(cfg.TopTenants),
-		leases:       p.Leases,
-		waker:        p.Waker,
-		woken:        p.Woken,
-		handler:      p.Handler,
-		deferrer:     p.Deferrer,
-		dlq:          deadLetter{js: p.JetStream, template: cfg.DLQSubject},
-		cfg:          cfg,
-		log:          cfg.Logger,
-		stats:        p.Stats,
-		obs:          p.Observer,
-		slots:        make(chan struct{}, cfg.Concurrency),
-		credits:      make(chan struct{}, 2*cfg.FetchBatch),
-		redisBackoff: rb,
+		js:         p.JetStream,
+		cons:       p.Consumer,
+		bundles:    p.Bundles,
+		lane:       p.Lane,
+		claims:     p.Claims,
+		ackPending: p.AckPending,
+		recreate:   p.Recreate,
+		decider:    p.Decider,
+		failures:   p.Failures,
+		holder:     p.Holder,
+		pauses:     p.Pauses,
+		unreserver: p.Unreserver,
+		waiting:    newWaiting(cfg.TopTenants),
+		leases:     p.Leases,
+		waker:      p.Waker,
+		woken:      p.Woken,
+		handler:    p.Handler,
+		deferrer:   p.Deferrer,
+		dlq:        deadLetter{js: p.JetStream, template: cfg.DLQSubject},
+		cfg:        cfg,
+		log:        cfg.Logger,
+		stats:      p.Stats,
+		obs:        p.Observer,
+		slots:      make(chan struct{}, cfg.Concurrency),
+		credits:    make(chan struct{}, 2*cfg.FetchBatch),
 	}
 	w.early = newEarlyHold(w.now)
+	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
 	return w, nil
 }
 
