@@ -105,14 +105,7 @@ func (w *Worker) pausedDeferral(it *item, d Deferral) Deferral {
 // admission's charge is spent (as for a hold): back, it is decided again.
 func (w *Worker) waitOutPause(ctx context.Context, f *flight, job Job, d Deferral) {
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Paused++ })
-	released := false
-	if w.holder != nil {
-		hctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
-		_, err := w.holder.Release(hctx, job.Tenant, job.ID, incarnation(job))
-		cancel()
-		released = err == nil
-	}
-	if !released {
+	if !w.holds.release(ctx, job) {
 		// The owner record may still name this incarnation, and a moved
 		// copy would then be taken for a duplicate: NAK.
 		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })

@@ -33,7 +33,6 @@ type Worker struct {
 	recreate   func(context.Context) error
 	decider    Decider
 	failures   FailureCounter
-	holder     Holder             // nil without one
 	pauses     Pauser             // nil without one
 	unreserver Unreserver         // nil without one
 	leases     Leaser             // nil without one
@@ -42,12 +41,8 @@ type Worker struct {
 	// parked: the caps this worker parked jobs under lately ("" is the
 	// fleet's), each with when it last did: poked until ParkFor has passed.
 	parked latestTimes
-	// holds: the tenants whose downstream asked to wait, each until when,
-	// as this worker heard it, from its own handlers (RetryAfter) or from
-	// another worker's (Config.HoldSubject). The throttle's Hold stops new
-	// admissions; this stops the jobs admitted before it, waiting for a
-	// handler slot or back for slots reserved before it, from starting.
-	holds latestTimes
+	// holds: the holds downstreams asked for, and the fleet-wide Holder.
+	holds *downstreamHolds
 	// waiting: what this worker knows of each tenant for throttler top.
 	waiting *waiting
 	// runtimes: how long the jobs this worker ran under each cap took.
@@ -124,7 +119,6 @@ func New(p Params) (*Worker, error) {
 		recreate:   p.Recreate,
 		decider:    p.Decider,
 		failures:   p.Failures,
-		holder:     p.Holder,
 		pauses:     p.Pauses,
 		unreserver: p.Unreserver,
 		waiting:    newWaiting(cfg.TopTenants),
@@ -142,6 +136,8 @@ func New(p Params) (*Worker, error) {
 		credits:    make(chan struct{}, 2*cfg.FetchBatch),
 	}
 	w.early = newEarlyHold(w.now)
+	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
+		timeout: cfg.RedisTimeout, log: cfg.Logger}
 	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
 	return w, nil
 }
@@ -211,7 +207,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopKeepAlive()
 	stopLeases := w.startLeaseLoop(work)
 	defer stopLeases()
-	stopHolds := w.listenForHolds()
+	stopHolds := w.holds.listen()
 	defer stopHolds()
 	stopTop := w.listenForTop()
 	defer stopTop()
