@@ -151,7 +151,7 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 		if it.bad != nil {
 			continue
 		}
-		if d, paused := w.pausedNow(it.job.Tenant); paused {
+		if d, paused := w.pauses.pausedNow(it.job.Tenant); paused {
 			// Not charged while paused: on resume the tenant takes no
 			// more than its buckets hold.
 			it.paused = &d

@@ -55,7 +55,7 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 		// Off the dispatching path: a paused tenant's jobs cost the others
 		// no round trip. Before the move, so a copy never comes back to a
 		// slot it should have given up.
-		w.unreserve(ctx, slots)
+		w.pauses.unreserve(ctx, slots)
 		if len(ds) > 0 {
 			w.deferrer.Defer(ctx, ds)
 		}

@@ -219,7 +219,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 		defer func() { <-w.slots }()
 		defer w.inflight.Delete(f)
 		defer w.finishLeases(workCtx, f, job.Tenant)
-		if d, paused := w.pausedNow(job.Tenant); paused {
+		if d, paused := w.pauses.pausedNow(job.Tenant); paused {
 			// Admitted before an operator paused its tenant.
 			w.waitOutPause(workCtx, f, job, d)
 			return

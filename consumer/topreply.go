@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -55,17 +54,8 @@ func (w *Worker) listenForTop() (stop func()) {
 func (w *Worker) encodeTop(id string, emit func([]byte)) {
 	e := newTopEncoder(id, emit)
 	now := w.cfg.Now()
-	w.waiting.visit(now, w.pausedAt(now), e.add)
+	w.waiting.visit(now, w.pauses.pausedAt(now), e.add)
 	e.finish()
-}
-
-// pausedAt is a question of whether a tenant is paused at now, or nil
-// without a Pauser.
-func (w *Worker) pausedAt(now time.Time) func(string) bool {
-	if w.pauses == nil {
-		return nil
-	}
-	return func(t string) bool { _, _, p := w.pauses.Paused(t, now); return p }
 }
 
 // TopRows returns this worker's view of every tenant it knows something
@@ -73,7 +63,7 @@ func (w *Worker) pausedAt(now time.Time) func(string) bool {
 // dead letters in the last hour.
 func (w *Worker) TopRows() []TopRow {
 	now := w.cfg.Now()
-	return w.waiting.rows(now, w.pausedAt(now))
+	return w.waiting.rows(now, w.pauses.pausedAt(now))
 }
 
 // EncodeTopRows writes rows as the messages of one worker's reply (id

@@ -33,8 +33,7 @@ type Worker struct {
 	recreate   func(context.Context) error
 	decider    Decider
 	failures   FailureCounter
-	pauses     Pauser             // nil without one
-	unreserver Unreserver         // nil without one
+	pauses     *pauseGate
 	leases     Leaser             // nil without one
 	waker      Waker              // nil without one
 	woken      jetstream.Consumer // nil without one
@@ -119,8 +118,7 @@ func New(p Params) (*Worker, error) {
 		recreate:   p.Recreate,
 		decider:    p.Decider,
 		failures:   p.Failures,
-		pauses:     p.Pauses,
-		unreserver: p.Unreserver,
+		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
 		waiting:    newWaiting(cfg.TopTenants),
 		leases:     p.Leases,
 		waker:      p.Waker,
