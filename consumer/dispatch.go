@@ -62,7 +62,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
 		case res.Err == nil && res.Outcome == throttle.Capped:
-			deferrals = append(deferrals, w.park(it, res.Decision))
+			deferrals = append(deferrals, w.caps.park(it, res.Decision))
 		case res.Err == nil && res.Outcome == throttle.Admitted:
 			if res.ShadowWait > 0 {
 				w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
@@ -123,7 +123,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		}
 		w.inflight.Store(flights[i], struct{}{})
 	}
-	w.wake(workCtx, wake)
+	w.caps.wake(workCtx, wake)
 	for i, it := range order {
 		w.start(ctx, workCtx, flights[i], it.job)
 	}
@@ -208,7 +208,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 	case <-ctx.Done():
 		w.inflight.Delete(f)
 		f.settle(func(m jetstream.Msg) error { return m.Nak() })
-		w.finishLeases(workCtx, f, job.Tenant)
+		w.caps.finishLeases(workCtx, f, job.Tenant)
 		return
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
@@ -218,7 +218,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 		defer w.handlers.Done()
 		defer func() { <-w.slots }()
 		defer w.inflight.Delete(f)
-		defer w.finishLeases(workCtx, f, job.Tenant)
+		defer w.caps.finishLeases(workCtx, f, job.Tenant)
 		if d, paused := w.pauses.pausedNow(job.Tenant); paused {
 			// Admitted before an operator paused its tenant.
 			w.waitOutPause(workCtx, f, job, d)

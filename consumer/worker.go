@@ -34,18 +34,13 @@ type Worker struct {
 	decider    Decider
 	failures   FailureCounter
 	pauses     *pauseGate
-	leases     Leaser             // nil without one
-	waker      Waker              // nil without one
 	woken      jetstream.Consumer // nil without one
-	// parked: the caps this worker parked jobs under lately ("" is the
-	// fleet's), each with when it last did: poked until ParkFor has passed.
-	parked latestTimes
+	// caps: parking, leases and wakes of running caps.
+	caps *capKeeper
 	// holds: the holds downstreams asked for, and the fleet-wide Holder.
 	holds *downstreamHolds
 	// waiting: what this worker knows of each tenant for throttler top.
-	waiting *waiting
-	// runtimes: how long the jobs this worker ran under each cap took.
-	runtimes runTimes
+	waiting  *waiting
 	handler  Handler
 	deferrer Deferrer
 	dlq      deadLetter
@@ -120,8 +115,6 @@ func New(p Params) (*Worker, error) {
 		failures:   p.Failures,
 		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
 		waiting:    newWaiting(cfg.TopTenants),
-		leases:     p.Leases,
-		waker:      p.Waker,
 		woken:      p.Woken,
 		handler:    p.Handler,
 		deferrer:   p.Deferrer,
@@ -134,6 +127,8 @@ func New(p Params) (*Worker, error) {
 		credits:    make(chan struct{}, 2*cfg.FetchBatch),
 	}
 	w.early = newEarlyHold(w.now)
+	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
+		handlers: &w.handlers, inflight: &w.inflight}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
 	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
@@ -166,7 +161,7 @@ func (w *Worker) InHand() int {
 
 // ParkedUnder returns the caps ("" for the fleet's, else a tenant) this
 // worker parked jobs under at or after from.
-func (w *Worker) ParkedUnder(from time.Time) []string { return w.parked.keys(from) }
+func (w *Worker) ParkedUnder(from time.Time) []string { return w.caps.parked.keys(from) }
 
 // Run pulls and throttles jobs until ctx is cancelled, then shuts down:
 // it stops pulling, hands back (NAK) jobs not yet started, lets running jobs
@@ -203,7 +198,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	stopKeepAlive := w.startKeepAlive()
 	defer stopKeepAlive()
-	stopLeases := w.startLeaseLoop(work)
+	stopLeases := w.caps.startLeaseLoop(work)
 	defer stopLeases()
 	stopHolds := w.holds.listen()
 	defer stopHolds()
