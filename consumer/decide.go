@@ -43,7 +43,7 @@ func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, deci
 		}
 		if ctx.Err() != nil {
 			w.handBack(group)
-			w.releaseCredits(credits)
+			w.pull.releaseCredits(credits)
 			continue
 		}
 		g := w.decide(ctx, group)

@@ -62,7 +62,7 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 		for _, d := range ds {
 			w.deferred(d)
 		}
-		w.releaseCredits(credits)
+		w.pull.releaseCredits(credits)
 	}
 }
 

@@ -43,7 +43,7 @@ func (w *Worker) unbundleLoop(ctx context.Context) {
 		cancel()
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 			w.log.Warn("pulling bundles failed; retrying", "err", err)
-			w.recreateIfGone(ctx, err)
+			w.pull.recreateIfGone(ctx, err)
 			sleep(ctx, w.cfg.RetryInitial)
 		}
 	}

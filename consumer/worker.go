@@ -30,7 +30,6 @@ type Worker struct {
 	lane       Lane         // nil without a fast lane
 	claims     ClaimSettler // nil without one
 	ackPending *AckPending  // nil without one
-	recreate   func(context.Context) error
 	decider    Decider
 	failures   FailureCounter
 	pauses     *pauseGate
@@ -50,14 +49,13 @@ type Worker struct {
 	obs      Observer
 
 	slots    chan struct{} // one token per running handler
-	credits  chan struct{} // one token per message pulled and not yet dispatched
 	handlers sync.WaitGroup
 	inflight sync.Map   // *flight → struct{}, admitted jobs, running or waiting for a slot
 	held     heldMsgs   // messages pulled and not yet acted on
 	early    *earlyHold // jobs waiting in the worker for their slot
 
-	recreating sync.Mutex   // one recreate at a time (see recreateIfGone)
-	redis      *redisHealth // Redis answering decisions, its backoff and log summary
+	pull  *puller      // pulls within the fetch credits
+	redis *redisHealth // Redis answering decisions, its backoff and log summary
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -110,7 +108,6 @@ func New(p Params) (*Worker, error) {
 		lane:       p.Lane,
 		claims:     p.Claims,
 		ackPending: p.AckPending,
-		recreate:   p.Recreate,
 		decider:    p.Decider,
 		failures:   p.Failures,
 		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
@@ -124,9 +121,9 @@ func New(p Params) (*Worker, error) {
 		stats:      p.Stats,
 		obs:        p.Observer,
 		slots:      make(chan struct{}, cfg.Concurrency),
-		credits:    make(chan struct{}, 2*cfg.FetchBatch),
 	}
 	w.early = newEarlyHold(w.now)
+	w.pull = newPuller(cfg, &w.held, p.Recreate)
 	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
 		handlers: &w.handlers, inflight: &w.inflight}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
