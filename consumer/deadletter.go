@@ -140,7 +140,7 @@ func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tena
 		}
 		return false
 	}
-	w.waiting.deadLettered(tenant, w.now())
+	w.top.waiting.deadLettered(tenant, w.now())
 	w.stats.Add(tenant, func(s *TenantStats) {
 		s.DeadLettered++
 		if cut {

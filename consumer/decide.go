@@ -90,7 +90,7 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 			last, lastSeq = m, job.Sequence
 		}
 		w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
-		w.waiting.arrived(job, w.now())
+		w.top.waiting.arrived(job, w.now())
 		var bad *badJobError
 		switch {
 		case errors.As(err, &bad):

@@ -70,7 +70,7 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 // NAK'd instead of moved, saying why, and one for a job left unsettled.
 func (w *Worker) deferred(d Deferral) {
 	tenant, id := d.Job.Tenant, d.Job.ID
-	w.waiting.deferred(d, w.now())
+	w.top.waiting.deferred(d, w.now())
 	switch {
 	case d.Moved:
 		w.stats.Add(tenant, func(s *TenantStats) { s.Moved++ })

@@ -212,7 +212,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 		return
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
-	w.waiting.admitted(job.Tenant, w.now())
+	w.top.waiting.admitted(job.Tenant, w.now())
 	w.handlers.Add(1)
 	go func() {
 		defer w.handlers.Done()

@@ -38,8 +38,8 @@ type Worker struct {
 	caps *capKeeper
 	// holds: the holds downstreams asked for, and the fleet-wide Holder.
 	holds *downstreamHolds
-	// waiting: what this worker knows of each tenant for throttler top.
-	waiting  *waiting
+	// top: what this worker knows of each tenant, for throttler top.
+	top      *topReporter
 	handler  Handler
 	deferrer Deferrer
 	dlq      deadLetter
@@ -111,7 +111,6 @@ func New(p Params) (*Worker, error) {
 		decider:    p.Decider,
 		failures:   p.Failures,
 		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
-		waiting:    newWaiting(cfg.TopTenants),
 		woken:      p.Woken,
 		handler:    p.Handler,
 		deferrer:   p.Deferrer,
@@ -123,6 +122,8 @@ func New(p Params) (*Worker, error) {
 		slots:      make(chan struct{}, cfg.Concurrency),
 	}
 	w.early = newEarlyHold(w.now)
+	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: w.pauses, js: p.JetStream,
+		subject: cfg.TopSubject, now: cfg.Now, log: cfg.Logger}
 	w.pull = newPuller(cfg, &w.held, p.Recreate)
 	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
 		handlers: &w.handlers, inflight: &w.inflight}
@@ -199,7 +200,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopLeases()
 	stopHolds := w.holds.listen()
 	defer stopHolds()
-	stopTop := w.listenForTop()
+	stopTop := w.top.listen()
 	defer stopTop()
 	w.startUnbundler(ctx)
 	w.startAckPending(ctx)
