@@ -26,7 +26,6 @@ import (
 type Worker struct {
 	js         jetstream.JetStream
 	cons       jetstream.Consumer
-	bundles    jetstream.Consumer
 	lane       Lane         // nil without a fast lane
 	claims     ClaimSettler // nil without one
 	ackPending *AckPending  // nil without one
@@ -54,8 +53,9 @@ type Worker struct {
 	held     heldMsgs   // messages pulled and not yet acted on
 	early    *earlyHold // jobs waiting in the worker for their slot
 
-	pull  *puller      // pulls within the fetch credits
-	redis *redisHealth // Redis answering decisions, its backoff and log summary
+	pull     *puller // pulls within the fetch credits
+	unbundle *unbundler
+	redis    *redisHealth // Redis answering decisions, its backoff and log summary
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -104,7 +104,6 @@ func New(p Params) (*Worker, error) {
 	w := &Worker{
 		js:         p.JetStream,
 		cons:       p.Consumer,
-		bundles:    p.Bundles,
 		lane:       p.Lane,
 		claims:     p.Claims,
 		ackPending: p.AckPending,
@@ -129,6 +128,8 @@ func New(p Params) (*Worker, error) {
 		handlers: &w.handlers, inflight: &w.inflight}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
+	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.handlers,
+		deadLetter: w.deadLetterSync, cfg: cfg, log: cfg.Logger}
 	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
 	return w, nil
 }
@@ -202,7 +203,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopHolds()
 	stopTop := w.top.listen()
 	defer stopTop()
-	w.startUnbundler(ctx)
+	w.unbundle.start(ctx)
 	w.startAckPending(ctx)
 	stopLane := w.startLane(ctx)
 	defer stopLane()
