@@ -36,7 +36,7 @@ func (w *Worker) startDispatching(ctx, work context.Context, batches chan<- defe
 func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	items := g.items
 	for _, it := range items {
-		w.held.remove(it.msg) // settled below, or a flight
+		w.hand.pulled.remove(it.msg) // settled below, or a flight
 	}
 	var deferrals []Deferral
 	// Admitted jobs are started after the loop, taking the tenants in turn.
@@ -121,7 +121,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		if len(it.leases) > 0 {
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Running++ })
 		}
-		w.inflight.Store(flights[i], struct{}{})
+		w.hand.flights.Store(flights[i], struct{}{})
 	}
 	w.caps.wake(workCtx, wake)
 	for i, it := range order {
@@ -206,7 +206,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 	select {
 	case w.slots <- struct{}{}:
 	case <-ctx.Done():
-		w.inflight.Delete(f)
+		w.hand.flights.Delete(f)
 		f.settle(func(m jetstream.Msg) error { return m.Nak() })
 		w.caps.finishLeases(workCtx, f, job.Tenant)
 		return
@@ -217,7 +217,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 	go func() {
 		defer w.handlers.Done()
 		defer func() { <-w.slots }()
-		defer w.inflight.Delete(f)
+		defer w.hand.flights.Delete(f)
 		defer w.caps.finishLeases(workCtx, f, job.Tenant)
 		if d, paused := w.pauses.pausedNow(job.Tenant); paused {
 			// Admitted before an operator paused its tenant.
@@ -248,7 +248,7 @@ func (w *Worker) startPreAdmitted(ctx, work context.Context, msg jetstream.Msg) 
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
 	f := &flight{msg: msg, started: w.now(), log: w.log}
-	w.inflight.Store(f, struct{}{})
+	w.hand.flights.Store(f, struct{}{})
 	w.start(ctx, work, f, job)
 	return true
 }

@@ -186,7 +186,7 @@ func (w *Worker) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstre
 // immediate redelivery.
 func (w *Worker) handBack(group []jetstream.Msg) {
 	for _, m := range group {
-		w.held.remove(m)
+		w.hand.pulled.remove(m)
 		if err := m.Nak(); err != nil {
 			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", err)
 		}

@@ -49,8 +49,7 @@ type Worker struct {
 
 	slots    chan struct{} // one token per running handler
 	handlers sync.WaitGroup
-	inflight sync.Map   // *flight → struct{}, admitted jobs, running or waiting for a slot
-	held     heldMsgs   // messages pulled and not yet acted on
+	hand     *inHand    // messages held, pulled or admitted, kept alive
 	early    *earlyHold // jobs waiting in the worker for their slot
 
 	pull     *puller // pulls within the fetch credits
@@ -118,14 +117,15 @@ func New(p Params) (*Worker, error) {
 		log:        cfg.Logger,
 		stats:      p.Stats,
 		obs:        p.Observer,
+		hand:       &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
 		slots:      make(chan struct{}, cfg.Concurrency),
 	}
 	w.early = newEarlyHold(w.now)
 	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: w.pauses, js: p.JetStream,
 		subject: cfg.TopSubject, now: cfg.Now, log: cfg.Logger}
-	w.pull = newPuller(cfg, &w.held, p.Recreate)
+	w.pull = newPuller(cfg, &w.hand.pulled, p.Recreate)
 	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
-		handlers: &w.handlers, inflight: &w.inflight}
+		handlers: &w.handlers, inflight: &w.hand.flights}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
 	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.handlers,
@@ -139,7 +139,7 @@ func (w *Worker) Stats() map[string]TenantStats { return w.stats.Snapshot() }
 
 // Held is how many pulled messages the worker has not yet acted on (not yet
 // decided, or decided and not yet started, settled or deferred).
-func (w *Worker) Held() int { return w.held.count() }
+func (w *Worker) Held() int { return w.hand.pulled.count() }
 
 // HeldDownstream returns the tenants whose downstream asked the fleet to
 // wait past now (a 429, or a 503 with Retry-After), as this worker heard.
@@ -149,14 +149,7 @@ func (w *Worker) HeldDownstream(now time.Time) []string { return w.holds.keys(no
 // acked or handed back: pulled and not yet acted on (Held), and admitted,
 // waiting for a slot or running. The consumer's ack-pending count less the
 // fleet's jobs in hand is the jobs NAK'd to come back later.
-func (w *Worker) InHand() int {
-	n := w.held.count()
-	w.inflight.Range(func(_, _ any) bool {
-		n++
-		return true
-	})
-	return n
-}
+func (w *Worker) InHand() int { return w.hand.count() }
 
 // ParkedUnder returns the caps ("" for the fleet's, else a tenant) this
 // worker parked jobs under at or after from.
@@ -195,7 +188,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var stoppedAt atomic.Int64 // when ctx was cancelled, Unix ns
 	defer context.AfterFunc(ctx, func() { stoppedAt.Store(w.now().UnixNano()) })()
 
-	stopKeepAlive := w.startKeepAlive()
+	stopKeepAlive := w.hand.startKeepAlive()
 	defer stopKeepAlive()
 	stopLeases := w.caps.startLeaseLoop(work)
 	defer stopLeases()
@@ -242,7 +235,7 @@ func (w *Worker) finishHandlers(stopped int64, cancelWork context.CancelFunc) {
 	case <-timer.C:
 		w.log.Warn("shutdown timeout passed; cancelling running jobs and handing them back")
 		cancelWork()
-		w.inflight.Range(func(k, _ any) bool {
+		w.hand.flights.Range(func(k, _ any) bool {
 			k.(*flight).settle(func(m jetstream.Msg) error { return m.Nak() })
 			return true
 		})
