@@ -13,36 +13,36 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// startFetching pulls from the jobs consumer and, with a fast lane, from
-// the consumer of the lane's copies, until ctx is cancelled. The messages
-// come out on msgs, which is closed once every pull has ended; fetchErr
-// then says why the jobs consumer's pulling ended.
-func (w *Worker) startFetching(ctx, work context.Context) (msgs <-chan jetstream.Msg, fetchErr func() error) {
-	out := make(chan jetstream.Msg, w.cfg.FetchBatch)
+// start pulls from the jobs consumer, from the woken jobs' consumer and,
+// with a fast lane, from the consumer of the lane's copies, until ctx is
+// cancelled; direct may take a lane's copy instead (it reports whether it
+// did). The messages come out on msgs, which is closed once every pull has
+// ended; fetchErr then says why the jobs consumer's pulling ended.
+func (p *puller) start(ctx context.Context, lane Lane, direct func(jetstream.Msg) bool) (msgs <-chan jetstream.Msg, fetchErr func() error) {
+	out := make(chan jetstream.Msg, p.cfg.FetchBatch)
 	var pulls sync.WaitGroup
 	var err error
 	pulls.Add(1)
 	go func() {
 		defer pulls.Done()
-		err = w.pull.fetchLoop(ctx, w.cons, w.cfg.FetchBatch, out, nil)
+		err = p.fetchLoop(ctx, p.cons, p.cfg.FetchBatch, out, nil)
 	}()
-	if w.lane != nil {
+	if lane != nil {
 		// The lane's copies are few: small pulls, from the same credits.
 		// Those the lane admitted start at once, without waiting for a group.
-		direct := func(m jetstream.Msg) bool { return w.startPreAdmitted(ctx, work, m) }
 		pulls.Add(1)
 		go func() {
 			defer pulls.Done()
-			_ = w.pull.fetchLoop(ctx, w.lane.Copies(), min(8, w.cfg.FetchBatch), out, direct)
+			_ = p.fetchLoop(ctx, lane.Copies(), min(8, p.cfg.FetchBatch), out, direct)
 		}()
 	}
-	if w.woken != nil {
+	if p.woken != nil {
 		// Woken jobs are few, and each holds its tenant's turn: small
 		// pulls, from the same credits, past the jobs consumer's backlog.
 		pulls.Add(1)
 		go func() {
 			defer pulls.Done()
-			_ = w.pull.fetchLoop(ctx, w.woken, min(8, w.cfg.FetchBatch), out, nil)
+			_ = p.fetchLoop(ctx, p.woken, min(8, p.cfg.FetchBatch), out, nil)
 		}()
 	}
 	done := make(chan struct{})
@@ -57,6 +57,8 @@ func (w *Worker) startFetching(ctx, work context.Context) (msgs <-chan jetstream
 // puller pulls messages from the consumers into the worker, within the
 // fetch credits, and sets the consumer up again when it is gone.
 type puller struct {
+	cons       jetstream.Consumer          // the jobs consumer
+	woken      jetstream.Consumer          // the woken jobs' consumer, nil without one
 	credits    chan struct{}               // one token per message pulled and not yet dispatched
 	held       *heldMsgs                   // the worker's: pulled messages are kept alive until acted on
 	recreate   func(context.Context) error // nil without one
@@ -65,10 +67,11 @@ type puller struct {
 	log        *slog.Logger
 }
 
-// newPuller returns a puller with 2×FetchBatch credits, adding to held.
-func newPuller(cfg Config, held *heldMsgs, recreate func(context.Context) error) *puller {
-	return &puller{credits: make(chan struct{}, 2*cfg.FetchBatch), held: held, recreate: recreate,
-		cfg: cfg, log: cfg.Logger}
+// newPuller returns a puller of p's consumers with 2×FetchBatch credits,
+// adding to held.
+func newPuller(p Params, cfg Config, held *heldMsgs) *puller {
+	return &puller{cons: p.Consumer, woken: p.Woken, credits: make(chan struct{}, 2*cfg.FetchBatch),
+		held: held, recreate: p.Recreate, cfg: cfg, log: cfg.Logger}
 }
 
 // now reads the worker's clock.

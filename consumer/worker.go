@@ -25,14 +25,12 @@ import (
 // Worker pulls jobs from one consumer and throttles them. Run it once.
 type Worker struct {
 	js         jetstream.JetStream
-	cons       jetstream.Consumer
 	lane       Lane         // nil without a fast lane
 	claims     ClaimSettler // nil without one
 	ackPending *AckPending  // nil without one
 	decider    Decider
 	failures   FailureCounter
 	pauses     *pauseGate
-	woken      jetstream.Consumer // nil without one
 	// caps: parking, leases and wakes of running caps.
 	caps *capKeeper
 	// holds: the holds downstreams asked for, and the fleet-wide Holder.
@@ -102,14 +100,12 @@ func New(p Params) (*Worker, error) {
 	}
 	w := &Worker{
 		js:         p.JetStream,
-		cons:       p.Consumer,
 		lane:       p.Lane,
 		claims:     p.Claims,
 		ackPending: p.AckPending,
 		decider:    p.Decider,
 		failures:   p.Failures,
 		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
-		woken:      p.Woken,
 		handler:    p.Handler,
 		deferrer:   p.Deferrer,
 		dlq:        deadLetter{js: p.JetStream, template: cfg.DLQSubject},
@@ -123,7 +119,7 @@ func New(p Params) (*Worker, error) {
 	w.early = newEarlyHold(w.now)
 	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: w.pauses, js: p.JetStream,
 		subject: cfg.TopSubject, now: cfg.Now, log: cfg.Logger}
-	w.pull = newPuller(cfg, &w.hand.pulled, p.Recreate)
+	w.pull = newPuller(p, cfg, &w.hand.pulled)
 	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
 		handlers: &w.handlers, inflight: &w.hand.flights}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
@@ -200,7 +196,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.startAckPending(ctx)
 	stopLane := w.startLane(ctx)
 	defer stopLane()
-	msgs, fetchErr := w.startFetching(ctx, work)
+	// A lane's copies the lane admitted start at once, without waiting
+	// for a group.
+	direct := func(m jetstream.Msg) bool { return w.startPreAdmitted(ctx, work, m) }
+	msgs, fetchErr := w.pull.start(ctx, w.lane, direct)
 	batches, deferDone := w.startDeferring(work)
 	decided, dispatchDone := w.startDispatching(ctx, work, batches)
 
