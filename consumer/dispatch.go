@@ -108,7 +108,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	}
 	for _, it := range items {
 		if it.bad != nil {
-			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
+			w.dlq.settleAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
 		}
 	}
 	// Every admitted job is a flight, kept alive, from now: the later ones

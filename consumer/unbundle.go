@@ -19,7 +19,7 @@ type unbundler struct {
 	js       jetstream.JetStream
 	pull     *puller         // the worker's, which sets a gone consumer up again
 	handlers *sync.WaitGroup // the worker's: shutdown waits for an unpacking under way
-	// deadLetter is the worker's deadLetterSync.
+	// deadLetter is the worker's dead letters' settle.
 	deadLetter func(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) bool
 	cfg        Config
 	log        *slog.Logger

@@ -39,7 +39,7 @@ type Worker struct {
 	top      *topReporter
 	handler  Handler
 	deferrer Deferrer
-	dlq      deadLetter
+	dlq      *deadLetter
 	cfg      Config
 	log      *slog.Logger
 	stats    *Stats
@@ -108,7 +108,6 @@ func New(p Params) (*Worker, error) {
 		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
 		handler:    p.Handler,
 		deferrer:   p.Deferrer,
-		dlq:        deadLetter{js: p.JetStream, template: cfg.DLQSubject},
 		cfg:        cfg,
 		log:        cfg.Logger,
 		stats:      p.Stats,
@@ -124,8 +123,10 @@ func New(p Params) (*Worker, error) {
 		handlers: &w.handlers, inflight: &w.hand.flights}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
+	w.dlq = &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.handlers, top: w.top,
+		stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.handlers,
-		deadLetter: w.deadLetterSync, cfg: cfg, log: cfg.Logger}
+		deadLetter: w.dlq.settle, cfg: cfg, log: cfg.Logger}
 	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
 	return w, nil
 }
