@@ -24,35 +24,33 @@ import (
 
 // Worker pulls jobs from one consumer and throttles them. Run it once.
 type Worker struct {
-	js         jetstream.JetStream
-	lane       Lane         // nil without a fast lane
-	claims     ClaimSettler // nil without one
-	ackPending *AckPending  // nil without one
-	decider    Decider
-	failures   FailureCounter
-	pauses     *pauseGate
-	// caps: parking, leases and wakes of running caps.
-	caps *capKeeper
-	// holds: the holds downstreams asked for, and the fleet-wide Holder.
-	holds *downstreamHolds
-	// top: what this worker knows of each tenant, for throttler top.
-	top      *topReporter
-	handler  Handler
-	deferrer Deferrer
-	dlq      *deadLetter
 	cfg      Config
 	log      *slog.Logger
 	stats    *Stats
 	obs      Observer
+	decider  Decider
+	failures FailureCounter
+	handler  Handler
+	deferrer Deferrer
+
+	lane       Lane         // nil without a fast lane
+	claims     ClaimSettler // nil without one
+	ackPending *AckPending  // nil without one
+
+	// The worker's components, each owning its state (one file each).
+	pull     *puller          // pulls within the fetch credits (fetch.go)
+	hand     *inHand          // messages held, pulled or admitted, kept alive (keepalive.go)
+	early    *earlyHold       // jobs waiting in the worker for their slot (earlyhold.go)
+	redis    *redisHealth     // Redis answering decisions, its backoff and log summary (redishealth.go)
+	pauses   *pauseGate       // paused tenants, and their slots given up (pause.go)
+	caps     *capKeeper       // parking, leases and wakes of running caps (capkeeper.go, caps.go)
+	holds    *downstreamHolds // the holds downstreams asked for, and the Holder (holds.go)
+	dlq      *deadLetter      // dead letters (deadletter.go)
+	unbundle *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
+	top      *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
 
 	slots    chan struct{} // one token per running handler
 	handlers sync.WaitGroup
-	hand     *inHand    // messages held, pulled or admitted, kept alive
-	early    *earlyHold // jobs waiting in the worker for their slot
-
-	pull     *puller // pulls within the fetch credits
-	unbundle *unbundler
-	redis    *redisHealth // Redis answering decisions, its backoff and log summary
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -99,7 +97,6 @@ func New(p Params) (*Worker, error) {
 		p.Observer = nopObserver{}
 	}
 	w := &Worker{
-		js:         p.JetStream,
 		lane:       p.Lane,
 		claims:     p.Claims,
 		ackPending: p.AckPending,
