@@ -56,7 +56,7 @@ func capOf(job Job, d throttle.Decision) string {
 // park defers a job the Decider told to wait for a lease: it is moved
 // off the consumer, on its own, until it is woken, or until its fallback
 // time (parkFor) if its call is lost.
-func (w *Worker) park(it *item, d throttle.Decision) Deferral {
+func (w *capKeeper) park(it *item, d throttle.Decision) Deferral {
 	w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.CapDeferred++ })
 	c := capOf(it.job, d)
 	w.parked.record(c, w.now())
@@ -70,7 +70,7 @@ func (w *Worker) park(it *item, d throttle.Decision) Deferral {
 // most ParkFor; unforetold (no run under the cap seen yet), 2 minutes. A
 // job is woken long before, in its turn: the fallback brings it back when
 // its waiting list was lost with a Redis that restarted empty.
-func (w *Worker) parkFor(capKey string, d throttle.Decision) time.Duration {
+func (w *capKeeper) parkFor(capKey string, d throttle.Decision) time.Duration {
 	mean, ok := w.runtimes.mean(capKey)
 	if !ok || d.Cap <= 0 {
 		return min(w.cfg.ParkFor, unforetoldPark)
@@ -81,14 +81,14 @@ func (w *Worker) parkFor(capKey string, d throttle.Decision) time.Duration {
 
 // leaseCtx bounds a lease call; it outlives the worker's cancellation, so
 // that leases are given back during shutdown.
-func (w *Worker) leaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+func (w *capKeeper) leaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RedisTimeout)
 }
 
 // finishLeases gives back the leases of a job that ended, and wakes the
 // jobs whose turn that made. A failure leaves the leases to expire after
 // LeaseTTL: the cap runs fewer jobs meanwhile, never more.
-func (w *Worker) finishLeases(ctx context.Context, f *flight, tenant string) {
+func (w *capKeeper) finishLeases(ctx context.Context, f *flight, tenant string) {
 	if len(f.leases) == 0 || w.leases == nil {
 		return
 	}
@@ -109,7 +109,7 @@ func (w *Worker) finishLeases(ctx context.Context, f *flight, tenant string) {
 // wake brings back each waiting job whose turn came, in goroutines of its
 // own. A job without a parked copy gives its turn to the next in line;
 // one that could not be woken keeps its turn until the call TTL ends.
-func (w *Worker) wake(ctx context.Context, ws []throttle.Waiter) {
+func (w *capKeeper) wake(ctx context.Context, ws []throttle.Waiter) {
 	if len(ws) == 0 || w.leases == nil {
 		return
 	}
@@ -126,7 +126,7 @@ func (w *Worker) wake(ctx context.Context, ws []throttle.Waiter) {
 }
 
 // wakeOne wakes one waiting job, as wake does.
-func (w *Worker) wakeOne(ctx context.Context, wt throttle.Waiter) {
+func (w *capKeeper) wakeOne(ctx context.Context, wt throttle.Waiter) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RedisTimeout+3*time.Second)
 	defer cancel()
 	found, err := w.waker.Wake(lctx, wt.Tenant, wt.JobID)
@@ -158,7 +158,7 @@ func (w *Worker) wakeOne(ctx context.Context, wt throttle.Waiter) {
 // leaseLoop renews the leases of the running jobs every LeaseTTL/3 and
 // pokes the caps this worker parked jobs under every pokeEvery, until done
 // is closed.
-func (w *Worker) leaseLoop(ctx context.Context, done <-chan struct{}) {
+func (w *capKeeper) leaseLoop(ctx context.Context, done <-chan struct{}) {
 	renew := time.NewTicker(max(10*time.Millisecond, w.cfg.LeaseTTL/3))
 	defer renew.Stop()
 	poke := time.NewTicker(pokeEvery)
@@ -188,7 +188,7 @@ func (w *Worker) leaseLoop(ctx context.Context, done <-chan struct{}) {
 // renewLeases renews the leases of every job running or waiting for a
 // handler slot, in one round trip. A lease found expired is logged: its
 // job runs on, but its place may be another run's.
-func (w *Worker) renewLeases(ctx context.Context) {
+func (w *capKeeper) renewLeases(ctx context.Context) {
 	var leases []throttle.Lease
 	of := map[throttle.Lease]*flight{}
 	w.inflight.Range(func(k, _ any) bool {
@@ -224,7 +224,7 @@ func (w *Worker) renewLeases(ctx context.Context) {
 
 // startLeaseLoop runs leaseLoop, when the worker has a Leaser, until stop
 // is called; stop returns once the loop has ended.
-func (w *Worker) startLeaseLoop(ctx context.Context) (stop func()) {
+func (w *capKeeper) startLeaseLoop(ctx context.Context) (stop func()) {
 	if w.leases == nil {
 		return func() {}
 	}

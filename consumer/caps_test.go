@@ -298,16 +298,16 @@ func TestParkFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := throttle.Decision{Outcome: throttle.Capped, Cap: 5, Ahead: 99}
-	if got := w.parkFor("acme", d); got != 2*time.Minute {
+	if got := w.caps.parkFor("acme", d); got != 2*time.Minute {
 		t.Errorf("before any run: %s, want 2m", got)
 	}
-	w.runtimes.add("acme", time.Second)
-	w.runtimes.add("acme", 6*time.Second) // mean 1 s + 5 s / 5 = 2 s
-	if got := w.parkFor("acme", d); got != 2*(100*2*time.Second/5)+10*time.Second {
+	w.caps.runtimes.add("acme", time.Second)
+	w.caps.runtimes.add("acme", 6*time.Second) // mean 1 s + 5 s / 5 = 2 s
+	if got := w.caps.parkFor("acme", d); got != 2*(100*2*time.Second/5)+10*time.Second {
 		t.Errorf("100th in line, cap 5, runs of 2 s: %s, want 90s", got)
 	}
 	d.Ahead = 10_000
-	if got := w.parkFor("acme", d); got != 10*time.Minute {
+	if got := w.caps.parkFor("acme", d); got != 10*time.Minute {
 		t.Errorf("far back in line: %s, want at most ParkFor", got)
 	}
 }

@@ -3,7 +3,9 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,10 +15,16 @@ import (
 )
 
 // deadLetter publishes a job that cannot or must not run to the dead-letter
-// subject, with the reason in a header, and waits for the publish ack.
+// subject, with the reason in a header, and waits for the publish ack;
+// then it terminates the job, or hands it back if the publish failed.
 type deadLetter struct {
 	js       jetstream.JetStream
 	template subject.Template
+	handlers *sync.WaitGroup // the worker's: shutdown waits for a dead letter under way
+	top      *topReporter    // the worker's, told of each dead letter
+	stats    *Stats
+	cfg      Config
+	log      *slog.Logger
 }
 
 // Headers of a dead letter cut to fit.
@@ -40,7 +48,7 @@ const maxReasonBytes = 4096
 // id, subject and tenant, the original's size and as much of its data as
 // fits (possibly none), marked HeaderTruncated; the reason then says where
 // the original stays readable.
-func (d deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) (cut bool, err error) {
+func (d *deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) (cut bool, err error) {
 	subjTenant := tenant
 	if subjTenant == "" {
 		subjTenant = tenantpkg.Invalid
@@ -105,55 +113,55 @@ func (d deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant, 
 	return true, fmt.Errorf("dead-letter to %s, cut to fit: %w", subj, err)
 }
 
-// deadLetterAsync dead-letters msg in its own goroutine.
-func (w *Worker) deadLetterAsync(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) {
-	w.handlers.Add(1)
+// settleAsync dead-letters msg in its own goroutine.
+func (d *deadLetter) settleAsync(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) {
+	d.handlers.Add(1)
 	go func() {
-		defer w.handlers.Done()
-		w.deadLetterSync(ctx, msg, id, tenant, reason, failures)
+		defer d.handlers.Done()
+		d.settle(ctx, msg, id, tenant, reason, failures)
 	}()
 }
 
-// deadLetterSync publishes msg to the dead-letter subject, then terminates
+// settle publishes msg to the dead-letter subject, then terminates
 // it, and reports whether it did. If the publish fails the message is
 // handed back with a delay, never terminated, so nothing is lost.
-func (w *Worker) deadLetterSync(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) bool {
+func (d *deadLetter) settle(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) bool {
 	if id == "" {
 		if meta, err := msg.Metadata(); err == nil {
 			id = fmt.Sprintf("%s:%d", meta.Stream, meta.Sequence.Stream)
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	cut, err := w.dlq.publish(pctx, msg, id, tenant, reason, failures)
+	cut, err := d.publish(pctx, msg, id, tenant, reason, failures)
 	cancel()
 	if err != nil {
 		// Back off as for a failing handler, by the message's deliveries,
 		// so that a dead-letter stream that refuses for long (full, say)
 		// is not asked again every RetryInitial.
-		delay := w.cfg.RetryInitial
+		delay := d.cfg.RetryInitial
 		if meta, merr := msg.Metadata(); merr == nil {
-			delay = w.retryDelay(int64(max(1, meta.NumDelivered)))
+			delay = d.cfg.retryDelay(int64(max(1, meta.NumDelivered)))
 		}
-		w.log.Error("dead-letter publish failed; handing the job back", "job", id, "retry_in", delay, "err", err)
+		d.log.Error("dead-letter publish failed; handing the job back", "job", id, "retry_in", delay, "err", err)
 		if nerr := msg.NakWithDelay(delay); nerr != nil {
-			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "job", id, "err", nerr)
+			d.log.Warn("hand back failed; JetStream redelivers after AckWait", "job", id, "err", nerr)
 		}
 		return false
 	}
-	w.waiting.deadLettered(tenant, w.now())
-	w.stats.Add(tenant, func(s *TenantStats) {
+	d.top.waiting.deadLettered(tenant, d.cfg.Now())
+	d.stats.Add(tenant, func(s *TenantStats) {
 		s.DeadLettered++
 		if cut {
 			s.DeadLettersCut++
 		}
 	})
-	w.log.Warn("job dead-lettered", "job", id, "tenant", tenant, "reason", reason, "cut_to_fit", cut)
+	d.log.Warn("job dead-lettered", "job", id, "tenant", tenant, "reason", reason, "cut_to_fit", cut)
 	term := msg.Term
-	if w.cfg.TermWithReason {
+	if d.cfg.TermWithReason {
 		term = func() error { return msg.TermWithReason(truncate(reason, 256)) }
 	}
 	if err := term(); err != nil {
-		w.log.Warn("term failed; JetStream redelivers after AckWait and the dead letter is deduplicated", "job", id, "err", err)
+		d.log.Warn("term failed; JetStream redelivers after AckWait and the dead letter is deduplicated", "job", id, "err", err)
 	}
 	return true
 }

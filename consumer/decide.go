@@ -43,7 +43,7 @@ func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, deci
 		}
 		if ctx.Err() != nil {
 			w.handBack(group)
-			w.releaseCredits(credits)
+			w.pull.releaseCredits(credits)
 			continue
 		}
 		g := w.decide(ctx, group)
@@ -93,7 +93,7 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 			last, lastSeq = m, job.Sequence
 		}
 		w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
-		w.waiting.arrived(job, w.now())
+		w.top.waiting.arrived(job, w.now())
 		var bad *badJobError
 		switch {
 		case errors.As(err, &bad):
@@ -154,7 +154,7 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 		if it.bad != nil {
 			continue
 		}
-		if d, paused := w.pausedNow(it.job); paused {
+		if d, paused := w.pauses.pausedNow(it.job); paused {
 			// Not charged while paused: on resume the tenant takes no
 			// more than its buckets hold.
 			it.paused = &d
@@ -195,19 +195,6 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 			break
 		}
 	}
-	switch {
-	case !redisFailed:
-		w.redisBackoff.Reset()
-		if !w.redisDown.IsZero() {
-			w.log.Info("redis answers again; deciding jobs", "down_for", w.now().Sub(w.redisDown).Round(time.Millisecond))
-			w.redisDown = time.Time{}
-			g.redisBack = true
-		}
-	case w.cfg.OnRedisError == DeferOnRedisError:
-		g.redisWait = w.redisBackoff.NextBackOff()
-	}
-	if redisFailed && w.redisDown.IsZero() {
-		w.redisDown = w.now()
-	}
+	g.redisWait, g.redisBack = w.redis.decided(redisFailed)
 	return g
 }

@@ -55,14 +55,14 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 		// Off the dispatching path: a paused tenant's jobs cost the others
 		// no round trip. Before the move, so a copy never comes back to a
 		// slot it should have given up.
-		w.unreserve(ctx, slots)
+		w.pauses.unreserve(ctx, slots)
 		if len(ds) > 0 {
 			w.deferrer.Defer(ctx, ds)
 		}
 		for _, d := range ds {
 			w.deferred(d)
 		}
-		w.releaseCredits(credits)
+		w.pull.releaseCredits(credits)
 	}
 }
 
@@ -70,7 +70,7 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 // NAK'd instead of moved, saying why, and one for a job left unsettled.
 func (w *Worker) deferred(d Deferral) {
 	tenant, id := d.Job.Tenant, d.Job.ID
-	w.waiting.deferred(d, w.now())
+	w.top.waiting.deferred(d, w.now())
 	switch {
 	case d.Moved:
 		w.stats.Add(tenant, func(s *TenantStats) { s.Moved++ })

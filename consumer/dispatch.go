@@ -30,17 +30,13 @@ func (w *Worker) startDispatching(ctx, work context.Context, batches chan<- defe
 	return in, finished
 }
 
-// redisSummaryEvery is how often a worker sums up the jobs Redis failed
-// for while it keeps failing.
-const redisSummaryEvery = 30 * time.Second
-
 // act acts on each decision of a group: start, ack a duplicate, or
 // dead-letter. It returns the limited jobs, in slot order, for the defer
 // loop.
 func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	items := g.items
 	for _, it := range items {
-		w.held.remove(it.msg) // settled below, or a flight
+		w.hand.pulled.remove(it.msg) // settled below, or a flight
 	}
 	var deferrals []Deferral
 	// Admitted jobs are started after the loop, taking the tenants in turn.
@@ -66,7 +62,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
 		case res.Err == nil && res.Outcome == throttle.Capped:
-			deferrals = append(deferrals, w.park(it, res.Decision))
+			deferrals = append(deferrals, w.caps.park(it, res.Decision))
 		case res.Err == nil && res.Outcome == throttle.Admitted:
 			if res.ShadowWait > 0 {
 				w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
@@ -103,25 +99,8 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
 		}
 	}
-	// One line when Redis starts failing, then one every
-	// redisSummaryEvery with the jobs it failed for since: not one per job
-	// or group, which would flood the log. The outage itself (cause, how
-	// long, when it ends) is logged by the Redis client's watch
-	// (internal/app); these lines say what the policy did with the jobs.
-	if g.redisBack {
-		w.redisLogged, w.redisFailures = time.Time{}, 0
-	}
-	if redisFailed > 0 {
-		w.redisFailures += redisFailed
-		if now := w.now(); w.redisLogged.IsZero() || now.Sub(w.redisLogged) >= redisSummaryEvery {
-			if w.cfg.OnRedisError == AllowOnRedisError {
-				w.log.Warn("redis failed; admitting jobs unthrottled by THROTTLER_ON_REDIS_ERROR=allow", "jobs", w.redisFailures, "err", redisErr)
-			} else {
-				w.log.Warn("redis failed; deferring jobs until it answers (THROTTLER_ON_REDIS_ERROR=defer)", "jobs", w.redisFailures, "retry_in", g.redisWait, "err", redisErr)
-			}
-			w.redisLogged, w.redisFailures = now, 0
-		}
-	}
+	// One line when Redis starts failing, then a summary now and then.
+	w.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
 	for i := range items {
 		if it := &items[i]; it.paused != nil {
 			deferrals = append(deferrals, w.pausedDeferral(it, *it.paused))
@@ -129,7 +108,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	}
 	for _, it := range items {
 		if it.bad != nil {
-			w.deadLetterAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
+			w.dlq.settleAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
 		}
 	}
 	// Every admitted job is a flight, kept alive, from now: the later ones
@@ -142,9 +121,9 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		if len(it.leases) > 0 {
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Running++ })
 		}
-		w.inflight.Store(flights[i], struct{}{})
+		w.hand.flights.Store(flights[i], struct{}{})
 	}
-	w.wake(workCtx, wake)
+	w.caps.wake(workCtx, wake)
 	for i, it := range order {
 		w.start(ctx, workCtx, flights[i], it.job)
 	}
@@ -227,20 +206,20 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 	select {
 	case w.slots <- struct{}{}:
 	case <-ctx.Done():
-		w.inflight.Delete(f)
+		w.hand.flights.Delete(f)
 		f.settle(func(m jetstream.Msg) error { return m.Nak() })
-		w.finishLeases(workCtx, f, job.Tenant)
+		w.caps.finishLeases(workCtx, f, job.Tenant)
 		return
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
-	w.waiting.admitted(job.Tenant, w.now())
+	w.top.waiting.admitted(job.Tenant, w.now())
 	w.handlers.Add(1)
 	go func() {
 		defer w.handlers.Done()
 		defer func() { <-w.slots }()
-		defer w.inflight.Delete(f)
-		defer w.finishLeases(workCtx, f, job.Tenant)
-		if d, paused := w.pausedNow(job); paused {
+		defer w.hand.flights.Delete(f)
+		defer w.caps.finishLeases(workCtx, f, job.Tenant)
+		if d, paused := w.pauses.pausedNow(job); paused {
 			// Admitted before an operator paused its tenant.
 			w.waitOutPause(workCtx, f, job, d)
 			return
@@ -269,7 +248,7 @@ func (w *Worker) startPreAdmitted(ctx, work context.Context, msg jetstream.Msg) 
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
 	f := &flight{msg: msg, started: w.now(), log: w.log}
-	w.inflight.Store(f, struct{}{})
+	w.hand.flights.Store(f, struct{}{})
 	w.start(ctx, work, f, job)
 	return true
 }

@@ -173,9 +173,9 @@ func (w *Worker) holdUntilSlot(it *item, d throttle.Decision) bool {
 	if d.Outcome != throttle.Reserved || d.Wait <= 0 || d.Wait > w.cfg.ShortWait {
 		return false
 	}
-	w.held.add(it.msg, w.now()) // kept alive while it waits
+	w.hand.pulled.add(it.msg, w.now()) // kept alive while it waits
 	if !w.early.holdAs(it.msg, d.Wait, true) {
-		w.held.remove(it.msg)
+		w.hand.pulled.remove(it.msg)
 		return false // full, or the worker is stopping: deferred as usual
 	}
 	return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -12,36 +13,36 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// startFetching pulls from the jobs consumer and, with a fast lane, from
-// the consumer of the lane's copies, until ctx is cancelled. The messages
-// come out on msgs, which is closed once every pull has ended; fetchErr
-// then says why the jobs consumer's pulling ended.
-func (w *Worker) startFetching(ctx, work context.Context) (msgs <-chan jetstream.Msg, fetchErr func() error) {
-	out := make(chan jetstream.Msg, w.cfg.FetchBatch)
+// start pulls from the jobs consumer, from the woken jobs' consumer and,
+// with a fast lane, from the consumer of the lane's copies, until ctx is
+// cancelled; direct may take a lane's copy instead (it reports whether it
+// did). The messages come out on msgs, which is closed once every pull has
+// ended; fetchErr then says why the jobs consumer's pulling ended.
+func (p *puller) start(ctx context.Context, lane Lane, direct func(jetstream.Msg) bool) (msgs <-chan jetstream.Msg, fetchErr func() error) {
+	out := make(chan jetstream.Msg, p.cfg.FetchBatch)
 	var pulls sync.WaitGroup
 	var err error
 	pulls.Add(1)
 	go func() {
 		defer pulls.Done()
-		err = w.fetchLoop(ctx, w.cons, w.cfg.FetchBatch, out, nil)
+		err = p.fetchLoop(ctx, p.cons, p.cfg.FetchBatch, out, nil)
 	}()
-	if w.lane != nil {
+	if lane != nil {
 		// The lane's copies are few: small pulls, from the same credits.
 		// Those the lane admitted start at once, without waiting for a group.
-		direct := func(m jetstream.Msg) bool { return w.startPreAdmitted(ctx, work, m) }
 		pulls.Add(1)
 		go func() {
 			defer pulls.Done()
-			_ = w.fetchLoop(ctx, w.lane.Copies(), min(8, w.cfg.FetchBatch), out, direct)
+			_ = p.fetchLoop(ctx, lane.Copies(), min(8, p.cfg.FetchBatch), out, direct)
 		}()
 	}
-	if w.woken != nil {
+	if p.woken != nil {
 		// Woken jobs are few, and each holds its tenant's turn: small
 		// pulls, from the same credits, past the jobs consumer's backlog.
 		pulls.Add(1)
 		go func() {
 			defer pulls.Done()
-			_ = w.fetchLoop(ctx, w.woken, min(8, w.cfg.FetchBatch), out, nil)
+			_ = p.fetchLoop(ctx, p.woken, min(8, p.cfg.FetchBatch), out, nil)
 		}()
 	}
 	done := make(chan struct{})
@@ -53,35 +54,58 @@ func (w *Worker) startFetching(ctx, work context.Context) (msgs <-chan jetstream
 	return out, func() error { <-done; return err }
 }
 
+// puller pulls messages from the consumers into the worker, within the
+// fetch credits, and sets the consumer up again when it is gone.
+type puller struct {
+	cons       jetstream.Consumer          // the jobs consumer
+	woken      jetstream.Consumer          // the woken jobs' consumer, nil without one
+	credits    chan struct{}               // one token per message pulled and not yet dispatched
+	held       *heldMsgs                   // the worker's: pulled messages are kept alive until acted on
+	recreate   func(context.Context) error // nil without one
+	recreating sync.Mutex                  // one recreate at a time (see recreateIfGone)
+	cfg        Config
+	log        *slog.Logger
+}
+
+// newPuller returns a puller of p's consumers with 2×FetchBatch credits,
+// adding to held.
+func newPuller(p Params, cfg Config, held *heldMsgs) *puller {
+	return &puller{cons: p.Consumer, woken: p.Woken, credits: make(chan struct{}, 2*cfg.FetchBatch),
+		held: held, recreate: p.Recreate, cfg: cfg, log: cfg.Logger}
+}
+
+// now reads the worker's clock.
+func (p *puller) now() time.Time { return p.cfg.Now() }
+
 // fetchLoop pulls messages from cons, up to batch at a time, and sends
 // them to msgs until ctx is cancelled; direct, when set, may take a message
 // instead (it reports whether it did). It holds one credit per message
 // pulled and not yet dispatched, at most 2×FetchBatch for all its loops, so
 // the worker never has more than that many messages delivered and
 // undecided: they count against the consumer's MaxAckPending.
-func (w *Worker) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) error {
+func (p *puller) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) error {
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		// Wait for one credit, then take as many more as are free.
 		select {
-		case w.credits <- struct{}{}:
+		case p.credits <- struct{}{}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		n := 1
-		for n < batch && w.takeCredit() {
+		for n < batch && p.takeCredit() {
 			n++
 		}
-		got, err := w.fetch(ctx, cons, n, msgs, direct)
-		w.releaseCredits(n - got)
+		got, err := p.fetch(ctx, cons, n, msgs, direct)
+		p.releaseCredits(n - got)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err != nil {
 			wait := bo.NextBackOff()
-			w.log.Warn("pull failed; retrying", "err", err, "retry_in", wait)
-			w.recreateIfGone(ctx, err)
+			p.log.Warn("pull failed; retrying", "err", err, "retry_in", wait)
+			p.recreateIfGone(ctx, err)
 			if !sleep(ctx, wait) {
 				return ctx.Err()
 			}
@@ -97,8 +121,8 @@ func (w *Worker) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch i
 // already sent to it, which would then wait out AckWait. Instead it runs
 // to its short expiry and every message it brings reaches Run, which
 // hands it back.
-func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) (int, error) {
-	expiry := min(maxPullExpiry, max(50*time.Millisecond, w.cfg.ShutdownTimeout/4))
+func (p *puller) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) (int, error) {
+	expiry := min(maxPullExpiry, max(50*time.Millisecond, p.cfg.ShutdownTimeout/4))
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), expiry)
 	defer cancel()
 	batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
@@ -109,10 +133,10 @@ func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs
 	for msg := range batch.Messages() {
 		if direct != nil && direct(msg) {
 			got++
-			w.releaseCredits(1)
+			p.releaseCredits(1)
 			continue
 		}
-		w.held.add(msg, w.now()) // kept alive until acted on
+		p.held.add(msg, p.now()) // kept alive until acted on
 		msgs <- msg              // the dispatcher hands back what it will not start
 		got++
 	}
@@ -127,9 +151,9 @@ func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs
 const maxPullExpiry = time.Second
 
 // takeCredit takes a fetch credit if one is free.
-func (w *Worker) takeCredit() bool {
+func (p *puller) takeCredit() bool {
 	select {
-	case w.credits <- struct{}{}:
+	case p.credits <- struct{}{}:
 		return true
 	default:
 		return false
@@ -137,9 +161,9 @@ func (w *Worker) takeCredit() bool {
 }
 
 // releaseCredits gives back n fetch credits.
-func (w *Worker) releaseCredits(n int) {
+func (p *puller) releaseCredits(n int) {
 	for i := 0; i < n; i++ {
-		<-w.credits
+		<-p.credits
 	}
 }
 
@@ -165,7 +189,7 @@ func (w *Worker) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstre
 // immediate redelivery.
 func (w *Worker) handBack(group []jetstream.Msg) {
 	for _, m := range group {
-		w.held.remove(m)
+		w.hand.pulled.remove(m)
 		if err := m.Nak(); err != nil {
 			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", err)
 		}
@@ -178,15 +202,15 @@ func (w *Worker) handBack(group []jetstream.Msg) {
 // the other, since a stream update at the same time as a consumer's
 // creation races inside nats-server 2.15.2 (fileStore.UpdateConfig
 // against fileStore.ConsumerStore, caught by the race detector).
-func (w *Worker) recreateIfGone(ctx context.Context, err error) {
-	if w.recreate == nil || !(errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders)) {
+func (p *puller) recreateIfGone(ctx context.Context, err error) {
+	if p.recreate == nil || !(errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders)) {
 		return
 	}
-	w.recreating.Lock()
-	defer w.recreating.Unlock()
-	if rerr := w.recreate(ctx); rerr != nil {
-		w.log.Warn("setting up the consumer again failed; retrying", "err", rerr)
+	p.recreating.Lock()
+	defer p.recreating.Unlock()
+	if rerr := p.recreate(ctx); rerr != nil {
+		p.log.Warn("setting up the consumer again failed; retrying", "err", rerr)
 		return
 	}
-	w.log.Warn("the consumer was gone; set it up again", "err", err)
+	p.log.Warn("the consumer was gone; set it up again", "err", err)
 }

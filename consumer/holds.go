@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -11,42 +12,104 @@ import (
 	"github.com/throttler/throttler/tenant"
 )
 
-// announceHold tells every worker of the fleet that tenant is held until
+// downstreamHolds keeps the holds downstreams asked for (RetryAfter), as
+// this worker heard them, from its own handlers or from another worker's
+// (Config.HoldSubject), and holds a tenant back fleet-wide with a Holder.
+// The throttle's Hold stops new admissions; the holds kept here stop the
+// jobs admitted before it, waiting for a handler slot or back for slots
+// reserved before it, from starting.
+type downstreamHolds struct {
+	holder  Holder // nil without one: a job told to wait keeps its owner record
+	js      jetstream.JetStream
+	subject string        // Config.HoldSubject, "" for none
+	timeout time.Duration // Config.RedisTimeout, for each Holder call
+	log     *slog.Logger
+	until   latestTimes // each tenant held, until when
+}
+
+// record notes that tenant is held until until, and tells the fleet.
+func (h *downstreamHolds) record(tenant string, until time.Time) {
+	h.until.record(tenant, until)
+	h.announce(tenant, until)
+}
+
+// after returns until when tenant is held, if past now.
+func (h *downstreamHolds) after(tenant string, now time.Time) (time.Time, bool) {
+	return h.until.after(tenant, now)
+}
+
+// keys returns the tenants held past now.
+func (h *downstreamHolds) keys(now time.Time) []string { return h.until.keys(now) }
+
+// announce tells every worker of the fleet that tenant is held until
 // until, on Config.HoldSubject. It is best effort: a worker that misses it
 // starts only the tenant's jobs admitted before the hold.
-func (w *Worker) announceHold(tenant string, until time.Time) {
-	if w.cfg.HoldSubject == "" {
+func (h *downstreamHolds) announce(tenant string, until time.Time) {
+	if h.subject == "" {
 		return
 	}
-	nc := w.js.Conn()
+	nc := h.js.Conn()
 	if nc == nil {
 		return
 	}
 	msg := tenant + " " + strconv.FormatInt(until.UnixMicro(), 10)
-	if err := nc.Publish(w.cfg.HoldSubject, []byte(msg)); err != nil {
-		w.log.Warn("telling the other workers of a hold failed", "tenant", tenant, "err", err)
+	if err := nc.Publish(h.subject, []byte(msg)); err != nil {
+		h.log.Warn("telling the other workers of a hold failed", "tenant", tenant, "err", err)
 	}
 }
 
-// listenForHolds records the holds other workers announce on
-// Config.HoldSubject until the returned stop is called.
-func (w *Worker) listenForHolds() (stop func()) {
-	if w.cfg.HoldSubject == "" || w.js.Conn() == nil {
+// listen records the holds other workers announce on Config.HoldSubject
+// until the returned stop is called.
+func (h *downstreamHolds) listen() (stop func()) {
+	if h.subject == "" || h.js.Conn() == nil {
 		return func() {}
 	}
-	sub, err := w.js.Conn().Subscribe(w.cfg.HoldSubject, func(m *nats.Msg) {
+	sub, err := h.js.Conn().Subscribe(h.subject, func(m *nats.Msg) {
 		t, at, ok := strings.Cut(string(m.Data), " ")
 		us, err := strconv.ParseInt(at, 10, 64)
 		if !ok || err != nil || tenant.Validate(t) != nil {
 			return
 		}
-		w.holds.record(t, time.UnixMicro(us))
+		h.until.record(t, time.UnixMicro(us))
 	})
 	if err != nil {
-		w.log.Warn("listening for other workers' holds failed; only this worker's own holds stop its admitted jobs", "err", err)
+		h.log.Warn("listening for other workers' holds failed; only this worker's own holds stop its admitted jobs", "err", err)
 		return func() {}
 	}
 	return func() { _ = sub.Unsubscribe() }
+}
+
+// holdFleet holds job's tenant back fleet-wide until until and gives up
+// job's owner record, logging what failed. It reports whether the owner
+// record is known not to name job's incarnation (false without a Holder).
+func (h *downstreamHolds) holdFleet(ctx context.Context, job Job, until time.Time) (released bool) {
+	if h.holder == nil {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, h.timeout)
+	if err := h.holder.Hold(hctx, job.Tenant, until); err != nil {
+		// The job still waits; other workers may start the tenant's
+		// jobs meanwhile and be told to wait too.
+		h.log.Warn("holding a tenant failed", "tenant", job.Tenant, "job", job.ID, "err", err)
+	}
+	_, err := h.holder.Release(hctx, job.Tenant, job.ID, incarnation(job))
+	cancel()
+	if err != nil {
+		h.log.Warn("giving up a held job's owner record failed; deferring it with NAK", "tenant", job.Tenant, "job", job.ID, "err", err)
+	}
+	return err == nil
+}
+
+// release gives up job's owner record. It reports whether the record is
+// known not to name job's incarnation (false without a Holder).
+func (h *downstreamHolds) release(ctx context.Context, job Job) bool {
+	if h.holder == nil {
+		return false
+	}
+	hctx, cancel := context.WithTimeout(ctx, h.timeout)
+	_, err := h.holder.Release(hctx, job.Tenant, job.ID, incarnation(job))
+	cancel()
+	return err == nil
 }
 
 // waitOutHold settles an admitted job whose tenant is held until until,
@@ -55,14 +118,7 @@ func (w *Worker) listenForHolds() (stop func()) {
 // it is decided again, and never over-admitted.
 func (w *Worker) waitOutHold(ctx context.Context, f *flight, job Job, until time.Time) {
 	wait := max(0, until.Sub(w.cfg.Now()))
-	released := false
-	if w.holder != nil {
-		hctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
-		_, err := w.holder.Release(hctx, job.Tenant, job.ID, incarnation(job))
-		cancel()
-		released = err == nil
-	}
-	if !released {
+	if !w.holds.release(ctx, job) {
 		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
 		return
 	}

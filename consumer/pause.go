@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -71,33 +72,67 @@ func pausedSlots(items []item) []throttle.Slot {
 	return slots
 }
 
+// pauseGate asks the Pauser whether a tenant is paused and gives up the
+// slots of a paused tenant's jobs. Without a Pauser or an Unreserver it
+// has a no-op one: nothing is paused, no slot given up.
+type pauseGate struct {
+	pauser     Pauser
+	unreserver Unreserver
+	recheck    time.Duration // Config.PauseRecheck
+	timeout    time.Duration // Config.RedisTimeout, for each Unreserve
+	now        func() time.Time
+	log        *slog.Logger
+}
+
+// newPauseGate returns a pauseGate asking p and giving slots up to u,
+// either of which may be nil.
+func newPauseGate(p Pauser, u Unreserver, cfg Config) *pauseGate {
+	if p == nil {
+		p = nopPauser{}
+	}
+	if u == nil {
+		u = nopUnreserver{}
+	}
+	return &pauseGate{pauser: p, unreserver: u, recheck: cfg.PauseRecheck,
+		timeout: cfg.RedisTimeout, now: cfg.Now, log: cfg.Logger}
+}
+
+// nopPauser is the Pauser of a worker given none: nothing is paused.
+type nopPauser struct{}
+
+func (nopPauser) Paused(string, time.Time) (string, time.Time, bool) { return "", time.Time{}, false }
+
+func (nopPauser) Since(string, time.Time) time.Time { return time.Time{} }
+
+// nopUnreserver is the Unreserver of a worker given none: slots are kept.
+type nopUnreserver struct{}
+
+func (nopUnreserver) Unreserve(context.Context, []throttle.Slot) error { return nil }
+
 // unreserve gives up slots in one round trip. A failure is logged: those
 // jobs keep their slots, and may run on them at once on resume.
-func (w *Worker) unreserve(ctx context.Context, slots []throttle.Slot) {
-	if w.unreserver == nil || len(slots) == 0 {
+func (g *pauseGate) unreserve(ctx context.Context, slots []throttle.Slot) {
+	if len(slots) == 0 {
 		return
 	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.RedisTimeout)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
 	defer cancel()
-	if err := w.unreserver.Unreserve(uctx, slots); err != nil {
-		w.log.Warn("giving up paused jobs' slots failed; they may run on them at once on resume", "jobs", len(slots), "err", err)
+	if err := g.unreserver.Unreserve(uctx, slots); err != nil {
+		g.log.Warn("giving up paused jobs' slots failed; they may run on them at once on resume", "jobs", len(slots), "err", err)
 	}
 }
 
 // pausedNow reports whether job's tenant is paused now for job, and the
 // wait of its copy until it is checked again.
-func (w *Worker) pausedNow(job Job) (Deferral, bool) {
-	if w.pauses == nil {
-		return Deferral{}, false
-	}
-	now := w.cfg.Now()
-	reason, until, paused := w.pauses.Paused(job.Tenant, now)
-	if !paused || releasedFrom(job, w.pauses.Since(job.Tenant, now)) {
+func (g *pauseGate) pausedNow(job Job) (Deferral, bool) {
+	now := g.now()
+	reason, until, paused := g.pauser.Paused(job.Tenant, now)
+	if !paused || releasedFrom(job, g.pauser.Since(job.Tenant, now)) {
 		return Deferral{}, false
 	}
 	// A paused job comes back by itself after PauseRecheck, or when the
 	// pause ends if sooner; a resume brings it back at once (pause.Resume).
-	wait := w.cfg.PauseRecheck
+	wait := g.recheck
 	text := PauseReason
 	if !until.IsZero() {
 		// A worker ends the pause at until and brings its jobs back in
@@ -124,6 +159,15 @@ func releasedFrom(job Job, since time.Time) bool {
 	return err == nil && !at.Before(since)
 }
 
+// pausedAt is a question of whether a tenant is paused at now, or nil
+// without a Pauser (throttler top then shows no tenant as paused).
+func (g *pauseGate) pausedAt(now time.Time) func(string) bool {
+	if _, none := g.pauser.(nopPauser); none {
+		return nil
+	}
+	return func(t string) bool { _, _, p := g.pauser.Paused(t, now); return p }
+}
+
 // pausedDeferral is the deferral of a pulled job whose tenant is paused,
 // decided without asking the throttle: it is not charged, and waits off
 // the consumer as a parked copy of its own.
@@ -140,15 +184,8 @@ func (w *Worker) pausedDeferral(it *item, d Deferral) Deferral {
 // resume, ahead of the jobs paused before it.
 func (w *Worker) waitOutPause(ctx context.Context, f *flight, job Job, d Deferral) {
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Paused++ })
-	w.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
-	released := false
-	if w.holder != nil {
-		hctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
-		_, err := w.holder.Release(hctx, job.Tenant, job.ID, incarnation(job))
-		cancel()
-		released = err == nil
-	}
-	if !released {
+	w.pauses.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
+	if !w.holds.release(ctx, job) {
 		// The owner record may still name this incarnation, and a moved
 		// copy would then be taken for a duplicate: NAK.
 		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })

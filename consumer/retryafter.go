@@ -65,22 +65,8 @@ func (w *Worker) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter
 	// The tenant's jobs this worker and the others admitted before the
 	// hold must not start before until either.
 	w.holds.record(job.Tenant, until)
-	w.announceHold(job.Tenant, until)
-	released := false // the owner record is known not to name this incarnation
-	if w.holder != nil {
-		hctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
-		if err := w.holder.Hold(hctx, job.Tenant, until); err != nil {
-			// The job still waits; other workers may start the tenant's
-			// jobs meanwhile and be told to wait too.
-			w.log.Warn("holding a tenant failed", "tenant", job.Tenant, "job", job.ID, "err", err)
-		}
-		_, err := w.holder.Release(hctx, job.Tenant, job.ID, incarnation(job))
-		cancel()
-		if err != nil {
-			w.log.Warn("giving up a held job's owner record failed; deferring it with NAK", "tenant", job.Tenant, "job", job.ID, "err", err)
-		}
-		released = err == nil
-	}
+	// The owner record is known not to name this incarnation.
+	released := w.holds.holdFleet(ctx, job, until)
 	// Counted once the tenant is held, so a count seen means the hold is in.
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
 	w.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,

@@ -38,7 +38,7 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 		// Retrying cannot help: dead-letter it now. Its failure count in
 		// Redis is left as it is; it expires by itself.
 		if f.settled.CompareAndSwap(false, true) {
-			w.deadLetterSync(workCtx, f.msg, job.ID, job.Tenant, "handler failed for good: "+err.Error(), 1)
+			w.dlq.settle(workCtx, f.msg, job.ID, job.Tenant, "handler failed for good: "+err.Error(), 1)
 		}
 		return
 	}
@@ -55,10 +55,10 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 		if !f.settled.CompareAndSwap(false, true) {
 			return
 		}
-		w.deadLetterSync(workCtx, f.msg, job.ID, job.Tenant, fmt.Sprintf("handler failed %d times: %v", n, err), n)
+		w.dlq.settle(workCtx, f.msg, job.ID, job.Tenant, fmt.Sprintf("handler failed %d times: %v", n, err), n)
 		return
 	}
-	delay := w.retryDelay(n)
+	delay := w.cfg.retryDelay(n)
 	w.log.Info("handler failed; retrying", "tenant", job.Tenant, "job", job.ID, "failures", n, "retry_in", delay, "err", err)
 	if cerr != nil {
 		// The owner record may still name this incarnation, and a moved
@@ -121,12 +121,12 @@ func (w *Worker) callHandler(ctx context.Context, job Job) (err error) {
 }
 
 // retryDelay is the backoff before the retry after the n-th failure.
-func (w *Worker) retryDelay(n int64) time.Duration {
+func (c Config) retryDelay(n int64) time.Duration {
 	b := &backoff.ExponentialBackOff{
-		InitialInterval:     w.cfg.RetryInitial,
+		InitialInterval:     c.RetryInitial,
 		RandomizationFactor: 0.2,
 		Multiplier:          2,
-		MaxInterval:         w.cfg.RetryMax,
+		MaxInterval:         c.RetryMax,
 		Clock:               backoff.SystemClock,
 	}
 	b.Reset()

@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // topMagic starts every reply to a top request, with its format version.
@@ -19,61 +21,66 @@ const topMagic = "throttler-top 1"
 // 1 MB payload limit.
 const topChunk = 256 << 10
 
-// listenForTop answers the requests of `throttler top` on
+// topReporter answers throttler top with what the worker knows of each
+// tenant (waiting), told by the stages as jobs pass them.
+type topReporter struct {
+	waiting *waiting
+	pauses  *pauseGate // the worker's, for the tenants paused
+	js      jetstream.JetStream
+	subject string // Config.TopSubject, "" for none
+	now     func() time.Time
+	log     *slog.Logger
+}
+
+// listen answers the requests of `throttler top` on
 // Config.TopSubject until the returned stop is called: each is answered
 // with this worker's rows (TopRows), in as many messages as they need.
-func (w *Worker) listenForTop() (stop func()) {
-	nc := w.js.Conn()
-	if w.cfg.TopSubject == "" || nc == nil {
+func (r *topReporter) listen() (stop func()) {
+	nc := r.js.Conn()
+	if r.subject == "" || nc == nil {
 		return func() {}
 	}
 	id := strings.TrimPrefix(nats.NewInbox(), "_INBOX.")
-	sub, err := nc.Subscribe(w.cfg.TopSubject, func(m *nats.Msg) {
+	sub, err := nc.Subscribe(r.subject, func(m *nats.Msg) {
 		if m.Reply == "" {
 			return
 		}
 		var failed error
-		w.encodeTop(id, func(chunk []byte) {
+		r.encode(id, func(chunk []byte) {
 			if failed == nil {
 				failed = nc.Publish(m.Reply, chunk) // copies chunk
 			}
 		})
 		if failed != nil {
-			w.log.Debug("answering throttler top failed", "err", failed)
+			r.log.Debug("answering throttler top failed", "err", failed)
 		}
 	})
 	if err != nil {
-		w.log.Warn("listening for throttler top failed; this worker is missing from it", "err", err)
+		r.log.Warn("listening for throttler top failed; this worker is missing from it", "err", err)
 		return func() {}
 	}
 	return func() { _ = sub.Unsubscribe() }
 }
 
-// encodeTop encodes this worker's rows as the messages of its reply,
+// encode encodes this worker's rows as the messages of its reply,
 // without building them first, and hands each to emit as it is cut (see
 // EncodeTopRows); emit must not keep it.
-func (w *Worker) encodeTop(id string, emit func([]byte)) {
+func (r *topReporter) encode(id string, emit func([]byte)) {
 	e := newTopEncoder(id, emit)
-	now := w.cfg.Now()
-	w.waiting.visit(now, w.pausedAt(now), e.add)
+	now := r.now()
+	r.waiting.visit(now, r.pauses.pausedAt(now), e.add)
 	e.finish()
-}
-
-// pausedAt is a question of whether a tenant is paused at now, or nil
-// without a Pauser.
-func (w *Worker) pausedAt(now time.Time) func(string) bool {
-	if w.pauses == nil {
-		return nil
-	}
-	return func(t string) bool { _, _, p := w.pauses.Paused(t, now); return p }
 }
 
 // TopRows returns this worker's view of every tenant it knows something
 // of now: its rates, the jobs it sent to wait that are not back yet, its
 // dead letters in the last hour.
-func (w *Worker) TopRows() []TopRow {
-	now := w.cfg.Now()
-	return w.waiting.rows(now, w.pausedAt(now))
+func (w *Worker) TopRows() []TopRow { return w.top.rows() }
+
+// rows returns the worker's rows now, as TopRows.
+func (r *topReporter) rows() []TopRow {
+	now := r.now()
+	return r.waiting.rows(now, r.pauses.pausedAt(now))
 }
 
 // EncodeTopRows writes rows as the messages of one worker's reply (id

@@ -4,67 +4,81 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/throttler/throttler/tenant"
 )
 
-// startUnbundler unpacks fired bundles of moved jobs until ctx is
+// unbundler unpacks the fired bundles of moved jobs (Params.Bundles).
+type unbundler struct {
+	bundles  jetstream.Consumer // nil without one
+	js       jetstream.JetStream
+	pull     *puller         // the worker's, which sets a gone consumer up again
+	handlers *sync.WaitGroup // the worker's: shutdown waits for an unpacking under way
+	// deadLetter is the worker's dead letters' settle.
+	deadLetter func(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) bool
+	cfg        Config
+	log        *slog.Logger
+}
+
+// start unpacks fired bundles of moved jobs until ctx is
 // cancelled, when the worker has a bundles consumer. Run's shutdown waits
 // for it with the handlers: an unpacking under way runs to its end.
-func (w *Worker) startUnbundler(ctx context.Context) {
-	if w.bundles == nil {
+func (u *unbundler) start(ctx context.Context) {
+	if u.bundles == nil {
 		return
 	}
-	w.handlers.Add(1)
+	u.handlers.Add(1)
 	go func() {
-		defer w.handlers.Done()
-		w.unbundleLoop(ctx)
+		defer u.handlers.Done()
+		u.loop(ctx)
 	}()
 }
 
-// unbundleLoop pulls fired bundles from the bundles consumer (filtering
+// loop pulls fired bundles from the bundles consumer (filtering
 // <prefix>.u.*.*, which no single copy's subject matches) and unpacks them
 // with unbundle until ctx is cancelled. A bundle that cannot be unpacked
 // now is handed back and tried again after RetryInitial; one that never
 // can be (errBadBundle) is dead-lettered.
-func (w *Worker) unbundleLoop(ctx context.Context) {
+func (u *unbundler) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Second)
-		batch, err := w.bundles.Fetch(16, jetstream.FetchContext(fctx))
+		batch, err := u.bundles.Fetch(16, jetstream.FetchContext(fctx))
 		if err == nil {
 			for m := range batch.Messages() {
-				w.unbundleOne(ctx, m)
+				u.unbundleOne(ctx, m)
 			}
 			err = batch.Error()
 		}
 		cancel()
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-			w.log.Warn("pulling bundles failed; retrying", "err", err)
-			w.recreateIfGone(ctx, err)
-			sleep(ctx, w.cfg.RetryInitial)
+			u.log.Warn("pulling bundles failed; retrying", "err", err)
+			u.pull.recreateIfGone(ctx, err)
+			sleep(ctx, u.cfg.RetryInitial)
 		}
 	}
 }
 
 // unbundleOne unpacks one fired bundle, or hands it back, or dead-letters
 // it.
-func (w *Worker) unbundleOne(ctx context.Context, m jetstream.Msg) {
+func (u *unbundler) unbundleOne(ctx context.Context, m jetstream.Msg) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := unbundle(uctx, w.js, m)
+	err := unbundle(uctx, u.js, m)
 	switch {
 	case err == nil:
 	case errors.Is(err, errBadBundle):
-		w.deadLetterBundle(uctx, m, err)
+		u.deadLetterBundle(uctx, m, err)
 	case errors.Is(err, errBundleLeft):
-		w.log.Warn("could not delete an unpacked bundle; it stays in the stream, acked", "subject", m.Subject(), "err", err)
+		u.log.Warn("could not delete an unpacked bundle; it stays in the stream, acked", "subject", m.Subject(), "err", err)
 	default:
-		w.log.Warn("unpacking a bundle of moved jobs failed; retrying", "subject", m.Subject(), "err", err)
-		if nerr := m.NakWithDelay(w.cfg.RetryInitial); nerr != nil {
-			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", nerr)
+		u.log.Warn("unpacking a bundle of moved jobs failed; retrying", "subject", m.Subject(), "err", err)
+		if nerr := m.NakWithDelay(u.cfg.RetryInitial); nerr != nil {
+			u.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", nerr)
 		}
 	}
 }
@@ -133,16 +147,16 @@ func deleteFromStream(ctx context.Context, js jetstream.JetStream, msg jetstream
 // to the dead-letter subject of the tenant its subject names, with the
 // reason, its data kept whole, then out of the jobs stream, where a bundle
 // counts as moved jobs still waiting.
-func (w *Worker) deadLetterBundle(ctx context.Context, msg jetstream.Msg, cause error) {
+func (u *unbundler) deadLetterBundle(ctx context.Context, msg jetstream.Msg, cause error) {
 	// The subject is <prefix>.u.<tenant>.<id>; the prefix may hold dots.
 	t := ""
 	if tokens := strings.Split(msg.Subject(), "."); len(tokens) >= 4 && tenant.Validate(tokens[len(tokens)-2]) == nil {
 		t = tokens[len(tokens)-2]
 	}
-	if !w.deadLetterSync(ctx, msg, "", t, "unreadable bundle of moved jobs: "+cause.Error(), 0) {
+	if !u.deadLetter(ctx, msg, "", t, "unreadable bundle of moved jobs: "+cause.Error(), 0) {
 		return
 	}
-	if err := deleteFromStream(ctx, w.js, msg); err != nil {
-		w.log.Warn("deleting a dead-lettered bundle failed; it stays in the jobs stream, acked", "subject", msg.Subject(), "err", err)
+	if err := deleteFromStream(ctx, u.js, msg); err != nil {
+		u.log.Warn("deleting a dead-lettered bundle failed; it stays in the jobs stream, acked", "subject", msg.Subject(), "err", err)
 	}
 }

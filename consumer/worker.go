@@ -19,60 +19,38 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Worker pulls jobs from one consumer and throttles them. Run it once.
 type Worker struct {
-	js         jetstream.JetStream
-	cons       jetstream.Consumer
-	bundles    jetstream.Consumer
-	lane       Lane         // nil without a fast lane
-	claims     ClaimSettler // nil without one
-	ackPending *AckPending  // nil without one
-	recreate   func(context.Context) error
-	decider    Decider
-	failures   FailureCounter
-	holder     Holder             // nil without one
-	pauses     Pauser             // nil without one
-	unreserver Unreserver         // nil without one
-	leases     Leaser             // nil without one
-	waker      Waker              // nil without one
-	woken      jetstream.Consumer // nil without one
-	// parked: the caps this worker parked jobs under lately ("" is the
-	// fleet's), each with when it last did: poked until ParkFor has passed.
-	parked latestTimes
-	// holds: the tenants whose downstream asked to wait, each until when,
-	// as this worker heard it, from its own handlers (RetryAfter) or from
-	// another worker's (Config.HoldSubject). The throttle's Hold stops new
-	// admissions; this stops the jobs admitted before it, waiting for a
-	// handler slot or back for slots reserved before it, from starting.
-	holds latestTimes
-	// waiting: what this worker knows of each tenant for throttler top.
-	waiting *waiting
-	// runtimes: how long the jobs this worker ran under each cap took.
-	runtimes runTimes
-	handler  Handler
-	deferrer Deferrer
-	dlq      deadLetter
 	cfg      Config
 	log      *slog.Logger
 	stats    *Stats
 	obs      Observer
+	decider  Decider
+	failures FailureCounter
+	handler  Handler
+	deferrer Deferrer
+
+	lane       Lane         // nil without a fast lane
+	claims     ClaimSettler // nil without one
+	ackPending *AckPending  // nil without one
+
+	// The worker's components, each owning its state (one file each).
+	pull     *puller          // pulls within the fetch credits (fetch.go)
+	hand     *inHand          // messages held, pulled or admitted, kept alive (keepalive.go)
+	early    *earlyHold       // jobs waiting in the worker for their slot (earlyhold.go)
+	redis    *redisHealth     // Redis answering decisions, its backoff and log summary (redishealth.go)
+	pauses   *pauseGate       // paused tenants, and their slots given up (pause.go)
+	caps     *capKeeper       // parking, leases and wakes of running caps (capkeeper.go, caps.go)
+	holds    *downstreamHolds // the holds downstreams asked for, and the Holder (holds.go)
+	dlq      *deadLetter      // dead letters (deadletter.go)
+	unbundle *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
+	top      *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
 
 	slots    chan struct{} // one token per running handler
-	credits  chan struct{} // one token per message pulled and not yet dispatched
 	handlers sync.WaitGroup
-	inflight sync.Map   // *flight → struct{}, admitted jobs, running or waiting for a slot
-	held     heldMsgs   // messages pulled and not yet acted on
-	early    *earlyHold // jobs waiting in the worker for their slot
-
-	redisBackoff  *backoff.ExponentialBackOff // used by Run's deciding loop only
-	recreating    sync.Mutex                  // one recreate at a time (see recreateIfGone)
-	redisDown     time.Time                   // when Redis began failing, zero while it answers; deciding loop only
-	redisLogged   time.Time                   // when a Redis failure was last logged, zero for none this outage; dispatch only
-	redisFailures int                         // jobs Redis failed for since; dispatch only
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -118,39 +96,35 @@ func New(p Params) (*Worker, error) {
 	if p.Observer == nil {
 		p.Observer = nopObserver{}
 	}
-	// Options, not fields set afterwards: NewExponentialBackOff resets
-	// the current interval to the initial one it is given.
-	rb := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0))
 	w := &Worker{
-		js:           p.JetStream,
-		cons:         p.Consumer,
-		bundles:      p.Bundles,
-		lane:         p.Lane,
-		claims:       p.Claims,
-		ackPending:   p.AckPending,
-		recreate:     p.Recreate,
-		decider:      p.Decider,
-		failures:     p.Failures,
-		holder:       p.Holder,
-		pauses:       p.Pauses,
-		unreserver:   p.Unreserver,
-		waiting:      newWaiting(cfg.TopTenants),
-		leases:       p.Leases,
-		waker:        p.Waker,
-		woken:        p.Woken,
-		handler:      p.Handler,
-		deferrer:     p.Deferrer,
-		dlq:          deadLetter{js: p.JetStream, template: cfg.DLQSubject},
-		cfg:          cfg,
-		log:          cfg.Logger,
-		stats:        p.Stats,
-		obs:          p.Observer,
-		slots:        make(chan struct{}, cfg.Concurrency),
-		credits:      make(chan struct{}, 2*cfg.FetchBatch),
-		redisBackoff: rb,
+		lane:       p.Lane,
+		claims:     p.Claims,
+		ackPending: p.AckPending,
+		decider:    p.Decider,
+		failures:   p.Failures,
+		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
+		handler:    p.Handler,
+		deferrer:   p.Deferrer,
+		cfg:        cfg,
+		log:        cfg.Logger,
+		stats:      p.Stats,
+		obs:        p.Observer,
+		hand:       &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
+		slots:      make(chan struct{}, cfg.Concurrency),
 	}
 	w.early = newEarlyHold(w.now)
+	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: w.pauses, js: p.JetStream,
+		subject: cfg.TopSubject, now: cfg.Now, log: cfg.Logger}
+	w.pull = newPuller(p, cfg, &w.hand.pulled)
+	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
+		handlers: &w.handlers, inflight: &w.hand.flights}
+	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
+		timeout: cfg.RedisTimeout, log: cfg.Logger}
+	w.dlq = &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.handlers, top: w.top,
+		stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.handlers,
+		deadLetter: w.dlq.settle, cfg: cfg, log: cfg.Logger}
+	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
 	return w, nil
 }
 
@@ -159,7 +133,7 @@ func (w *Worker) Stats() map[string]TenantStats { return w.stats.Snapshot() }
 
 // Held is how many pulled messages the worker has not yet acted on (not yet
 // decided, or decided and not yet started, settled or deferred).
-func (w *Worker) Held() int { return w.held.count() }
+func (w *Worker) Held() int { return w.hand.pulled.count() }
 
 // HeldDownstream returns the tenants whose downstream asked the fleet to
 // wait past now (a 429, or a 503 with Retry-After), as this worker heard.
@@ -169,18 +143,11 @@ func (w *Worker) HeldDownstream(now time.Time) []string { return w.holds.keys(no
 // acked or handed back: pulled and not yet acted on (Held), and admitted,
 // waiting for a slot or running. The consumer's ack-pending count less the
 // fleet's jobs in hand is the jobs NAK'd to come back later.
-func (w *Worker) InHand() int {
-	n := w.held.count()
-	w.inflight.Range(func(_, _ any) bool {
-		n++
-		return true
-	})
-	return n
-}
+func (w *Worker) InHand() int { return w.hand.count() }
 
 // ParkedUnder returns the caps ("" for the fleet's, else a tenant) this
 // worker parked jobs under at or after from.
-func (w *Worker) ParkedUnder(from time.Time) []string { return w.parked.keys(from) }
+func (w *Worker) ParkedUnder(from time.Time) []string { return w.caps.parked.keys(from) }
 
 // Run pulls and throttles jobs until ctx is cancelled, then shuts down:
 // it stops pulling, hands back (NAK) jobs not yet started, lets running jobs
@@ -215,19 +182,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	var stoppedAt atomic.Int64 // when ctx was cancelled, Unix ns
 	defer context.AfterFunc(ctx, func() { stoppedAt.Store(w.now().UnixNano()) })()
 
-	stopKeepAlive := w.startKeepAlive()
+	stopKeepAlive := w.hand.startKeepAlive()
 	defer stopKeepAlive()
-	stopLeases := w.startLeaseLoop(work)
+	stopLeases := w.caps.startLeaseLoop(work)
 	defer stopLeases()
-	stopHolds := w.listenForHolds()
+	stopHolds := w.holds.listen()
 	defer stopHolds()
-	stopTop := w.listenForTop()
+	stopTop := w.top.listen()
 	defer stopTop()
-	w.startUnbundler(ctx)
+	w.unbundle.start(ctx)
 	w.startAckPending(ctx)
 	stopLane := w.startLane(ctx)
 	defer stopLane()
-	msgs, fetchErr := w.startFetching(ctx, work)
+	// A lane's copies the lane admitted start at once, without waiting
+	// for a group.
+	direct := func(m jetstream.Msg) bool { return w.startPreAdmitted(ctx, work, m) }
+	msgs, fetchErr := w.pull.start(ctx, w.lane, direct)
 	batches, deferDone := w.startDeferring(work)
 	decided, dispatchDone := w.startDispatching(ctx, work, batches)
 
@@ -262,7 +232,7 @@ func (w *Worker) finishHandlers(stopped int64, cancelWork context.CancelFunc) {
 	case <-timer.C:
 		w.log.Warn("shutdown timeout passed; cancelling running jobs and handing them back")
 		cancelWork()
-		w.inflight.Range(func(k, _ any) bool {
+		w.hand.flights.Range(func(k, _ any) bool {
 			k.(*flight).settle(func(m jetstream.Msg) error { return m.Nak() })
 			return true
 		})
