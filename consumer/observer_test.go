@@ -71,8 +71,10 @@ func TestObserverSeesEachStage(t *testing.T) {
 	e.stop()
 
 	decisions, queueWaits, handlers, waits := obs.snapshot()
-	if len(decisions) == 0 || len(decisions) > 2 {
-		t.Errorf("%d decisions timed, want one per batch (1 or 2)", len(decisions))
+	// One per batch: the first two jobs are pulled in one batch or two,
+	// as they arrive, and the third in a batch of its own.
+	if len(decisions) < 2 || len(decisions) > 3 {
+		t.Errorf("%d decisions timed, want one per batch (2 or 3)", len(decisions))
 	}
 	if len(queueWaits) != 2 || queueWaits[0] < 0 {
 		t.Errorf("queue waits %v, want two, not negative", queueWaits)
