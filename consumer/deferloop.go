@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/throttler/throttler/throttle"
 )
@@ -57,30 +58,43 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 		// slot it should have given up.
 		w.pauses.unreserve(ctx, slots)
 		if len(ds) > 0 {
-			w.deferrer.Defer(ctx, ds)
+			w.defers.deferrer.Defer(ctx, ds)
 		}
 		for _, d := range ds {
-			w.deferred(d)
+			w.defers.deferred(d)
 		}
 		w.pull.releaseCredits(credits)
 	}
 }
 
+// deferSettler settles the jobs put off after they were admitted or ran
+// (a downstream hold, a pause, a retry), and counts and logs every
+// deferral's outcome.
+type deferSettler struct {
+	deferrer Deferrer
+	holds    *downstreamHolds
+	pauses   *pauseGate
+	top      *topReporter
+	stats    *Stats
+	cfg      Config
+	log      *slog.Logger
+}
+
 // deferred counts and logs the outcome of a deferral: one line for a job
 // NAK'd instead of moved, saying why, and one for a job left unsettled.
-func (w *Worker) deferred(d Deferral) {
+func (s *deferSettler) deferred(d Deferral) {
 	tenant, id := d.Job.Tenant, d.Job.ID
-	w.top.waiting.deferred(d, w.now())
+	s.top.waiting.deferred(d, s.cfg.Now())
 	switch {
 	case d.Moved:
-		w.stats.Add(tenant, func(s *TenantStats) { s.Moved++ })
+		s.stats.Add(tenant, func(s *TenantStats) { s.Moved++ })
 	case d.NakedInstead != nil && tooLarge(d.NakedInstead):
-		w.stats.Add(tenant, func(s *TenantStats) { s.MovesTooLarge++ })
-		w.log.Info("job too large to move off the consumer; deferred with NAK", "tenant", tenant, "job", id, "wait", d.Wait, "why", d.NakedInstead)
+		s.stats.Add(tenant, func(s *TenantStats) { s.MovesTooLarge++ })
+		s.log.Info("job too large to move off the consumer; deferred with NAK", "tenant", tenant, "job", id, "wait", d.Wait, "why", d.NakedInstead)
 	case d.NakedInstead != nil:
-		w.log.Warn("moving a job failed; deferred with NAK instead", "tenant", tenant, "job", id, "wait", d.Wait, "err", d.NakedInstead)
+		s.log.Warn("moving a job failed; deferred with NAK instead", "tenant", tenant, "job", id, "wait", d.Wait, "err", d.NakedInstead)
 	}
 	if d.Err != nil {
-		w.log.Warn("deferring a job failed; JetStream redelivers it after AckWait", "tenant", tenant, "job", id, "err", d.Err)
+		s.log.Warn("deferring a job failed; JetStream redelivers it after AckWait", "tenant", tenant, "job", id, "err", d.Err)
 	}
 }

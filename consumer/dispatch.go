@@ -221,13 +221,13 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 		defer w.caps.finishLeases(workCtx, f, job.Tenant)
 		if d, paused := w.pauses.pausedNow(job); paused {
 			// Admitted before an operator paused its tenant.
-			w.waitOutPause(workCtx, f, job, d)
+			w.defers.waitOutPause(workCtx, f, job, d)
 			return
 		}
 		if until, held := w.holds.after(job.Tenant, w.cfg.Now()); held {
 			// Admitted before its downstream asked to wait.
 			w.stats.Add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })
-			w.waitOutHold(workCtx, f, job, until)
+			w.defers.waitOutHold(workCtx, f, job, until)
 			return
 		}
 		w.run(workCtx, f, job)

@@ -30,7 +30,7 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	}
 	if ra := asRetryAfter(err); ra != nil {
 		// The destination asked to wait: not a failure of the job.
-		w.holdOff(workCtx, f, job, ra)
+		w.defers.holdOff(workCtx, f, job, ra)
 		return
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Failed++ })
@@ -71,8 +71,8 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	// NAK'd jobs (or for a long backoff) the retry leaves the consumer.
 	if f.settled.CompareAndSwap(false, true) {
 		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay, Reason: fmt.Sprintf(failedReasonPrefix+" %d of %d times", n, w.cfg.MaxFailures)}}
-		w.deferrer.Defer(workCtx, ds)
-		w.deferred(ds[0])
+		w.defers.deferrer.Defer(workCtx, ds)
+		w.defers.deferred(ds[0])
 	}
 }
 

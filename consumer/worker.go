@@ -31,7 +31,6 @@ type Worker struct {
 	decider  Decider
 	failures FailureCounter
 	handler  Handler
-	deferrer Deferrer
 
 	lane       Lane         // nil without a fast lane
 	claims     ClaimSettler // nil without one
@@ -48,6 +47,7 @@ type Worker struct {
 	dlq      *deadLetter      // dead letters (deadletter.go)
 	unbundle *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
 	top      *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
+	defers   *deferSettler    // jobs put off once admitted or run, and every deferral's outcome (deferloop.go)
 
 	slots    chan struct{} // one token per running handler
 	handlers sync.WaitGroup
@@ -104,7 +104,6 @@ func New(p Params) (*Worker, error) {
 		failures:   p.Failures,
 		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
 		handler:    p.Handler,
-		deferrer:   p.Deferrer,
 		cfg:        cfg,
 		log:        cfg.Logger,
 		stats:      p.Stats,
@@ -124,6 +123,8 @@ func New(p Params) (*Worker, error) {
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.handlers,
 		deadLetter: w.dlq.settle, cfg: cfg, log: cfg.Logger}
+	w.defers = &deferSettler{deferrer: p.Deferrer, holds: w.holds, pauses: w.pauses, top: w.top,
+		stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
 	return w, nil
 }
