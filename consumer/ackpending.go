@@ -95,9 +95,9 @@ func (w *Worker) startAckPending(ctx context.Context) {
 	if w.ackPending == nil {
 		return
 	}
-	w.handlers.Add(1)
+	w.runs.handlers.Add(1)
 	go func() {
-		defer w.handlers.Done()
+		defer w.runs.handlers.Done()
 		w.ackPending.Run(ctx, w.log)
 	}()
 }

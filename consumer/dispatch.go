@@ -204,7 +204,7 @@ func waitReason(d throttle.Decision) string {
 // job is handed back.
 func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 	select {
-	case w.slots <- struct{}{}:
+	case w.runs.slots <- struct{}{}:
 	case <-ctx.Done():
 		w.hand.flights.Delete(f)
 		f.settle(func(m jetstream.Msg) error { return m.Nak() })
@@ -213,10 +213,10 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 	}
 	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
 	w.top.waiting.admitted(job.Tenant, w.now())
-	w.handlers.Add(1)
+	w.runs.handlers.Add(1)
 	go func() {
-		defer w.handlers.Done()
-		defer func() { <-w.slots }()
+		defer w.runs.handlers.Done()
+		defer func() { <-w.runs.slots }()
 		defer w.hand.flights.Delete(f)
 		defer w.caps.finishLeases(workCtx, f, job.Tenant)
 		if d, paused := w.pauses.pausedNow(job); paused {
@@ -230,7 +230,7 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 			w.defers.waitOutHold(workCtx, f, job, until)
 			return
 		}
-		w.run(workCtx, f, job)
+		w.runs.run(workCtx, f, job)
 	}()
 }
 
@@ -266,9 +266,9 @@ func (w *Worker) settleClaimed(work context.Context, msg jetstream.Msg, job Job)
 		w.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(claimRecheck) })
 		return
 	}
-	w.handlers.Add(1)
+	w.runs.handlers.Add(1)
 	go func() {
-		defer w.handlers.Done()
+		defer w.runs.handlers.Done()
 		w.claims.SettleClaimed(work, msg, job)
 	}()
 }

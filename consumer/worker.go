@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,13 +23,11 @@ import (
 
 // Worker pulls jobs from one consumer and throttles them. Run it once.
 type Worker struct {
-	cfg      Config
-	log      *slog.Logger
-	stats    *Stats
-	obs      Observer
-	decider  Decider
-	failures FailureCounter
-	handler  Handler
+	cfg     Config
+	log     *slog.Logger
+	stats   *Stats
+	obs     Observer
+	decider Decider
 
 	lane       Lane         // nil without a fast lane
 	claims     ClaimSettler // nil without one
@@ -48,9 +45,8 @@ type Worker struct {
 	unbundle *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
 	top      *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
 	defers   *deferSettler    // jobs put off once admitted or run, and every deferral's outcome (deferloop.go)
+	runs     *handlerRunner   // the handlers running, their slots, and their jobs settled (run.go)
 
-	slots    chan struct{} // one token per running handler
-	handlers sync.WaitGroup
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -101,30 +97,30 @@ func New(p Params) (*Worker, error) {
 		claims:     p.Claims,
 		ackPending: p.AckPending,
 		decider:    p.Decider,
-		failures:   p.Failures,
 		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
-		handler:    p.Handler,
 		cfg:        cfg,
 		log:        cfg.Logger,
 		stats:      p.Stats,
 		obs:        p.Observer,
 		hand:       &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
-		slots:      make(chan struct{}, cfg.Concurrency),
 	}
+	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency),
+		obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.early = newEarlyHold(w.now)
 	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: w.pauses, js: p.JetStream,
 		subject: cfg.TopSubject, now: cfg.Now, log: cfg.Logger}
 	w.pull = newPuller(p, cfg, &w.hand.pulled)
 	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
-		handlers: &w.handlers, inflight: &w.hand.flights}
+		handlers: &w.runs.handlers, inflight: &w.hand.flights}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
-	w.dlq = &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.handlers, top: w.top,
+	w.dlq = &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers, top: w.top,
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
-	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.handlers,
+	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
 		deadLetter: w.dlq.settle, cfg: cfg, log: cfg.Logger}
 	w.defers = &deferSettler{deferrer: p.Deferrer, holds: w.holds, pauses: w.pauses, top: w.top,
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.runs.defers, w.runs.dlq = w.defers, w.dlq
 	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
 	return w, nil
 }
@@ -221,7 +217,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // back.
 func (w *Worker) finishHandlers(stopped int64, cancelWork context.CancelFunc) {
 	done := make(chan struct{})
-	go func() { w.handlers.Wait(); close(done) }()
+	go func() { w.runs.handlers.Wait(); close(done) }()
 	left := w.cfg.ShutdownTimeout
 	if stopped != 0 {
 		left -= w.now().Sub(time.Unix(0, stopped))
