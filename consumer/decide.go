@@ -49,9 +49,9 @@ func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, deci
 		g := w.decide(ctx, group)
 		g.credits = credits
 		decided <- g
-		if w.lane != nil {
+		if w.fast.lane != nil {
 			deferred, decided := g.deferred()
-			if d := w.lane.Pause(deferred, decided); d > 0 {
+			if d := w.fast.lane.Pause(deferred, decided); d > 0 {
 				sleep(ctx, d)
 			}
 		}
@@ -89,7 +89,7 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 	var lastSeq uint64
 	for _, m := range group {
 		job, err := readJob(m, w.cfg.Tenant, w.cfg.CostHeader)
-		if w.lane != nil && job.Sequence > lastSeq && m.Headers().Get(fastcopy.Header) == "" && m.Headers().Get(HeaderWoken) == "" {
+		if w.fast.lane != nil && job.Sequence > lastSeq && m.Headers().Get(fastcopy.Header) == "" && m.Headers().Get(HeaderWoken) == "" {
 			last, lastSeq = m, job.Sequence
 		}
 		w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
@@ -107,9 +107,9 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 			items = append(items, item{msg: m, job: job, slot: slot})
 		}
 	}
-	if w.lane != nil && last != nil {
+	if w.fast.lane != nil && last != nil {
 		if meta, err := last.Metadata(); err == nil {
-			w.lane.Observe(lastSeq, meta.NumPending)
+			w.fast.lane.Observe(lastSeq, meta.NumPending)
 		}
 	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].slot < items[j].slot })

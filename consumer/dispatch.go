@@ -54,7 +54,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		switch {
 		case res.Err == nil && res.Outcome == throttle.Duplicate && fastcopy.IsCopy(res.Owner):
 			// The fast lane claimed this job for its copy.
-			w.settleClaimed(workCtx, it.msg, it.job)
+			w.fast.settleClaimed(workCtx, it.msg, it.job)
 		case res.Err == nil && res.Outcome == throttle.Duplicate:
 			// Another incarnation of this moved job already ran.
 			w.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
@@ -231,44 +231,5 @@ func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
 			return
 		}
 		w.runs.run(workCtx, f, job)
-	}()
-}
-
-// startPreAdmitted starts the fast copy in msg if the lane admitted it when it
-// claimed it (and charged it then) and this is its first delivery: it runs
-// without being decided again. It reports whether it did; any other
-// message is decided as usual.
-func (w *Worker) startPreAdmitted(ctx, work context.Context, msg jetstream.Msg) bool {
-	if msg.Headers().Get(fastcopy.Header) != fastcopy.Admitted {
-		return false
-	}
-	job, err := readJob(msg, w.cfg.Tenant, w.cfg.CostHeader)
-	if err != nil || job.Delivered != 1 {
-		return false
-	}
-	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
-	f := &flight{msg: msg, started: w.now(), log: w.log}
-	w.hand.flights.Store(f, struct{}{})
-	w.start(ctx, work, f, job)
-	return true
-}
-
-// claimRecheck is how long an original whose job a lane claimed waits
-// before it is decided again, when the worker has no ClaimSettler.
-const claimRecheck = time.Second
-
-// settleClaimed settles an original whose job a lane claimed for its copy
-// with the ClaimSettler, in its own goroutine (it asks the stream whether
-// the copy is stored). Without one, it hands the job back to be decided
-// again, until the claim expires.
-func (w *Worker) settleClaimed(work context.Context, msg jetstream.Msg, job Job) {
-	if w.claims == nil {
-		w.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(claimRecheck) })
-		return
-	}
-	w.runs.handlers.Add(1)
-	go func() {
-		defer w.runs.handlers.Done()
-		w.claims.SettleClaimed(work, msg, job)
 	}()
 }

@@ -29,10 +29,6 @@ type Worker struct {
 	obs     Observer
 	decider Decider
 
-	lane       Lane         // nil without a fast lane
-	claims     ClaimSettler // nil without one
-	ackPending *AckPending  // nil without one
-
 	// The worker's components, each owning its state (one file each).
 	pull     *puller          // pulls within the fetch credits (fetch.go)
 	hand     *inHand          // messages held, pulled or admitted, kept alive (keepalive.go)
@@ -46,7 +42,7 @@ type Worker struct {
 	top      *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
 	defers   *deferSettler    // jobs put off once admitted or run, and every deferral's outcome (deferloop.go)
 	runs     *handlerRunner   // the handlers running, their slots, and their jobs settled (run.go)
-
+	fast     *laneAdapter     // the fast lane, if any, and its copies and claims (lane.go)
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -93,16 +89,13 @@ func New(p Params) (*Worker, error) {
 		p.Observer = nopObserver{}
 	}
 	w := &Worker{
-		lane:       p.Lane,
-		claims:     p.Claims,
-		ackPending: p.AckPending,
-		decider:    p.Decider,
-		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
-		cfg:        cfg,
-		log:        cfg.Logger,
-		stats:      p.Stats,
-		obs:        p.Observer,
-		hand:       &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
+		decider: p.Decider,
+		pauses:  newPauseGate(p.Pauses, p.Unreserver, cfg),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		stats:   p.Stats,
+		obs:     p.Observer,
+		hand:    &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
 	}
 	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency),
 		obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
@@ -120,6 +113,8 @@ func New(p Params) (*Worker, error) {
 		deadLetter: w.dlq.settle, cfg: cfg, log: cfg.Logger}
 	w.defers = &deferSettler{deferrer: p.Deferrer, holds: w.holds, pauses: w.pauses, top: w.top,
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
+		hand: w.hand, start: w.start, settle: w.settle, stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.runs.defers, w.runs.dlq = w.defers, w.dlq
 	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
 	return w, nil
@@ -188,13 +183,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopTop := w.top.listen()
 	defer stopTop()
 	w.unbundle.start(ctx)
-	w.startAckPending(ctx)
-	stopLane := w.startLane(ctx)
+	w.fast.startAckPending(ctx)
+	stopLane := w.fast.startLane(ctx)
 	defer stopLane()
 	// A lane's copies the lane admitted start at once, without waiting
 	// for a group.
-	direct := func(m jetstream.Msg) bool { return w.startPreAdmitted(ctx, work, m) }
-	msgs, fetchErr := w.pull.start(ctx, w.lane, direct)
+	direct := func(m jetstream.Msg) bool { return w.fast.startPreAdmitted(ctx, work, m) }
+	msgs, fetchErr := w.pull.start(ctx, w.fast.lane, direct)
 	batches, deferDone := w.startDeferring(work)
 	decided, dispatchDone := w.startDispatching(ctx, work, batches)
 
