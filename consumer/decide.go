@@ -19,7 +19,7 @@ import (
 // in the worker's earlyHold and are decided at their slot. Once ctx is cancelled it hands back what it takes instead.
 func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, decided chan<- decidedGroup) {
 	early := w.early
-	defer func() { w.handBack(early.stop()) }()
+	defer func() { w.pull.handBack(early.stop()) }()
 	stopping := ctx.Done()
 	for {
 		var group []jetstream.Msg
@@ -29,7 +29,7 @@ func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, deci
 			if !ok {
 				return
 			}
-			group = w.drain(msg, msgs)
+			group = w.pull.drain(msg, msgs)
 			credits = len(group)
 			group = append(early.take(group), early.Ready()...)
 		case <-early.due:
@@ -38,11 +38,11 @@ func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, deci
 			// Copies held for their slot go back at once: the worker will
 			// not decide them.
 			stopping = nil
-			w.handBack(early.stop())
+			w.pull.handBack(early.stop())
 			continue
 		}
 		if ctx.Err() != nil {
-			w.handBack(group)
+			w.pull.handBack(group)
 			w.pull.releaseCredits(credits)
 			continue
 		}
@@ -101,7 +101,7 @@ func (w *Worker) readGroup(group []jetstream.Msg) []item {
 		case err != nil:
 			// Not a JetStream message we can read: hand it back.
 			w.log.Error("unreadable message; handing it back", "subject", m.Subject(), "err", err)
-			w.handBack([]jetstream.Msg{m})
+			w.pull.handBack([]jetstream.Msg{m})
 		default:
 			slot, _ := strconv.ParseInt(m.Headers().Get(HeaderSlot), 10, 64)
 			items = append(items, item{msg: m, job: job, slot: slot})

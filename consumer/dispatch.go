@@ -80,7 +80,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 			it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}
 		case ctx.Err() != nil:
 			// The worker is stopping and cut the decision short.
-			w.handBack([]jetstream.Msg{it.msg})
+			w.pull.handBack([]jetstream.Msg{it.msg})
 		default:
 			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
 			if redisErr == nil {
