@@ -17,9 +17,24 @@ type deferBatch struct {
 	unreserve []throttle.Slot
 }
 
+// deferSettler settles deferrals with the Deferrer: the limited jobs of
+// each decided group, in its defer loop, and the jobs put off after they
+// were admitted or ran (a downstream hold, a pause, a retry). It counts and
+// logs every deferral's outcome.
+type deferSettler struct {
+	deferrer Deferrer
+	pull     *puller // gets back the credits of each batch deferred
+	holds    *downstreamHolds
+	pauses   *pauseGate
+	top      *topReporter
+	stats    *Stats
+	cfg      Config
+	log      *slog.Logger
+}
+
 // startDeferring settles the deferrals of each batch sent on batches, in
 // order, until batches is closed; done is closed after the last.
-func (w *Worker) startDeferring(work context.Context) (batches chan<- deferBatch, done <-chan struct{}) {
+func (s *deferSettler) startDeferring(work context.Context) (batches chan<- deferBatch, done <-chan struct{}) {
 	// Deferring runs in a goroutine of its own, one batch after the other,
 	// so moving one group's jobs overlaps with deciding the next while the
 	// copies are still stored in slot order.
@@ -27,14 +42,14 @@ func (w *Worker) startDeferring(work context.Context) (batches chan<- deferBatch
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		w.deferLoop(work, in)
+		s.deferLoop(work, in)
 	}()
 	return in, finished
 }
 
 // deferLoop settles each batch's deferrals with the Deferrer, in order, then
 // frees the batch's credits.
-func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
+func (s *deferSettler) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 	for b := range batches {
 		// Take every batch already waiting too: one Defer call for all of
 		// them keeps more copies in flight per round trip.
@@ -56,28 +71,15 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 		// Off the dispatching path: a paused tenant's jobs cost the others
 		// no round trip. Before the move, so a copy never comes back to a
 		// slot it should have given up.
-		w.pauses.unreserve(ctx, slots)
+		s.pauses.unreserve(ctx, slots)
 		if len(ds) > 0 {
-			w.defers.deferrer.Defer(ctx, ds)
+			s.deferrer.Defer(ctx, ds)
 		}
 		for _, d := range ds {
-			w.defers.deferred(d)
+			s.deferred(d)
 		}
-		w.pull.releaseCredits(credits)
+		s.pull.releaseCredits(credits)
 	}
-}
-
-// deferSettler settles the jobs put off after they were admitted or ran
-// (a downstream hold, a pause, a retry), and counts and logs every
-// deferral's outcome.
-type deferSettler struct {
-	deferrer Deferrer
-	holds    *downstreamHolds
-	pauses   *pauseGate
-	top      *topReporter
-	stats    *Stats
-	cfg      Config
-	log      *slog.Logger
 }
 
 // deferred counts and logs the outcome of a deferral: one line for a job

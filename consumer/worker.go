@@ -111,7 +111,7 @@ func New(p Params) (*Worker, error) {
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
 		deadLetter: w.dlq.settle, cfg: cfg, log: cfg.Logger}
-	w.defers = &deferSettler{deferrer: p.Deferrer, holds: w.holds, pauses: w.pauses, top: w.top,
+	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: w.pauses, top: w.top,
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
 		hand: w.hand, start: w.start, settle: w.settle, stats: p.Stats, cfg: cfg, log: cfg.Logger}
@@ -190,7 +190,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// for a group.
 	direct := func(m jetstream.Msg) bool { return w.fast.startPreAdmitted(ctx, work, m) }
 	msgs, fetchErr := w.pull.start(ctx, w.fast.lane, direct)
-	batches, deferDone := w.startDeferring(work)
+	batches, deferDone := w.defers.startDeferring(work)
 	decided, dispatchDone := w.startDispatching(ctx, work, batches)
 
 	w.decideLoop(ctx, msgs, decided)
