@@ -100,7 +100,7 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		}
 	}
 	// One line when Redis starts failing, then a summary now and then.
-	w.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
+	w.decider.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
 	for i := range items {
 		if it := &items[i]; it.paused != nil {
 			deferrals = append(deferrals, w.pausedDeferral(it, *it.paused))

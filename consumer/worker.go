@@ -23,17 +23,16 @@ import (
 
 // Worker pulls jobs from one consumer and throttles them. Run it once.
 type Worker struct {
-	cfg     Config
-	log     *slog.Logger
-	stats   *Stats
-	obs     Observer
-	decider Decider
+	cfg   Config
+	log   *slog.Logger
+	stats *Stats
+	obs   Observer
 
 	// The worker's components, each owning its state (one file each).
 	pull     *puller          // pulls within the fetch credits (fetch.go)
 	hand     *inHand          // messages held, pulled or admitted, kept alive (keepalive.go)
 	early    *earlyHold       // jobs waiting in the worker for their slot (earlyhold.go)
-	redis    *redisHealth     // Redis answering decisions, its backoff and log summary (redishealth.go)
+	decider  *groupDecider    // the decide stage, and Redis's health (decide.go, redishealth.go)
 	pauses   *pauseGate       // paused tenants, and their slots given up (pause.go)
 	caps     *capKeeper       // parking, leases and wakes of running caps (capkeeper.go, caps.go)
 	holds    *downstreamHolds // the holds downstreams asked for, and the Holder (holds.go)
@@ -89,13 +88,12 @@ func New(p Params) (*Worker, error) {
 		p.Observer = nopObserver{}
 	}
 	w := &Worker{
-		decider: p.Decider,
-		pauses:  newPauseGate(p.Pauses, p.Unreserver, cfg),
-		cfg:     cfg,
-		log:     cfg.Logger,
-		stats:   p.Stats,
-		obs:     p.Observer,
-		hand:    &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
+		pauses: newPauseGate(p.Pauses, p.Unreserver, cfg),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		stats:  p.Stats,
+		obs:    p.Observer,
+		hand:   &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
 	}
 	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency),
 		obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
@@ -116,7 +114,8 @@ func New(p Params) (*Worker, error) {
 	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
 		hand: w.hand, start: w.start, settle: w.settle, stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.runs.defers, w.runs.dlq = w.defers, w.dlq
-	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
+	w.decider = &groupDecider{throttle: p.Decider, redis: newRedisHealth(w.log, w.now, cfg.OnRedisError), early: w.early,
+		pauses: w.pauses, pull: w.pull, top: w.top, lane: p.Lane, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	return w, nil
 }
 
@@ -193,7 +192,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	batches, deferDone := w.defers.startDeferring(work)
 	decided, dispatchDone := w.startDispatching(ctx, work, batches)
 
-	w.decideLoop(ctx, msgs, decided)
+	w.decider.decideLoop(ctx, msgs, decided)
 	close(decided)
 	<-dispatchDone
 	close(batches)
