@@ -171,8 +171,8 @@ func (g *pauseGate) pausedAt(now time.Time) func(string) bool {
 // pausedDeferral is the deferral of a pulled job whose tenant is paused,
 // decided without asking the throttle: it is not charged, and waits off
 // the consumer as a parked copy of its own.
-func (w *Worker) pausedDeferral(it *item, d Deferral) Deferral {
-	w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Paused++ })
+func (dp *dispatcher) pausedDeferral(it *item, d Deferral) Deferral {
+	dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Paused++ })
 	d.Msg, d.Job = it.msg, it.job
 	return d
 }

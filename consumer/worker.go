@@ -26,17 +26,14 @@ type Worker struct {
 	cfg   Config
 	log   *slog.Logger
 	stats *Stats
-	obs   Observer
 
 	// The worker's components, each owning its state (one file each).
 	pull     *puller          // pulls within the fetch credits (fetch.go)
 	hand     *inHand          // messages held, pulled or admitted, kept alive (keepalive.go)
-	early    *earlyHold       // jobs waiting in the worker for their slot (earlyhold.go)
 	decider  *groupDecider    // the decide stage, and Redis's health (decide.go, redishealth.go)
-	pauses   *pauseGate       // paused tenants, and their slots given up (pause.go)
+	dispatch *dispatcher      // the dispatch stage; it holds paused tenants, early holds and dead letters (dispatch.go)
 	caps     *capKeeper       // parking, leases and wakes of running caps (capkeeper.go, caps.go)
 	holds    *downstreamHolds // the holds downstreams asked for, and the Holder (holds.go)
-	dlq      *deadLetter      // dead letters (deadletter.go)
 	unbundle *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
 	top      *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
 	defers   *deferSettler    // jobs put off once admitted or run, and every deferral's outcome (deferloop.go)
@@ -87,35 +84,38 @@ func New(p Params) (*Worker, error) {
 	if p.Observer == nil {
 		p.Observer = nopObserver{}
 	}
+	pauses := newPauseGate(p.Pauses, p.Unreserver, cfg)
 	w := &Worker{
-		pauses: newPauseGate(p.Pauses, p.Unreserver, cfg),
-		cfg:    cfg,
-		log:    cfg.Logger,
-		stats:  p.Stats,
-		obs:    p.Observer,
-		hand:   &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
+		cfg:   cfg,
+		log:   cfg.Logger,
+		stats: p.Stats,
+		hand:  &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
 	}
 	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency),
 		obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
-	w.early = newEarlyHold(w.now)
-	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: w.pauses, js: p.JetStream,
+	early := newEarlyHold(w.now)
+	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: pauses, js: p.JetStream,
 		subject: cfg.TopSubject, now: cfg.Now, log: cfg.Logger}
 	w.pull = newPuller(p, cfg, &w.hand.pulled)
 	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
 		handlers: &w.runs.handlers, inflight: &w.hand.flights}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
-	w.dlq = &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers, top: w.top,
+	dlq := &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers, top: w.top,
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
-		deadLetter: w.dlq.settle, cfg: cfg, log: cfg.Logger}
-	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: w.pauses, top: w.top,
+		deadLetter: dlq.settle, cfg: cfg, log: cfg.Logger}
+	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses, top: w.top,
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.runs.defers, w.runs.dlq = w.defers, dlq
+	redis := newRedisHealth(w.log, w.now, cfg.OnRedisError)
+	w.decider = &groupDecider{throttle: p.Decider, redis: redis, early: early,
+		pauses: pauses, pull: w.pull, top: w.top, lane: p.Lane, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.dispatch = &dispatcher{hand: w.hand, early: early, pull: w.pull, redis: redis, pauses: pauses, holds: w.holds,
+		caps: w.caps, dlq: dlq, top: w.top, defers: w.defers, runs: w.runs, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
-		hand: w.hand, start: w.start, settle: w.settle, stats: p.Stats, cfg: cfg, log: cfg.Logger}
-	w.runs.defers, w.runs.dlq = w.defers, w.dlq
-	w.decider = &groupDecider{throttle: p.Decider, redis: newRedisHealth(w.log, w.now, cfg.OnRedisError), early: w.early,
-		pauses: w.pauses, pull: w.pull, top: w.top, lane: p.Lane, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
+		hand: w.hand, start: w.dispatch.start, settle: w.dispatch.settle, stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.dispatch.fast = w.fast
 	return w, nil
 }
 
@@ -190,7 +190,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	direct := func(m jetstream.Msg) bool { return w.fast.startPreAdmitted(ctx, work, m) }
 	msgs, fetchErr := w.pull.start(ctx, w.fast.lane, direct)
 	batches, deferDone := w.defers.startDeferring(work)
-	decided, dispatchDone := w.startDispatching(ctx, work, batches)
+	decided, dispatchDone := w.dispatch.startDispatching(ctx, work, batches)
 
 	w.decider.decideLoop(ctx, msgs, decided)
 	close(decided)
