@@ -21,6 +21,7 @@ type handlerRunner struct {
 	failures FailureCounter
 	slots    chan struct{} // one token per running handler
 	handlers sync.WaitGroup
+	hand     *inHand // the worker's: the flights handed back at the shutdown timeout
 	defers   *deferSettler
 	dlq      *deadLetter
 	obs      Observer
@@ -91,6 +92,32 @@ func (r *handlerRunner) run(workCtx context.Context, f *flight, job Job) {
 		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay, Reason: fmt.Sprintf(failedReasonPrefix+" %d of %d times", n, r.cfg.MaxFailures)}}
 		r.defers.deferrer.Defer(workCtx, ds)
 		r.defers.deferred(ds[0])
+	}
+}
+
+// finishHandlers waits for running handlers for what is left of
+// ShutdownTimeout after stopped (when ctx was cancelled, Unix ns; 0 when
+// the pulling ended on an error), then cancels them and hands their jobs
+// back.
+func (r *handlerRunner) finishHandlers(stopped int64, cancelWork context.CancelFunc) {
+	done := make(chan struct{})
+	go func() { r.handlers.Wait(); close(done) }()
+	left := r.cfg.ShutdownTimeout
+	if stopped != 0 {
+		left -= r.cfg.Now().Sub(time.Unix(0, stopped))
+	}
+	timer := time.NewTimer(max(left, 0))
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		r.log.Warn("shutdown timeout passed; cancelling running jobs and handing them back")
+		cancelWork()
+		r.hand.flights.Range(func(k, _ any) bool {
+			k.(*flight).settle(func(m jetstream.Msg) error { return m.Nak() })
+			return true
+		})
+		<-done
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -24,7 +23,6 @@ import (
 // Worker pulls jobs from one consumer and throttles them. Run it once.
 type Worker struct {
 	cfg   Config
-	log   *slog.Logger
 	stats *Stats
 
 	// The worker's components, each owning its state (one file each).
@@ -87,11 +85,10 @@ func New(p Params) (*Worker, error) {
 	pauses := newPauseGate(p.Pauses, p.Unreserver, cfg)
 	w := &Worker{
 		cfg:   cfg,
-		log:   cfg.Logger,
 		stats: p.Stats,
 		hand:  &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
 	}
-	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency),
+	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency), hand: w.hand,
 		obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	early := newEarlyHold(w.now)
 	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: pauses, js: p.JetStream,
@@ -108,7 +105,7 @@ func New(p Params) (*Worker, error) {
 	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses, top: w.top,
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.runs.defers, w.runs.dlq = w.defers, dlq
-	redis := newRedisHealth(w.log, w.now, cfg.OnRedisError)
+	redis := newRedisHealth(cfg.Logger, w.now, cfg.OnRedisError)
 	w.decider = &groupDecider{throttle: p.Decider, redis: redis, early: early,
 		pauses: pauses, pull: w.pull, top: w.top, lane: p.Lane, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.dispatch = &dispatcher{hand: w.hand, early: early, pull: w.pull, redis: redis, pauses: pauses, holds: w.holds,
@@ -198,37 +195,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(batches)
 	<-deferDone
 
-	w.finishHandlers(stoppedAt.Load(), cancelWork)
+	w.runs.finishHandlers(stoppedAt.Load(), cancelWork)
 	if err := fetchErr(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
-}
-
-// finishHandlers waits for running handlers for what is left of
-// ShutdownTimeout after stopped (when ctx was cancelled, Unix ns; 0 when
-// the pulling ended on an error), then cancels them and hands their jobs
-// back.
-func (w *Worker) finishHandlers(stopped int64, cancelWork context.CancelFunc) {
-	done := make(chan struct{})
-	go func() { w.runs.handlers.Wait(); close(done) }()
-	left := w.cfg.ShutdownTimeout
-	if stopped != 0 {
-		left -= w.now().Sub(time.Unix(0, stopped))
-	}
-	timer := time.NewTimer(max(left, 0))
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		w.log.Warn("shutdown timeout passed; cancelling running jobs and handing them back")
-		cancelWork()
-		w.hand.flights.Range(func(k, _ any) bool {
-			k.(*flight).settle(func(m jetstream.Msg) error { return m.Nak() })
-			return true
-		})
-		<-done
-	}
 }
 
 // now reads the worker's clock.
