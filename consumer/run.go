@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -22,12 +23,15 @@ type handlerRunner struct {
 	slots    chan struct{} // one token per running handler
 	handlers sync.WaitGroup
 	hand     *inHand // the worker's: the flights handed back at the shutdown timeout
-	defers   *deferSettler
-	dlq      *deadLetter
-	obs      Observer
-	stats    *Stats
-	cfg      Config
-	log      *slog.Logger
+	// stoppedAt is when the pulling was told to stop, Unix ns; 0 until
+	// then, or when it ended on an error.
+	stoppedAt atomic.Int64
+	defers    *deferSettler
+	dlq       *deadLetter
+	obs       Observer
+	stats     *Stats
+	cfg       Config
+	log       *slog.Logger
 }
 
 // run calls the handler, keeps the job alive while it runs, and settles it.
@@ -95,11 +99,17 @@ func (r *handlerRunner) run(workCtx context.Context, f *flight, job Job) {
 	}
 }
 
+// watchStop records in stoppedAt when ctx, the pulling's, is cancelled,
+// until stop is called.
+func (r *handlerRunner) watchStop(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() { r.stoppedAt.Store(r.cfg.Now().UnixNano()) })
+}
+
 // finishHandlers waits for running handlers for what is left of
-// ShutdownTimeout after stopped (when ctx was cancelled, Unix ns; 0 when
-// the pulling ended on an error), then cancels them and hands their jobs
-// back.
-func (r *handlerRunner) finishHandlers(stopped int64, cancelWork context.CancelFunc) {
+// ShutdownTimeout after stoppedAt (see watchStop), then cancels them and
+// hands their jobs back.
+func (r *handlerRunner) finishHandlers(cancelWork context.CancelFunc) {
+	stopped := r.stoppedAt.Load()
 	done := make(chan struct{})
 	go func() { r.handlers.Wait(); close(done) }()
 	left := r.cfg.ShutdownTimeout

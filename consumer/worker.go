@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,7 +21,6 @@ import (
 
 // Worker pulls jobs from one consumer and throttles them. Run it once.
 type Worker struct {
-	cfg   Config
 	stats *Stats
 
 	// The worker's components, each owning its state (one file each).
@@ -84,13 +82,12 @@ func New(p Params) (*Worker, error) {
 	}
 	pauses := newPauseGate(p.Pauses, p.Unreserver, cfg)
 	w := &Worker{
-		cfg:   cfg,
 		stats: p.Stats,
 		hand:  &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
 	}
 	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency), hand: w.hand,
 		obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
-	early := newEarlyHold(w.now)
+	early := newEarlyHold(cfg.Now)
 	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: pauses, js: p.JetStream,
 		subject: cfg.TopSubject, now: cfg.Now, log: cfg.Logger}
 	w.pull = newPuller(p, cfg, &w.hand.pulled)
@@ -105,7 +102,7 @@ func New(p Params) (*Worker, error) {
 	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses, top: w.top,
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.runs.defers, w.runs.dlq = w.defers, dlq
-	redis := newRedisHealth(cfg.Logger, w.now, cfg.OnRedisError)
+	redis := newRedisHealth(cfg.Logger, cfg.Now, cfg.OnRedisError)
 	w.decider = &groupDecider{throttle: p.Decider, redis: redis, early: early,
 		pauses: pauses, pull: w.pull, top: w.top, lane: p.Lane, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
 	w.dispatch = &dispatcher{hand: w.hand, early: early, pull: w.pull, redis: redis, pauses: pauses, holds: w.holds,
@@ -167,8 +164,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// shutdown timeout, stops the handlers and the settling.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	var stoppedAt atomic.Int64 // when ctx was cancelled, Unix ns
-	defer context.AfterFunc(ctx, func() { stoppedAt.Store(w.now().UnixNano()) })()
+	defer w.runs.watchStop(ctx)()
 
 	stopKeepAlive := w.hand.startKeepAlive()
 	defer stopKeepAlive()
@@ -195,15 +191,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(batches)
 	<-deferDone
 
-	w.runs.finishHandlers(stoppedAt.Load(), cancelWork)
+	w.runs.finishHandlers(cancelWork)
 	if err := fetchErr(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
 }
-
-// now reads the worker's clock.
-func (w *Worker) now() time.Time { return w.cfg.Now() }
 
 // sleep waits for d or until ctx is done; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
