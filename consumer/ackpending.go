@@ -91,13 +91,13 @@ func (a *AckPending) Run(ctx context.Context, log *slog.Logger) {
 
 // startAckPending runs the worker's AckPending, if it has one, until ctx
 // is cancelled.
-func (w *Worker) startAckPending(ctx context.Context) {
-	if w.ackPending == nil {
+func (l *laneAdapter) startAckPending(ctx context.Context) {
+	if l.ackPending == nil {
 		return
 	}
-	w.handlers.Add(1)
+	l.handlers.Add(1)
 	go func() {
-		defer w.handlers.Done()
-		w.ackPending.Run(ctx, w.log)
+		defer l.handlers.Done()
+		l.ackPending.Run(ctx, l.log)
 	}()
 }

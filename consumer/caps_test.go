@@ -251,12 +251,12 @@ func TestParkForWithoutWaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.cfg.ParkFor != time.Second {
-		t.Errorf("ParkFor %s without a Waker, want 1s", w.cfg.ParkFor)
+	if w.caps.cfg.ParkFor != time.Second {
+		t.Errorf("ParkFor %s without a Waker, want 1s", w.caps.cfg.ParkFor)
 	}
 	e.params.Waker = &fakeWaker{}
-	if w, _ = New(e.params); w.cfg.ParkFor != 10*time.Minute {
-		t.Errorf("ParkFor %s with a Waker, want 10m", w.cfg.ParkFor)
+	if w, _ = New(e.params); w.caps.cfg.ParkFor != 10*time.Minute {
+		t.Errorf("ParkFor %s with a Waker, want 10m", w.caps.cfg.ParkFor)
 	}
 }
 

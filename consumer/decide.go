@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sort"
 	"strconv"
 	"time"
@@ -12,14 +13,31 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
+// groupDecider is the decide stage: it takes the pulled messages a group
+// at a time and asks the Decider about each group in one round trip,
+// minding paused tenants, the jobs held for their slot and Redis's health.
+type groupDecider struct {
+	throttle Decider
+	redis    *redisHealth // Redis answering decisions, its backoff and log summary (redishealth.go)
+	early    *earlyHold
+	pauses   *pauseGate
+	pull     *puller
+	top      *topReporter
+	lane     Lane // nil without a fast lane
+	obs      Observer
+	stats    *Stats
+	cfg      Config
+	log      *slog.Logger
+}
+
 // decideLoop takes the pulled messages a group at a time (every message
 // already waiting, up to FetchBatch), decides each group in one round trip
 // and sends it to dispatch, until msgs is closed. Moved copies that came
 // back before their slot, and jobs given a slot close at hand (act), wait
 // in the worker's earlyHold and are decided at their slot. Once ctx is cancelled it hands back what it takes instead.
-func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, decided chan<- decidedGroup) {
-	early := w.early
-	defer func() { w.handBack(early.stop()) }()
+func (gd *groupDecider) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, decided chan<- decidedGroup) {
+	early := gd.early
+	defer func() { gd.pull.handBack(early.stop()) }()
 	stopping := ctx.Done()
 	for {
 		var group []jetstream.Msg
@@ -29,7 +47,7 @@ func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, deci
 			if !ok {
 				return
 			}
-			group = w.drain(msg, msgs)
+			group = gd.pull.drain(msg, msgs)
 			credits = len(group)
 			group = append(early.take(group), early.Ready()...)
 		case <-early.due:
@@ -38,20 +56,20 @@ func (w *Worker) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, deci
 			// Copies held for their slot go back at once: the worker will
 			// not decide them.
 			stopping = nil
-			w.handBack(early.stop())
+			gd.pull.handBack(early.stop())
 			continue
 		}
 		if ctx.Err() != nil {
-			w.handBack(group)
-			w.pull.releaseCredits(credits)
+			gd.pull.handBack(group)
+			gd.pull.releaseCredits(credits)
 			continue
 		}
-		g := w.decide(ctx, group)
+		g := gd.decide(ctx, group)
 		g.credits = credits
 		decided <- g
-		if w.lane != nil {
+		if gd.lane != nil {
 			deferred, decided := g.deferred()
-			if d := w.lane.Pause(deferred, decided); d > 0 {
+			if d := gd.lane.Pause(deferred, decided); d > 0 {
 				sleep(ctx, d)
 			}
 		}
@@ -83,33 +101,33 @@ type item struct {
 // readGroup reads the jobs of a group. Copies of moved jobs that fired
 // together are put back in slot order, so a tenant's jobs keep their
 // reservation order.
-func (w *Worker) readGroup(group []jetstream.Msg) []item {
+func (gd *groupDecider) readGroup(group []jetstream.Msg) []item {
 	items := make([]item, 0, len(group))
 	var last jetstream.Msg // the jobs consumer's furthest delivery
 	var lastSeq uint64
 	for _, m := range group {
-		job, err := readJob(m, w.cfg.Tenant, w.cfg.CostHeader)
-		if w.lane != nil && job.Sequence > lastSeq && m.Headers().Get(fastcopy.Header) == "" && m.Headers().Get(HeaderWoken) == "" {
+		job, err := readJob(m, gd.cfg.Tenant, gd.cfg.CostHeader)
+		if gd.lane != nil && job.Sequence > lastSeq && m.Headers().Get(fastcopy.Header) == "" && m.Headers().Get(HeaderWoken) == "" {
 			last, lastSeq = m, job.Sequence
 		}
-		w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
-		w.top.waiting.arrived(job, w.now())
+		gd.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+		gd.top.waiting.arrived(job, gd.cfg.Now())
 		var bad *badJobError
 		switch {
 		case errors.As(err, &bad):
 			items = append(items, item{msg: m, job: job, bad: bad})
 		case err != nil:
 			// Not a JetStream message we can read: hand it back.
-			w.log.Error("unreadable message; handing it back", "subject", m.Subject(), "err", err)
-			w.handBack([]jetstream.Msg{m})
+			gd.log.Error("unreadable message; handing it back", "subject", m.Subject(), "err", err)
+			gd.pull.handBack([]jetstream.Msg{m})
 		default:
 			slot, _ := strconv.ParseInt(m.Headers().Get(HeaderSlot), 10, 64)
 			items = append(items, item{msg: m, job: job, slot: slot})
 		}
 	}
-	if w.lane != nil && last != nil {
+	if gd.lane != nil && last != nil {
 		if meta, err := last.Metadata(); err == nil {
-			w.lane.Observe(lastSeq, meta.NumPending)
+			gd.lane.Observe(lastSeq, meta.NumPending)
 		}
 	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].slot < items[j].slot })
@@ -145,8 +163,8 @@ func (g decidedGroup) deferred() (deferred, decided int) {
 }
 
 // decide reads a group's jobs and decides them in one round trip.
-func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup {
-	g := decidedGroup{items: w.readGroup(group), credits: len(group)}
+func (gd *groupDecider) decide(ctx context.Context, group []jetstream.Msg) decidedGroup {
+	g := decidedGroup{items: gd.readGroup(group), credits: len(group)}
 	reqs := make([]throttle.Copy, 0, len(g.items))
 	g.idx = make([]int, 0, len(g.items))
 	for i := range g.items {
@@ -154,17 +172,17 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 		if it.bad != nil {
 			continue
 		}
-		if d, paused := w.pauses.pausedNow(it.job); paused {
+		if d, paused := gd.pauses.pausedNow(it.job); paused {
 			// Not charged while paused: on resume the tenant takes no
 			// more than its buckets hold.
 			it.paused = &d
-			it.early = w.early.decidedAgain(it.msg)
+			it.early = gd.early.decidedAgain(it.msg)
 			continue
 		}
 		// A message on its first delivery that is not a moved copy was never
 		// decided, so it holds no reservation for the script to read.
 		// One the worker held for its slot (earlyHold) was decided already.
-		again := w.early.decidedAgain(it.msg)
+		again := gd.early.decidedAgain(it.msg)
 		fresh := it.job.Delivered == 1 && it.job.Header.Get(HeaderJobID) == "" && !again
 		// A fresh original never records itself as owner, and owners are
 		// stream sequences (never 0): 0 serves it and keeps the script's
@@ -181,12 +199,12 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 	if len(reqs) == 0 {
 		return g
 	}
-	dctx, cancel := context.WithTimeout(ctx, w.cfg.RedisTimeout)
+	dctx, cancel := context.WithTimeout(ctx, gd.cfg.RedisTimeout)
 	// Timed by the monotonic clock, not Config.Now: this measures, it
 	// decides nothing.
 	began := time.Now()
-	g.results = w.decider.DecideBatch(dctx, reqs)
-	w.obs.ObserveDecision(time.Since(began))
+	g.results = gd.throttle.DecideBatch(dctx, reqs)
+	gd.obs.ObserveDecision(time.Since(began))
 	cancel()
 	redisFailed := false
 	for _, res := range g.results {
@@ -195,6 +213,6 @@ func (w *Worker) decide(ctx context.Context, group []jetstream.Msg) decidedGroup
 			break
 		}
 	}
-	g.redisWait, g.redisBack = w.redis.decided(redisFailed)
+	g.redisWait, g.redisBack = gd.redis.decided(redisFailed)
 	return g
 }

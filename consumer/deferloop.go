@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/throttler/throttler/throttle"
 )
@@ -16,9 +17,24 @@ type deferBatch struct {
 	unreserve []throttle.Slot
 }
 
+// deferSettler settles deferrals with the Deferrer: the limited jobs of
+// each decided group, in its defer loop, and the jobs put off after they
+// were admitted or ran (a downstream hold, a pause, a retry). It counts and
+// logs every deferral's outcome.
+type deferSettler struct {
+	deferrer Deferrer
+	pull     *puller // gets back the credits of each batch deferred
+	holds    *downstreamHolds
+	pauses   *pauseGate
+	top      *topReporter
+	stats    *Stats
+	cfg      Config
+	log      *slog.Logger
+}
+
 // startDeferring settles the deferrals of each batch sent on batches, in
 // order, until batches is closed; done is closed after the last.
-func (w *Worker) startDeferring(work context.Context) (batches chan<- deferBatch, done <-chan struct{}) {
+func (s *deferSettler) startDeferring(work context.Context) (batches chan<- deferBatch, done <-chan struct{}) {
 	// Deferring runs in a goroutine of its own, one batch after the other,
 	// so moving one group's jobs overlaps with deciding the next while the
 	// copies are still stored in slot order.
@@ -26,14 +42,14 @@ func (w *Worker) startDeferring(work context.Context) (batches chan<- deferBatch
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		w.deferLoop(work, in)
+		s.deferLoop(work, in)
 	}()
 	return in, finished
 }
 
 // deferLoop settles each batch's deferrals with the Deferrer, in order, then
 // frees the batch's credits.
-func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
+func (s *deferSettler) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 	for b := range batches {
 		// Take every batch already waiting too: one Defer call for all of
 		// them keeps more copies in flight per round trip.
@@ -55,32 +71,32 @@ func (w *Worker) deferLoop(ctx context.Context, batches <-chan deferBatch) {
 		// Off the dispatching path: a paused tenant's jobs cost the others
 		// no round trip. Before the move, so a copy never comes back to a
 		// slot it should have given up.
-		w.pauses.unreserve(ctx, slots)
+		s.pauses.unreserve(ctx, slots)
 		if len(ds) > 0 {
-			w.deferrer.Defer(ctx, ds)
+			s.deferrer.Defer(ctx, ds)
 		}
 		for _, d := range ds {
-			w.deferred(d)
+			s.deferred(d)
 		}
-		w.pull.releaseCredits(credits)
+		s.pull.releaseCredits(credits)
 	}
 }
 
 // deferred counts and logs the outcome of a deferral: one line for a job
 // NAK'd instead of moved, saying why, and one for a job left unsettled.
-func (w *Worker) deferred(d Deferral) {
+func (s *deferSettler) deferred(d Deferral) {
 	tenant, id := d.Job.Tenant, d.Job.ID
-	w.top.waiting.deferred(d, w.now())
+	s.top.waiting.deferred(d, s.cfg.Now())
 	switch {
 	case d.Moved:
-		w.stats.Add(tenant, func(s *TenantStats) { s.Moved++ })
+		s.stats.Add(tenant, func(s *TenantStats) { s.Moved++ })
 	case d.NakedInstead != nil && tooLarge(d.NakedInstead):
-		w.stats.Add(tenant, func(s *TenantStats) { s.MovesTooLarge++ })
-		w.log.Info("job too large to move off the consumer; deferred with NAK", "tenant", tenant, "job", id, "wait", d.Wait, "why", d.NakedInstead)
+		s.stats.Add(tenant, func(s *TenantStats) { s.MovesTooLarge++ })
+		s.log.Info("job too large to move off the consumer; deferred with NAK", "tenant", tenant, "job", id, "wait", d.Wait, "why", d.NakedInstead)
 	case d.NakedInstead != nil:
-		w.log.Warn("moving a job failed; deferred with NAK instead", "tenant", tenant, "job", id, "wait", d.Wait, "err", d.NakedInstead)
+		s.log.Warn("moving a job failed; deferred with NAK instead", "tenant", tenant, "job", id, "wait", d.Wait, "err", d.NakedInstead)
 	}
 	if d.Err != nil {
-		w.log.Warn("deferring a job failed; JetStream redelivers it after AckWait", "tenant", tenant, "job", id, "err", d.Err)
+		s.log.Warn("deferring a job failed; JetStream redelivers it after AckWait", "tenant", tenant, "job", id, "err", d.Err)
 	}
 }

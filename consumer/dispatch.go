@@ -13,10 +13,32 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
+// dispatcher is the dispatch stage: it acts on each decided group,
+// starting the admitted jobs' handlers in their slots, parking capped
+// jobs, dead-lettering bad ones and handing the others' deferrals on.
+type dispatcher struct {
+	hand   *inHand
+	early  *earlyHold
+	pull   *puller
+	redis  *redisHealth
+	pauses *pauseGate
+	holds  *downstreamHolds
+	caps   *capKeeper
+	dlq    *deadLetter
+	top    *topReporter
+	defers *deferSettler
+	runs   *handlerRunner
+	fast   *laneAdapter
+	obs    Observer
+	stats  *Stats
+	cfg    Config
+	log    *slog.Logger
+}
+
 // startDispatching acts on each group sent on decided, in order, until
 // decided is closed: it starts the admitted jobs and sends the others'
 // deferrals to batches. done is closed after the last group.
-func (w *Worker) startDispatching(ctx, work context.Context, batches chan<- deferBatch) (decided chan<- decidedGroup, done <-chan struct{}) {
+func (dp *dispatcher) startDispatching(ctx, work context.Context, batches chan<- deferBatch) (decided chan<- decidedGroup, done <-chan struct{}) {
 	// Acting on a group runs beside deciding, so the next group is decided
 	// meanwhile.
 	in := make(chan decidedGroup, 1)
@@ -24,7 +46,7 @@ func (w *Worker) startDispatching(ctx, work context.Context, batches chan<- defe
 	go func() {
 		defer close(finished)
 		for g := range in {
-			batches <- deferBatch{deferrals: w.act(ctx, work, g), credits: g.credits, unreserve: pausedSlots(g.items)}
+			batches <- deferBatch{deferrals: dp.act(ctx, work, g), credits: g.credits, unreserve: pausedSlots(g.items)}
 		}
 	}()
 	return in, finished
@@ -33,10 +55,10 @@ func (w *Worker) startDispatching(ctx, work context.Context, batches chan<- defe
 // act acts on each decision of a group: start, ack a duplicate, or
 // dead-letter. It returns the limited jobs, in slot order, for the defer
 // loop.
-func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
+func (dp *dispatcher) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 	items := g.items
 	for _, it := range items {
-		w.hand.pulled.remove(it.msg) // settled below, or a flight
+		dp.hand.pulled.remove(it.msg) // settled below, or a flight
 	}
 	var deferrals []Deferral
 	// Admitted jobs are started after the loop, taking the tenants in turn.
@@ -50,82 +72,82 @@ func (w *Worker) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
 		it := &items[i]
 		res := g.results[k]
 		wake = append(wake, res.Wake...)
-		w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
+		dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
 		case res.Err == nil && res.Outcome == throttle.Duplicate && fastcopy.IsCopy(res.Owner):
 			// The fast lane claimed this job for its copy.
-			w.settleClaimed(workCtx, it.msg, it.job)
+			dp.fast.settleClaimed(workCtx, it.msg, it.job)
 		case res.Err == nil && res.Outcome == throttle.Duplicate:
 			// Another incarnation of this moved job already ran.
-			w.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
+			dp.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
 				"incarnation", incarnation(it.job), "moves", it.job.Deferrals, "owner", res.Owner)
-			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
-			w.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
+			dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
+			dp.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
 		case res.Err == nil && res.Outcome == throttle.Capped:
-			deferrals = append(deferrals, w.caps.park(it, res.Decision))
+			deferrals = append(deferrals, dp.caps.park(it, res.Decision))
 		case res.Err == nil && res.Outcome == throttle.Admitted:
 			if res.ShadowWait > 0 {
-				w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
+				dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
 			}
 			it.leases = res.Leases()
 			admitted = append(admitted, it)
-		case res.Err == nil && w.holdUntilSlot(it, res.Decision):
+		case res.Err == nil && dp.holdUntilSlot(it, res.Decision):
 			// Its slot is close: it waits in the worker, not in NATS.
-			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
-			w.obs.ObserveThrottleWait(res.Wait)
+			dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
+			dp.obs.ObserveThrottleWait(res.Wait)
 		case res.Err == nil:
-			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
+			dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
 			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait, Reason: waitReason(res.Decision)})
 		case errors.Is(res.Err, throttle.ErrInvalid):
 			it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}
 		case ctx.Err() != nil:
 			// The worker is stopping and cut the decision short.
-			w.handBack([]jetstream.Msg{it.msg})
+			dp.pull.handBack([]jetstream.Msg{it.msg})
 		default:
-			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
+			dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
 			if redisErr == nil {
 				redisErr = res.Err
 			}
 			redisFailed++
-			if w.cfg.OnRedisError == AllowOnRedisError {
-				w.log.Debug("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
-				w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
+			if dp.cfg.OnRedisError == AllowOnRedisError {
+				dp.log.Debug("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
+				dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
 				admitted = append(admitted, it)
 				continue
 			}
 			// Redis failed while ctx was live, so decide set redisWait.
 			wait := g.redisWait
-			w.log.Debug("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", wait, "err", res.Err)
-			w.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
+			dp.log.Debug("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", wait, "err", res.Err)
+			dp.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
 		}
 	}
 	// One line when Redis starts failing, then a summary now and then.
-	w.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
+	dp.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
 	for i := range items {
 		if it := &items[i]; it.paused != nil {
-			deferrals = append(deferrals, w.pausedDeferral(it, *it.paused))
+			deferrals = append(deferrals, dp.pausedDeferral(it, *it.paused))
 		}
 	}
 	for _, it := range items {
 		if it.bad != nil {
-			w.dlq.settleAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
+			dp.dlq.settleAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
 		}
 	}
 	// Every admitted job is a flight, kept alive, from now: the later ones
 	// may wait long for a slot while long jobs run.
 	order := tenantsInTurn(admitted)
 	flights := make([]*flight, len(order))
-	now := w.now()
+	now := dp.cfg.Now()
 	for i, it := range order {
-		flights[i] = &flight{msg: it.msg, started: now, log: w.log, leases: it.leases}
+		flights[i] = &flight{msg: it.msg, started: now, log: dp.log, leases: it.leases}
 		if len(it.leases) > 0 {
-			w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Running++ })
+			dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Running++ })
 		}
-		w.hand.flights.Store(flights[i], struct{}{})
+		dp.hand.flights.Store(flights[i], struct{}{})
 	}
-	w.caps.wake(workCtx, wake)
+	dp.caps.wake(workCtx, wake)
 	for i, it := range order {
-		w.start(ctx, workCtx, flights[i], it.job)
+		dp.start(ctx, workCtx, flights[i], it.job)
 	}
 	return deferrals
 }
@@ -184,9 +206,9 @@ func (f *flight) settle(fn func(jetstream.Msg) error) bool {
 
 // settle settles msg with f. A failure is logged: the message stays pending
 // and JetStream redelivers it after AckWait.
-func (w *Worker) settle(msg jetstream.Msg, f func(jetstream.Msg) error) {
+func (dp *dispatcher) settle(msg jetstream.Msg, f func(jetstream.Msg) error) {
 	if err := f(msg); err != nil {
-		w.log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", msg.Subject(), "err", err)
+		dp.log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", msg.Subject(), "err", err)
 	}
 }
 
@@ -202,73 +224,34 @@ func waitReason(d throttle.Decision) string {
 // inflight, in its own goroutine once one of the Concurrency slots is free,
 // holding the slot until the job is settled. If the worker stops first, the
 // job is handed back.
-func (w *Worker) start(ctx, workCtx context.Context, f *flight, job Job) {
+func (dp *dispatcher) start(ctx, workCtx context.Context, f *flight, job Job) {
 	select {
-	case w.slots <- struct{}{}:
+	case dp.runs.slots <- struct{}{}:
 	case <-ctx.Done():
-		w.hand.flights.Delete(f)
+		dp.hand.flights.Delete(f)
 		f.settle(func(m jetstream.Msg) error { return m.Nak() })
-		w.caps.finishLeases(workCtx, f, job.Tenant)
+		dp.caps.finishLeases(workCtx, f, job.Tenant)
 		return
 	}
-	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
-	w.top.waiting.admitted(job.Tenant, w.now())
-	w.handlers.Add(1)
+	dp.stats.Add(job.Tenant, func(s *TenantStats) { s.Admitted++ })
+	dp.top.waiting.admitted(job.Tenant, dp.cfg.Now())
+	dp.runs.handlers.Add(1)
 	go func() {
-		defer w.handlers.Done()
-		defer func() { <-w.slots }()
-		defer w.hand.flights.Delete(f)
-		defer w.caps.finishLeases(workCtx, f, job.Tenant)
-		if d, paused := w.pauses.pausedNow(job); paused {
+		defer dp.runs.handlers.Done()
+		defer func() { <-dp.runs.slots }()
+		defer dp.hand.flights.Delete(f)
+		defer dp.caps.finishLeases(workCtx, f, job.Tenant)
+		if d, paused := dp.pauses.pausedNow(job); paused {
 			// Admitted before an operator paused its tenant.
-			w.waitOutPause(workCtx, f, job, d)
+			dp.defers.waitOutPause(workCtx, f, job, d)
 			return
 		}
-		if until, held := w.holds.after(job.Tenant, w.cfg.Now()); held {
+		if until, held := dp.holds.after(job.Tenant, dp.cfg.Now()); held {
 			// Admitted before its downstream asked to wait.
-			w.stats.Add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })
-			w.waitOutHold(workCtx, f, job, until)
+			dp.stats.Add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })
+			dp.defers.waitOutHold(workCtx, f, job, until)
 			return
 		}
-		w.run(workCtx, f, job)
-	}()
-}
-
-// startPreAdmitted starts the fast copy in msg if the lane admitted it when it
-// claimed it (and charged it then) and this is its first delivery: it runs
-// without being decided again. It reports whether it did; any other
-// message is decided as usual.
-func (w *Worker) startPreAdmitted(ctx, work context.Context, msg jetstream.Msg) bool {
-	if msg.Headers().Get(fastcopy.Header) != fastcopy.Admitted {
-		return false
-	}
-	job, err := readJob(msg, w.cfg.Tenant, w.cfg.CostHeader)
-	if err != nil || job.Delivered != 1 {
-		return false
-	}
-	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
-	f := &flight{msg: msg, started: w.now(), log: w.log}
-	w.hand.flights.Store(f, struct{}{})
-	w.start(ctx, work, f, job)
-	return true
-}
-
-// claimRecheck is how long an original whose job a lane claimed waits
-// before it is decided again, when the worker has no ClaimSettler.
-const claimRecheck = time.Second
-
-// settleClaimed settles an original whose job a lane claimed for its copy
-// with the ClaimSettler, in its own goroutine (it asks the stream whether
-// the copy is stored). Without one, it hands the job back to be decided
-// again, until the claim expires.
-func (w *Worker) settleClaimed(work context.Context, msg jetstream.Msg, job Job) {
-	if w.claims == nil {
-		w.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(claimRecheck) })
-		return
-	}
-	w.handlers.Add(1)
-	go func() {
-		defer w.handlers.Done()
-		w.claims.SettleClaimed(work, msg, job)
+		dp.runs.run(workCtx, f, job)
 	}()
 }

@@ -169,13 +169,13 @@ func (e *earlyHold) stop() []jetstream.Msg {
 // late (a NAK past 1,024 pending messages, or a move behind the stream's
 // backlog), and late jobs run together with those on time. It keeps at
 // most shortWaitCap so at once; it reports whether it kept the job.
-func (w *Worker) holdUntilSlot(it *item, d throttle.Decision) bool {
-	if d.Outcome != throttle.Reserved || d.Wait <= 0 || d.Wait > w.cfg.ShortWait {
+func (dp *dispatcher) holdUntilSlot(it *item, d throttle.Decision) bool {
+	if d.Outcome != throttle.Reserved || d.Wait <= 0 || d.Wait > dp.cfg.ShortWait {
 		return false
 	}
-	w.hand.pulled.add(it.msg, w.now()) // kept alive while it waits
-	if !w.early.holdAs(it.msg, d.Wait, true) {
-		w.hand.pulled.remove(it.msg)
+	dp.hand.pulled.add(it.msg, dp.cfg.Now()) // kept alive while it waits
+	if !dp.early.holdAs(it.msg, d.Wait, true) {
+		dp.hand.pulled.remove(it.msg)
 		return false // full, or the worker is stopping: deferred as usual
 	}
 	return true

@@ -169,9 +169,9 @@ func (p *puller) releaseCredits(n int) {
 
 // drain returns first together with every message already waiting in msgs,
 // up to FetchBatch, so that they are decided in one round trip.
-func (w *Worker) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstream.Msg {
+func (p *puller) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstream.Msg {
 	group := []jetstream.Msg{first}
-	for len(group) < w.cfg.FetchBatch {
+	for len(group) < p.cfg.FetchBatch {
 		select {
 		case m, ok := <-msgs:
 			if !ok {
@@ -187,11 +187,11 @@ func (w *Worker) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstre
 
 // handBack returns messages that will not be started to JetStream for
 // immediate redelivery.
-func (w *Worker) handBack(group []jetstream.Msg) {
+func (p *puller) handBack(group []jetstream.Msg) {
 	for _, m := range group {
-		w.hand.pulled.remove(m)
+		p.held.remove(m)
 		if err := m.Nak(); err != nil {
-			w.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", err)
+			p.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", err)
 		}
 	}
 }

@@ -2,9 +2,12 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/fastlane/fastcopy"
 )
 
 // Lane lets the jobs of a tenant with nothing queued pass a backlog of
@@ -42,16 +45,74 @@ type ClaimSettler interface {
 	SettleClaimed(ctx context.Context, msg jetstream.Msg, job Job)
 }
 
+// laneAdapter joins the worker to its fast lane, if it has one: it runs
+// the lane and its ack-pending count, starts the copies the lane admitted,
+// and settles the originals whose jobs the lane claimed.
+type laneAdapter struct {
+	lane       Lane         // nil without a fast lane
+	claims     ClaimSettler // nil without one
+	ackPending *AckPending  // nil without one
+
+	handlers *sync.WaitGroup // the worker's, waited for before it stops
+	hand     *inHand
+	// start and settle are the worker's: start an admitted job's handler,
+	// settle a message, logging a failure.
+	start  func(ctx, work context.Context, f *flight, job Job)
+	settle func(msg jetstream.Msg, f func(jetstream.Msg) error)
+	stats  *Stats
+	cfg    Config
+	log    *slog.Logger
+}
+
 // startLane runs the worker's lane, if it has one, until ctx is
 // cancelled; stop returns once it has ended.
-func (w *Worker) startLane(ctx context.Context) (stop func()) {
-	if w.lane == nil {
+func (l *laneAdapter) startLane(ctx context.Context) (stop func()) {
+	if l.lane == nil {
 		return func() {}
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w.lane.Run(ctx)
+		l.lane.Run(ctx)
 	}()
 	return func() { <-done }
+}
+
+// startPreAdmitted starts the fast copy in msg if the lane admitted it when it
+// claimed it (and charged it then) and this is its first delivery: it runs
+// without being decided again. It reports whether it did; any other
+// message is decided as usual.
+func (l *laneAdapter) startPreAdmitted(ctx, work context.Context, msg jetstream.Msg) bool {
+	if msg.Headers().Get(fastcopy.Header) != fastcopy.Admitted {
+		return false
+	}
+	job, err := readJob(msg, l.cfg.Tenant, l.cfg.CostHeader)
+	if err != nil || job.Delivered != 1 {
+		return false
+	}
+	l.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+	f := &flight{msg: msg, started: l.cfg.Now(), log: l.log}
+	l.hand.flights.Store(f, struct{}{})
+	l.start(ctx, work, f, job)
+	return true
+}
+
+// claimRecheck is how long an original whose job a lane claimed waits
+// before it is decided again, when the worker has no ClaimSettler.
+const claimRecheck = time.Second
+
+// settleClaimed settles an original whose job a lane claimed for its copy
+// with the ClaimSettler, in its own goroutine (it asks the stream whether
+// the copy is stored). Without one, it hands the job back to be decided
+// again, until the claim expires.
+func (l *laneAdapter) settleClaimed(work context.Context, msg jetstream.Msg, job Job) {
+	if l.claims == nil {
+		l.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(claimRecheck) })
+		return
+	}
+	l.handlers.Add(1)
+	go func() {
+		defer l.handlers.Done()
+		l.claims.SettleClaimed(work, msg, job)
+	}()
 }

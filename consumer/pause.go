@@ -171,8 +171,8 @@ func (g *pauseGate) pausedAt(now time.Time) func(string) bool {
 // pausedDeferral is the deferral of a pulled job whose tenant is paused,
 // decided without asking the throttle: it is not charged, and waits off
 // the consumer as a parked copy of its own.
-func (w *Worker) pausedDeferral(it *item, d Deferral) Deferral {
-	w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Paused++ })
+func (dp *dispatcher) pausedDeferral(it *item, d Deferral) Deferral {
+	dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Paused++ })
 	d.Msg, d.Job = it.msg, it.job
 	return d
 }
@@ -182,10 +182,10 @@ func (w *Worker) pausedDeferral(it *item, d Deferral) Deferral {
 // admission's charge is spent (as for a hold): back, it is decided again.
 // So its slot is given up too: kept, it would let the job run at once on
 // resume, ahead of the jobs paused before it.
-func (w *Worker) waitOutPause(ctx context.Context, f *flight, job Job, d Deferral) {
-	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Paused++ })
-	w.pauses.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
-	if !w.holds.release(ctx, job) {
+func (s *deferSettler) waitOutPause(ctx context.Context, f *flight, job Job, d Deferral) {
+	s.stats.Add(job.Tenant, func(s *TenantStats) { s.Paused++ })
+	s.pauses.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
+	if !s.holds.release(ctx, job) {
 		// The owner record may still name this incarnation, and a moved
 		// copy would then be taken for a duplicate: NAK.
 		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })
@@ -194,7 +194,7 @@ func (w *Worker) waitOutPause(ctx context.Context, f *flight, job Job, d Deferra
 	if f.settled.CompareAndSwap(false, true) {
 		d.Msg, d.Job = f.msg, job
 		ds := []Deferral{d}
-		w.deferrer.Defer(ctx, ds)
-		w.deferred(ds[0])
+		s.deferrer.Defer(ctx, ds)
+		s.deferred(ds[0])
 	}
 }

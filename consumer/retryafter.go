@@ -55,21 +55,21 @@ func asRetryAfter(err error) *RetryAfter {
 // holdOff settles a job whose handler returned ra: it holds the tenant
 // back until ra.Until (at most MaxHold from now), counts and logs it, and
 // defers the job until then without counting a failure.
-func (w *Worker) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter) {
-	now := w.cfg.Now()
+func (s *deferSettler) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter) {
+	now := s.cfg.Now()
 	until := ra.Until
-	if latest := now.Add(w.cfg.MaxHold); until.After(latest) {
+	if latest := now.Add(s.cfg.MaxHold); until.After(latest) {
 		until = latest
 	}
 	wait := max(0, until.Sub(now))
 	// The tenant's jobs this worker and the others admitted before the
 	// hold must not start before until either.
-	w.holds.record(job.Tenant, until)
+	s.holds.record(job.Tenant, until)
 	// The owner record is known not to name this incarnation.
-	released := w.holds.holdFleet(ctx, job, until)
+	released := s.holds.holdFleet(ctx, job, until)
 	// Counted once the tenant is held, so a count seen means the hold is in.
-	w.stats.Add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
-	w.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,
+	s.stats.Add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
+	s.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,
 		"until", until.UTC().Format(time.RFC3339Nano), "wait", wait, "reason", ra.Reason)
 	if !released {
 		// The owner record may still name this incarnation, and a moved
@@ -83,7 +83,7 @@ func (w *Worker) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter
 			reason += ": " + ra.Reason
 		}
 		ds := []Deferral{{Msg: f.msg, Job: job, Wait: wait, Reason: reason}}
-		w.deferrer.Defer(ctx, ds)
-		w.deferred(ds[0])
+		s.deferrer.Defer(ctx, ds)
+		s.deferred(ds[0])
 	}
 }

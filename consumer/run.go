@@ -3,23 +3,46 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// handlerRunner runs admitted jobs' handlers, at most Concurrency at once,
+// and settles each job by its handler's outcome: acked, held off, retried
+// (its failures counted) or dead-lettered.
+type handlerRunner struct {
+	handler  Handler
+	failures FailureCounter
+	slots    chan struct{} // one token per running handler
+	handlers sync.WaitGroup
+	hand     *inHand // the worker's: the flights handed back at the shutdown timeout
+	// stoppedAt is when the pulling was told to stop, Unix ns; 0 until
+	// then, or when it ended on an error.
+	stoppedAt atomic.Int64
+	defers    *deferSettler
+	dlq       *deadLetter
+	obs       Observer
+	stats     *Stats
+	cfg       Config
+	log       *slog.Logger
+}
+
 // run calls the handler, keeps the job alive while it runs, and settles it.
-func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
-	w.observeStart(job)
+func (r *handlerRunner) run(workCtx context.Context, f *flight, job Job) {
+	r.observeStart(job)
 	began := time.Now()
-	err := w.callHandler(workCtx, job)
-	w.obs.ObserveHandler(time.Since(began))
+	err := r.callHandler(workCtx, job)
+	r.obs.ObserveHandler(time.Since(began))
 	if err == nil {
 		if f.settle(func(m jetstream.Msg) error { return m.Ack() }) {
-			w.stats.Add(job.Tenant, func(s *TenantStats) { s.Completed++ })
+			r.stats.Add(job.Tenant, func(s *TenantStats) { s.Completed++ })
 		}
 		return
 	}
@@ -30,36 +53,36 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	}
 	if ra := asRetryAfter(err); ra != nil {
 		// The destination asked to wait: not a failure of the job.
-		w.holdOff(workCtx, f, job, ra)
+		r.defers.holdOff(workCtx, f, job, ra)
 		return
 	}
-	w.stats.Add(job.Tenant, func(s *TenantStats) { s.Failed++ })
+	r.stats.Add(job.Tenant, func(s *TenantStats) { s.Failed++ })
 	if IsPermanent(err) {
 		// Retrying cannot help: dead-letter it now. Its failure count in
 		// Redis is left as it is; it expires by itself.
 		if f.settled.CompareAndSwap(false, true) {
-			w.dlq.settle(workCtx, f.msg, job.ID, job.Tenant, "handler failed for good: "+err.Error(), 1)
+			r.dlq.settle(workCtx, f.msg, job.ID, job.Tenant, "handler failed for good: "+err.Error(), 1)
 		}
 		return
 	}
-	fctx, cancel := context.WithTimeout(workCtx, w.cfg.RedisTimeout)
-	n, _, cerr := w.failures.Failed(fctx, job.Tenant, job.ID, incarnation(job), int64(w.cfg.MaxFailures))
+	fctx, cancel := context.WithTimeout(workCtx, r.cfg.RedisTimeout)
+	n, _, cerr := r.failures.Failed(fctx, job.Tenant, job.ID, incarnation(job), int64(r.cfg.MaxFailures))
 	cancel()
 	if cerr != nil {
 		// The count is unknown; retry later rather than dead-letter early.
-		w.log.Warn("counting a handler failure failed", "tenant", job.Tenant, "job", job.ID, "err", cerr)
+		r.log.Warn("counting a handler failure failed", "tenant", job.Tenant, "job", job.ID, "err", cerr)
 		n = 1
 	}
-	if n >= int64(w.cfg.MaxFailures) {
-		w.log.Warn("job failed too often; dead-lettering it", "tenant", job.Tenant, "job", job.ID, "failures", n, "err", err)
+	if n >= int64(r.cfg.MaxFailures) {
+		r.log.Warn("job failed too often; dead-lettering it", "tenant", job.Tenant, "job", job.ID, "failures", n, "err", err)
 		if !f.settled.CompareAndSwap(false, true) {
 			return
 		}
-		w.dlq.settle(workCtx, f.msg, job.ID, job.Tenant, fmt.Sprintf("handler failed %d times: %v", n, err), n)
+		r.dlq.settle(workCtx, f.msg, job.ID, job.Tenant, fmt.Sprintf("handler failed %d times: %v", n, err), n)
 		return
 	}
-	delay := w.cfg.retryDelay(n)
-	w.log.Info("handler failed; retrying", "tenant", job.Tenant, "job", job.ID, "failures", n, "retry_in", delay, "err", err)
+	delay := r.cfg.retryDelay(n)
+	r.log.Info("handler failed; retrying", "tenant", job.Tenant, "job", job.ID, "failures", n, "retry_in", delay, "err", err)
 	if cerr != nil {
 		// The owner record may still name this incarnation, and a moved
 		// copy would then be taken for a duplicate: NAK.
@@ -70,9 +93,41 @@ func (w *Worker) run(workCtx context.Context, f *flight, job Job) {
 	// keep failing cannot fill MaxAckPending with them: past its share of
 	// NAK'd jobs (or for a long backoff) the retry leaves the consumer.
 	if f.settled.CompareAndSwap(false, true) {
-		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay, Reason: fmt.Sprintf(failedReasonPrefix+" %d of %d times", n, w.cfg.MaxFailures)}}
-		w.deferrer.Defer(workCtx, ds)
-		w.deferred(ds[0])
+		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay, Reason: fmt.Sprintf(failedReasonPrefix+" %d of %d times", n, r.cfg.MaxFailures)}}
+		r.defers.deferrer.Defer(workCtx, ds)
+		r.defers.deferred(ds[0])
+	}
+}
+
+// watchStop records in stoppedAt when ctx, the pulling's, is cancelled,
+// until stop is called.
+func (r *handlerRunner) watchStop(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() { r.stoppedAt.Store(r.cfg.Now().UnixNano()) })
+}
+
+// finishHandlers waits for running handlers for what is left of
+// ShutdownTimeout after stoppedAt (see watchStop), then cancels them and
+// hands their jobs back.
+func (r *handlerRunner) finishHandlers(cancelWork context.CancelFunc) {
+	stopped := r.stoppedAt.Load()
+	done := make(chan struct{})
+	go func() { r.handlers.Wait(); close(done) }()
+	left := r.cfg.ShutdownTimeout
+	if stopped != 0 {
+		left -= r.cfg.Now().Sub(time.Unix(0, stopped))
+	}
+	timer := time.NewTimer(max(left, 0))
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		r.log.Warn("shutdown timeout passed; cancelling running jobs and handing them back")
+		cancelWork()
+		r.hand.flights.Range(func(k, _ any) bool {
+			k.(*flight).settle(func(m jetstream.Msg) error { return m.Nak() })
+			return true
+		})
+		<-done
 	}
 }
 
@@ -88,14 +143,14 @@ const failedReasonPrefix = "handler failed"
 // past the horizon is deferred again, and only the whole wait says how
 // long it waited. Retries after a handler failure are left out where the
 // job says so (a moved retry's wait reason).
-func (w *Worker) observeStart(job Job) {
+func (r *handlerRunner) observeStart(job Job) {
 	if job.Published.IsZero() {
 		return // not read from a JetStream message
 	}
 	waited := max(0, time.Since(job.Published))
-	w.obs.ObserveQueueWait(waited)
+	r.obs.ObserveQueueWait(waited)
 	if putOff(job) {
-		w.obs.ObserveThrottleWait(waited)
+		r.obs.ObserveThrottleWait(waited)
 	}
 }
 
@@ -110,14 +165,14 @@ func putOff(job Job) bool {
 
 // callHandler runs h, turning a panic into an error of that job; the stack
 // goes to the log, not into the error (it ends up in a header).
-func (w *Worker) callHandler(ctx context.Context, job Job) (err error) {
+func (r *handlerRunner) callHandler(ctx context.Context, job Job) (err error) {
 	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panicked: %v", r)
-			w.log.Error("handler panicked", "tenant", job.Tenant, "job", job.ID, "panic", r, "stack", string(debug.Stack()))
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+			r.log.Error("handler panicked", "tenant", job.Tenant, "job", job.ID, "panic", p, "stack", string(debug.Stack()))
 		}
 	}()
-	return w.handler(ctx, job)
+	return r.handler(ctx, job)
 }
 
 // retryDelay is the backoff before the retry after the n-th failure.

@@ -14,9 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,33 +21,20 @@ import (
 
 // Worker pulls jobs from one consumer and throttles them. Run it once.
 type Worker struct {
-	cfg      Config
-	log      *slog.Logger
-	stats    *Stats
-	obs      Observer
-	decider  Decider
-	failures FailureCounter
-	handler  Handler
-	deferrer Deferrer
-
-	lane       Lane         // nil without a fast lane
-	claims     ClaimSettler // nil without one
-	ackPending *AckPending  // nil without one
+	stats *Stats
 
 	// The worker's components, each owning its state (one file each).
 	pull     *puller          // pulls within the fetch credits (fetch.go)
 	hand     *inHand          // messages held, pulled or admitted, kept alive (keepalive.go)
-	early    *earlyHold       // jobs waiting in the worker for their slot (earlyhold.go)
-	redis    *redisHealth     // Redis answering decisions, its backoff and log summary (redishealth.go)
-	pauses   *pauseGate       // paused tenants, and their slots given up (pause.go)
+	decider  *groupDecider    // the decide stage, and Redis's health (decide.go, redishealth.go)
+	dispatch *dispatcher      // the dispatch stage; it holds paused tenants, early holds and dead letters (dispatch.go)
 	caps     *capKeeper       // parking, leases and wakes of running caps (capkeeper.go, caps.go)
 	holds    *downstreamHolds // the holds downstreams asked for, and the Holder (holds.go)
-	dlq      *deadLetter      // dead letters (deadletter.go)
 	unbundle *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
 	top      *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
-
-	slots    chan struct{} // one token per running handler
-	handlers sync.WaitGroup
+	defers   *deferSettler    // jobs put off once admitted or run, and every deferral's outcome (deferloop.go)
+	runs     *handlerRunner   // the handlers running, their slots, and their jobs settled (run.go)
+	fast     *laneAdapter     // the fast lane, if any, and its copies and claims (lane.go)
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -96,35 +80,36 @@ func New(p Params) (*Worker, error) {
 	if p.Observer == nil {
 		p.Observer = nopObserver{}
 	}
+	pauses := newPauseGate(p.Pauses, p.Unreserver, cfg)
 	w := &Worker{
-		lane:       p.Lane,
-		claims:     p.Claims,
-		ackPending: p.AckPending,
-		decider:    p.Decider,
-		failures:   p.Failures,
-		pauses:     newPauseGate(p.Pauses, p.Unreserver, cfg),
-		handler:    p.Handler,
-		deferrer:   p.Deferrer,
-		cfg:        cfg,
-		log:        cfg.Logger,
-		stats:      p.Stats,
-		obs:        p.Observer,
-		hand:       &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
-		slots:      make(chan struct{}, cfg.Concurrency),
+		stats: p.Stats,
+		hand:  &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
 	}
-	w.early = newEarlyHold(w.now)
-	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: w.pauses, js: p.JetStream,
+	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency), hand: w.hand,
+		obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	early := newEarlyHold(cfg.Now)
+	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: pauses, js: p.JetStream,
 		subject: cfg.TopSubject, now: cfg.Now, log: cfg.Logger}
 	w.pull = newPuller(p, cfg, &w.hand.pulled)
 	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
-		handlers: &w.handlers, inflight: &w.hand.flights}
+		handlers: &w.runs.handlers, inflight: &w.hand.flights}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
-	w.dlq = &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.handlers, top: w.top,
+	dlq := &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers, top: w.top,
 		stats: p.Stats, cfg: cfg, log: cfg.Logger}
-	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.handlers,
-		deadLetter: w.dlq.settle, cfg: cfg, log: cfg.Logger}
-	w.redis = newRedisHealth(w.log, w.now, cfg.OnRedisError)
+	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
+		deadLetter: dlq.settle, cfg: cfg, log: cfg.Logger}
+	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses, top: w.top,
+		stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.runs.defers, w.runs.dlq = w.defers, dlq
+	redis := newRedisHealth(cfg.Logger, cfg.Now, cfg.OnRedisError)
+	w.decider = &groupDecider{throttle: p.Decider, redis: redis, early: early,
+		pauses: pauses, pull: w.pull, top: w.top, lane: p.Lane, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.dispatch = &dispatcher{hand: w.hand, early: early, pull: w.pull, redis: redis, pauses: pauses, holds: w.holds,
+		caps: w.caps, dlq: dlq, top: w.top, defers: w.defers, runs: w.runs, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
+		hand: w.hand, start: w.dispatch.start, settle: w.dispatch.settle, stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.dispatch.fast = w.fast
 	return w, nil
 }
 
@@ -179,8 +164,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// shutdown timeout, stops the handlers and the settling.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	var stoppedAt atomic.Int64 // when ctx was cancelled, Unix ns
-	defer context.AfterFunc(ctx, func() { stoppedAt.Store(w.now().UnixNano()) })()
+	defer w.runs.watchStop(ctx)()
 
 	stopKeepAlive := w.hand.startKeepAlive()
 	defer stopKeepAlive()
@@ -191,57 +175,28 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopTop := w.top.listen()
 	defer stopTop()
 	w.unbundle.start(ctx)
-	w.startAckPending(ctx)
-	stopLane := w.startLane(ctx)
+	w.fast.startAckPending(ctx)
+	stopLane := w.fast.startLane(ctx)
 	defer stopLane()
 	// A lane's copies the lane admitted start at once, without waiting
 	// for a group.
-	direct := func(m jetstream.Msg) bool { return w.startPreAdmitted(ctx, work, m) }
-	msgs, fetchErr := w.pull.start(ctx, w.lane, direct)
-	batches, deferDone := w.startDeferring(work)
-	decided, dispatchDone := w.startDispatching(ctx, work, batches)
+	direct := func(m jetstream.Msg) bool { return w.fast.startPreAdmitted(ctx, work, m) }
+	msgs, fetchErr := w.pull.start(ctx, w.fast.lane, direct)
+	batches, deferDone := w.defers.startDeferring(work)
+	decided, dispatchDone := w.dispatch.startDispatching(ctx, work, batches)
 
-	w.decideLoop(ctx, msgs, decided)
+	w.decider.decideLoop(ctx, msgs, decided)
 	close(decided)
 	<-dispatchDone
 	close(batches)
 	<-deferDone
 
-	w.finishHandlers(stoppedAt.Load(), cancelWork)
+	w.runs.finishHandlers(cancelWork)
 	if err := fetchErr(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
 }
-
-// finishHandlers waits for running handlers for what is left of
-// ShutdownTimeout after stopped (when ctx was cancelled, Unix ns; 0 when
-// the pulling ended on an error), then cancels them and hands their jobs
-// back.
-func (w *Worker) finishHandlers(stopped int64, cancelWork context.CancelFunc) {
-	done := make(chan struct{})
-	go func() { w.handlers.Wait(); close(done) }()
-	left := w.cfg.ShutdownTimeout
-	if stopped != 0 {
-		left -= w.now().Sub(time.Unix(0, stopped))
-	}
-	timer := time.NewTimer(max(left, 0))
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		w.log.Warn("shutdown timeout passed; cancelling running jobs and handing them back")
-		cancelWork()
-		w.hand.flights.Range(func(k, _ any) bool {
-			k.(*flight).settle(func(m jetstream.Msg) error { return m.Nak() })
-			return true
-		})
-		<-done
-	}
-}
-
-// now reads the worker's clock.
-func (w *Worker) now() time.Time { return w.cfg.Now() }
 
 // sleep waits for d or until ctx is done; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
