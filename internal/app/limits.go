@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,19 +24,11 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rd
 	if cfg.LimitsBucket == config.LimitsOff {
 		return cfg.Rules
 	}
-	var kv jetstream.KeyValue
-	open := func() error {
-		var err error
-		kv, err = limits.OpenBucket(ctx, js, cfg.LimitsBucket, replicas)
-		return err
-	}
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond),
-		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
-	notify := func(err error, d time.Duration) {
-		log.Warn("opening the limits bucket failed; retrying", "bucket", cfg.LimitsBucket, "err", err, "retry_in", d)
-	}
-	if err := backoff.RetryNotify(open, backoff.WithContext(bo, ctx), notify); err != nil {
-		return nil // ctx ended
+	kv, ok := openBucket(ctx, "limits", cfg.LimitsBucket, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return limits.OpenBucket(ctx, js, cfg.LimitsBucket, replicas)
+	}, log)
+	if !ok {
+		return nil
 	}
 	store := limits.NewStore(cfg.Rules)
 	// Carries a tenant's buckets over to limits of other periods; it needs

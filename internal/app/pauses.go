@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,19 +22,11 @@ func livePauses(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg 
 	if cfg.PauseBucket == config.LimitsOff {
 		return nil, true
 	}
-	var kv jetstream.KeyValue
-	open := func() error {
-		var err error
-		kv, err = pause.OpenBucket(ctx, js, cfg.PauseBucket, replicas)
-		return err
-	}
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond),
-		backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
-	notify := func(err error, d time.Duration) {
-		log.Warn("opening the pause bucket failed; retrying", "bucket", cfg.PauseBucket, "err", err, "retry_in", d)
-	}
-	if err := backoff.RetryNotify(open, backoff.WithContext(bo, ctx), notify); err != nil {
-		return nil, false // ctx ended
+	kv, ok := openBucket(ctx, "pause", cfg.PauseBucket, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return pause.OpenBucket(ctx, js, cfg.PauseBucket, replicas)
+	}, log)
+	if !ok {
+		return nil, false
 	}
 	set := pause.NewSet()
 	w := pause.NewWatcher(set, kv, log)
