@@ -9,9 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/throttler/throttler/internal/app"
 	inspectpkg "github.com/throttler/throttler/internal/inspect"
 	"github.com/throttler/throttler/tenant"
@@ -73,15 +70,11 @@ func inspectCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 
 // inspect gathers what the servers hold about tenant t. It only reads.
 func inspect(ctx context.Context, cfg *app.Settings, t string) (inspectpkg.Report, error) {
-	nc, err := app.ConnectNATS(cfg.Config, "throttler-inspect", nats.Timeout(cliTimeout))
+	nc, js, err := connectJetStream(cfg, "inspect")
 	if err != nil {
 		return inspectpkg.Report{}, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return inspectpkg.Report{}, err
-	}
 	rdb, err := app.NewRedis(cfg.Config, 1)
 	if err != nil {
 		return inspectpkg.Report{}, err

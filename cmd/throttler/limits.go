@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/config"
@@ -70,15 +69,11 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
-	nc, err := app.ConnectNATS(cfg.Config, "throttler-limits", nats.Timeout(cliTimeout))
+	nc, js, err := connectJetStream(cfg, "limits")
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fail(exitFailed, "%v", err)
-	}
 	kv, err := bucket(ctx, js, cfg, args[0] == "set")
 	if err != nil {
 		return fail(exitFailed, "%v", err)

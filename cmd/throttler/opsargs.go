@@ -87,14 +87,8 @@ func openOps(name string, stderr io.Writer, quiet bool, u uses) (*opsSession, in
 		return nil, exitConfig
 	}
 	announce(stderr, quiet, cfg.Config, u)
-	nc, err := app.ConnectNATS(cfg.Config, "throttler-"+name, nats.Timeout(cliTimeout))
+	nc, js, err := connectJetStream(cfg, name, jetstream.WithDefaultTimeout(cliTimeout), jetstream.WithPublishAsyncTimeout(cliTimeout))
 	if err != nil {
-		fmt.Fprintf(stderr, "throttler %s: %v\n", name, err)
-		return nil, exitFailed
-	}
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(cliTimeout), jetstream.WithPublishAsyncTimeout(cliTimeout))
-	if err != nil {
-		nc.Close()
 		fmt.Fprintf(stderr, "throttler %s: %v\n", name, err)
 		return nil, exitFailed
 	}
@@ -119,4 +113,20 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// connectJetStream connects a CLI command to NATS as "throttler-<name>",
+// within cliTimeout, and returns its JetStream context; the caller closes
+// the connection.
+func connectJetStream(cfg *app.Settings, name string, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := app.ConnectNATS(cfg.Config, "throttler-"+name, nats.Timeout(cliTimeout))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }

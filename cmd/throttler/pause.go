@@ -8,7 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/config"
@@ -89,15 +88,11 @@ func pauseCmd(args []string, resume, quiet bool, stdout, stderr io.Writer) int {
 	announce(stderr, quiet, cfg.Config, uses{nats: true})
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
-	nc, err := app.ConnectNATS(cfg.Config, "throttler-pause", nats.Timeout(cliTimeout))
+	nc, js, err := connectJetStream(cfg, "pause")
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fail(exitFailed, "%v", err)
-	}
 	o := pauseOptions(js, cfg)
 	var out any
 	if resume {

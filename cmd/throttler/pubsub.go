@@ -68,15 +68,11 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	announce(stderr, quiet, cfg.Config, uses{nats: true})
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout+time.Duration(*n)*time.Millisecond)
 	defer cancel()
-	nc, err := app.ConnectNATS(cfg.Config, "throttler-pub", nats.Timeout(cliTimeout))
+	nc, js, err := connectJetStream(cfg, "pub")
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fail(exitFailed, "%v", err)
-	}
 	var first, last *jetstream.PubAck
 	for i := 1; i <= *n; i++ {
 		msg := &nats.Msg{Subject: subj, Data: []byte(strings.ReplaceAll(data, "{n}", strconv.Itoa(i))), Header: nats.Header{}}
