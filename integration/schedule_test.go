@@ -234,8 +234,9 @@ func TestNakWorkerUnpacksBundlesLeftByAnEarlierRun(t *testing.T) {
 	e.ensureStream(first)
 	// Published before the first worker starts, so it pulls them together:
 	// one admitted, the rest moved as one bundle firing a lead
-	// (consumer.ScheduleLead) before the first slot, 3 s from now.
-	const n = 3
+	// (consumer.ScheduleLead) before the first slot, 3 s from now. Five,
+	// so that the first pull taking only one or two still leaves a bundle.
+	const n = 5
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = jobID(first.Stream, e.publish("jobs.slow", nil, []byte("x")))
@@ -252,7 +253,7 @@ func TestNakWorkerUnpacksBundlesLeftByAnEarlierRun(t *testing.T) {
 	vars["THROTTLER_DEFER"] = "nak"
 	second := e.config(vars)
 	e.startWorker(second, consumer.Forwarder(e.js, second.Forward))
-	got := out.waitCount(t, n, 15*time.Second)
+	got := out.waitCount(t, n, 30*time.Second) // the last slot 12 s on
 	seen := map[string]int{}
 	for _, m := range got {
 		seen[m.jobID]++
