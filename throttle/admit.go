@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 )
@@ -21,6 +22,21 @@ func (c *RunningCaps) admitCall(p prepared, tenant string) fcall {
 		strconv.Itoa(len(p.limitKeys)))
 	f.args = append(f.args, p.limitArgs...)
 	return f
+}
+
+// admitEach decides each of preps under its cap, tenants[k] being
+// preps[k]'s tenant, in one round trip.
+func (c *RunningCaps) admitEach(ctx context.Context, preps []prepared, tenants []string) []Result {
+	calls := make([]fcall, len(preps))
+	for k, p := range preps {
+		calls[k] = c.admitCall(p, tenants[k])
+	}
+	c.l.lib.run(ctx, calls)
+	out := make([]Result, len(preps))
+	for k := range calls {
+		out[k].Decision, out[k].Wake, out[k].Err = c.admitResult(calls[k], preps[k], tenants[k])
+	}
+	return out
 }
 
 // Reply status of admit for a job the cap holds back.
@@ -57,15 +73,6 @@ func (c *RunningCaps) admitResult(f fcall, p prepared, tenant string) (Decision,
 		d.Lease = Lease{Tenant: tenantOf(tenant, p.cap.fleet), Token: p.cap.token}
 	}
 	return d, wake, err
-}
-
-// capName says which cap a job waits under: "running:N", or "max running:N"
-// for the fleet's.
-func capName(cp *capCall) string {
-	if cp.fleet {
-		return "max running:" + strconv.FormatInt(cp.n, 10)
-	}
-	return RunningTerm + strconv.FormatInt(cp.n, 10)
 }
 
 // waiters reads the members a call named to wake.

@@ -122,3 +122,12 @@ func (c *RunningCaps) prepareFleet(cp Copy) (prepared, error) {
 	return prepared{now: now, cap: &capCall{n: c.o.MaxRunning, leases: leases, queue: queue, places: places, member: member,
 		order: order, token: token, fleet: true}}, nil
 }
+
+// capName says which cap a job waits under: "running:N", or "max running:N"
+// for the fleet's.
+func capName(cp *capCall) string {
+	if cp.fleet {
+		return "max running:" + strconv.FormatInt(cp.n, 10)
+	}
+	return RunningTerm + strconv.FormatInt(cp.n, 10)
+}

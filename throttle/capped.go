@@ -10,15 +10,7 @@ import "context"
 func (d *Decider) decideCapped(ctx context.Context, copies []Copy) []Result {
 	results := make([]Result, len(copies))
 	fleet := make([]*Lease, len(copies))
-	var pending []int
-	if d.caps.o.MaxRunning > 0 {
-		pending = d.caps.admitFleet(ctx, copies, results, fleet)
-	} else {
-		pending = make([]int, 0, len(copies))
-		for i := range copies {
-			pending = append(pending, i)
-		}
-	}
+	pending := d.caps.admitFleet(ctx, copies, results, fleet)
 
 	var plain []int // decided by decide
 	var calls []fcall

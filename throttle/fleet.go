@@ -3,35 +3,39 @@ package throttle
 import "context"
 
 // admitFleet takes a lease of the fleet's cap for every copy, in one round
-// trip: it records the leases taken in fleet and the decisions of the
+// trip (none when there is no fleet's cap): it records the leases taken in fleet and the decisions of the
 // copies the fleet's cap made wait in results, gives up the owner records
 // of those (giveUpCapped), and returns the indices of the copies that go
 // on to their tenants' caps and rates.
 func (c *RunningCaps) admitFleet(ctx context.Context, copies []Copy, results []Result, fleet []*Lease) []int {
 	pending := make([]int, 0, len(copies))
-	var calls []fcall
-	var idx []int
+	if c.o.MaxRunning <= 0 {
+		for i := range copies {
+			pending = append(pending, i)
+		}
+		return pending
+	}
 	var preps []prepared
+	var idx []int
+	var tenants []string
 	for i, cp := range copies {
 		p, err := c.prepareFleet(cp)
 		if err != nil {
 			results[i].Err = err
 			continue
 		}
-		calls, idx, preps = append(calls, c.admitCall(p, cp.Tenant)), append(idx, i), append(preps, p)
+		preps, idx, tenants = append(preps, p), append(idx, i), append(tenants, cp.Tenant)
 	}
-	c.l.lib.run(ctx, calls)
-	for k, f := range calls {
+	for k, r := range c.admitEach(ctx, preps, tenants) {
 		i := idx[k]
-		dec, wake, err := c.admitResult(f, preps[k], copies[i].Tenant)
-		results[i].Wake = append(results[i].Wake, wake...)
+		results[i].Wake = append(results[i].Wake, r.Wake...)
 		switch {
-		case err != nil:
-			results[i].Err = err
-		case dec.Outcome != Admitted:
-			results[i].Decision = dec
+		case r.Err != nil:
+			results[i].Err = r.Err
+		case r.Outcome != Admitted:
+			results[i].Decision = r.Decision
 		default:
-			fleet[i] = &dec.Lease
+			fleet[i] = &r.Lease
 			pending = append(pending, i)
 		}
 	}
