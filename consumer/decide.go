@@ -15,7 +15,7 @@ import (
 
 // groupDecider is the decide stage: it takes the pulled messages a group
 // at a time and asks the Decider about each group in one round trip,
-// minding paused tenants, the jobs held for their slot and Redis's health.
+// minding paused tenants, the jobs kept for their slot (the short wait) and Redis's health.
 type groupDecider struct {
 	throttle Decider
 	redis    *redisHealth // Redis answering decisions, its backoff and log summary (redishealth.go)
@@ -52,7 +52,7 @@ func (gd *groupDecider) decideLoop(ctx context.Context, msgs <-chan jetstream.Ms
 		case <-short.due:
 			group = short.Ready()
 		case <-stopping:
-			// Copies held for their slot go back at once: the worker will
+			// Jobs kept for their slot go back at once: the worker will
 			// not decide them.
 			stopping = nil
 			gd.pull.handBack(short.stop())
@@ -89,9 +89,9 @@ type item struct {
 	// paused, when set, is the deferral of a job whose tenant is paused:
 	// it is not decided.
 	paused *Deferral
-	// early reports that a paused job was held in the worker for its
-	// slot (shortWait): it holds a slot although it looks fresh.
-	early bool
+	// shortWaited reports that a paused job was kept in the worker for
+	// its slot (shortWait): it has a reservation although it looks fresh.
+	shortWaited bool
 	// leases are the leases the job was admitted holding, under running
 	// caps.
 	leases []throttle.Lease
@@ -174,12 +174,12 @@ func (gd *groupDecider) decide(ctx context.Context, group []jetstream.Msg) decid
 			// Not charged while paused: on resume the tenant takes no
 			// more than its buckets hold.
 			it.paused = &d
-			it.early = gd.short.decidedAgain(it.msg)
+			it.shortWaited = gd.short.decidedAgain(it.msg)
 			continue
 		}
 		// A message on its first delivery that is not a moved copy was never
 		// decided, so it holds no reservation for the script to read.
-		// One the worker held for its slot (shortWait) was decided already.
+		// One the worker kept for its slot (shortWait) was decided already.
 		again := gd.short.decidedAgain(it.msg)
 		fresh := it.job.Delivered == 1 && it.job.Header.Get(HeaderJobID) == "" && !again
 		// A fresh original never records itself as owner, and owners are

@@ -137,7 +137,7 @@ func (p *puller) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs
 			continue
 		}
 		p.pulled.add(msg, p.now()) // kept alive until acted on
-		msgs <- msg                // the dispatcher hands back what it will not start
+		msgs <- msg                // the lifecycle hands back what it will not start
 		got++
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {

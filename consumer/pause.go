@@ -49,21 +49,21 @@ type Unreserver interface {
 	Unreserve(ctx context.Context, slots []throttle.Slot) error
 }
 
-// mayHaveReservation reports whether job may hold a slot reserved for it, which
-// a pause must give up: it was decided before (not a fresh original) and
-// is not back from a pause (that one gave its slot up already).
+// mayHaveReservation reports whether job may have a reservation, which a
+// pause must give up: it was decided before (not a fresh original) and is
+// not back from a pause (that one gave its reservation up already).
 func mayHaveReservation(job Job) bool {
 	fresh := job.Delivered == 1 && job.Header.Get(HeaderJobID) == ""
 	return !fresh && !strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason)
 }
 
 // pausedSlots are the slots of a group's paused jobs that may hold one:
-// decided before, or held in the worker for their slot. A slot kept would
+// decided before, or kept in the worker for their slot. A slot kept would
 // let its job run at once on resume, ahead of the jobs paused before it.
 func pausedSlots(items []item) []throttle.Slot {
 	var slots []throttle.Slot
 	for i := range items {
-		if it := &items[i]; it.paused != nil && (it.early || mayHaveReservation(it.job)) {
+		if it := &items[i]; it.paused != nil && (it.shortWaited || mayHaveReservation(it.job)) {
 			slots = append(slots, throttle.Slot{Tenant: it.job.Tenant, JobID: it.job.ID})
 		}
 	}
