@@ -2,6 +2,8 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/throttler/throttler/throttle"
@@ -31,6 +33,30 @@ type Waker interface {
 	Wake(ctx context.Context, tenant, jobID string) (found bool, err error)
 }
 
+// capKeeper runs the worker's side of running caps: it parks
+// the jobs a cap holds, gives back and renews the leases of running jobs,
+// pokes the caps it parked jobs under and wakes the jobs whose turn came.
+//
+// Its methods name their receiver w, as when they were the Worker's.
+type capKeeper struct {
+	leases Leaser // nil without one
+	waker  Waker  // nil without one
+	// parked: the caps this worker parked jobs under lately ("" is the
+	// fleet's), each with when it last did: poked until ParkFor has passed.
+	parked latestTimes
+	// runtimes: how long the jobs this worker ran under each cap took.
+	runtimes runTimes
+
+	cfg      Config
+	log      *slog.Logger
+	rec      *recorder
+	handlers *sync.WaitGroup // the worker's: a wake is waited for as a handler
+	inflight *sync.Map       // the worker's flights, whose leases are renewed
+}
+
+// now reads the worker's clock.
+func (w *capKeeper) now() time.Time { return w.cfg.Now() }
+
 // ParkReason starts the HeaderWaitReason of a parked job's copy, followed
 // by the cap it waits under: what tells a parked copy from a moved one.
 const ParkReason = "waiting for a lease under "
@@ -57,7 +83,7 @@ func capOf(job Job, d throttle.Decision) string {
 // off the consumer, on its own, until it is woken, or until its fallback
 // time (parkFor) if its call is lost.
 func (w *capKeeper) park(it *item, d throttle.Decision) Deferral {
-	w.stats.Add(it.job.Tenant, func(s *TenantStats) { s.CapDeferred++ })
+	w.rec.add(it.job.Tenant, func(s *TenantStats) { s.CapDeferred++ })
 	c := capOf(it.job, d)
 	w.parked.record(c, w.now())
 	return Deferral{Msg: it.msg, Job: it.job, Wait: w.parkFor(c, d), Park: true,
@@ -92,7 +118,7 @@ func (w *capKeeper) finishLeases(ctx context.Context, f *flight, tenant string) 
 	if len(f.leases) == 0 || w.leases == nil {
 		return
 	}
-	w.stats.Add(tenant, func(s *TenantStats) { s.Running-- })
+	w.rec.add(tenant, func(s *TenantStats) { s.Running-- })
 	ran := w.now().Sub(f.started)
 	for _, ls := range f.leases {
 		w.runtimes.add(ls.Tenant, ran)
@@ -135,7 +161,7 @@ func (w *capKeeper) wakeOne(ctx context.Context, wt throttle.Waiter) {
 		if err != nil {
 			w.log.Warn("woke a parked job; its parked copy is left to come back as a duplicate", "tenant", wt.Tenant, "job", wt.JobID, "err", err)
 		}
-		w.stats.Add(wt.Tenant, func(s *TenantStats) { s.Woken++ })
+		w.rec.add(wt.Tenant, func(s *TenantStats) { s.Woken++ })
 		return
 	case err != nil:
 		w.log.Warn("waking a parked job failed; it keeps its turn for a while, then comes back by itself",
@@ -218,7 +244,7 @@ func (w *capKeeper) renewLeases(ctx context.Context) {
 		}
 		w.log.Warn("a running job's lease had expired; its cap may run one more job until it ends",
 			"tenant", ls.Tenant)
-		w.stats.Add(ls.Tenant, func(s *TenantStats) { s.LeasesLost++ })
+		w.rec.add(ls.Tenant, func(s *TenantStats) { s.LeasesLost++ })
 	}
 }
 
@@ -229,4 +255,39 @@ func (w *capKeeper) startLeaseLoop(ctx context.Context) (stop func()) {
 		return func() {}
 	}
 	return startLoop(func(done <-chan struct{}) { w.leaseLoop(ctx, done) })
+}
+
+// runTimes keeps, per running cap ("" for the fleet's), a moving mean of
+// how long the jobs this worker ran under it held their leases, to foretell
+// a parked job's wait. Safe for concurrent use; the zero value is ready.
+type runTimes struct {
+	mu sync.Mutex
+	m  map[string]time.Duration
+}
+
+// maxRunTimes caps the caps remembered: past it, new ones are not.
+const maxRunTimes = 100_000
+
+// add folds one run into capKey's mean: each run weighs a fifth.
+func (r *runTimes) add(capKey string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]time.Duration{}
+	}
+	old, ok := r.m[capKey]
+	switch {
+	case ok:
+		r.m[capKey] = old + (d-old)/5
+	case len(r.m) < maxRunTimes:
+		r.m[capKey] = d
+	}
+}
+
+// mean returns capKey's mean run time, if a run was seen.
+func (r *runTimes) mean(capKey string) (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.m[capKey]
+	return d, ok
 }

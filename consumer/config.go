@@ -70,7 +70,7 @@ type Config struct {
 	// to throttle.DefaultLeaseTTL.
 	LeaseTTL time.Duration
 	// ShortWait, when positive, is the longest wait of a job the worker
-	// keeps for its slot instead of deferring it (earlyhold.go): decided
+	// keeps for its slot instead of deferring it (shortwait.go): decided
 	// again at the slot, it runs on time, on one delivery. Defaults to 0:
 	// every wait goes to the Deferrer (as THROTTLER_DEFER=schedule wants,
 	// which moves every job that must wait off the consumer).

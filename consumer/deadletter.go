@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +22,7 @@ type deadLetter struct {
 	js       jetstream.JetStream
 	template subject.Template
 	handlers *sync.WaitGroup // the worker's: shutdown waits for a dead letter under way
-	top      *topReporter    // the worker's, told of each dead letter
-	stats    *Stats
+	rec      *recorder
 	cfg      Config
 	log      *slog.Logger
 }
@@ -148,13 +148,7 @@ func (d *deadLetter) settle(ctx context.Context, msg jetstream.Msg, id, tenant, 
 		}
 		return false
 	}
-	d.top.waiting.deadLettered(tenant, d.cfg.Now())
-	d.stats.Add(tenant, func(s *TenantStats) {
-		s.DeadLettered++
-		if cut {
-			s.DeadLettersCut++
-		}
-	})
+	d.rec.deadLettered(tenant, cut)
 	d.log.Warn("job dead-lettered", "job", id, "tenant", tenant, "reason", reason, "cut_to_fit", cut)
 	term := msg.Term
 	if d.cfg.TermWithReason {
@@ -172,4 +166,14 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// oneLine makes s safe as a header value: line breaks become spaces.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, s)
 }

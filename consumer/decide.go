@@ -15,17 +15,16 @@ import (
 
 // groupDecider is the decide stage: it takes the pulled messages a group
 // at a time and asks the Decider about each group in one round trip,
-// minding paused tenants, the jobs held for their slot and Redis's health.
+// minding paused tenants, the jobs kept for their slot (the short wait) and Redis's health.
 type groupDecider struct {
 	throttle Decider
 	redis    *redisHealth // Redis answering decisions, its backoff and log summary (redishealth.go)
-	early    *earlyHold
+	short    *shortWait   // jobs kept for their slot (shortwait.go)
 	pauses   *pauseGate
 	pull     *puller
-	top      *topReporter
 	lane     Lane // nil without a fast lane
 	obs      Observer
-	stats    *Stats
+	rec      *recorder
 	cfg      Config
 	log      *slog.Logger
 }
@@ -34,10 +33,10 @@ type groupDecider struct {
 // already waiting, up to FetchBatch), decides each group in one round trip
 // and sends it to dispatch, until msgs is closed. Moved copies that came
 // back before their slot, and jobs given a slot close at hand (act), wait
-// in the worker's earlyHold and are decided at their slot. Once ctx is cancelled it hands back what it takes instead.
+// in the worker's shortWait and are decided at their slot. Once ctx is cancelled it hands back what it takes instead.
 func (gd *groupDecider) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, decided chan<- decidedGroup) {
-	early := gd.early
-	defer func() { gd.pull.handBack(early.stop()) }()
+	short := gd.short
+	defer func() { gd.pull.handBack(short.stop()) }()
 	stopping := ctx.Done()
 	for {
 		var group []jetstream.Msg
@@ -49,14 +48,14 @@ func (gd *groupDecider) decideLoop(ctx context.Context, msgs <-chan jetstream.Ms
 			}
 			group = gd.pull.drain(msg, msgs)
 			credits = len(group)
-			group = append(early.take(group), early.Ready()...)
-		case <-early.due:
-			group = early.Ready()
+			group = append(short.take(group), short.Ready()...)
+		case <-short.due:
+			group = short.Ready()
 		case <-stopping:
-			// Copies held for their slot go back at once: the worker will
+			// Jobs kept for their slot go back at once: the worker will
 			// not decide them.
 			stopping = nil
-			gd.pull.handBack(early.stop())
+			gd.pull.handBack(short.stop())
 			continue
 		}
 		if ctx.Err() != nil {
@@ -90,9 +89,9 @@ type item struct {
 	// paused, when set, is the deferral of a job whose tenant is paused:
 	// it is not decided.
 	paused *Deferral
-	// early reports that a paused job was held in the worker for its
-	// slot (earlyHold): it holds a slot although it looks fresh.
-	early bool
+	// shortWaited reports that a paused job was kept in the worker for
+	// its slot (shortWait): it has a reservation although it looks fresh.
+	shortWaited bool
 	// leases are the leases the job was admitted holding, under running
 	// caps.
 	leases []throttle.Lease
@@ -110,8 +109,7 @@ func (gd *groupDecider) readGroup(group []jetstream.Msg) []item {
 		if gd.lane != nil && job.Sequence > lastSeq && m.Headers().Get(fastcopy.Header) == "" && m.Headers().Get(HeaderWoken) == "" {
 			last, lastSeq = m, job.Sequence
 		}
-		gd.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
-		gd.top.waiting.arrived(job, gd.cfg.Now())
+		gd.rec.arrived(job)
 		var bad *badJobError
 		switch {
 		case errors.As(err, &bad):
@@ -176,13 +174,13 @@ func (gd *groupDecider) decide(ctx context.Context, group []jetstream.Msg) decid
 			// Not charged while paused: on resume the tenant takes no
 			// more than its buckets hold.
 			it.paused = &d
-			it.early = gd.early.decidedAgain(it.msg)
+			it.shortWaited = gd.short.decidedAgain(it.msg)
 			continue
 		}
 		// A message on its first delivery that is not a moved copy was never
 		// decided, so it holds no reservation for the script to read.
-		// One the worker held for its slot (earlyHold) was decided already.
-		again := gd.early.decidedAgain(it.msg)
+		// One the worker kept for its slot (shortWait) was decided already.
+		again := gd.short.decidedAgain(it.msg)
 		fresh := it.job.Delivered == 1 && it.job.Header.Get(HeaderJobID) == "" && !again
 		// A fresh original never records itself as owner, and owners are
 		// stream sequences (never 0): 0 serves it and keeps the script's

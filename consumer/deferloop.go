@@ -3,6 +3,9 @@ package consumer
 import (
 	"context"
 	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/throttle"
 )
@@ -26,8 +29,7 @@ type deferSettler struct {
 	pull     *puller // gets back the credits of each batch deferred
 	holds    *downstreamHolds
 	pauses   *pauseGate
-	top      *topReporter
-	stats    *Stats
+	rec      *recorder
 	cfg      Config
 	log      *slog.Logger
 }
@@ -86,17 +88,93 @@ func (s *deferSettler) deferLoop(ctx context.Context, batches <-chan deferBatch)
 // NAK'd instead of moved, saying why, and one for a job left unsettled.
 func (s *deferSettler) deferred(d Deferral) {
 	tenant, id := d.Job.Tenant, d.Job.ID
-	s.top.waiting.deferred(d, s.cfg.Now())
+	s.rec.deferred(d)
 	switch {
 	case d.Moved:
-		s.stats.Add(tenant, func(s *TenantStats) { s.Moved++ })
+		s.rec.add(tenant, func(s *TenantStats) { s.Moved++ })
 	case d.NakedInstead != nil && tooLarge(d.NakedInstead):
-		s.stats.Add(tenant, func(s *TenantStats) { s.MovesTooLarge++ })
+		s.rec.add(tenant, func(s *TenantStats) { s.MovesTooLarge++ })
 		s.log.Info("job too large to move off the consumer; deferred with NAK", "tenant", tenant, "job", id, "wait", d.Wait, "why", d.NakedInstead)
 	case d.NakedInstead != nil:
 		s.log.Warn("moving a job failed; deferred with NAK instead", "tenant", tenant, "job", id, "wait", d.Wait, "err", d.NakedInstead)
 	}
 	if d.Err != nil {
 		s.log.Warn("deferring a job failed; JetStream redelivers it after AckWait", "tenant", tenant, "job", id, "err", d.Err)
+	}
+}
+
+// holdOff settles a job whose handler returned ra: it holds the tenant
+// back until ra.Until (at most MaxHold from now), counts and logs it, and
+// defers the job until then without counting a failure.
+func (s *deferSettler) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter) {
+	now := s.cfg.Now()
+	until := ra.Until
+	if latest := now.Add(s.cfg.MaxHold); until.After(latest) {
+		until = latest
+	}
+	wait := max(0, until.Sub(now))
+	// The tenant's jobs this worker and the others admitted before the
+	// hold must not start before until either.
+	s.holds.record(job.Tenant, until)
+	// The owner record is known not to name this incarnation.
+	released := s.holds.holdFleet(ctx, job, until)
+	// Counted once the tenant is held, so a count seen means the hold is in.
+	s.rec.add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
+	s.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,
+		"until", until.UTC().Format(time.RFC3339Nano), "wait", wait, "reason", ra.Reason)
+	if !released {
+		// The owner record may still name this incarnation, and a moved
+		// copy would then be taken for a duplicate: NAK.
+		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
+		return
+	}
+	if f.settled.CompareAndSwap(false, true) {
+		reason := "downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)
+		if ra.Reason != "" {
+			reason += ": " + ra.Reason
+		}
+		ds := []Deferral{{Msg: f.msg, Job: job, Wait: wait, Reason: reason}}
+		s.deferrer.Defer(ctx, ds)
+		s.deferred(ds[0])
+	}
+}
+
+// waitOutHold settles an admitted job whose tenant is held until until,
+// instead of running it: deferred until then, as holdOff defers the job
+// the downstream answered, uncounted. Its admission's charge is spent: back,
+// it is decided again, and never over-admitted.
+func (s *deferSettler) waitOutHold(ctx context.Context, f *flight, job Job, until time.Time) {
+	wait := max(0, until.Sub(s.cfg.Now()))
+	if !s.holds.release(ctx, job) {
+		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
+		return
+	}
+	if f.settled.CompareAndSwap(false, true) {
+		ds := []Deferral{{Msg: f.msg, Job: job, Wait: wait,
+			Reason: "tenant held: downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)}}
+		s.deferrer.Defer(ctx, ds)
+		s.deferred(ds[0])
+	}
+}
+
+// waitOutPause settles an admitted job whose tenant was paused since it
+// was decided, instead of starting it: it waits as a paused job does. Its
+// admission's charge is spent (as for a hold): back, it is decided again.
+// So its slot is given up too: kept, it would let the job run at once on
+// resume, ahead of the jobs paused before it.
+func (s *deferSettler) waitOutPause(ctx context.Context, f *flight, job Job, d Deferral) {
+	s.rec.add(job.Tenant, func(s *TenantStats) { s.Paused++ })
+	s.pauses.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
+	if !s.holds.release(ctx, job) {
+		// The owner record may still name this incarnation, and a moved
+		// copy would then be taken for a duplicate: NAK.
+		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })
+		return
+	}
+	if f.settled.CompareAndSwap(false, true) {
+		d.Msg, d.Job = f.msg, job
+		ds := []Deferral{d}
+		s.deferrer.Defer(ctx, ds)
+		s.deferred(ds[0])
 	}
 }

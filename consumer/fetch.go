@@ -60,7 +60,7 @@ type puller struct {
 	cons       jetstream.Consumer          // the jobs consumer
 	woken      jetstream.Consumer          // the woken jobs' consumer, nil without one
 	credits    chan struct{}               // one token per message pulled and not yet dispatched
-	held       *heldMsgs                   // the worker's: pulled messages are kept alive until acted on
+	pulled     *pulledMsgs                 // the worker's: pulled messages are kept alive until acted on
 	recreate   func(context.Context) error // nil without one
 	recreating sync.Mutex                  // one recreate at a time (see recreateIfGone)
 	cfg        Config
@@ -68,10 +68,10 @@ type puller struct {
 }
 
 // newPuller returns a puller of p's consumers with 2×FetchBatch credits,
-// adding to held.
-func newPuller(p Params, cfg Config, held *heldMsgs) *puller {
+// adding to pulled.
+func newPuller(p Params, cfg Config, pulled *pulledMsgs) *puller {
 	return &puller{cons: p.Consumer, woken: p.Woken, credits: make(chan struct{}, 2*cfg.FetchBatch),
-		held: held, recreate: p.Recreate, cfg: cfg, log: cfg.Logger}
+		pulled: pulled, recreate: p.Recreate, cfg: cfg, log: cfg.Logger}
 }
 
 // now reads the worker's clock.
@@ -136,8 +136,8 @@ func (p *puller) fetch(ctx context.Context, cons jetstream.Consumer, n int, msgs
 			p.releaseCredits(1)
 			continue
 		}
-		p.held.add(msg, p.now()) // kept alive until acted on
-		msgs <- msg              // the dispatcher hands back what it will not start
+		p.pulled.add(msg, p.now()) // kept alive until acted on
+		msgs <- msg                // the lifecycle hands back what it will not start
 		got++
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
@@ -185,11 +185,15 @@ func (p *puller) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstre
 	return group
 }
 
+// actedOn takes msg off the pulled messages: the worker acts on it now
+// (settles it, defers it or starts it).
+func (p *puller) actedOn(msg jetstream.Msg) { p.pulled.remove(msg) }
+
 // handBack returns messages that will not be started to JetStream for
 // immediate redelivery.
 func (p *puller) handBack(group []jetstream.Msg) {
 	for _, m := range group {
-		p.held.remove(m)
+		p.pulled.remove(m)
 		if err := m.Nak(); err != nil {
 			p.log.Warn("hand back failed; JetStream redelivers after AckWait", "err", err)
 		}
@@ -213,4 +217,50 @@ func (p *puller) recreateIfGone(ctx context.Context, err error) {
 		return
 	}
 	p.log.Warn("the consumer was gone; set it up again", "err", err)
+}
+
+// pulledMsgs are the messages a worker has pulled and not yet acted on,
+// with when each was pulled: the puller adds each message it pulls and
+// takes off each it hands back; the keep-alive keeps them alive. Safe for
+// concurrent use; the zero value is ready.
+type pulledMsgs struct {
+	mu   sync.Mutex
+	msgs map[jetstream.Msg]time.Time
+}
+
+// add records msg as pulled at at.
+func (h *pulledMsgs) add(msg jetstream.Msg, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.msgs == nil {
+		h.msgs = make(map[jetstream.Msg]time.Time)
+	}
+	h.msgs[msg] = at
+}
+
+// remove forgets msg.
+func (h *pulledMsgs) remove(msg jetstream.Msg) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.msgs, msg)
+}
+
+// count is how many messages are pulled and not yet acted on.
+func (h *pulledMsgs) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.msgs)
+}
+
+// pulledBy returns the messages pulled at or before t.
+func (h *pulledMsgs) pulledBy(t time.Time) []jetstream.Msg {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []jetstream.Msg
+	for msg, at := range h.msgs {
+		if !at.After(t) {
+			out = append(out, msg)
+		}
+	}
+	return out
 }

@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,19 +37,5 @@ func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
 			return fmt.Errorf("forward to %s: %w", msg.Subject, err)
 		}
 		return nil
-	}
-}
-
-// CopyHeaders copies src into dst, leaving out the headers JetStream acts on
-// when publishing (deduplication, expectations, schedules, TTLs), which
-// belong to the original publish and not to ours.
-func CopyHeaders(dst, src nats.Header) {
-	for k, vs := range src {
-		if strings.HasPrefix(k, "Nats-") {
-			continue
-		}
-		for _, v := range vs {
-			dst.Add(k, v)
-		}
 	}
 }

@@ -4,15 +4,13 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // inHand is every message the worker holds and has not yet acked or
 // handed back: pulled and not yet acted on, and admitted (flights). It
 // keeps them alive while the worker holds them.
 type inHand struct {
-	pulled  heldMsgs      // messages pulled and not yet acted on
+	pulled  pulledMsgs    // messages pulled and not yet acted on (fetch.go)
 	flights sync.Map      // *flight → struct{}, admitted jobs, running or waiting for a slot
 	every   time.Duration // Config.InProgressEvery
 	now     func() time.Time
@@ -66,48 +64,4 @@ func (h *inHand) keepAliveLoop(done <-chan struct{}) {
 			}
 		}
 	}
-}
-
-// heldMsgs are the messages a worker has pulled and not yet acted on, with
-// when each was pulled. Safe for concurrent use; the zero value is ready.
-type heldMsgs struct {
-	mu   sync.Mutex
-	msgs map[jetstream.Msg]time.Time
-}
-
-// add records msg as pulled at at.
-func (h *heldMsgs) add(msg jetstream.Msg, at time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.msgs == nil {
-		h.msgs = make(map[jetstream.Msg]time.Time)
-	}
-	h.msgs[msg] = at
-}
-
-// remove forgets msg.
-func (h *heldMsgs) remove(msg jetstream.Msg) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.msgs, msg)
-}
-
-// count is how many messages are held.
-func (h *heldMsgs) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.msgs)
-}
-
-// pulledBy returns the messages pulled at or before t.
-func (h *heldMsgs) pulledBy(t time.Time) []jetstream.Msg {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []jetstream.Msg
-	for msg, at := range h.msgs {
-		if !at.After(t) {
-			out = append(out, msg)
-		}
-	}
-	return out
 }

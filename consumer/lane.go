@@ -59,7 +59,7 @@ type laneAdapter struct {
 	// settle a message, logging a failure.
 	start  func(ctx, work context.Context, f *flight, job Job)
 	settle func(msg jetstream.Msg, f func(jetstream.Msg) error)
-	stats  *Stats
+	rec    *recorder
 	cfg    Config
 	log    *slog.Logger
 }
@@ -90,7 +90,7 @@ func (l *laneAdapter) startPreAdmitted(ctx, work context.Context, msg jetstream.
 	if err != nil || job.Delivered != 1 {
 		return false
 	}
-	l.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+	l.rec.add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
 	f := &flight{msg: msg, started: l.cfg.Now(), log: l.log}
 	l.hand.flights.Store(f, struct{}{})
 	l.start(ctx, work, f, job)

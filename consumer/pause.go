@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -51,21 +49,21 @@ type Unreserver interface {
 	Unreserve(ctx context.Context, slots []throttle.Slot) error
 }
 
-// mayHoldSlot reports whether job may hold a slot reserved for it, which
-// a pause must give up: it was decided before (not a fresh original) and
-// is not back from a pause (that one gave its slot up already).
-func mayHoldSlot(job Job) bool {
+// mayHaveReservation reports whether job may have a reservation, which a
+// pause must give up: it was decided before (not a fresh original) and is
+// not back from a pause (that one gave its reservation up already).
+func mayHaveReservation(job Job) bool {
 	fresh := job.Delivered == 1 && job.Header.Get(HeaderJobID) == ""
 	return !fresh && !strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason)
 }
 
 // pausedSlots are the slots of a group's paused jobs that may hold one:
-// decided before, or held in the worker for their slot. A slot kept would
+// decided before, or kept in the worker for their slot. A slot kept would
 // let its job run at once on resume, ahead of the jobs paused before it.
 func pausedSlots(items []item) []throttle.Slot {
 	var slots []throttle.Slot
 	for i := range items {
-		if it := &items[i]; it.paused != nil && (it.early || mayHoldSlot(it.job)) {
+		if it := &items[i]; it.paused != nil && (it.shortWaited || mayHaveReservation(it.job)) {
 			slots = append(slots, throttle.Slot{Tenant: it.job.Tenant, JobID: it.job.ID})
 		}
 	}
@@ -166,35 +164,4 @@ func (g *pauseGate) pausedAt(now time.Time) func(string) bool {
 		return nil
 	}
 	return func(t string) bool { _, _, p := g.pauser.Paused(t, now); return p }
-}
-
-// pausedDeferral is the deferral of a pulled job whose tenant is paused,
-// decided without asking the throttle: it is not charged, and waits off
-// the consumer as a parked copy of its own.
-func (dp *dispatcher) pausedDeferral(it *item, d Deferral) Deferral {
-	dp.stats.Add(it.job.Tenant, func(s *TenantStats) { s.Paused++ })
-	d.Msg, d.Job = it.msg, it.job
-	return d
-}
-
-// waitOutPause settles an admitted job whose tenant was paused since it
-// was decided, instead of starting it: it waits as a paused job does. Its
-// admission's charge is spent (as for a hold): back, it is decided again.
-// So its slot is given up too: kept, it would let the job run at once on
-// resume, ahead of the jobs paused before it.
-func (s *deferSettler) waitOutPause(ctx context.Context, f *flight, job Job, d Deferral) {
-	s.stats.Add(job.Tenant, func(s *TenantStats) { s.Paused++ })
-	s.pauses.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
-	if !s.holds.release(ctx, job) {
-		// The owner record may still name this incarnation, and a moved
-		// copy would then be taken for a duplicate: NAK.
-		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })
-		return
-	}
-	if f.settled.CompareAndSwap(false, true) {
-		d.Msg, d.Job = f.msg, job
-		ds := []Deferral{d}
-		s.deferrer.Defer(ctx, ds)
-		s.deferred(ds[0])
-	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // RetryAfter, returned by a Handler (as *RetryAfter, possibly wrapped),
@@ -50,40 +48,4 @@ func asRetryAfter(err error) *RetryAfter {
 		return ra
 	}
 	return nil
-}
-
-// holdOff settles a job whose handler returned ra: it holds the tenant
-// back until ra.Until (at most MaxHold from now), counts and logs it, and
-// defers the job until then without counting a failure.
-func (s *deferSettler) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter) {
-	now := s.cfg.Now()
-	until := ra.Until
-	if latest := now.Add(s.cfg.MaxHold); until.After(latest) {
-		until = latest
-	}
-	wait := max(0, until.Sub(now))
-	// The tenant's jobs this worker and the others admitted before the
-	// hold must not start before until either.
-	s.holds.record(job.Tenant, until)
-	// The owner record is known not to name this incarnation.
-	released := s.holds.holdFleet(ctx, job, until)
-	// Counted once the tenant is held, so a count seen means the hold is in.
-	s.stats.Add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
-	s.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,
-		"until", until.UTC().Format(time.RFC3339Nano), "wait", wait, "reason", ra.Reason)
-	if !released {
-		// The owner record may still name this incarnation, and a moved
-		// copy would then be taken for a duplicate: NAK.
-		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
-		return
-	}
-	if f.settled.CompareAndSwap(false, true) {
-		reason := "downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)
-		if ra.Reason != "" {
-			reason += ": " + ra.Reason
-		}
-		ds := []Deferral{{Msg: f.msg, Job: job, Wait: wait, Reason: reason}}
-		s.deferrer.Defer(ctx, ds)
-		s.deferred(ds[0])
-	}
 }

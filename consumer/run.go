@@ -29,7 +29,7 @@ type handlerRunner struct {
 	defers    *deferSettler
 	dlq       *deadLetter
 	obs       Observer
-	stats     *Stats
+	rec       *recorder
 	cfg       Config
 	log       *slog.Logger
 }
@@ -42,7 +42,7 @@ func (r *handlerRunner) run(workCtx context.Context, f *flight, job Job) {
 	r.obs.ObserveHandler(time.Since(began))
 	if err == nil {
 		if f.settle(func(m jetstream.Msg) error { return m.Ack() }) {
-			r.stats.Add(job.Tenant, func(s *TenantStats) { s.Completed++ })
+			r.rec.add(job.Tenant, func(s *TenantStats) { s.Completed++ })
 		}
 		return
 	}
@@ -56,7 +56,7 @@ func (r *handlerRunner) run(workCtx context.Context, f *flight, job Job) {
 		r.defers.holdOff(workCtx, f, job, ra)
 		return
 	}
-	r.stats.Add(job.Tenant, func(s *TenantStats) { s.Failed++ })
+	r.rec.add(job.Tenant, func(s *TenantStats) { s.Failed++ })
 	if IsPermanent(err) {
 		// Retrying cannot help: dead-letter it now. Its failure count in
 		// Redis is left as it is; it expires by itself.

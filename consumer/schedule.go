@@ -58,7 +58,7 @@ type ScheduleDeferrer struct {
 	// slot comes back late by a varying amount, and the copies that came
 	// late run together with the ones on time: more than the limit over
 	// that stretch, though their slots never were. Fired early, a copy is
-	// held by the worker until its slot (earlyhold.go) and runs on it.
+	// kept by the worker until its slot (shortwait.go) and runs on it.
 	// Defaults to 0 (fire at the slot).
 	Lead time.Duration
 	// Now is the clock the slots are counted from. Defaults to time.Now.

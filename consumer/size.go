@@ -13,7 +13,7 @@ import (
 // The worker adds headers to everything it publishes for a job (its id,
 // subject and tenant; a move's schedule; a dead letter's reason), so a job
 // stored within the server's limits can come out over them. These are the
-// limits every such message must fit.
+// limits every such message must fit, and the headers it copies.
 
 // maxHeaderBytes is the most header bytes JetStream stores with a message.
 const maxHeaderBytes = math.MaxUint16
@@ -78,12 +78,16 @@ func maxPayload(js jetstream.JetStream) int64 {
 	return js.Conn().MaxPayload()
 }
 
-// oneLine makes s safe as a header value: line breaks become spaces.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\r' || r == '\n' {
-			return ' '
+// CopyHeaders copies src into dst, leaving out the headers JetStream acts on
+// when publishing (deduplication, expectations, schedules, TTLs), which
+// belong to the original publish and not to ours.
+func CopyHeaders(dst, src nats.Header) {
+	for k, vs := range src {
+		if strings.HasPrefix(k, "Nats-") {
+			continue
 		}
-		return r
-	}, s)
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
 }

@@ -120,3 +120,45 @@ func (s *Stats) Snapshot() map[string]TenantStats {
 	}
 	return out
 }
+
+// recorder is the worker's one bookkeeper of what befell each job: the
+// counters (Stats) and, for throttler top, the waiting tracker's rates,
+// waits and dead letters. Every stage records through it, so that a count
+// and its top row never disagree on what happened. Safe for concurrent
+// use.
+type recorder struct {
+	stats   *Stats
+	waiting *waiting // the topReporter's
+	now     func() time.Time
+}
+
+// add applies f to tenant's counters.
+func (r *recorder) add(tenant string, f func(*TenantStats)) { r.stats.Add(tenant, f) }
+
+// arrived records a job delivered to the worker.
+func (r *recorder) arrived(job Job) {
+	r.stats.Add(job.Tenant, func(s *TenantStats) { s.Delivered++ })
+	r.waiting.arrived(job, r.now())
+}
+
+// admitted records a job whose handler starts.
+func (r *recorder) admitted(tenant string) {
+	r.stats.Add(tenant, func(s *TenantStats) { s.Admitted++ })
+	r.waiting.admitted(tenant, r.now())
+}
+
+// deferred records a deferral the Deferrer settled: how it waits, for top;
+// the caller counts its outcome.
+func (r *recorder) deferred(d Deferral) { r.waiting.deferred(d, r.now()) }
+
+// deadLettered records a job dead-lettered, its dead letter cut to fit
+// when cut.
+func (r *recorder) deadLettered(tenant string, cut bool) {
+	r.waiting.deadLettered(tenant, r.now())
+	r.stats.Add(tenant, func(s *TenantStats) {
+		s.DeadLettered++
+		if cut {
+			s.DeadLettersCut++
+		}
+	})
+}

@@ -24,17 +24,17 @@ type Worker struct {
 	stats *Stats
 
 	// The worker's components, each owning its state (one file each).
-	pull     *puller          // pulls within the fetch credits (fetch.go)
-	hand     *inHand          // messages held, pulled or admitted, kept alive (keepalive.go)
-	decider  *groupDecider    // the decide stage, and Redis's health (decide.go, redishealth.go)
-	dispatch *dispatcher      // the dispatch stage; it holds paused tenants, early holds and dead letters (dispatch.go)
-	caps     *capKeeper       // parking, leases and wakes of running caps (capkeeper.go, caps.go)
-	holds    *downstreamHolds // the holds downstreams asked for, and the Holder (holds.go)
-	unbundle *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
-	top      *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
-	defers   *deferSettler    // jobs put off once admitted or run, and every deferral's outcome (deferloop.go)
-	runs     *handlerRunner   // the handlers running, their slots, and their jobs settled (run.go)
-	fast     *laneAdapter     // the fast lane, if any, and its copies and claims (lane.go)
+	pull      *puller          // pulls within the fetch credits; the pulled messages (fetch.go)
+	hand      *inHand          // messages in hand, pulled or admitted, kept alive (keepalive.go)
+	decider   *groupDecider    // the decide stage (decide.go)
+	lifecycle *lifecycle       // a decided job's stages, in their order (lifecycle.go)
+	caps      *capKeeper       // parking, leases and wakes of running caps (caps.go)
+	holds     *downstreamHolds // the holds downstreams asked for, and the Holder (holds.go)
+	unbundle  *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
+	top       *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
+	defers    *deferSettler    // jobs put off once admitted or run, and every deferral's outcome (deferloop.go)
+	runs      *handlerRunner   // the handlers running, their slots, and their jobs settled (run.go)
+	fast      *laneAdapter     // the fast lane, if any, and its copies and claims (lane.go)
 }
 
 // New returns a Worker, or an error naming what is missing.
@@ -85,47 +85,48 @@ func New(p Params) (*Worker, error) {
 		stats: p.Stats,
 		hand:  &inHand{every: cfg.InProgressEvery, now: cfg.Now, log: cfg.Logger},
 	}
-	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency), hand: w.hand,
-		obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
-	early := newEarlyHold(cfg.Now)
 	w.top = &topReporter{waiting: newWaiting(cfg.TopTenants), pauses: pauses, js: p.JetStream,
 		subject: cfg.TopSubject, now: cfg.Now, log: cfg.Logger}
+	rec := &recorder{stats: p.Stats, waiting: w.top.waiting, now: cfg.Now}
+	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency), hand: w.hand,
+		obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.pull = newPuller(p, cfg, &w.hand.pulled)
-	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, stats: p.Stats,
+	short := newShortWait(cfg, &w.hand.pulled)
+	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, rec: rec,
 		handlers: &w.runs.handlers, inflight: &w.hand.flights}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
-	dlq := &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers, top: w.top,
-		stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	dlq := &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers,
+		rec: rec, cfg: cfg, log: cfg.Logger}
 	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
 		deadLetter: dlq.settle, cfg: cfg, log: cfg.Logger}
-	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses, top: w.top,
-		stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses,
+		rec: rec, cfg: cfg, log: cfg.Logger}
 	w.runs.defers, w.runs.dlq = w.defers, dlq
 	redis := newRedisHealth(cfg.Logger, cfg.Now, cfg.OnRedisError)
-	w.decider = &groupDecider{throttle: p.Decider, redis: redis, early: early,
-		pauses: pauses, pull: w.pull, top: w.top, lane: p.Lane, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
-	w.dispatch = &dispatcher{hand: w.hand, early: early, pull: w.pull, redis: redis, pauses: pauses, holds: w.holds,
-		caps: w.caps, dlq: dlq, top: w.top, defers: w.defers, runs: w.runs, obs: p.Observer, stats: p.Stats, cfg: cfg, log: cfg.Logger}
+	w.decider = &groupDecider{throttle: p.Decider, redis: redis, short: short,
+		pauses: pauses, pull: w.pull, lane: p.Lane, obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
+	w.lifecycle = &lifecycle{pull: w.pull, hand: w.hand, short: short, redis: redis, pauses: pauses, holds: w.holds,
+		caps: w.caps, dlq: dlq, defers: w.defers, runs: w.runs, obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
-		hand: w.hand, start: w.dispatch.start, settle: w.dispatch.settle, stats: p.Stats, cfg: cfg, log: cfg.Logger}
-	w.dispatch.fast = w.fast
+		hand: w.hand, start: w.lifecycle.start, settle: w.lifecycle.settle, rec: rec, cfg: cfg, log: cfg.Logger}
+	w.lifecycle.fast = w.fast
 	return w, nil
 }
 
 // Stats returns a snapshot of the per-tenant counters.
 func (w *Worker) Stats() map[string]TenantStats { return w.stats.Snapshot() }
 
-// Held is how many pulled messages the worker has not yet acted on (not yet
-// decided, or decided and not yet started, settled or deferred).
-func (w *Worker) Held() int { return w.hand.pulled.count() }
+// Pulled is how many pulled messages the worker has not yet acted on (not
+// yet decided, or decided and not yet started, settled or deferred).
+func (w *Worker) Pulled() int { return w.hand.pulled.count() }
 
 // HeldDownstream returns the tenants whose downstream asked the fleet to
 // wait past now (a 429, or a 503 with Retry-After), as this worker heard.
 func (w *Worker) HeldDownstream(now time.Time) []string { return w.holds.keys(now) }
 
 // InHand is how many delivered messages the worker holds and has not yet
-// acked or handed back: pulled and not yet acted on (Held), and admitted,
+// acked or handed back: pulled and not yet acted on (Pulled), and admitted,
 // waiting for a slot or running. The consumer's ack-pending count less the
 // fleet's jobs in hand is the jobs NAK'd to come back later.
 func (w *Worker) InHand() int { return w.hand.count() }
@@ -141,10 +142,10 @@ func (w *Worker) ParkedUnder(from time.Time) []string { return w.caps.parked.key
 //
 // A job passes through stages, each in a file of its own, joined by
 // channels: fetch (fetch.go) → decide (decide.go, on Run's own goroutine)
-// → dispatch (dispatch.go), which starts handlers (run.go) and hands the
-// jobs that must wait to the defer loop (deferloop.go). Beside them run
-// the keep-alive (keepalive.go), the unbundler (unbundle.go) and the fast
-// lane.
+// → a decided job's lifecycle (lifecycle.go, its stages in order), which
+// starts handlers (run.go) and hands the jobs that must wait to the defer
+// loop (deferloop.go). Beside them run the keep-alive (keepalive.go), the
+// unbundler (unbundle.go) and the fast lane.
 //
 // Shutdown goes in this order, each step waiting for the one before:
 //  1. ctx is cancelled: the fetchers, the unbundler and the fast lane stop
@@ -183,7 +184,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	direct := func(m jetstream.Msg) bool { return w.fast.startPreAdmitted(ctx, work, m) }
 	msgs, fetchErr := w.pull.start(ctx, w.fast.lane, direct)
 	batches, deferDone := w.defers.startDeferring(work)
-	decided, dispatchDone := w.dispatch.startDispatching(ctx, work, batches)
+	decided, dispatchDone := w.lifecycle.startDispatching(ctx, work, batches)
 
 	w.decider.decideLoop(ctx, msgs, decided)
 	close(decided)

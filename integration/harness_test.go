@@ -177,7 +177,7 @@ func (w *worker) held() int {
 	if w.w == nil {
 		return 0
 	}
-	return w.w.Held()
+	return w.w.Pulled()
 }
 
 // redisClient returns the client the binary makes for cfg (app.NewRedis):

@@ -93,7 +93,7 @@ func newTestMetrics(t *testing.T, stats *consumer.Stats, held, ackPending int, d
 		defer tm.mu.Unlock()
 		return tm.waiting, tm.waiting != nil
 	}
-	src := statsSource{stats: stats.Snapshot, held: func() int { return held }, ackPending: func() int { return ackPending },
+	src := statsSource{stats: stats.Snapshot, pulled: func() int { return held }, ackPending: func() int { return ackPending },
 		consumerPending: other(1234), maxAckPending: other(1000), waiting: waiting}
 	if err := m.watch(src); err != nil {
 		t.Fatalf("watch: %v", err)

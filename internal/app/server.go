@@ -59,7 +59,7 @@ func (s *server) running(w *consumer.Worker, ackPending *consumer.AckPending, jo
 	if s == nil {
 		return nil
 	}
-	src := statsSource{stats: w.Stats, held: w.Held, ackPending: ackPending.Count,
+	src := statsSource{stats: w.Stats, pulled: w.Pulled, ackPending: ackPending.Count,
 		consumerPending: ackPending.Pending, maxAckPending: ackPending.MaxAckPending, waiting: waiting.waiting}
 	if err := s.metrics.watch(src); err != nil {
 		return err

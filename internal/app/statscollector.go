@@ -14,8 +14,8 @@ type statsSource struct {
 	// stats returns a snapshot of the per-tenant counters (consumer.Stats
 	// caps their tenants, the rest counted as consumer.OtherTenants).
 	stats func() map[string]consumer.TenantStats
-	// held returns the jobs pulled and not yet acted on.
-	held func() int
+	// pulled returns the jobs pulled and not yet acted on.
+	pulled func() int
 	// ackPending returns the jobs consumer's ack-pending count as last
 	// read, or -1 before the first read; nil when nothing follows it.
 	ackPending func() int
@@ -211,7 +211,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 			send(m.desc, m.vt, totals[i])
 		}
 	}
-	send(c.held, prometheus.GaugeValue, float64(c.src.held()))
+	send(c.held, prometheus.GaugeValue, float64(c.src.pulled()))
 	// The consumer's gauges are left out until first read, as before: a 0
 	// would read as an idle consumer.
 	for _, g := range []struct {
