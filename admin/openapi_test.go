@@ -79,7 +79,7 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 // schema requires.
 func TestOpenAPIMatchesAnswers(t *testing.T) {
 	t.Parallel()
-	f := &fakeFleet{rows: []admin.TenantRow{{Tenant: "acme", Deferred: 3, HeldBy: "5/s"}}}
+	f := &fakeFleet{rows: []admin.TenantRow{{Tenant: "acme", Deferred: 3, Binding: "5/s"}}}
 	srv := admin.New(f.config(token))
 	doc := readOpenAPI(t, srv)
 	for _, route := range srv.Routes() {

@@ -53,9 +53,9 @@ type TenantRow struct {
 	Paused int64 `json:"paused"`
 	// OldestWait is the oldest waiting job's wait, in seconds.
 	OldestWait float64 `json:"oldest_wait_s"`
-	// HeldBy is what holds its jobs: a limit, a cap, a pause, a
+	// Binding is what holds its jobs: a limit, a cap, a pause, a
 	// downstream's hold.
-	HeldBy string `json:"held_by,omitempty"`
+	Binding string `json:"held_by,omitempty"`
 	// DeadLetters counts its jobs dead-lettered in the last hour.
 	DeadLetters int64 `json:"dead_letters_1h"`
 }

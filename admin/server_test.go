@@ -194,7 +194,7 @@ func TestEmptySelectionRefused(t *testing.T) {
 func TestTenantsFilterSortPage(t *testing.T) {
 	t.Parallel()
 	f := &fakeFleet{rows: []admin.TenantRow{
-		{Tenant: "acme", Admitted: 5, Deferred: 50, Naked: 10, HeldBy: "5/s"},
+		{Tenant: "acme", Admitted: 5, Deferred: 50, Naked: 10, Binding: "5/s"},
 		{Tenant: "globex", Admitted: 1, Moved: 3},
 		{Tenant: "acme-eu", Admitted: 2, Parked: 1, DeadLetters: 2},
 	}}

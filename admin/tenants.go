@@ -53,7 +53,7 @@ var sorts = map[string]func(a, b TenantRow) int{
 	"parked":       func(a, b TenantRow) int { return cmp.Compare(a.Parked, b.Parked) },
 	"paused":       func(a, b TenantRow) int { return cmp.Compare(a.Paused, b.Paused) },
 	"oldest_wait":  func(a, b TenantRow) int { return cmp.Compare(a.OldestWait, b.OldestWait) },
-	"held_by":      func(a, b TenantRow) int { return strings.Compare(a.HeldBy, b.HeldBy) },
+	"held_by":      func(a, b TenantRow) int { return strings.Compare(a.Binding, b.Binding) },
 	"dead_letters": func(a, b TenantRow) int { return cmp.Compare(a.DeadLetters, b.DeadLetters) },
 }
 

@@ -110,7 +110,7 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck.durIn("THROTTLER_REDIS_TIMEOUT", c.RedisTimeout)
 	ck.durIn("THROTTLER_SCHEDULE_AFTER", c.ScheduleAfter)
 	ck.durIn("THROTTLER_LEASE_TTL", c.LeaseTTL)
-	ck.durIn("THROTTLER_METRICS_FIRST_HOLD", c.MetricsFirstHold)
+	ck.durIn("THROTTLER_METRICS_FIRST_HOLD", c.MetricsWarmUp)
 	ck.maxAge("THROTTLER_STREAM_MAX_AGE", c.StreamMaxAge)
 	ck.maxAge("THROTTLER_FORWARD_MAX_AGE", c.ForwardMaxAge)
 	ck.maxAge("THROTTLER_DLQ_MAX_AGE", c.DLQMaxAge)

@@ -288,12 +288,12 @@ type Config struct {
 	// of the worker. Defaults to false.
 	MetricsTenantDetail bool `env:"THROTTLER_METRICS_TENANT_DETAIL" envDefault:"false"`
 
-	// MetricsFirstHold is how long a tenant's new counter series is served
+	// MetricsWarmUp is how long a tenant's new counter series is served
 	// at 0 before its count, so that rate() and increase() count its first
 	// events: at least the longest interval any Prometheus scrapes the
 	// worker at. 0 serves counts at once (a new series' first events are
 	// then lost to rate()). 0 to 1h. Defaults to 1m.
-	MetricsFirstHold time.Duration `env:"THROTTLER_METRICS_FIRST_HOLD" envDefault:"1m"`
+	MetricsWarmUp time.Duration `env:"THROTTLER_METRICS_FIRST_HOLD" envDefault:"1m"`
 
 	// RedisAddrs holds the addresses RedisURL names: the server, the
 	// cluster's seed nodes or the sentinels. Filled by Load.

@@ -86,7 +86,7 @@ func TestDefaults(t *testing.T) {
 		ScheduleSubject:  "sched",
 		MetricsAddr:      "",
 		MetricsTenants:   10_000,
-		MetricsFirstHold: time.Minute,
+		MetricsWarmUp:    time.Minute,
 		FastLane:         FastLaneAuto,
 		Subjects:         []string{"jobs.>"},
 		TenantFromToken:  2,

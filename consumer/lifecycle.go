@@ -248,10 +248,10 @@ func (l *lifecycle) settle(msg jetstream.Msg, f func(jetstream.Msg) error) {
 
 // waitReason says what held a limited job, for HeaderWaitReason.
 func waitReason(d throttle.Decision) string {
-	if d.HeldBy == (throttle.Limit{}) {
+	if d.Binding == (throttle.Limit{}) {
 		return "the slot it holds"
 	}
-	return "limit " + d.HeldBy.String()
+	return "limit " + d.Binding.String()
 }
 
 // tenantsInTurn orders a group's admitted jobs so that the tenants take

@@ -147,8 +147,8 @@ func appendTopRow(b []byte, r *TopRow) []byte {
 		b = strconv.AppendInt(b, n, 10)
 	}
 	b = append(b, '\t')
-	for i := 0; i < len(r.HeldBy); i++ {
-		c := r.HeldBy[i]
+	for i := 0; i < len(r.Binding); i++ {
+		c := r.Binding[i]
 		if c == '\t' || c == '\n' || c == '\r' {
 			c = ' '
 		}
@@ -218,5 +218,5 @@ func parseTopRow(line []byte, held map[string]string) (TopRow, error) {
 		held[h] = h
 	}
 	return TopRow{Tenant: string(f[0]), Admitted: float64(n[0]) / 1000, Deferred: float64(n[1]) / 1000,
-		Naked: n[2], Moved: n[3], Parked: n[4], Paused: n[5], OldestWait: float64(n[6]) / 1000, DeadLetters: n[7], HeldBy: h}, nil
+		Naked: n[2], Moved: n[3], Parked: n[4], Paused: n[5], OldestWait: float64(n[6]) / 1000, DeadLetters: n[7], Binding: h}, nil
 }

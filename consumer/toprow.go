@@ -16,9 +16,9 @@ type TopRow struct {
 	// OldestWait is how long the oldest of them has waited since it was
 	// first published, in seconds.
 	OldestWait float64 `json:"oldest_wait_s"`
-	// HeldBy is why the last of its jobs deferred waited: a limit, a cap,
+	// Binding is why the last of its jobs deferred waited: a limit, a cap,
 	// a pause, a downstream's hold.
-	HeldBy string `json:"held_by,omitempty"`
+	Binding string `json:"held_by,omitempty"`
 	// DeadLetters counts its jobs dead-lettered in the last hour.
 	DeadLetters int64 `json:"dead_letters_1h"`
 }

@@ -44,8 +44,8 @@ type tenantWaits struct {
 	// deadBase (a ring by slot); nil until the first.
 	dead     *[dlSlots]int32
 	deadBase int64
-	// heldBy is why its last deferred job waited.
-	heldBy string
+	// binding is why its last deferred job waited.
+	binding string
 }
 
 // waiting keeps, per tenant, the jobs this worker sent to wait and when
@@ -118,8 +118,8 @@ func (w *waiting) deferred(d Deferral, now time.Time) {
 	defer w.mu.Unlock()
 	tw := w.get(d.Job.Tenant)
 	tw.count(&tw.deferred, now.Unix())
-	if tw.heldBy != d.Reason {
-		tw.heldBy = d.Reason
+	if tw.binding != d.Reason {
+		tw.binding = d.Reason
 	}
 	kind := kindOf(d)
 	due := now.Add(d.Wait)
@@ -314,7 +314,7 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 			r.OldestWait = max(0, float64(now.UnixMicro()-oldest)/1e6)
 		}
 		if r.Waiting() > 0 || r.Deferred > 0 {
-			r.HeldBy = tw.heldBy
+			r.Binding = tw.binding
 		}
 		rows = append(rows, r)
 	}

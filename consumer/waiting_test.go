@@ -44,7 +44,7 @@ func TestWaitingCountsUntilDue(t *testing.T) {
 	if r.Naked != 1 || r.Moved != 1 || r.Parked != 1 || r.Paused != 1 {
 		t.Fatalf("at 1s: %+v, want one of each kind", r)
 	}
-	if r.Admitted != 2 || r.Deferred != 0.8 || r.DeadLetters != 1 || r.OldestWait != 11 || r.HeldBy != "paused: x" {
+	if r.Admitted != 2 || r.Deferred != 0.8 || r.DeadLetters != 1 || r.OldestWait != 11 || r.Binding != "paused: x" {
 		t.Fatalf("at 1s: %+v, want 2 admitted/s, 0.8 deferred/s, 1 dead letter, oldest 11 s, held by the pause", r)
 	}
 	r = rows(t0.Add(5 * time.Second))["acme"]
@@ -110,7 +110,7 @@ func TestTopRowsRoundTrip(t *testing.T) {
 	var rows []TopRow
 	for i := range 20000 {
 		rows = append(rows, TopRow{Tenant: fmt.Sprintf("tenant-%05d", i), Admitted: 1.5, Deferred: float64(i), Naked: 1, Moved: int64(i),
-			Parked: 3, Paused: 4, OldestWait: 12.5, DeadLetters: 2, HeldBy: "paused: a\treason\nwith breaks"})
+			Parked: 3, Paused: 4, OldestWait: 12.5, DeadLetters: 2, Binding: "paused: a\treason\nwith breaks"})
 	}
 	chunks := EncodeTopRows("w1", rows)
 	if len(chunks) < 2 {
@@ -135,7 +135,7 @@ func TestTopRowsRoundTrip(t *testing.T) {
 		t.Fatalf("%d rows back, want %d", len(back), len(rows))
 	}
 	want := rows[7]
-	want.HeldBy = "paused: a reason with breaks"
+	want.Binding = "paused: a reason with breaks"
 	if back[7] != want {
 		t.Fatalf("row 7 back as %+v, want %+v", back[7], want)
 	}

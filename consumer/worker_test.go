@@ -156,7 +156,7 @@ func TestShadowedJobRunsAndIsCounted(t *testing.T) {
 func TestLimitedJobSaysWhichLimitHeldIt(t *testing.T) {
 	e := setup(t)
 	e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
-		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Reserved, Wait: time.Second, HeldBy: throttle.PerMinute(20, 5)}}
+		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Reserved, Wait: time.Second, Binding: throttle.PerMinute(20, 5)}}
 	}
 	d := &fakeDeferrer{}
 	e.params.Deferrer = d

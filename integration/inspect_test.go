@@ -127,11 +127,11 @@ func TestLimitsCLIAndInspect(t *testing.T) {
 			ReservedUntil *time.Time `json:"reserved_until"`
 		}
 		WaitSeconds float64 `json:"wait_seconds"`
-		HeldBy      string  `json:"held_by"`
+		Binding     string  `json:"held_by"`
 		Jobs        struct {
-			Moved        jobCount `json:"moved"`
-			HoldingSlots jobCount `json:"holding_slots"`
-			Naked        jobCount `json:"nakd"`
+			Moved    jobCount `json:"moved"`
+			Reserved jobCount `json:"holding_slots"`
+			Naked    jobCount `json:"nakd"`
 		}
 	}
 	raw := cli(0, "inspect", "acme", "--json", "--quiet")
@@ -148,11 +148,11 @@ func TestLimitsCLIAndInspect(t *testing.T) {
 	if in.Limits != "1/m:5+100/h:100" || in.Source.Where != "bucket" || len(b) != 2 ||
 		b[0].Tokens > -19.5 || b[0].Tokens < -20 || b[0].ReservedUntil == nil ||
 		b[1].Tokens < 75 || b[1].Tokens > 75.5 ||
-		in.WaitSeconds < 20*60 || in.WaitSeconds > 21*60 || in.HeldBy != "1/m:5" {
+		in.WaitSeconds < 20*60 || in.WaitSeconds > 21*60 || in.Binding != "1/m:5" {
 		t.Fatalf("inspect acme: %+v", in)
 	}
 	j := in.Jobs
-	if j.HoldingSlots.N != 20 || !j.HoldingSlots.Exact || j.Moved.N != 20 || !j.Moved.Exact || j.Naked.N != 0 || j.Naked.Exact {
+	if j.Reserved.N != 20 || !j.Reserved.Exact || j.Moved.N != 20 || !j.Moved.Exact || j.Naked.N != 0 || j.Naked.Exact {
 		t.Fatalf("inspect acme's jobs: %+v, want 20 holding slots and 20 moved (exact), 0 NAK'd (estimate)", j)
 	}
 	out := cli(0, "inspect", "initech", "--quiet")

@@ -89,8 +89,8 @@ func TestPauseAcrossWorkers(t *testing.T) {
 		}
 		return false
 	})
-	if !strings.HasPrefix(row.HeldBy, consumer.PauseReason) || !strings.Contains(row.HeldBy, "incident 7") {
-		t.Errorf("top says acme is held by %q, want the pause and its reason", row.HeldBy)
+	if !strings.HasPrefix(row.Binding, consumer.PauseReason) || !strings.Contains(row.Binding, "incident 7") {
+		t.Errorf("top says acme is held by %q, want the pause and its reason", row.Binding)
 	}
 	if last := s.last("acme"); last.After(pausedAt.Add(time.Second)) {
 		t.Fatalf("an acme job started %s after the pause (revision %d), want none after 1s", last.Sub(pausedAt), p.Revision)

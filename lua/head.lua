@@ -103,7 +103,7 @@ never over-admitted.
 
 Replies: every job gets a tuple of 4 integers, one shape whatever its status:
   {1, wait,  remaining, flags}     ADMITTED: run the job now. flags bit 0:
-                                   it came back for the slot it held (it
+                                   it came back for the slot it reserved (it
                                    was charged then, not now; the buckets are
                                    not read and remaining is 0). wait is 0,
                                    but for a shadow job that enforcing would

@@ -308,11 +308,11 @@ func (c *call) tuple(k int, t []int64) (Decision, error) {
 	case statusAdmitted:
 		d := Decision{Outcome: Admitted, Remaining: t[2], Shadow: c.parts[k].shadow}
 		if t[1] > 0 {
-			d.ShadowWait, d.HeldBy = time.Duration(t[1])*time.Microsecond, c.parts[k].limit(t[3]>>1)
+			d.ShadowWait, d.Binding = time.Duration(t[1])*time.Microsecond, c.parts[k].limit(t[3]>>1)
 		}
 		return d, nil
 	case statusLimited:
-		d := Decision{Outcome: Limited, Wait: time.Duration(t[1]) * time.Microsecond, Remaining: t[2], HeldBy: c.parts[k].limit(t[3] >> 1)}
+		d := Decision{Outcome: Limited, Wait: time.Duration(t[1]) * time.Microsecond, Remaining: t[2], Binding: c.parts[k].limit(t[3] >> 1)}
 		if t[3]&1 == 1 {
 			d.Outcome = Reserved
 		}

@@ -44,13 +44,13 @@ func TestCarryToAnotherPeriod(t *testing.T) {
 			t.Fatalf("%d of 6 admitted after the change, want the 6 carried", n)
 		}
 		sameDecision(t, "the 7th", decide(t, l, throttle.Request{Tenant: "acme", JobID: "b6", At: t0}),
-			throttle.Decision{Outcome: throttle.Reserved, Wait: 6 * time.Second, HeldBy: throttle.PerHour(600, 10)})
+			throttle.Decision{Outcome: throttle.Reserved, Wait: 6 * time.Second, Binding: throttle.PerHour(600, 10)})
 		// Carried again (another worker): nothing changes.
 		if err := l.Carry(ctx, "acme", perMinute, perHour, t0); err != nil {
 			t.Fatalf("Carry again: %v", err)
 		}
 		sameDecision(t, "the 8th", decide(t, l, throttle.Request{Tenant: "acme", JobID: "b7", At: t0}),
-			throttle.Decision{Outcome: throttle.Reserved, Wait: 12 * time.Second, HeldBy: throttle.PerHour(600, 10)})
+			throttle.Decision{Outcome: throttle.Reserved, Wait: 12 * time.Second, Binding: throttle.PerHour(600, 10)})
 	})
 
 	t.Run("debt carries nothing", func(t *testing.T) {
@@ -62,7 +62,7 @@ func TestCarryToAnotherPeriod(t *testing.T) {
 		}
 		live.set(perHour)
 		sameDecision(t, "first job after the change", decide(t, l, throttle.Request{Tenant: "acme", JobID: "b0", At: t0}),
-			throttle.Decision{Outcome: throttle.Reserved, Wait: 6 * time.Second, HeldBy: throttle.PerHour(600, 10)})
+			throttle.Decision{Outcome: throttle.Reserved, Wait: 6 * time.Second, Binding: throttle.PerHour(600, 10)})
 	})
 
 	t.Run("without Carry a new period is a fresh bucket", func(t *testing.T) {

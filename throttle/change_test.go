@@ -228,17 +228,17 @@ func TestAlternatingLimitsGrantNothing(t *testing.T) {
 	}
 }
 
-// Decision.HeldBy names the limit that set the wait.
+// Decision.Binding names the limit that set the wait.
 func TestDecisionNamesTheLimitThatHeldIt(t *testing.T) {
 	e := setup(t)
 	l := newLimiter(t, e.rdb, e.prefix, time.Hour, throttle.Limits{throttle.PerSecond(10, 10), throttle.PerMinute(15, 15)})
 	ds := reserveN(t, l, "acme", "a", 11, t0)
-	if d := ds[10]; d.Outcome != throttle.Reserved || d.HeldBy != throttle.PerSecond(10, 10) || d.Wait != 100*ms {
+	if d := ds[10]; d.Outcome != throttle.Reserved || d.Binding != throttle.PerSecond(10, 10) || d.Wait != 100*ms {
 		t.Fatalf("11th job: %+v, want reserved by 10/s for 100ms", d)
 	}
 	// A second later the second limit (15/min) binds: 11 taken, 4 left.
 	ds = reserveN(t, l, "acme", "b", 5, t0.Add(2*time.Second))
-	if d := ds[4]; d.Outcome != throttle.Reserved || d.HeldBy != throttle.PerMinute(15, 15) {
+	if d := ds[4]; d.Outcome != throttle.Reserved || d.Binding != throttle.PerMinute(15, 15) {
 		t.Fatalf("16th job: %+v, want reserved by 15/min", d)
 	}
 }

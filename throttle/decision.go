@@ -132,11 +132,11 @@ type Decision struct {
 	Remaining int64
 	// Owner is the incarnation that ran, when Duplicate.
 	Owner int64
-	// HeldBy is the limit that set Wait (or ShadowWait): the one of the
+	// Binding is the limit that set Wait (or ShadowWait): the one of the
 	// tenant's limits that would leave the job waiting longest. It is the
 	// zero Limit when there is no wait, and the tenant's first limit for a
 	// job that came back before the slot it holds.
-	HeldBy Limit
+	Binding Limit
 	// Shadow says the tenant's policy is in shadow mode: the job is
 	// Admitted whatever its buckets say, which are the tenant's shadow
 	// buckets, never the enforced ones.

@@ -86,12 +86,12 @@ func checkHashTag(t testing.TB, key string) {
 	}
 }
 
-// sameDecision fails t unless got equals want in every field, HeldBy
+// sameDecision fails t unless got equals want in every field, Binding
 // only when want names one.
 func sameDecision(t testing.TB, what string, got, want throttle.Decision) {
 	t.Helper()
-	if want.HeldBy == (throttle.Limit{}) {
-		got.HeldBy = throttle.Limit{}
+	if want.Binding == (throttle.Limit{}) {
+		got.Binding = throttle.Limit{}
 	}
 	if got != want {
 		t.Fatalf("%s: got %+v, want %+v", what, got, want)

@@ -46,9 +46,9 @@ type Snapshot struct {
 	// Buckets are its buckets, in the order of Policy.Limits.
 	Buckets []Bucket `json:"buckets"`
 	// Wait is how long a new job of cost 1 would wait now: the longest
-	// wait of the buckets; HeldBy is the limit that sets it.
-	Wait   time.Duration `json:"wait"`
-	HeldBy Limit         `json:"held_by,omitzero"`
+	// wait of the buckets; Binding is the limit that sets it.
+	Wait    time.Duration `json:"wait"`
+	Binding Limit         `json:"held_by,omitzero"`
 	// Reserved counts the tenant's jobs holding a reserved slot: jobs
 	// deferred, moved or NAK'd, waiting for their slot or just back.
 	Reserved int `json:"reserved"`
@@ -88,7 +88,7 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 			return Snapshot{}, err
 		}
 		if b.Wait > s.Wait {
-			s.Wait, s.HeldBy = b.Wait, lim
+			s.Wait, s.Binding = b.Wait, lim
 		}
 		s.Buckets = append(s.Buckets, b)
 	}

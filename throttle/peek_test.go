@@ -57,8 +57,8 @@ func TestPeekSeesWhatTheNextDecisionSees(t *testing.T) {
 			t.Fatalf("%s: Peek wrote:\nbefore %v\nafter  %v", what, before, after)
 		}
 		d := decide(t, l, throttle.Request{Tenant: "acme", JobID: "probe-" + what, At: at})
-		if d.Wait != s.Wait || (d.Wait > 0 && d.HeldBy != s.HeldBy) {
-			t.Fatalf("%s: Peek says wait %s (by %v), the next job got %+v", what, s.Wait, s.HeldBy, d)
+		if d.Wait != s.Wait || (d.Wait > 0 && d.Binding != s.Binding) {
+			t.Fatalf("%s: Peek says wait %s (by %v), the next job got %+v", what, s.Wait, s.Binding, d)
 		}
 		t.Logf("%s: %+v", what, s)
 	}

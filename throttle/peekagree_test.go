@@ -467,7 +467,7 @@ func (s *agreeSeq) check() {
 		s.counts.shadow++
 	}
 	s.counts.bucketsPerStepMax = max(s.counts.bucketsPerStepMax, len(snap.Buckets))
-	want := s.predict(pol.Shadow, snap.Wait, snap.HeldBy, snap.Buckets)
+	want := s.predict(pol.Shadow, snap.Wait, snap.Binding, snap.Buckets)
 	got := s.probeOnce(nil, s.at)
 	switch got.Outcome {
 	case throttle.Admitted:
@@ -533,15 +533,15 @@ func (s *agreeSeq) predict(shadow bool, wait time.Duration, by throttle.Limit, b
 	case shadow:
 		d := throttle.Decision{Outcome: throttle.Admitted, Shadow: true, ShadowWait: capped, Remaining: left(charged)}
 		if capped > 0 {
-			d.HeldBy = by
+			d.Binding = by
 		}
 		return d
 	case wait == 0:
 		return throttle.Decision{Outcome: throttle.Admitted, Remaining: left(true)}
 	case charged:
-		return throttle.Decision{Outcome: throttle.Reserved, Wait: wait, HeldBy: by}
+		return throttle.Decision{Outcome: throttle.Reserved, Wait: wait, Binding: by}
 	}
-	return throttle.Decision{Outcome: throttle.Limited, Wait: capped, HeldBy: by, Remaining: left(false)}
+	return throttle.Decision{Outcome: throttle.Limited, Wait: capped, Binding: by, Remaining: left(false)}
 }
 
 // probeOnce copies the main keys to the probe's prefix and decides a job

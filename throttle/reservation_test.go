@@ -33,7 +33,7 @@ func TestReservationQueue(t *testing.T) {
 	checkProbe := func(what string, at time.Time, d throttle.Decision, emptyAt time.Duration) {
 		t.Helper()
 		want := limited(t0.Add(emptyAt+interval).Sub(at), 0)
-		want.HeldBy = throttle.PerSecond(100, burst)
+		want.Binding = throttle.PerSecond(100, burst)
 		if d != want {
 			t.Fatalf("%s: fresh job at t0+%s: got %+v, want %+v (bucket empty at t0+%s)", what, at.Sub(t0), d, want, emptyAt)
 		}

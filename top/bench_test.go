@@ -23,7 +23,7 @@ func BenchmarkGather100k(b *testing.B) {
 	rows := make([]consumer.TopRow, tenants)
 	for i := range rows {
 		rows[i] = consumer.TopRow{Tenant: fmt.Sprintf("tenant-%06d", i), Admitted: 1, Deferred: 2, Naked: int64(i % 7), Moved: int64(i % 100),
-			OldestWait: 3.5, HeldBy: "limit 50/s:100"}
+			OldestWait: 3.5, Binding: "limit 50/s:100"}
 	}
 	for w := range workers {
 		nc := srv.Connect(b)

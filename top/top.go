@@ -43,7 +43,7 @@ type View struct {
 	More int `json:"more"`
 	// Rows are the N tenants with the most jobs waiting (then the highest
 	// deferral rate, then by name), each the sum of every worker's row
-	// (OldestWait: the longest; HeldBy: the busiest worker's).
+	// (OldestWait: the longest; Binding: the busiest worker's).
 	Rows []consumer.TopRow `json:"rows"`
 }
 
@@ -119,7 +119,7 @@ gather:
 // merged is a tenant's rows added up.
 type merged struct {
 	row  consumer.TopRow
-	busy float64 // the deferral rate of the worker HeldBy came from
+	busy float64 // the deferral rate of the worker Binding came from
 }
 
 // add adds one worker's row of a tenant.
@@ -137,8 +137,8 @@ func add(by map[string]*merged, r consumer.TopRow) {
 	m.row.Paused += r.Paused
 	m.row.DeadLetters += r.DeadLetters
 	m.row.OldestWait = max(m.row.OldestWait, r.OldestWait)
-	if r.HeldBy != "" && (m.row.HeldBy == "" || r.Deferred > m.busy) {
-		m.row.HeldBy, m.busy = r.HeldBy, r.Deferred
+	if r.Binding != "" && (m.row.Binding == "" || r.Deferred > m.busy) {
+		m.row.Binding, m.busy = r.Binding, r.Deferred
 	}
 }
 

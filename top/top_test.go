@@ -12,9 +12,9 @@ import (
 func TestRowsAddUpAcrossWorkers(t *testing.T) {
 	by := map[string]*merged{}
 	for _, r := range []consumer.TopRow{
-		{Tenant: "acme", Admitted: 1, Moved: 10, Paused: 5, OldestWait: 3, HeldBy: "paused: x"},
+		{Tenant: "acme", Admitted: 1, Moved: 10, Paused: 5, OldestWait: 3, Binding: "paused: x"},
 		{Tenant: "acme", Admitted: 2, Moved: 5, Parked: -1, OldestWait: 9, DeadLetters: 1},
-		{Tenant: "globex", Naked: 3, Parked: 2, Deferred: 4, HeldBy: "limit 5/s"},
+		{Tenant: "globex", Naked: 3, Parked: 2, Deferred: 4, Binding: "limit 5/s"},
 		{Tenant: "initech", Deferred: 1},
 	} {
 		add(by, r)
@@ -24,7 +24,7 @@ func TestRowsAddUpAcrossWorkers(t *testing.T) {
 		t.Fatalf("view %+v, want 3 tenants, 2 shown, 1 more, 2 workers", v)
 	}
 	a := v.Rows[0]
-	if a.Tenant != "acme" || a.Admitted != 3 || a.Moved != 15 || a.Paused != 5 || a.Parked != 0 || a.OldestWait != 9 || a.DeadLetters != 1 || a.HeldBy != "paused: x" {
+	if a.Tenant != "acme" || a.Admitted != 3 || a.Moved != 15 || a.Paused != 5 || a.Parked != 0 || a.OldestWait != 9 || a.DeadLetters != 1 || a.Binding != "paused: x" {
 		t.Fatalf("acme %+v, want the two workers' rows added up", a)
 	}
 	if v.Rows[1].Tenant != "globex" {

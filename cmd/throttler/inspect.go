@@ -137,7 +137,7 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 		fmt.Fprintf(w, "a job arriving now waits for a lease of THROTTLER_MAX_RUNNING=%d (exact)\n", in.MaxRunning)
 	case in.WaitSeconds > 0:
 		fmt.Fprintf(w, "a job arriving now waits %s, held by %s (exact)\n",
-			time.Duration(in.WaitSeconds*float64(time.Second)).Round(time.Microsecond), in.HeldBy)
+			time.Duration(in.WaitSeconds*float64(time.Second)).Round(time.Microsecond), in.Binding)
 	default:
 		fmt.Fprintln(w, "a job arriving now runs at once (exact)")
 	}
@@ -146,7 +146,7 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 			in.Paused.Until.Format(time.RFC3339), describePause(in.Paused.Pause), in.Tenant)
 	}
 	fmt.Fprintf(w, "jobs waiting: %d holding a reserved slot (exact), %d moved off the consumer into schedules (exact), about %d NAK'd on the consumer (estimate)\n",
-		in.Jobs.HoldingSlots.N, in.Jobs.Moved.N, in.Jobs.Naked.N)
+		in.Jobs.Reserved.N, in.Jobs.Moved.N, in.Jobs.Naked.N)
 	if in.Cap != nil {
 		fmt.Fprintf(w, "running cap %d: %d running, %d called back to run, %d waiting for a lease (exact, fleet-wide)\n",
 			in.Running, in.Cap.Running, in.Cap.Called, in.Cap.Waiting)

@@ -107,7 +107,7 @@ func printTop(w io.Writer, v top.View) {
 	for _, r := range v.Rows {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%s\t%d\t %s\t\n", r.Tenant, r.Admitted, r.Deferred,
 			r.Naked, r.Moved, r.Parked, r.Paused, (time.Duration(r.OldestWait * float64(time.Second))).Round(100*time.Millisecond),
-			r.DeadLetters, r.HeldBy)
+			r.DeadLetters, r.Binding)
 	}
 	_ = tw.Flush()
 	if v.More > 0 {

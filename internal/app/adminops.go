@@ -57,7 +57,7 @@ func (f fleetTop) Top(ctx context.Context) (admin.TopView, error) {
 	for i, r := range v.Rows {
 		out.Rows[i] = admin.TenantRow{Tenant: r.Tenant, Admitted: r.Admitted, Deferred: r.Deferred,
 			Naked: r.Naked, Moved: r.Moved, Parked: r.Parked, Paused: r.Paused,
-			OldestWait: r.OldestWait, HeldBy: r.HeldBy, DeadLetters: r.DeadLetters}
+			OldestWait: r.OldestWait, Binding: r.Binding, DeadLetters: r.DeadLetters}
 	}
 	return out, nil
 }

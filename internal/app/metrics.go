@@ -25,9 +25,9 @@ type metrics struct {
 	// now is the clock new tenant series are held at 0 by; nil is
 	// time.Now (tests set their own).
 	now func() time.Time
-	// firstHold is how long they are held
+	// warmUp is how long they are held
 	// (THROTTLER_METRICS_FIRST_HOLD; 0: not at all).
-	firstHold time.Duration
+	warmUp time.Duration
 }
 
 // newMetrics returns a registry with the Go, process and histogram
@@ -54,7 +54,7 @@ func (m *metrics) watch(src statsSource) error {
 	if now == nil {
 		now = time.Now
 	}
-	if err := m.reg.Register(newStatsCollector(src, m.tenantDetail, m.firstHold, now)); err != nil {
+	if err := m.reg.Register(newStatsCollector(src, m.tenantDetail, m.warmUp, now)); err != nil {
 		return fmt.Errorf("registering the worker's counters: %w", err)
 	}
 	return nil

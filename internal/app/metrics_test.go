@@ -46,8 +46,8 @@ func (c *testClock) advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// firstHold is the tests' THROTTLER_METRICS_FIRST_HOLD, its default.
-const firstHold = time.Minute
+// warmUp is the tests' THROTTLER_METRICS_FIRST_HOLD, its default.
+const warmUp = time.Minute
 
 // testMetrics is the bundle newTestMetrics returns.
 type testMetrics struct {
@@ -77,7 +77,7 @@ func newTestMetrics(t *testing.T, stats *consumer.Stats, held, ackPending int, d
 	tm := &testMetrics{metrics: m, clock: &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	m.tenantDetail = detail
 	m.now = tm.clock.now
-	m.firstHold = firstHold
+	m.warmUp = warmUp
 	// The backlog and MaxAckPending are read with ack-pending: known
 	// together or not at all.
 	other := func(n int) func() int {
@@ -124,7 +124,7 @@ func TestMetricsCapTenants(t *testing.T) {
 	}
 	m := newTestMetrics(t, stats, 0, -1, false)
 	scrape(t, m.metrics)
-	m.clock.advance(firstHold)
+	m.clock.advance(warmUp)
 	body := scrape(t, m.metrics)
 	requireLines(t, body,
 		`throttler_admitted_total{tenant="t0"} 1`,
@@ -136,7 +136,7 @@ func TestMetricsCapTenants(t *testing.T) {
 }
 
 // TestMetricsFirstEventsCounted: a tenant's series appears with its first
-// event, served at 0 until firstHold has passed, so that rate() and
+// event, served at 0 until warmUp has passed, so that rate() and
 // increase() count the first events (6 dead letters are 6, not 4); a
 // counter the tenant never used has no series.
 func TestMetricsFirstEventsCounted(t *testing.T) {
@@ -151,7 +151,7 @@ func TestMetricsFirstEventsCounted(t *testing.T) {
 	stats.Add("acme", func(s *consumer.TenantStats) { s.DeadLettered += 6 })
 	m.clock.advance(time.Second)
 	requireLines(t, scrape(t, m.metrics), `throttler_dead_lettered_total{tenant="acme"} 0`)
-	m.clock.advance(firstHold - time.Second)
+	m.clock.advance(warmUp - time.Second)
 	requireLines(t, scrape(t, m.metrics), `throttler_dead_lettered_total{tenant="acme"} 0`)
 	m.clock.advance(time.Second)
 	body = scrape(t, m.metrics)
@@ -203,7 +203,7 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 			m.histograms.ObserveHandler(3 * time.Millisecond)
 			m.histograms.ObserveThrottleWait(4 * time.Second)
 			scrape(t, m.metrics)
-			m.clock.advance(firstHold)
+			m.clock.advance(warmUp)
 			body := scrape(t, m.metrics)
 
 			perTenant := []string{"admitted", "deferred", "completed", "failed", "dead_lettered", "downstream_holds", "parks"}

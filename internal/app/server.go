@@ -36,7 +36,7 @@ func startServer(ctx context.Context, cfg *Settings, opts Options, log *slog.Log
 		return nil, err
 	}
 	m.tenantDetail = cfg.MetricsTenantDetail
-	m.firstHold = cfg.MetricsFirstHold
+	m.warmUp = cfg.MetricsWarmUp
 	ready := newReadiness(ctx, opts.NATS, opts.Redis, cfg.OnRedisError == config.OnRedisErrorAllow)
 	if err := m.reg.Register(ready.gauge()); err != nil {
 		return nil, fmt.Errorf("registering the readiness gauge: %w", err)

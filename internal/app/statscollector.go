@@ -54,13 +54,13 @@ type tenantCounter struct {
 // series; the running gauge, once a tenant has run jobs under a cap.
 // Counters kept as totals of the worker are always served. rate() and
 // increase() count nothing of a series' first sample: a new series is
-// served at 0 for hold (THROTTLER_METRICS_FIRST_HOLD, a minute by
+// served at 0 for warmUp (THROTTLER_METRICS_FIRST_HOLD, a minute by
 // default) so that every Prometheus scraping at least that often stores
 // a 0 first and counts the first events.
 type statsCollector struct {
 	src        statsSource
 	now        func() time.Time
-	hold       time.Duration // THROTTLER_METRICS_FIRST_HOLD
+	warmUp     time.Duration // THROTTLER_METRICS_FIRST_HOLD
 	counters   []tenantCounter
 	held       *prometheus.Desc
 	ackPending *prometheus.Desc
@@ -77,7 +77,7 @@ type statsCollector struct {
 
 // newStatsCollector returns a collector reading src; detail exports every
 // counter per tenant.
-func newStatsCollector(src statsSource, detail bool, hold time.Duration, now func() time.Time) *statsCollector {
+func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now func() time.Time) *statsCollector {
 	counter := func(name, help string, perTenant bool, get func(consumer.TenantStats) float64) tenantCounter {
 		return tenantCounter{name: "throttler_" + name, help: help, get: get, vt: prometheus.CounterValue, perTenant: perTenant}
 	}
@@ -98,7 +98,7 @@ func newStatsCollector(src statsSource, detail bool, hold time.Duration, now fun
 		counter("parks_total", "Times a job was parked to wait for a lease of a running cap (running:N, THROTTLER_MAX_RUNNING); "+
 			"a job parked again when it came back before its turn counts again. Jobs parked now: throttler_waiting_jobs{kind=\"parked\"}.",
 			perTenant, func(s consumer.TenantStats) float64 { return n(s.CapDeferred) }),
-		{name: "throttler_running", help: "Jobs this worker runs, or holds for a handler slot, under a running cap.",
+		{name: "throttler_running", help: "Jobs this worker runs, or keeps waiting for a handler slot, under a running cap.",
 			get: func(s consumer.TenantStats) float64 { return n(s.Running) }, vt: prometheus.GaugeValue, perTenant: perTenant},
 
 		counter("delivered_total", "Deliveries received.", total, func(s consumer.TenantStats) float64 { return n(s.Delivered) }),
@@ -140,7 +140,7 @@ func newStatsCollector(src statsSource, detail bool, hold time.Duration, now fun
 	return &statsCollector{
 		src:        src,
 		now:        now,
-		hold:       hold,
+		warmUp:     warmUp,
 		counters:   counters,
 		shown:      map[string][]time.Time{},
 		held:       prometheus.NewDesc("throttler_held_jobs", "Jobs pulled and not yet decided or acted on.", nil, nil),
@@ -199,7 +199,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 				}
 				shown[i] = now
 			}
-			if m.vt == prometheus.CounterValue && now.Sub(shown[i]) < c.hold {
+			if m.vt == prometheus.CounterValue && now.Sub(shown[i]) < c.warmUp {
 				v = 0 // new: served at 0 first, for rate() to count from
 			}
 			send(m.desc, m.vt, v, tenant)

@@ -87,7 +87,7 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 		Paused: paused,
 	}
 	if snap.Wait > 0 {
-		r.HeldBy = snap.HeldBy.String()
+		r.Binding = snap.Binding.String()
 	}
 	for _, b := range snap.Buckets {
 		v := Bucket{Limit: b.Limit.String(), Tokens: b.Tokens, Burst: b.Limit.Burst, FullAt: b.FullAt.UTC(),
@@ -110,9 +110,9 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 		return Report{}, err
 	}
 	r.Jobs = JobCounts{
-		Moved:        Count{N: moved, Exact: true},
-		HoldingSlots: Count{N: snap.Reserved, Exact: true},
-		Naked:        Count{N: max(0, snap.Reserved-moved)},
+		Moved:    Count{N: moved, Exact: true},
+		Reserved: Count{N: snap.Reserved, Exact: true},
+		Naked:    Count{N: max(0, snap.Reserved-moved)},
 	}
 	r.StoredJobs = -1
 	if src.TenantFromToken > 0 {

@@ -22,10 +22,10 @@ type Report struct {
 	Source limits.Source `json:"source"`
 	// Buckets are the tenant's buckets now.
 	Buckets []Bucket `json:"buckets"`
-	// WaitSeconds is how long a new job would wait now, HeldBy the limit
+	// WaitSeconds is how long a new job would wait now, Binding the limit
 	// that sets it.
 	WaitSeconds float64 `json:"wait_seconds"`
-	HeldBy      string  `json:"held_by,omitempty"`
+	Binding     string  `json:"held_by,omitempty"`
 	// Jobs counts the tenant's jobs that wait.
 	Jobs JobCounts `json:"jobs"`
 	// Running is the tenant's running cap (running:N), 0 for none; Cap
@@ -80,8 +80,8 @@ type Bucket struct {
 type JobCounts struct {
 	// Moved wait off the consumer, in schedules of the jobs stream: exact.
 	Moved Count `json:"moved"`
-	// HoldingSlots hold a reserved slot in Redis, moved or NAK'd: exact.
-	HoldingSlots Count `json:"holding_slots"`
+	// Reserved hold a reserved slot in Redis, moved or NAK'd: exact.
+	Reserved Count `json:"holding_slots"`
 	// Naked wait on the consumer, NAK'd: an estimate, the slots held less
 	// the jobs moved (a job just back for its slot counts as NAK'd).
 	Naked Count `json:"nakd"`
