@@ -49,6 +49,119 @@ hear it was admitted) did not run: it gives ownership up (the owner key is
 deleted), since the worker may move it, and its copy must then be free to
 run.
 ]]
+--[[
+WINDOWS: a sliding window (sliding:N/DURATION) admits at most N cost units
+in any span of its DURATION D, exactly. It is a limit of burst 0 in ARGV
+(term, head.lua): rate N in [1, MAX_WINDOW], period D; its key is a
+sorted set, one entry per cost unit admitted, scored by the slot (µs) it
+was admitted at, each entry its own member '<slot>:<seq>', seq counted per
+set by the member '#' (scored -seq, below every entry), so that no two
+admissions collapse into one, whichever worker, call or microsecond. An
+entry counts from its slot until slot + D. A job of cost c, with the
+set's entries t_1 <= ... <= t_m (those of earlier jobs of the call
+included), may have its slot at s when s >= t_m (in order: a job never
+passes a slot reserved before it) and fewer than N - c + 1 entries lie
+after s - D: s >= t_(m-N+c) + D when m + c > N. Its wait is that of the
+longest of its limits and windows; when it is charged, its c entries are
+added at its slot in every window (a later slot only sees fewer entries
+in its span, so that slot is as good for every window). Entries that
+left the span are kept until the next call that adds some, which drops
+at most MAX_WINDOW of them; the set lives until its last entry leaves the
+span. N names no key (the set is named by D): a changed N keeps the
+entries that count, and grants nothing. The general path decides every
+call with a window; the fast paths leave it (their limit check refuses a
+burst of 0).
+]]
+
+-- windowRead reads window w (named keys[w.y]) at now, once per call:
+-- its entries in the span and after (live), those that left it (old),
+-- the count of all (card, '#' included), the latest entry's score (top,
+-- or -1) and the last seq. It returns 1, or WRONGTYPE, or an E_* code.
+local function windowRead(w, now)
+  local name = w.name
+  local card = pcallr('ZCARD', name)
+  if type(card) == 'table' then
+    isWrongType(card)
+    return WRONGTYPE
+  end
+  w.card, w.live, w.old, w.top, w.seq = card, 0, 0, -1, 0
+  if card == 0 then return 1 end
+  if call('PTTL', name) < 0 then return E_STATE_TTL end
+  local from = now - w.p
+  if from < -1 then from = -1 end
+  w.live = call('ZCOUNT', name, format('(%d', from), '+inf')
+  if from >= 0 then w.old = call('ZCOUNT', name, '0', format('%d', from)) end
+  local top = call('ZRANGE', name, -1, -1, 'WITHSCORES')
+  local t = tonum(top[2])
+  if t and t >= 0 then
+    if t > now + MAX_HORIZON + w.p then return E_STATE end
+    w.top = t
+  end
+  local seq = call('ZSCORE', name, '#')
+  if seq then w.seq = -tonum(seq) end
+  if w.seq < 0 or w.seq >= EXACT then return E_STATE end
+  return 1
+end
+
+-- windowWait is the wait window w sets a job of cost c under its N at
+-- now: until its latest entry, and until the entry N - c + 1 from the
+-- last (counting those added in this call, the latest) leaves the span.
+local function windowWait(w, n, c, now)
+  local A = w.A
+  local i = #A
+  local top = w.top
+  if i > 0 then top = A[i - 1] end
+  local wait = top - now
+  local k = n - c + 1
+  local t = nil
+  while i > 0 do
+    if k <= A[i] then
+      t = A[i - 1]
+      break
+    end
+    k, i = k - A[i], i - 2
+  end
+  if not t and k < w.card then
+    -- The k-th last stored entry ('#' is first of all: k < card skips it).
+    local v = call('ZRANGE', w.name, -k, -k, 'WITHSCORES')
+    t = tonum(v[2])
+  end
+  if t and t + w.p - now > wait then wait = t + w.p - now end
+  return wait
+end
+
+-- windowWrite adds the entries the call admitted to window w, drops at
+-- most MAX_WINDOW that left the span, and sets its TTL: until its latest
+-- entry leaves the span, and no less than the horizon plus D.
+local function windowWrite(w, now, horizon)
+  local name, A, seq = w.name, w.A, w.seq
+  if w.old > 0 then
+    local first = 0
+    if w.seq > 0 then first = 1 end -- '#' is ranked first
+    local drop = w.old
+    if drop > MAX_WINDOW then drop = MAX_WINDOW end
+    call('ZREMRANGEBYRANK', name, first, first + drop - 1)
+  end
+  local Z, nz = {}, 0
+  for i = 1, #A, 2 do
+    local at = format('%d', A[i])
+    for _ = 1, A[i + 1] do
+      seq = seq + 1
+      Z[nz + 1], Z[nz + 2] = at, format('%s:%d', at, seq)
+      nz = nz + 2
+      if nz >= 1000 then
+        call('ZADD', name, unpk(Z, 1, nz))
+        nz = 0
+      end
+    end
+  end
+  if nz > 0 then call('ZADD', name, unpk(Z, 1, nz)) end
+  call('ZADD', name, format('%d', -seq), '#')
+  local last = A[#A - 1] - now
+  if last < horizon then last = horizon end
+  call('PEXPIRE', name, format('%d', ceil((last + w.p) / 1000)))
+end
+
 local function decide(keys, args)
   if not call then bind() end
   local nargv, nkeys = #args, #keys
@@ -87,6 +200,7 @@ local function decide(keys, args)
   local B, kb, byName, RK = {}, {}, {}, {}
   local EN, byResv = nil, nil
   local nb, ne, nr = 0, 0, 0
+  local ZS, nzs = nil, 0 -- the windows (WINDOWS), one table each
   if K > 0 then EN, byResv = {}, {} end
   local key = 1 -- KEYS position of the job's first state key
   for o = 0, JW * (M - 1), JW do
@@ -94,10 +208,20 @@ local function decide(keys, args)
     local last = first + J[o + 5] - 1
     key = last + 1 + K
     if not (BAD and BAD[o]) then
+      local l = J[o + 4]
       for y = first, last do
         local name = keys[y]
         local bo = byName[name]
-        if bo == nil then
+        if LI[l + 4] < 0 then
+          -- A window, read apart (WINDOWS): kb holds its table.
+          if bo == nil then
+            bo = {name = name, y = y, p = LI[l + 2], st = 0, A = {}, n = 0}
+            byName[name] = bo
+            ZS = ZS or {}
+            nzs = nzs + 1
+            ZS[nzs] = bo
+          end
+        elseif bo == nil then
           bo = nb
           nb = nb + BW
           byName[name] = bo
@@ -106,6 +230,7 @@ local function decide(keys, args)
           B[bo + 1], B[bo + 4] = nr, 0
         end
         kb[y] = bo
+        l = l + LW
       end
       if K > 0 then
         local rk = last + 1
@@ -136,6 +261,8 @@ local function decide(keys, args)
   if nr > 0 then
     now = clock(now)
     V, wrong = getAll(RK, nr)
+  elseif ZS then
+    now = clock(now)
   end
 
   -- Decide each job in order, in memory; every write is made at the end.
@@ -194,6 +321,20 @@ local function decide(keys, args)
         local wait, wz, i, l = 0, 0, 0, lo
         for y = first, last do
           local bo = kb[y]
+          local w
+          if LI[l + 4] < 0 then
+            local s = bo.st
+            if s == 0 then
+              s = windowRead(bo, now)
+              bo.st = s
+            end
+            if s ~= 1 then
+              st, a1, a2, a3, slot, own = INVALID, s, y, 0, so, oo
+              if s == WRONGTYPE then st, a1, a2 = WRONGTYPE, y, 0 end
+              break
+            end
+            w = windowWait(bo, LI[l + 1], c, now)
+          else
           local s = B[bo + 4]
           if s == 0 then
             local x = B[bo + 1]
@@ -224,8 +365,10 @@ local function decide(keys, args)
             B[bo + 2], B[bo + 3] = rebase(B[bo + 2], B[bo + 3], LI[u + 1], r, LI[l + 2], LI[l + 3], now)
             B[bo + 4], B[bo + 5] = 2, l
           end
-          local a, f, w = charge(B[bo + 2], B[bo + 3], r, LI[l + 2], LI[l + 4], LI[l + 5], c, now)
+          local a, f
+          a, f, w = charge(B[bo + 2], B[bo + 3], r, LI[l + 2], LI[l + 4], LI[l + 5], c, now)
           CH[i + 1], CH[i + 2] = a, f
+          end
           if w > wait then wait, wz = w, i / 2 end
           i = i + 2
           l = l + LW
@@ -236,9 +379,22 @@ local function decide(keys, args)
           if a1 > 0 then a3 = a3 + 2 * (wz + 1) end
           if charged then
             i, l = 0, lo
+            local at = now
+            if wait > 0 then at = now + wait end
             for y = first, last do
               local bo = kb[y]
-              B[bo + 2], B[bo + 3], B[bo + 4], B[bo + 5] = CH[i + 1], CH[i + 2], 2, l
+              if LI[l + 4] < 0 then
+                local A = bo.A
+                local na = #A
+                if na > 0 and A[na - 1] == at then
+                  A[na] = A[na] + c
+                else
+                  A[na + 1], A[na + 2] = at, c
+                end
+                bo.n = bo.n + c
+              else
+                B[bo + 2], B[bo + 3], B[bo + 4], B[bo + 5] = CH[i + 1], CH[i + 2], 2, l
+              end
               i, l = i + 2, l + LW
             end
           end
@@ -247,7 +403,13 @@ local function decide(keys, args)
             l = lo
             for y = first, last do
               local bo = kb[y]
-              local t = tokens(B[bo + 2], B[bo + 3], LI[l + 1], LI[l + 2], LI[l + 3], now)
+              local t
+              if LI[l + 4] < 0 then
+                t = LI[l + 1] - bo.live - bo.n
+                if t < 0 then t = 0 end
+              else
+                t = tokens(B[bo + 2], B[bo + 3], LI[l + 1], LI[l + 2], LI[l + 3], now)
+              end
               if y == first or t < a2 then a2 = t end
               l = l + LW
             end
@@ -283,6 +445,11 @@ local function decide(keys, args)
       else
         call('DEL', RK[B[bo + 1]])
       end
+    end
+  end
+  if ZS then
+    for z = 1, nzs do
+      if ZS[z].n > 0 then windowWrite(ZS[z], now, horizon) end
     end
   end
   if CHG then

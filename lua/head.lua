@@ -195,6 +195,8 @@ local MAX_RENEW = __MAX_RENEW__
 local MAX_SWEEP = __MAX_SWEEP__
 local MAX_CALLS = __MAX_CALLS__
 local MAX_MEMBER = __MAX_MEMBER__
+local MAX_WINDOW = __MAX_WINDOW__
+local MAX_ENTRIES = __MAX_ENTRIES__
 local MAX_N = 1000000000 -- the largest cost, rate and burst
 -- The stored state of a bucket: its empty time, whole µs and remainder,
 -- and the rate the remainder is in (struct.pack's format). A state is
@@ -257,4 +259,19 @@ local function limit(args, x, read)
   local fill = q
   if m > 0 then fill = fill + 1 end
   return r, p, b, q, m, fill
+end
+
+-- term checks the term whose first argument is args[x], a limit (limit)
+-- or a sliding window (WINDOWS, decide.lua): a window is written as a
+-- limit of burst 0, its N as the rate, its span as the period. A window
+-- is returned as a limit of rate and burst N and fill time (the time its
+-- entries count) the span, marked by q = -1; or nil, an E_* code and the
+-- position at fault.
+local function term(args, x, read)
+  if args[x + 2] ~= '0' then return limit(args, x, read) end
+  local n = read(args[x], 1, MAX_WINDOW)
+  if n == nil then return nil, E_RATE, x end
+  local p = read(args[x + 1], 1000, MAX_PERIOD)
+  if p == nil then return nil, E_PERIOD, x + 1 end
+  return n, p, n, -1, 0, p
 end

@@ -135,6 +135,14 @@ const (
 	// job's tenant as its hash tag holds it (at most 1 + 171 bytes: '~'
 	// and the base64 of 128 bytes), '/' and the job id.
 	MaxMember = 301
+	// MaxWindow is the largest N of a sliding window (sliding:N/DURATION):
+	// each cost unit admitted is an entry of its own, so N bounds the
+	// entries a window holds in any span, and the work of pruning them.
+	MaxWindow = 10000
+	// MaxEntries is the most sliding-window entries one decide call adds:
+	// its jobs' costs times their windows, all counted (one job of the
+	// largest cost under MaxLimits windows).
+	MaxEntries = 80000
 )
 
 // Source returns the library as Redis loads it: every bound's placeholder
@@ -150,5 +158,7 @@ func Source(version string) string {
 		"__MAX_SWEEP__", strconv.Itoa(MaxSweep),
 		"__MAX_CALLS__", strconv.Itoa(MaxCalls),
 		"__MAX_MEMBER__", strconv.Itoa(MaxMember),
+		"__MAX_WINDOW__", strconv.Itoa(MaxWindow),
+		"__MAX_ENTRIES__", strconv.Itoa(MaxEntries),
 	).Replace(Library)
 }

@@ -32,7 +32,9 @@ func (l *Limiter) Carry(ctx context.Context, tenant string, from, to Policy, at 
 	if err != nil {
 		return err
 	}
-	olds, news := byPeriod(from.Limits), byPeriod(to.Limits)
+	// Sliding windows are not carried: a window of another span starts
+	// empty (its entries are admissions, not tokens).
+	olds, news := byPeriod(from.Limits.buckets()), byPeriod(to.Limits.buckets())
 	var errs []error
 	for i := range min(len(olds), len(news)) {
 		o, n := olds[i], news[i]
