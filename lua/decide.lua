@@ -51,8 +51,8 @@ run.
 ]]
 --[[
 WINDOWS: a sliding window (sliding:N/DURATION) admits at most N cost units
-in any span of its DURATION D, exactly. It is a limit of burst 0 in ARGV
-(term, head.lua): rate N in [1, MAX_WINDOW], period D; its key is a
+in any span of its DURATION D, exactly. It is a limit in ARGV whose burst
+is 'w' (term, head.lua): rate N in [1, MAX_WINDOW], period D. Its key is a
 sorted set, one entry per cost unit admitted, scored by the slot (µs) it
 was admitted at, each entry its own member '<slot>:<seq>', seq counted per
 set by the member '#' (scored -seq, below every entry), so that no two
@@ -69,8 +69,8 @@ left the span are kept until the next call that adds some, which drops
 at most MAX_WINDOW of them; the set lives until its last entry leaves the
 span. N names no key (the set is named by D): a changed N keeps the
 entries that count, and grants nothing. The general path decides every
-call with a window; the fast paths leave it (their limit check refuses a
-burst of 0).
+call with a window; the fast paths leave it (their checks refuse a
+burst that is not digits).
 ]]
 
 -- windowRead reads window w (named keys[w.y]) at now, once per call:

@@ -263,12 +263,12 @@ end
 
 -- term checks the term whose first argument is args[x], a limit (limit)
 -- or a sliding window (WINDOWS, decide.lua): a window is written as a
--- limit of burst 0, its N as the rate, its span as the period. A window
+-- limit of burst 'w', its N as the rate, its span as the period. A window
 -- is returned as a limit of rate and burst N and fill time (the time its
 -- entries count) the span, marked by q = -1; or nil, an E_* code and the
 -- position at fault.
 local function term(args, x, read)
-  if args[x + 2] ~= '0' then return limit(args, x, read) end
+  if args[x + 2] ~= 'w' then return limit(args, x, read) end
   local n = read(args[x], 1, MAX_WINDOW)
   if n == nil then return nil, E_RATE, x end
   local p = read(args[x + 1], 1000, MAX_PERIOD)

@@ -218,10 +218,10 @@ func (l *Limiter) render(lim Limit) *renderedLimit {
 }
 
 // burstArg is the burst argument of lim: a sliding window is written as
-// a limit of burst 0 (lua/decide.lua, WINDOWS).
+// a limit of burst "w" (lua/decide.lua, WINDOWS).
 func burstArg(lim Limit) string {
 	if lim.Sliding {
-		return "0"
+		return "w"
 	}
 	return strconv.FormatInt(lim.Burst, 10)
 }

@@ -34,6 +34,13 @@ type Bucket struct {
 	ReservedUntil time.Time `json:"reserved_until,omitzero"`
 	// Wait is how long a new job of cost 1 would wait for this bucket.
 	Wait time.Duration `json:"wait"`
+	// InSpan is, for a sliding window, its entries that count now: those
+	// admitted in the last span and those reserved ahead (Tokens is N less
+	// them; below 0 after N was lowered).
+	InSpan int64 `json:"in_span,omitempty"`
+	// NextLeaves is, for a sliding window, when the earliest entry that
+	// counts leaves the span.
+	NextLeaves time.Time `json:"next_leaves,omitzero"`
 }
 
 // Snapshot is what the limiter holds for one tenant at one moment, read
@@ -83,7 +90,11 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 	now := s.At.UnixMicro()
 	for _, lim := range s.Policy.Limits {
 		key := l.keys.prefix + ":" + tag + limitKeySuffix(lim, s.Policy.Shadow)
-		b, err := peekBucket(ctx, node, key, lim, now)
+		peek := peekBucket
+		if lim.Sliding {
+			peek = peekWindow
+		}
+		b, err := peek(ctx, node, key, lim, now)
 		if err != nil {
 			return Snapshot{}, err
 		}
@@ -195,6 +206,70 @@ func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 		}
 		b.Wait = time.Duration(wait) * time.Microsecond
 	}
+	return b, nil
+}
+
+// peekWindow reads the sliding window of lim at key at now (µs), as the
+// function would (lua/decide.lua: WINDOWS, windowRead, windowWait): its
+// entries that count, the next to leave the span, the last slot reserved,
+// and the wait of a job of cost 1: until its latest entry, and until the
+// Nth entry from the last leaves the span.
+func peekWindow(ctx context.Context, node redis.Cmdable, key string, lim Limit, now int64) (Bucket, error) {
+	b := Bucket{Limit: lim, Key: key, Tokens: float64(lim.Rate), FullAt: time.UnixMicro(now)}
+	d := lim.periodMicros()
+	card, err := node.ZCard(ctx, key).Result()
+	if err != nil {
+		return b, &RedisError{Op: "ZCARD " + key, Err: err}
+	}
+	if card == 0 {
+		return b, nil
+	}
+	b.Stored = true
+	from := "(" + strconv.FormatInt(max(now-d, -1), 10)
+	if b.InSpan, err = node.ZCount(ctx, key, from, "+inf").Result(); err != nil {
+		return b, &RedisError{Op: "ZCOUNT " + key, Err: err}
+	}
+	b.Tokens = float64(lim.Rate - b.InSpan)
+	score := func(start, stop int64) (int64, bool, error) {
+		v, err := node.ZRangeWithScores(ctx, key, start, stop).Result()
+		if err != nil {
+			return 0, false, &RedisError{Op: "ZRANGE " + key, Err: err}
+		}
+		if len(v) == 0 || v[0].Score < 0 { // '#', the counter
+			return 0, false, nil
+		}
+		return int64(v[0].Score), true, nil
+	}
+	top, ok, err := score(-1, -1)
+	if err != nil || !ok {
+		return b, err
+	}
+	var wait int64
+	if top > now {
+		b.ReservedUntil, wait = time.UnixMicro(top), top-now
+	}
+	if top+d > now {
+		b.FullAt = time.UnixMicro(top + d)
+	}
+	if b.InSpan > 0 {
+		first, err := node.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: from, Stop: "+inf", ByScore: true, Count: 1}).Result()
+		if err != nil {
+			return b, &RedisError{Op: "ZRANGE " + key, Err: err}
+		}
+		if len(first) > 0 {
+			b.NextLeaves = time.UnixMicro(int64(first[0].Score) + d)
+		}
+	}
+	if k := lim.Rate; k < card {
+		t, ok, err := score(-k, -k)
+		if err != nil {
+			return b, err
+		}
+		if ok && t+d-now > wait {
+			wait = t + d - now
+		}
+	}
+	b.Wait = time.Duration(wait) * time.Microsecond
 	return b, nil
 }
 

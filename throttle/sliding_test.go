@@ -209,3 +209,58 @@ func TestSlidingChangeOfNGrantsNothing(t *testing.T) {
 		t.Fatalf("lowered to 3/m with the span empty: %d admitted, want 3", k)
 	}
 }
+
+// Peek reads a window as the engine decides it: its wait is the wait of
+// the next job of cost 1, its entries that count and the next to leave.
+func TestSlidingPeekAgrees(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	w := throttle.SlidingWindow(4, time.Second)
+	l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.PerSecond(100, 100), w})
+	for i := range 30 {
+		at := t0.Add(time.Duration(i) * 150 * ms)
+		snap, err := l.Peek(ctx, "acme", at)
+		if err != nil {
+			t.Fatalf("Peek: %v", err)
+		}
+		// A job without an id is decided, uncharged when it must wait.
+		d := decide(t, l, throttle.Request{Tenant: "acme", At: at})
+		if d.Wait != snap.Wait {
+			t.Fatalf("step %d: Peek says a job waits %s, the engine %+v", i, snap.Wait, d)
+		}
+		if d.Outcome == throttle.Admitted && snap.Buckets[1].Tokens < 1 {
+			t.Fatalf("step %d: admitted, Peek saw %+v", i, snap.Buckets[1])
+		}
+		// And a job with an id, every third step, reserves ahead.
+		if i%3 == 0 {
+			decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("j", i), At: at})
+		}
+	}
+	snap, err := l.Peek(ctx, "acme", t0.Add(4500*ms))
+	if err != nil {
+		t.Fatalf("Peek: %v", err)
+	}
+	b := snap.Buckets[1]
+	if !b.Stored || b.InSpan < 1 || b.NextLeaves.IsZero() || b.Tokens != float64(w.Rate-b.InSpan) {
+		t.Fatalf("the window in Peek: %+v", b)
+	}
+}
+
+// A window works under a running cap: admit decides it as decide does.
+func TestSlidingUnderACap(t *testing.T) {
+	w := throttle.SlidingWindow(1, time.Minute)
+	ce := newCapEnv(t, throttle.Rules{Default: throttle.Policy{Limits: throttle.Limits{w}, Running: 1}}, throttle.CapOptions{})
+	j1 := ce.job(t, "acme", "j1")
+	wantOutcome(t, "j1", j1, throttle.Admitted)
+	wantOutcome(t, "j2 while j1 runs", ce.job(t, "acme", "j2"), throttle.Capped)
+	ce.finish(t, j1)
+	// j2 was called; the window makes it wait 60 s for its slot.
+	j2 := ce.job(t, "acme", "j2")
+	if j2.Outcome != throttle.Reserved || j2.Wait != time.Minute || j2.HeldBy != w {
+		t.Fatalf("j2 called: %+v, want Reserved for 60s by %s", j2.Decision, w)
+	}
+	ce.now = t0.Add(time.Minute)
+	if j2 = ce.job(t, "acme", "j2"); j2.Outcome != throttle.Admitted || j2.Lease.Token == "" {
+		t.Fatalf("j2 at its slot: %+v, want Admitted with a lease", j2.Decision)
+	}
+}

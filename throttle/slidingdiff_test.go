@@ -95,8 +95,8 @@ func TestSlidingMatchesTheLog(t *testing.T) {
 	ctx := context.Background()
 	for round, ws := range []throttle.Limits{
 		{throttle.SlidingWindow(5, time.Second)},
-		{throttle.SlidingWindow(7, 300 * ms), throttle.SlidingWindow(20, 2 * time.Second)},
-		{throttle.SlidingWindow(1, 50 * ms)},
+		{throttle.SlidingWindow(7, 300*ms), throttle.SlidingWindow(20, 2*time.Second)},
+		{throttle.SlidingWindow(1, 50*ms)},
 	} {
 		rng := rand.New(rand.NewPCG(uint64(round), 27))
 		horizon := 3 * time.Second
@@ -114,7 +114,7 @@ func TestSlidingMatchesTheLog(t *testing.T) {
 			case 1:
 				now = now.Add(time.Microsecond)
 			default:
-				now = now.Add(time.Duration(rng.Int64N(int64(ws[0].Period/3))).Truncate(time.Microsecond))
+				now = now.Add(time.Duration(rng.Int64N(int64(ws[0].Period / 3))).Truncate(time.Microsecond))
 			}
 			var reqs []throttle.Request
 			for k := range 1 + rng.IntN(6) {
