@@ -147,7 +147,7 @@ local function windowWrite(w, now, horizon)
     local at = format('%d', A[i])
     for _ = 1, A[i + 1] do
       seq = seq + 1
-      Z[nz + 1], Z[nz + 2] = at, format('%s:%d', at, seq)
+      Z[nz + 1], Z[nz + 2] = at, seq
       nz = nz + 2
       if nz >= 1000 then
         call('ZADD', name, unpk(Z, 1, nz))

@@ -264,3 +264,40 @@ func TestSlidingUnderACap(t *testing.T) {
 		t.Fatalf("j2 at its slot: %+v, want Admitted with a lease", j2.Decision)
 	}
 }
+
+// A window's key of another type is a Redis error naming it, never a
+// decision; and a call's entries are split to fit the function's bound.
+func TestSlidingWrongTypeAndSplitCalls(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	w := throttle.SlidingWindow(throttle.MaxSliding, time.Second)
+	l := newLimiter(t, e.rdb, e.prefix, 5*time.Second, throttle.Limits{w})
+	z := e.prefix + ":{bad}:z:1000000"
+	if err := e.rdb.Set(ctx, z, "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Decide(ctx, throttle.Request{Tenant: "bad", At: t0})
+	var re *throttle.RedisError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), z) {
+		t.Fatalf("a string at the window's key: %v, want a Redis error naming %s", err, z)
+	}
+	// 20 jobs of cost N: one runs, five reserve a second apart (the
+	// horizon is 5 s), the rest are limited; 8 jobs' entries fill a call.
+	var reqs []throttle.Request
+	for i := range 20 {
+		reqs = append(reqs, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("j", i), Cost: throttle.MaxSliding, At: t0})
+	}
+	counts := map[throttle.Outcome]int{}
+	for i, r := range l.DecideBatch(ctx, reqs) {
+		if r.Err != nil {
+			t.Fatalf("job %d: %v", i, r.Err)
+		}
+		counts[r.Decision.Outcome]++
+	}
+	if counts[throttle.Admitted] != 1 || counts[throttle.Reserved] != 5 || counts[throttle.Limited] != 14 {
+		t.Fatalf("outcomes %v, want 1 admitted, 5 reserved, 14 limited", counts)
+	}
+	if n := e.rdb.ZCard(ctx, e.prefix+":{acme}:z:1000000").Val(); n != 6*throttle.MaxSliding+1 {
+		t.Fatalf("the window holds %d members, want %d", n, 6*throttle.MaxSliding+1)
+	}
+}
