@@ -196,7 +196,6 @@ local MAX_SWEEP = __MAX_SWEEP__
 local MAX_CALLS = __MAX_CALLS__
 local MAX_MEMBER = __MAX_MEMBER__
 local MAX_WINDOW = __MAX_WINDOW__
-local MAX_ENTRIES = __MAX_ENTRIES__
 local MAX_N = 1000000000 -- the largest cost, rate and burst
 -- The stored state of a bucket: its empty time, whole µs and remainder,
 -- and the rate the remainder is in (struct.pack's format). A state is

@@ -37,9 +37,7 @@ local function jobs(keys, args)
   -- its rate, period and burst as text.
   local lo, L, lx, lerr, lpos = 0, 0, 0, 0, 0
   local lr, lp, lb
-  -- The sliding windows of the current set, and the entries the call's
-  -- jobs would add to windows, all counted (at most MAX_ENTRIES).
-  local lwin, entries = 0, 0
+
   -- The cost and incarnation of the job before, as text and as read: an
   -- argument equal to one already checked is not checked again (Lua
   -- interns strings, so comparing them is cheap); and the cost and limits
@@ -72,14 +70,11 @@ local function jobs(keys, args)
     if Lk > 0 and (Lk > 1 or L ~= 1 or args[y] ~= lr or args[y + 1] ~= lp or args[y + 2] ~= lb) then
       lo, L, lx, lerr, lpos, olx = nl, Lk, y, 0, 0, nil
       local fill = 0
-      lwin = 0
       for z = y, y + 3 * (Lk - 1), 3 do
         local r, p, b, q, m, f = term(args, z, whole)
         if r == nil then
           if lerr == 0 then lerr, lpos = p, b end
           r, p, b, q, m, f = 1, 1000, 0, 0, 0, 0
-        elseif q < 0 then
-          lwin = lwin + 1
         end
         LI[nl + 1], LI[nl + 2], LI[nl + 3], LI[nl + 4], LI[nl + 5], LI[nl + 6] = r, p, b, q, m, f
         nl = nl + LW
@@ -123,10 +118,6 @@ local function jobs(keys, args)
     o = o + JW
     nkeys = nkeys + L
     if nkeys > MAX_CHARGES then return nil, 'more than ' .. MAX_CHARGES .. ' limits in all' end
-    if lwin > 0 and lc then
-      entries = entries + lc * lwin
-      if entries > MAX_ENTRIES then return nil, 'more than ' .. MAX_ENTRIES .. ' window entries' end
-    end
   end
   if M == 0 then return nil, 'no job' end
   local K = (#keys - nkeys) / M

@@ -136,13 +136,9 @@ const (
 	// and the base64 of 128 bytes), '/' and the job id.
 	MaxMember = 301
 	// MaxWindow is the largest N of a sliding window (sliding:N/DURATION):
-	// each cost unit admitted is an entry of its own, so N bounds the
-	// entries a window holds in any span, and the work of pruning them.
+	// a window keeps each admission in its span, at most N, and one call
+	// drops at most MaxWindow admissions that left it.
 	MaxWindow = 10000
-	// MaxEntries is the most sliding-window entries one decide call adds:
-	// its jobs' costs times their windows, all counted (one job of the
-	// largest cost under MaxLimits windows).
-	MaxEntries = 80000
 )
 
 // Source returns the library as Redis loads it: every bound's placeholder
@@ -159,6 +155,5 @@ func Source(version string) string {
 		"__MAX_CALLS__", strconv.Itoa(MaxCalls),
 		"__MAX_MEMBER__", strconv.Itoa(MaxMember),
 		"__MAX_WINDOW__", strconv.Itoa(MaxWindow),
-		"__MAX_ENTRIES__", strconv.Itoa(MaxEntries),
 	).Replace(Library)
 }

@@ -53,18 +53,16 @@ func (l *Limiter) decideBatchWith(ctx context.Context, n int, prep func(i int) (
 		}
 		g, ok := open[key]
 		prev, seen := last[p.tag]
-		if ok && len(calls[g].parts) < maxJobsPerCall && calls[g].charges+len(p.limitKeys) <= lua.MaxCharges &&
-			calls[g].entries+p.entries <= lua.MaxEntries && (!seen || prev <= g) {
+		if ok && len(calls[g].parts) < maxJobsPerCall && calls[g].charges+len(p.limitKeys) <= lua.MaxCharges && (!seen || prev <= g) {
 			calls[g].parts = append(calls[g].parts, p)
 			calls[g].reqs = append(calls[g].reqs, i)
 			calls[g].charges += len(p.limitKeys)
-			calls[g].entries += p.entries
 			last[p.tag] = g
 			continue
 		}
 		open[key] = len(calls)
 		last[p.tag] = len(calls)
-		calls = append(calls, call{parts: []prepared{p}, reqs: []int{i}, charges: len(p.limitKeys), entries: p.entries})
+		calls = append(calls, call{parts: []prepared{p}, reqs: []int{i}, charges: len(p.limitKeys)})
 	}
 	if len(calls) == 0 && len(extra) == 0 {
 		return results
@@ -104,7 +102,6 @@ type prepared struct {
 	incarnation string // with ownerKey
 	fresh       bool
 	shadow      bool // decided against the tenant's shadow buckets, always admitted
-	entries     int  // the entries it adds to sliding windows when charged
 	limits      Limits
 	cap         *capCall // the running cap it is admitted under, or nil
 }
@@ -123,7 +120,6 @@ type call struct {
 	parts   []prepared // the requests it decides
 	reqs    []int      // their indices in the batch
 	charges int        // their limits, all counted (at most lua.MaxCharges)
-	entries int        // their sliding windows' entries (at most lua.MaxEntries)
 	fcall
 }
 
@@ -169,7 +165,6 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		limitKeys: make([]string, 0, len(limits)),
 		shadow:    pol.Shadow,
 		limits:    limits,
-		entries:   limits.slidingEntries(cost),
 	}
 	for _, lim := range limits {
 		r := l.render(lim)

@@ -25,9 +25,9 @@ const (
 	// MaxLimits is the most limits one tenant may have at once, sliding
 	// windows included: the Redis functions' own bound.
 	MaxLimits = lua.MaxLimits
-	// MaxSliding is the largest N of a sliding window: each cost unit it
-	// admits is an entry of its own in Redis, so N bounds the entries a
-	// span holds and the work of one call (lua.MaxWindow).
+	// MaxSliding is the largest N of a sliding window: a window keeps
+	// each admission in its span in Redis, so N bounds what a span holds
+	// and what one call drops (lua.MaxWindow).
 	MaxSliding = lua.MaxWindow
 	// maxExact is 2^53, the largest integer a Lua number holds exactly.
 	maxExact = 1 << 53
@@ -216,18 +216,6 @@ func ParseSliding(s string) (Limit, error) {
 		return Limit{}, fmt.Errorf("%q: %w", SlidingTerm+s, err)
 	}
 	return l, nil
-}
-
-// slidingEntries is the entries a job of cost c adds to the sliding
-// windows among ls: c for each.
-func (ls Limits) slidingEntries(c int64) int {
-	n := 0
-	for _, l := range ls {
-		if l.Sliding {
-			n++
-		}
-	}
-	return n * int(c)
 }
 
 // buckets returns the token buckets of ls, without its sliding windows:

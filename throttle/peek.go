@@ -210,58 +210,73 @@ func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 }
 
 // peekWindow reads the sliding window of lim at key at now (µs), as the
-// function would (lua/decide.lua: WINDOWS, windowRead, windowWait): its
-// entries that count, the next to leave the span, the last slot reserved,
-// and the wait of a job of cost 1: until its latest entry, and until the
-// Nth entry from the last leaves the span.
+// function would (lua/decide.lua: WINDOWS, windowRead, windowWait): the
+// units admitted that count (in the last span, or reserved ahead), when
+// the first of them leaves the span, the last slot reserved, and the wait
+// of a job of cost 1: until the last admission, and until unit N from
+// the last leaves the span. Each member is '<slot µs>:<first unit>',
+// scored by its last unit.
 func peekWindow(ctx context.Context, node redis.Cmdable, key string, lim Limit, now int64) (Bucket, error) {
 	b := Bucket{Limit: lim, Key: key, Tokens: float64(lim.Rate), FullAt: time.UnixMicro(now)}
 	d := lim.periodMicros()
+	bad := &InvalidError{Code: CodeState, Detail: key + " holds a malformed sliding window"}
+	// admission reads the first member of zs: its slot, first and last unit.
+	admission := func(zs []redis.Z, err error) (slot, first, last int64, ok bool, _ error) {
+		if err != nil {
+			return 0, 0, 0, false, &RedisError{Op: "ZRANGE " + key, Err: err}
+		}
+		if len(zs) == 0 {
+			return 0, 0, 0, false, nil
+		}
+		m, _ := zs[0].Member.(string)
+		st, ft, found := strings.Cut(m, ":")
+		slot, err1 := strconv.ParseInt(st, 10, 64)
+		first, err2 := strconv.ParseInt(ft, 10, 64)
+		if !found || err1 != nil || err2 != nil {
+			return 0, 0, 0, false, bad
+		}
+		return slot, first, int64(zs[0].Score), true, nil
+	}
+	lastSlot, _, top, ok, err := admission(node.ZRangeWithScores(ctx, key, -1, -1).Result())
+	if err != nil || !ok {
+		return b, err
+	}
+	b.Stored = true
+	// The first admission that counts, by halving (slots rise with the
+	// rank): its first unit and slot; none when every one left the span.
 	card, err := node.ZCard(ctx, key).Result()
 	if err != nil {
 		return b, &RedisError{Op: "ZCARD " + key, Err: err}
 	}
-	if card == 0 {
-		return b, nil
-	}
-	b.Stored = true
-	from := "(" + strconv.FormatInt(max(now-d, -1), 10)
-	if b.InSpan, err = node.ZCount(ctx, key, from, "+inf").Result(); err != nil {
-		return b, &RedisError{Op: "ZCOUNT " + key, Err: err}
-	}
-	b.Tokens = float64(lim.Rate - b.InSpan)
-	score := func(start, stop int64) (int64, bool, error) {
-		v, err := node.ZRangeWithScores(ctx, key, start, stop).Result()
+	live, liveSlot := top+1, int64(0)
+	for lo, hi := int64(0), card; lo < hi; {
+		r := (lo + hi) / 2
+		t, u, _, ok, err := admission(node.ZRangeWithScores(ctx, key, r, r).Result())
 		if err != nil {
-			return 0, false, &RedisError{Op: "ZRANGE " + key, Err: err}
+			return b, err
 		}
-		if len(v) == 0 || v[0].Score < 0 { // '#', the counter
-			return 0, false, nil
+		if !ok {
+			return b, bad
 		}
-		return int64(v[0].Score), true, nil
+		if t > now-d {
+			hi, live, liveSlot = r, u, t
+		} else {
+			lo = r + 1
+		}
 	}
-	top, ok, err := score(-1, -1)
-	if err != nil || !ok {
-		return b, err
-	}
+	b.InSpan = top - live + 1
+	b.Tokens = float64(lim.Rate - b.InSpan)
 	var wait int64
-	if top > now {
-		b.ReservedUntil, wait = time.UnixMicro(top), top-now
-	}
-	if top+d > now {
-		b.FullAt = time.UnixMicro(top + d)
+	if lastSlot > now {
+		b.ReservedUntil, wait = time.UnixMicro(lastSlot), lastSlot-now
 	}
 	if b.InSpan > 0 {
-		first, err := node.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: key, Start: from, Stop: "+inf", ByScore: true, Count: 1}).Result()
-		if err != nil {
-			return b, &RedisError{Op: "ZRANGE " + key, Err: err}
-		}
-		if len(first) > 0 {
-			b.NextLeaves = time.UnixMicro(int64(first[0].Score) + d)
-		}
+		b.FullAt = time.UnixMicro(lastSlot + d)
+		b.NextLeaves = time.UnixMicro(liveSlot + d)
 	}
-	if k := lim.Rate; k < card {
-		t, ok, err := score(-k, -k)
+	if x := top - lim.Rate + 1; x >= live {
+		t, _, _, ok, err := admission(node.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: key, Start: strconv.FormatInt(x, 10), Stop: "+inf", ByScore: true, Count: 1}).Result())
 		if err != nil {
 			return b, err
 		}
