@@ -34,12 +34,12 @@ type Bucket struct {
 	ReservedUntil time.Time `json:"reserved_until,omitzero"`
 	// Wait is how long a new job of cost 1 would wait for this bucket.
 	Wait time.Duration `json:"wait"`
-	// InSpan is, for a sliding window, its entries that count now: those
-	// admitted in the last span and those reserved ahead (Tokens is N less
-	// them; below 0 after N was lowered).
+	// InSpan is, for a sliding window, the cost units that count now:
+	// those admitted in the last span and those reserved ahead (Tokens is
+	// N less them; below 0 after N was lowered).
 	InSpan int64 `json:"in_span,omitempty"`
-	// NextLeaves is, for a sliding window, when the earliest entry that
-	// counts leaves the span.
+	// NextLeaves is, for a sliding window, when the earliest admission
+	// that counts leaves the span.
 	NextLeaves time.Time `json:"next_leaves,omitzero"`
 }
 

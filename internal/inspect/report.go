@@ -73,7 +73,7 @@ type Bucket struct {
 	ReservedUntil *time.Time `json:"reserved_until,omitempty"`
 	WaitSeconds   float64    `json:"wait_seconds"`
 	StoredRate    int64      `json:"stored_rate,omitempty"`
-	// Sliding is set for a sliding window: InSpan is its entries that
+	// Sliding is set for a sliding window: InSpan is the cost units that
 	// count now (admitted in the last span or reserved ahead), NextLeaves
 	// when the earliest of them leaves the span; Burst is its N.
 	Sliding    bool       `json:"sliding,omitempty"`
