@@ -21,7 +21,7 @@ uses it (Lua's local functions must be):
 
 Eight functions, each atomic:
 
-  decide___VERSION__   decide M jobs against their token buckets
+  decide___VERSION__   decide M jobs against their token buckets and sliding windows
   claim___VERSION__    make an incarnation the owner of a job that has none
   release___VERSION__  give up a job's owner record that names an incarnation
   failed___VERSION__   count a handler failure, and give the owner record up
@@ -140,8 +140,10 @@ E_* codes (the same numbers as throttle.Code):
    8 E_BURST        burst not in [1, 1e9], or burst*period >= 2^53
    9 E_OVER_BURST   the cost exceeds a burst: never admissible
   10 E_STATE        stored state malformed (length, sign, remainder >= rate,
-                    empty time past now + 30 days + fill time)
-  11 E_STATE_TTL    stored state has no TTL
+                    empty time past now + 30 days + fill time); or a
+                    sliding window's admission malformed or past
+                    now + 30 days + its span (WINDOWS, decide.lua)
+  11 E_STATE_TTL    stored state (or sliding window) has no TTL
   12 E_RESV         stored reservation malformed
   13 E_RESV_TTL     stored reservation has no TTL
   14 E_INCARNATION  incarnation not in [0, 2^53)
@@ -263,9 +265,9 @@ end
 -- term checks the term whose first argument is args[x], a limit (limit)
 -- or a sliding window (WINDOWS, decide.lua): a window is written as a
 -- limit of burst 'w', its N as the rate, its span as the period. A window
--- is returned as a limit of rate and burst N and fill time (the time its
--- entries count) the span, marked by q = -1; or nil, an E_* code and the
--- position at fault.
+-- is returned as a limit of rate and burst N and fill time (how long an
+-- admission counts) the span, marked by q = -1; or nil, an E_* code and
+-- the position at fault.
 local function term(args, x, read)
   if args[x + 2] ~= 'w' then return limit(args, x, read) end
   local n = read(args[x], 1, MAX_WINDOW)

@@ -37,7 +37,6 @@ local function jobs(keys, args)
   -- its rate, period and burst as text.
   local lo, L, lx, lerr, lpos = 0, 0, 0, 0, 0
   local lr, lp, lb
-
   -- The cost and incarnation of the job before, as text and as read: an
   -- argument equal to one already checked is not checked again (Lua
   -- interns strings, so comparing them is cheap); and the cost and limits
