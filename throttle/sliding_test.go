@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -265,9 +267,10 @@ func TestSlidingUnderACap(t *testing.T) {
 	}
 }
 
-// A window's key of another type is a Redis error naming it, never a
-// decision; and jobs of the largest cost are admissions like any other.
-func TestSlidingWrongTypeAndSplitCalls(t *testing.T) {
+// A window's key of another type is a Redis error naming it, a malformed
+// window is invalid, never a decision; and jobs of the largest cost are
+// one admission each.
+func TestSlidingStoredStateAndLargeCosts(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	w := throttle.SlidingWindow(throttle.MaxSliding, time.Second)
@@ -280,6 +283,27 @@ func TestSlidingWrongTypeAndSplitCalls(t *testing.T) {
 	var re *throttle.RedisError
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), z) {
 		t.Fatalf("a string at the window's key: %v, want a Redis error naming %s", err, z)
+	}
+	// A window without a TTL, or with a malformed admission, is invalid
+	// stored state, and nothing is written.
+	for _, tc := range []struct {
+		member string
+		ttl    time.Duration
+		code   throttle.Code
+	}{{"1:1", 0, throttle.CodeStateTTL}, {"x", time.Minute, throttle.CodeState}} {
+		e.rdb.Del(ctx, z)
+		e.rdb.ZAdd(ctx, z, redis.Z{Score: 1, Member: tc.member})
+		if tc.ttl > 0 {
+			e.rdb.PExpire(ctx, z, tc.ttl)
+		}
+		_, err := l.Decide(ctx, throttle.Request{Tenant: "bad", At: t0})
+		var inv *throttle.InvalidError
+		if !errors.As(err, &inv) || inv.Code != tc.code {
+			t.Fatalf("a window holding %q (TTL %s): %v, want invalid %v", tc.member, tc.ttl, err, tc.code)
+		}
+		if n := e.rdb.ZCard(ctx, z).Val(); n != 1 {
+			t.Fatalf("a refused call left %d members", n)
+		}
 	}
 	// 20 jobs of cost N: one runs, five reserve a second apart (the
 	// horizon is 5 s), the rest are limited.
