@@ -200,7 +200,7 @@ local function jobCheck(keys, args, n, fresh, t)
     local r, p, b, q, _, fill = term(args, x, num)
     if c > b then return {INVALID, E_OVER_BURST, x + 2, 0} end
     if q < 0 then
-      -- A sliding window (WINDOWS, decide.lua).
+      -- A sliding window (WINDOWS, window.lua).
       local s = windowRead({name = keys[y], p = p}, t)
       if s == WRONGTYPE then return {WRONGTYPE, y, 0, 0} end
       if s ~= 1 then return {INVALID, s, y, 0} end

@@ -9,6 +9,7 @@ uses it (Lua's local functions must be):
   rules.lua     the bucket's rules, the reads of stored values, the
                 decisions a job's keys and charge lead to
   jobs.lua      decide's layout of a call, and its arguments' checks
+  window.lua    the sliding windows (WINDOWS): read, wait, write
   fast.lua      decide's fast paths: one job (one), the worker's call (many)
   decide.lua    decide, and its general path
   owners.lua    claim, release, failed: a job's owner record and failures
@@ -142,7 +143,7 @@ E_* codes (the same numbers as throttle.Code):
   10 E_STATE        stored state malformed (length, sign, remainder >= rate,
                     empty time past now + 30 days + fill time); or a
                     sliding window's admission malformed or past
-                    now + 30 days + its span (WINDOWS, decide.lua)
+                    now + 30 days + its span (WINDOWS, window.lua)
   11 E_STATE_TTL    stored state (or sliding window) has no TTL
   12 E_RESV         stored reservation malformed
   13 E_RESV_TTL     stored reservation has no TTL
@@ -263,7 +264,7 @@ local function limit(args, x, read)
 end
 
 -- term checks the term whose first argument is args[x], a limit (limit)
--- or a sliding window (WINDOWS, decide.lua): a window is written as a
+-- or a sliding window (WINDOWS, window.lua): a window is written as a
 -- limit of burst 'w', its N as the rate, its span as the period. A window
 -- is returned as a limit of rate and burst N and fill time (how long an
 -- admission counts) the span, marked by q = -1; or nil, an E_* code and

@@ -27,6 +27,8 @@ var (
 	rules string
 	//go:embed jobs.lua
 	jobs string
+	//go:embed window.lua
+	window string
 	//go:embed fast.lua
 	fast string
 	//go:embed decide.lua
@@ -53,8 +55,8 @@ type file struct{ name, text string }
 
 // files returns the library's source files in the order Library joins
 // them: the head (the library's name, its contract, the constants and
-// argument checks), the shared rules, decide's layout, fast paths and
-// general path, the owner and failure functions, carry, hold, the running
+// argument checks), the shared rules, decide's layout, its sliding
+// windows, fast paths and general path, the owner and failure functions, carry, hold, the running
 // caps' sets, admit, lease, and last the registrations, once every
 // function they name is defined.
 func files() []file {
@@ -62,6 +64,7 @@ func files() []file {
 		{"head.lua", head},
 		{"rules.lua", rules},
 		{"jobs.lua", jobs},
+		{"window.lua", window},
 		{"fast.lua", fast},
 		{"decide.lua", decide},
 		{"owners.lua", owners},

@@ -213,7 +213,7 @@ func (l *Limiter) render(lim Limit) *renderedLimit {
 }
 
 // burstArg is the burst argument of lim: a sliding window is written as
-// a limit of burst "w" (lua/decide.lua, WINDOWS).
+// a limit of burst "w" (lua/window.lua, WINDOWS).
 func burstArg(lim Limit) string {
 	if lim.Sliding {
 		return "w"

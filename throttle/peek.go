@@ -210,7 +210,7 @@ func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 }
 
 // peekWindow reads the sliding window of lim at key at now (µs), as the
-// function would (lua/decide.lua: WINDOWS, windowRead, windowWait): the
+// function would (lua/window.lua: WINDOWS, windowRead, windowWait): the
 // units admitted that count (in the last span, or reserved ahead), when
 // the first of them leaves the span, the last slot reserved, and the wait
 // of a job of cost 1: until the last admission, and until unit N from
