@@ -38,6 +38,18 @@ func (m *slidingLog) earliest(now time.Time, c int64) time.Time {
 	return s
 }
 
+// inSpan counts the units that count at now: those admitted after
+// now - D, reserved ahead included.
+func (m *slidingLog) inSpan(now time.Time) int64 {
+	var n int64
+	for _, t := range m.at {
+		if t.After(now.Add(-m.w.Period)) {
+			n++
+		}
+	}
+	return n
+}
+
 // add records c entries at s.
 func (m *slidingLog) add(s time.Time, c int64) {
 	for range c {
@@ -52,14 +64,26 @@ type slidingModel struct {
 	slots   map[string]time.Time // reserved, by job id
 }
 
-// decide returns the outcome and wait of a job of cost c at now.
-func (m *slidingModel) decide(id string, c int64, now time.Time) (throttle.Outcome, time.Duration) {
+// remaining is the units the tightest window has left at now.
+func (m *slidingModel) remaining(now time.Time) int64 {
+	r := int64(-1)
+	for _, lg := range m.logs {
+		if left := max(0, lg.w.Rate-lg.inSpan(now)); r < 0 || left < r {
+			r = left
+		}
+	}
+	return r
+}
+
+// decide returns the outcome, wait and remaining units of a job of cost c
+// at now. Remaining is 0 for a job that holds a slot, or came back for it.
+func (m *slidingModel) decide(id string, c int64, now time.Time) (throttle.Outcome, time.Duration, int64) {
 	if slot, ok := m.slots[id]; ok {
 		if !now.Before(slot) {
 			delete(m.slots, id)
-			return throttle.Admitted, 0
+			return throttle.Admitted, 0, 0
 		}
-		return throttle.Reserved, slot.Sub(now)
+		return throttle.Reserved, slot.Sub(now), 0
 	}
 	s := now
 	for _, lg := range m.logs {
@@ -73,23 +97,23 @@ func (m *slidingModel) decide(id string, c int64, now time.Time) (throttle.Outco
 	case id != "" && wait <= m.horizon:
 		m.slots[id] = s
 	case id != "":
-		return throttle.Limited, m.horizon
+		return throttle.Limited, m.horizon, m.remaining(now)
 	default:
-		return throttle.Limited, wait
+		return throttle.Limited, wait, m.remaining(now)
 	}
 	for _, lg := range m.logs {
 		lg.add(s, c)
 	}
 	if wait == 0 {
-		return throttle.Admitted, 0
+		return throttle.Admitted, 0, m.remaining(now)
 	}
-	return throttle.Reserved, wait
+	return throttle.Reserved, wait, 0
 }
 
 // The engine's sliding windows decide exactly as the reference log, at
-// fixed times, with random costs, arrivals (many in one microsecond),
-// jobs with and without ids, jobs back for their slots, one by one and in
-// batches.
+// fixed times (outcome, wait and units left), with random costs, arrivals
+// (many in one microsecond, idle spans), jobs with and without ids, jobs
+// back for their slots, one by one and in batches.
 func TestSlidingMatchesTheLog(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -109,6 +133,7 @@ func TestSlidingMatchesTheLog(t *testing.T) {
 		now := t0
 		var waiting []string // ids holding slots
 		mismatches, decided := 0, 0
+		outcomes := map[throttle.Outcome]int{}
 		for step := range 400 {
 			switch rng.IntN(10) {
 			case 0, 1, 2: // the same microsecond
@@ -142,14 +167,16 @@ func TestSlidingMatchesTheLog(t *testing.T) {
 				}
 			}
 			for i, req := range reqs {
-				o, wait := m.decide(req.JobID, req.Cost, req.At)
+				o, wait, left := m.decide(req.JobID, req.Cost, req.At)
 				decided++
+				outcomes[o]++
 				if got[i].Err != nil {
 					t.Fatalf("round %d step %d job %+v: %v", round, step, req, got[i].Err)
 				}
-				if d := got[i].Decision; d.Outcome != o || d.Wait != wait {
+				if d := got[i].Decision; d.Outcome != o || d.Wait != wait || d.Remaining != left {
 					mismatches++
-					t.Errorf("round %d step %d job %+v: engine %v for %s, log %v for %s", round, step, req, d.Outcome, d.Wait, o, wait)
+					t.Errorf("round %d step %d job %+v: engine %v for %s (%d left), log %v for %s (%d left)",
+						round, step, req, d.Outcome, d.Wait, d.Remaining, o, wait, left)
 				}
 				if o == throttle.Reserved {
 					waiting = append(waiting, req.JobID)
@@ -159,7 +186,7 @@ func TestSlidingMatchesTheLog(t *testing.T) {
 				t.Fatalf("round %d: stopped at %d mismatches", round, mismatches)
 			}
 		}
-		t.Logf("round %d (%s): %d jobs decided, %d mismatches", round, ws, decided, mismatches)
+		t.Logf("round %d (%s): %d jobs decided %v, %d mismatches", round, ws, decided, outcomes, mismatches)
 	}
 }
 
