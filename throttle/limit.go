@@ -45,7 +45,7 @@ type Limit struct {
 	// Sliding makes the limit a sliding window log rather than a token
 	// bucket: at most Rate cost units are admitted in any span of Period,
 	// exactly, and Burst equals Rate (see SlidingWindow).
-	Sliding bool
+	Sliding bool `json:",omitempty"`
 }
 
 // SlidingWindow returns the sliding window that admits at most n cost
@@ -72,12 +72,18 @@ func (l Limit) periodMicros() int64 { return l.Period.Microseconds() }
 // Validate reports whether l can be enforced, and why not.
 func (l Limit) Validate() error {
 	if l.Sliding {
+		// No token arithmetic: burst × period is not bounded.
 		switch {
 		case l.Rate < 1 || l.Rate > MaxSliding:
 			return fmt.Errorf("sliding window of %d out of range [1, %d]", l.Rate, MaxSliding)
 		case l.Burst != l.Rate:
 			return fmt.Errorf("sliding window of %d with a burst of %d: want the same", l.Rate, l.Burst)
+		case l.Period < MinPeriod || l.Period > MaxPeriod:
+			return fmt.Errorf("span %s out of range [%s, %s]", l.Period, MinPeriod, MaxPeriod)
+		case l.Period%time.Microsecond != 0:
+			return fmt.Errorf("span %s is not a whole number of microseconds", l.Period)
 		}
+		return nil
 	}
 	switch {
 	case l.Rate < 1 || l.Rate > MaxRate:

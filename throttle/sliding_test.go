@@ -22,6 +22,7 @@ func TestParseSliding(t *testing.T) {
 	}{
 		{"sliding:10/s", throttle.Policy{Limits: throttle.Limits{throttle.SlidingWindow(10, time.Second)}}},
 		{"sliding:1/h", throttle.Policy{Limits: throttle.Limits{throttle.SlidingWindow(1, time.Hour)}}},
+		{"sliding:10000/8784h", throttle.Policy{Limits: throttle.Limits{throttle.SlidingWindow(10000, 366*24*time.Hour)}}},
 		{" sliding:10000/1m30s ", throttle.Policy{Limits: throttle.Limits{throttle.SlidingWindow(10000, 90*time.Second)}}},
 		{"100/s:200+sliding:5/10s+running:3+shadow", throttle.Policy{
 			Limits: throttle.Limits{throttle.PerSecond(100, 200), throttle.SlidingWindow(5, 10*time.Second)}, Running: 3, Shadow: true}},
@@ -45,7 +46,7 @@ func TestParseSliding(t *testing.T) {
 	for _, spec := range []string{
 		"sliding:0/s", "sliding:10001/s", "sliding:-1/s", "sliding:1.5/s", "sliding:1e3/s",
 		"sliding:10", "sliding:10/", "sliding:/s", "sliding:10/x", "sliding:10/-1s", "sliding:10/0s",
-		"sliding:10/500us", "sliding:10/367d", "sliding:10/1500ns",
+		"sliding:10/500us", "sliding:10/8785h", "sliding:10/1500ns",
 		"sliding:10/s+sliding:20/s", "sliding:10/1m+sliding:5/60s", "sliding", "sliding:",
 	} {
 		if p, err := throttle.ParsePolicy(spec, 0); err == nil {
