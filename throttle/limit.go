@@ -236,6 +236,18 @@ func (ls Limits) buckets() Limits {
 	return out
 }
 
+// windows returns the sliding windows of ls: what Carry carries apart
+// from the buckets.
+func (ls Limits) windows() Limits {
+	out := make(Limits, 0, len(ls))
+	for _, l := range ls {
+		if l.Sliding {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // parseCount reads a positive decimal integer with no sign, exponent or
 // fraction.
 func parseCount(s string) (int64, error) {

@@ -326,3 +326,36 @@ func TestSlidingStoredStateAndLargeCosts(t *testing.T) {
 		t.Fatalf("the window holds %d members, want 6: one per job charged", n)
 	}
 }
+
+// A window whose span changes keeps its admissions (Carry), to count for
+// the new span: the change grants nothing.
+func TestSlidingCarriedToAnotherSpan(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	from := throttle.Policy{Limits: throttle.Limits{throttle.PerSecond(100, 100), throttle.SlidingWindow(5, time.Minute)}}
+	to := throttle.Policy{Limits: throttle.Limits{throttle.PerSecond(100, 100), throttle.SlidingWindow(5, 2*time.Minute)}}
+	l, live := newLiveLimiter(t, e, time.Hour, from)
+	for i := range 5 {
+		if d := decide(t, l, throttle.Request{Tenant: "acme", At: t0}); d.Outcome != throttle.Admitted {
+			t.Fatalf("job %d: %+v, want admitted", i, d)
+		}
+	}
+	for range 2 { // a second worker finds it done
+		if err := l.Carry(ctx, "acme", from, to, t0.Add(time.Second)); err != nil {
+			t.Fatalf("Carry: %v", err)
+		}
+	}
+	live.set(to)
+	if d := decide(t, l, throttle.Request{Tenant: "acme", At: t0.Add(61 * time.Second)}); d.Outcome != throttle.Limited || d.Wait != 59*time.Second {
+		t.Fatalf("after the span grew to 2m: %+v, want limited for 59s", d)
+	}
+	if d := decide(t, l, throttle.Request{Tenant: "acme", At: t0.Add(2 * time.Minute)}); d.Outcome != throttle.Admitted {
+		t.Fatalf("2m after the five: %+v, want admitted", d)
+	}
+	if n := e.rdb.Exists(ctx, e.prefix+":{acme}:z:60000000").Val(); n != 0 {
+		t.Fatalf("the old span's window is still there")
+	}
+	if ttl := e.rdb.PTTL(ctx, e.prefix+":{acme}:z:120000000").Val(); ttl < time.Hour+2*time.Minute-time.Second {
+		t.Fatalf("the new span's window has a TTL of %s, want at least the horizon plus the span", ttl)
+	}
+}
