@@ -236,6 +236,16 @@ func (ls Limits) buckets() Limits {
 	return out
 }
 
+// hasWindow reports whether some of ls are sliding windows.
+func (ls Limits) hasWindow() bool {
+	for _, l := range ls {
+		if l.Sliding {
+			return true
+		}
+	}
+	return false
+}
+
 // windows returns the sliding windows of ls: what Carry carries apart
 // from the buckets.
 func (ls Limits) windows() Limits {
