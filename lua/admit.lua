@@ -76,7 +76,7 @@ local function admit(keys, args)
     if fl == nil then return {INVALID, E_FRESH, 12, 0} end
     fresh = fl % 2 == 1
     for x = 14, na, 3 do
-      local r, code, at = limit(args, x, whole)
+      local r, code, at = term(args, x, whole)
       if r == nil then return {INVALID, code, at, 0} end
     end
     rated, ownerAt = n > 0, nk

@@ -197,12 +197,19 @@ local function jobCheck(keys, args, n, fresh, t)
   local c = args[10] + 0
   for k = 1, n do
     local x, y = 11 + 3 * k, CAPKEYS + k
-    local r, p, b, _, _, fill = limit(args, x, num)
+    local r, p, b, q, _, fill = term(args, x, num)
     if c > b then return {INVALID, E_OVER_BURST, x + 2, 0} end
-    local v = get(keys[y])
-    if v == nil then return {WRONGTYPE, y, 0, 0} end
-    local a, code = state(v, keys[y], r, p, b, fill, t)
-    if a == nil then return {INVALID, code, y, 0} end
+    if q < 0 then
+      -- A sliding window (WINDOWS, window.lua).
+      local s = windowRead({name = keys[y], p = p}, t)
+      if s == WRONGTYPE then return {WRONGTYPE, y, 0, 0} end
+      if s ~= 1 then return {INVALID, s, y, 0} end
+    else
+      local v = get(keys[y])
+      if v == nil then return {WRONGTYPE, y, 0, 0} end
+      local a, code = state(v, keys[y], r, p, b, fill, t)
+      if a == nil then return {INVALID, code, y, 0} end
+    end
   end
   if not fresh then
     local y = CAPKEYS + n + 1

@@ -9,12 +9,16 @@ KEYS[2]  the bucket of the new limit
 ARGV[1]  now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
 ARGV[2]  the old limit's period, µs, [1000, 366 days]
 ARGV[3..5]  the new limit: rate, period, burst (as decide reads them)
+            or a sliding window (burst 'w'): N, span, 'w'; KEYS are then
+            the windows of the old and new span
 
 If the new bucket exists (a worker carried it already, or decided under the
 new limit) nothing is done. Otherwise the new bucket gets the whole tokens
 the old one holds now, at most the new burst: a bucket in debt holds none
 (its slots' jobs are decided again: regime). A full result is the same as
-none, and is not written. The old bucket is deleted.
+none, and is not written. The old bucket is deleted. A window's
+admissions are carried whole (renamed), to count for the new span, and
+its TTL is lengthened by how much longer the new span is.
 
 Reply:
   {1, carried, tokens, 0}  carried is 1 when the new bucket was written or
@@ -24,6 +28,28 @@ Reply:
                            KEYS[1]); nothing written
   {5, position, 0, 0}      WRONGTYPE
 ]]
+-- carryWindow carries the window KEYS[1] of span p0 over to KEYS[2], of
+-- N n and span p (WINDOWS, window.lua), unless KEYS[2] exists.
+local function carryWindow(keys, n, p0, p, now)
+  local to = pcallr('ZCARD', keys[2])
+  if type(to) == 'table' then
+    isWrongType(to)
+    return {WRONGTYPE, 2, 0, 0}
+  end
+  if to > 0 then return {1, 0, 0, 0} end
+  local w = {name = keys[1], p = p}
+  local st = windowRead(w, now)
+  if st == WRONGTYPE then return {WRONGTYPE, 1, 0, 0} end
+  if st ~= 1 then return {INVALID, st, 1, 0} end
+  if w.top == 0 then return {1, 1, n, 0} end
+  local ttl = call('PTTL', keys[1])
+  call('RENAME', keys[1], keys[2])
+  if p > p0 then call('PEXPIRE', keys[2], format('%d', ttl + ceil((p - p0) / 1000))) end
+  local left = n - (w.top - w.live + 1)
+  if left < 0 then left = 0 end
+  return {1, 1, left, 0}
+end
+
 local function carry(keys, args)
   if not call then bind() end
   if #keys ~= 2 or #args ~= 5 then return badcall('carry takes 2 keys and 5 arguments') end
@@ -31,9 +57,10 @@ local function carry(keys, args)
   if now == nil then return {INVALID, E_NOW, 1, 0} end
   local p0 = whole(args[2], 1000, MAX_PERIOD)
   if p0 == nil then return {INVALID, E_PERIOD, 2, 0} end
-  local r, p, b, q, m, fill = limit(args, 3, whole)
+  local r, p, b, q, m, fill = term(args, 3, whole)
   if r == nil then return {INVALID, p, b, 0} end
   now = clock(now)
+  if q < 0 then return carryWindow(keys, r, p0, p, now) end
   local to = get(keys[2])
   if to == nil then return {WRONGTYPE, 2, 0, 0} end
   if to then return {1, 0, 0, 0} end

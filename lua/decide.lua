@@ -87,6 +87,7 @@ local function decide(keys, args)
   local B, kb, byName, RK = {}, {}, {}, {}
   local EN, byResv = nil, nil
   local nb, ne, nr = 0, 0, 0
+  local ZS, nzs = nil, 0 -- the windows (WINDOWS), one table each
   if K > 0 then EN, byResv = {}, {} end
   local key = 1 -- KEYS position of the job's first state key
   for o = 0, JW * (M - 1), JW do
@@ -94,10 +95,20 @@ local function decide(keys, args)
     local last = first + J[o + 5] - 1
     key = last + 1 + K
     if not (BAD and BAD[o]) then
+      local l = J[o + 4]
       for y = first, last do
         local name = keys[y]
         local bo = byName[name]
-        if bo == nil then
+        if LI[l + 4] < 0 then
+          -- A window, read apart (WINDOWS): kb holds its table.
+          if bo == nil then
+            bo = {name = name, y = y, p = LI[l + 2], st = 0, A = {}, n = 0}
+            byName[name] = bo
+            ZS = ZS or {}
+            nzs = nzs + 1
+            ZS[nzs] = bo
+          end
+        elseif bo == nil then
           bo = nb
           nb = nb + BW
           byName[name] = bo
@@ -106,6 +117,7 @@ local function decide(keys, args)
           B[bo + 1], B[bo + 4] = nr, 0
         end
         kb[y] = bo
+        l = l + LW
       end
       if K > 0 then
         local rk = last + 1
@@ -136,6 +148,8 @@ local function decide(keys, args)
   if nr > 0 then
     now = clock(now)
     V, wrong = getAll(RK, nr)
+  elseif ZS then
+    now = clock(now)
   end
 
   -- Decide each job in order, in memory; every write is made at the end.
@@ -194,6 +208,20 @@ local function decide(keys, args)
         local wait, wz, i, l = 0, 0, 0, lo
         for y = first, last do
           local bo = kb[y]
+          local w
+          if LI[l + 4] < 0 then
+            local s = bo.st
+            if s == 0 then
+              s = windowRead(bo, now)
+              bo.st = s
+            end
+            if s ~= 1 then
+              st, a1, a2, a3, slot, own = INVALID, s, y, 0, so, oo
+              if s == WRONGTYPE then st, a1, a2 = WRONGTYPE, y, 0 end
+              break
+            end
+            w = windowWait(bo, LI[l + 1], c, now)
+          else
           local s = B[bo + 4]
           if s == 0 then
             local x = B[bo + 1]
@@ -224,8 +252,10 @@ local function decide(keys, args)
             B[bo + 2], B[bo + 3] = rebase(B[bo + 2], B[bo + 3], LI[u + 1], r, LI[l + 2], LI[l + 3], now)
             B[bo + 4], B[bo + 5] = 2, l
           end
-          local a, f, w = charge(B[bo + 2], B[bo + 3], r, LI[l + 2], LI[l + 4], LI[l + 5], c, now)
+          local a, f
+          a, f, w = charge(B[bo + 2], B[bo + 3], r, LI[l + 2], LI[l + 4], LI[l + 5], c, now)
           CH[i + 1], CH[i + 2] = a, f
+          end
           if w > wait then wait, wz = w, i / 2 end
           i = i + 2
           l = l + LW
@@ -236,9 +266,22 @@ local function decide(keys, args)
           if a1 > 0 then a3 = a3 + 2 * (wz + 1) end
           if charged then
             i, l = 0, lo
+            local at = now
+            if wait > 0 then at = now + wait end
             for y = first, last do
               local bo = kb[y]
-              B[bo + 2], B[bo + 3], B[bo + 4], B[bo + 5] = CH[i + 1], CH[i + 2], 2, l
+              if LI[l + 4] < 0 then
+                local A = bo.A
+                local na = #A
+                if na > 0 and A[na - 1] == at then
+                  A[na] = A[na] + c
+                else
+                  A[na + 1], A[na + 2] = at, c
+                end
+                bo.n = bo.n + c
+              else
+                B[bo + 2], B[bo + 3], B[bo + 4], B[bo + 5] = CH[i + 1], CH[i + 2], 2, l
+              end
               i, l = i + 2, l + LW
             end
           end
@@ -247,7 +290,13 @@ local function decide(keys, args)
             l = lo
             for y = first, last do
               local bo = kb[y]
-              local t = tokens(B[bo + 2], B[bo + 3], LI[l + 1], LI[l + 2], LI[l + 3], now)
+              local t
+              if LI[l + 4] < 0 then
+                t = LI[l + 1] - (bo.top - bo.live + 1) - bo.n
+                if t < 0 then t = 0 end
+              else
+                t = tokens(B[bo + 2], B[bo + 3], LI[l + 1], LI[l + 2], LI[l + 3], now)
+              end
               if y == first or t < a2 then a2 = t end
               l = l + LW
             end
@@ -283,6 +332,11 @@ local function decide(keys, args)
       else
         call('DEL', RK[B[bo + 1]])
       end
+    end
+  end
+  if ZS then
+    for z = 1, nzs do
+      if ZS[z].n > 0 then windowWrite(ZS[z], now, horizon) end
     end
   end
   if CHG then

@@ -9,6 +9,7 @@ uses it (Lua's local functions must be):
   rules.lua     the bucket's rules, the reads of stored values, the
                 decisions a job's keys and charge lead to
   jobs.lua      decide's layout of a call, and its arguments' checks
+  window.lua    the sliding windows (WINDOWS): read, wait, write
   fast.lua      decide's fast paths: one job (one), the worker's call (many)
   decide.lua    decide, and its general path
   owners.lua    claim, release, failed: a job's owner record and failures
@@ -21,7 +22,7 @@ uses it (Lua's local functions must be):
 
 Eight functions, each atomic:
 
-  decide___VERSION__   decide M jobs against their token buckets
+  decide___VERSION__   decide M jobs against their token buckets and sliding windows
   claim___VERSION__    make an incarnation the owner of a job that has none
   release___VERSION__  give up a job's owner record that names an incarnation
   failed___VERSION__   count a handler failure, and give the owner record up
@@ -140,8 +141,10 @@ E_* codes (the same numbers as throttle.Code):
    8 E_BURST        burst not in [1, 1e9], or burst*period >= 2^53
    9 E_OVER_BURST   the cost exceeds a burst: never admissible
   10 E_STATE        stored state malformed (length, sign, remainder >= rate,
-                    empty time past now + 30 days + fill time)
-  11 E_STATE_TTL    stored state has no TTL
+                    empty time past now + 30 days + fill time); or a
+                    sliding window's admission malformed or past
+                    now + 30 days + its span (WINDOWS, window.lua)
+  11 E_STATE_TTL    stored state (or sliding window) has no TTL
   12 E_RESV         stored reservation malformed
   13 E_RESV_TTL     stored reservation has no TTL
   14 E_INCARNATION  incarnation not in [0, 2^53)
@@ -195,6 +198,7 @@ local MAX_RENEW = __MAX_RENEW__
 local MAX_SWEEP = __MAX_SWEEP__
 local MAX_CALLS = __MAX_CALLS__
 local MAX_MEMBER = __MAX_MEMBER__
+local MAX_WINDOW = __MAX_WINDOW__
 local MAX_N = 1000000000 -- the largest cost, rate and burst
 -- The stored state of a bucket: its empty time, whole µs and remainder,
 -- and the rate the remainder is in (struct.pack's format). A state is
@@ -257,4 +261,19 @@ local function limit(args, x, read)
   local fill = q
   if m > 0 then fill = fill + 1 end
   return r, p, b, q, m, fill
+end
+
+-- term checks the term whose first argument is args[x], a limit (limit)
+-- or a sliding window (WINDOWS, window.lua): a window is written as a
+-- limit of burst 'w', its N as the rate, its span as the period. A window
+-- is returned as a limit of rate and burst N and fill time (how long an
+-- admission counts) the span, marked by q = -1; or nil, an E_* code and
+-- the position at fault.
+local function term(args, x, read)
+  if args[x + 2] ~= 'w' then return limit(args, x, read) end
+  local n = read(args[x], 1, MAX_WINDOW)
+  if n == nil then return nil, E_RATE, x end
+  local p = read(args[x + 1], 1000, MAX_PERIOD)
+  if p == nil then return nil, E_PERIOD, x + 1 end
+  return n, p, n, -1, 0, p
 end

@@ -9,7 +9,8 @@
 local JW = 6
 -- Limits, LW slots each: rate, period, burst, q and m (burst*period/rate =
 -- q + m/rate), fill time (µs); and, at the first limit of a set (the
--- limits of a job), the longest fill time of the set.
+-- limits of a job), the longest fill time of the set. A sliding window
+-- (term) is N, span, N, -1, 0, span.
 local LW = 7
 -- Buckets, BW slots each: RK position (its name, read), empty time (a, f),
 -- status (0 not read, 1 read, 2 changed, WRONGTYPE, or the E_* code of a
@@ -69,7 +70,7 @@ local function jobs(keys, args)
       lo, L, lx, lerr, lpos, olx = nl, Lk, y, 0, 0, nil
       local fill = 0
       for z = y, y + 3 * (Lk - 1), 3 do
-        local r, p, b, q, m, f = limit(args, z, whole)
+        local r, p, b, q, m, f = term(args, z, whole)
         if r == nil then
           if lerr == 0 then lerr, lpos = p, b end
           r, p, b, q, m, f = 1, 1000, 0, 0, 0, 0

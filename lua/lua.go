@@ -27,6 +27,8 @@ var (
 	rules string
 	//go:embed jobs.lua
 	jobs string
+	//go:embed window.lua
+	window string
 	//go:embed fast.lua
 	fast string
 	//go:embed decide.lua
@@ -53,8 +55,8 @@ type file struct{ name, text string }
 
 // files returns the library's source files in the order Library joins
 // them: the head (the library's name, its contract, the constants and
-// argument checks), the shared rules, decide's layout, fast paths and
-// general path, the owner and failure functions, carry, hold, the running
+// argument checks), the shared rules, decide's layout, its sliding
+// windows, fast paths and general path, the owner and failure functions, carry, hold, the running
 // caps' sets, admit, lease, and last the registrations, once every
 // function they name is defined.
 func files() []file {
@@ -62,6 +64,7 @@ func files() []file {
 		{"head.lua", head},
 		{"rules.lua", rules},
 		{"jobs.lua", jobs},
+		{"window.lua", window},
 		{"fast.lua", fast},
 		{"decide.lua", decide},
 		{"owners.lua", owners},
@@ -135,6 +138,10 @@ const (
 	// job's tenant as its hash tag holds it (at most 1 + 171 bytes: '~'
 	// and the base64 of 128 bytes), '/' and the job id.
 	MaxMember = 301
+	// MaxWindow is the largest N of a sliding window (sliding:N/DURATION):
+	// a window keeps each admission in its span, at most N, and one call
+	// drops at most MaxWindow admissions that left it.
+	MaxWindow = 10000
 )
 
 // Source returns the library as Redis loads it: every bound's placeholder
@@ -150,5 +157,6 @@ func Source(version string) string {
 		"__MAX_SWEEP__", strconv.Itoa(MaxSweep),
 		"__MAX_CALLS__", strconv.Itoa(MaxCalls),
 		"__MAX_MEMBER__", strconv.Itoa(MaxMember),
+		"__MAX_WINDOW__", strconv.Itoa(MaxWindow),
 	).Replace(Library)
 }

@@ -113,7 +113,9 @@ end
 local function regime(LI, lo, L)
   local id = 0
   for l = lo, lo + 7 * (L - 1), 7 do
-    id = (id * 31 + regime1(LI[l + 1], LI[l + 2])) % RID
+    local r = LI[l + 1]
+    if LI[l + 4] < 0 then r = r + MAX_N end -- a window is not the bucket of its numbers
+    id = (id * 31 + regime1(r, LI[l + 2])) % RID
   end
   return id
 end

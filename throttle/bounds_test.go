@@ -85,7 +85,8 @@ func TestBoundsWrittenIn(t *testing.T) {
 		t.Fatalf("a bound's placeholder left in the library loaded: %q", code[i:i+20])
 	}
 	for name, v := range map[string]int{"MAX_JOBS": lua.MaxJobs, "MAX_LIMITS": lua.MaxLimits, "MAX_CHARGES": lua.MaxCharges, "MAX_RENEW": lua.MaxRenew,
-		"MAX_SWEEP": lua.MaxSweep, "MAX_CALLS": lua.MaxCalls, "MAX_MEMBER": lua.MaxMember} {
+		"MAX_SWEEP": lua.MaxSweep, "MAX_CALLS": lua.MaxCalls, "MAX_MEMBER": lua.MaxMember,
+		"MAX_WINDOW": lua.MaxWindow} {
 		if want := fmt.Sprintf("local %s = %d\n", name, v); !strings.Contains(code, want) {
 			t.Errorf("library lacks %q", want)
 		}

@@ -47,7 +47,7 @@ func (l *Limiter) decideBatchWith(ctx context.Context, n int, prep func(i int) (
 			results[i].Err = err
 			continue
 		}
-		key := groupKey{now: p.now, owner: p.ownerKey != "", job: p.resvKey != ""}
+		key := groupKey{now: p.now, owner: p.ownerKey != "", job: p.resvKey != "", windows: p.windows}
 		if !l.crossTenant {
 			key.tag = p.tag
 		}
@@ -83,11 +83,13 @@ func (l *Limiter) decideBatchWith(ctx context.Context, n int, prep func(i int) (
 }
 
 // groupKey is what the jobs of one function call share: the clock, whether
-// they have job keys and owner keys, and on a cluster the tenant.
+// they have job keys and owner keys, whether they have sliding windows (a
+// call with one takes the function's general path: the jobs of buckets
+// alone keep to its fast paths), and on a cluster the tenant.
 type groupKey struct {
-	tag        string
-	now        string
-	owner, job bool
+	tag                 string
+	now                 string
+	owner, job, windows bool
 }
 
 // prepared is one validated request, in the pieces a function call is
@@ -102,6 +104,7 @@ type prepared struct {
 	incarnation string // with ownerKey
 	fresh       bool
 	shadow      bool // decided against the tenant's shadow buckets, always admitted
+	windows     bool // some of its limits are sliding windows
 	limits      Limits
 	cap         *capCall // the running cap it is admitted under, or nil
 }
@@ -165,6 +168,7 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		limitKeys: make([]string, 0, len(limits)),
 		shadow:    pol.Shadow,
 		limits:    limits,
+		windows:   limits.hasWindow(),
 	}
 	for _, lim := range limits {
 		r := l.render(lim)
@@ -206,10 +210,19 @@ func (l *Limiter) render(lim Limit) *renderedLimit {
 		args: [3]any{
 			strconv.FormatInt(lim.Rate, 10),
 			strconv.FormatInt(lim.periodMicros(), 10),
-			strconv.FormatInt(lim.Burst, 10),
+			burstArg(lim),
 		},
 	})
 	return r.(*renderedLimit)
+}
+
+// burstArg is the burst argument of lim: a sliding window is written as
+// a limit of burst "w" (lua/window.lua, WINDOWS).
+func burstArg(lim Limit) string {
+	if lim.Sliding {
+		return "w"
+	}
+	return strconv.FormatInt(lim.Burst, 10)
 }
 
 // arg is s as a function argument. Putting a string in an interface

@@ -18,7 +18,9 @@ import (
 // at most the new burst (none when it was in debt: the jobs holding its
 // slots are decided again when they come back).
 //
-// The limits of each policy are paired in order of their periods, and a
+// A sliding window whose span changes keeps its admissions, to count for
+// the new span. The limits of each policy are paired in order of their
+// periods, buckets with buckets and windows with windows, and a
 // pair of equal periods needs nothing. A new bucket that already exists
 // (another worker carried it, or a decision under to made it) is left as
 // it is, so every worker may call Carry for the same change. Enforced and
@@ -32,7 +34,12 @@ func (l *Limiter) Carry(ctx context.Context, tenant string, from, to Policy, at 
 	if err != nil {
 		return err
 	}
-	olds, news := byPeriod(from.Limits), byPeriod(to.Limits)
+	// Buckets are paired with buckets, sliding windows with windows.
+	olds, news := byPeriod(from.Limits.buckets()), byPeriod(to.Limits.buckets())
+	wo, wn := byPeriod(from.Limits.windows()), byPeriod(to.Limits.windows())
+	for i := range min(len(wo), len(wn)) {
+		olds, news = append(olds, wo[i]), append(news, wn[i])
+	}
 	var errs []error
 	for i := range min(len(olds), len(news)) {
 		o, n := olds[i], news[i]
@@ -51,7 +58,7 @@ func (l *Limiter) Carry(ctx context.Context, tenant string, from, to Policy, at 
 			now = strconv.FormatInt(at.UnixMicro(), 10)
 		}
 		v, err := l.lib.call(ctx, l.lib.carry, keys, now, strconv.FormatInt(o.periodMicros(), 10),
-			strconv.FormatInt(n.Rate, 10), strconv.FormatInt(n.periodMicros(), 10), strconv.FormatInt(n.Burst, 10))
+			strconv.FormatInt(n.Rate, 10), strconv.FormatInt(n.periodMicros(), 10), burstArg(n))
 		if err == nil {
 			err = replyStatus(l.lib.carry, keys[0], v)
 		}

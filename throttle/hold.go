@@ -29,6 +29,9 @@ func (l *Limiter) HoldAt(ctx context.Context, tenant string, at, until time.Time
 		return err
 	}
 	pol := l.policies.Policy(tenant)
+	// A hold moves token buckets only: a sliding window's entries are
+	// admissions, and a tenant of windows alone is not held here.
+	pol.Limits = pol.Limits.buckets()
 	if pol.Shadow || len(pol.Limits) == 0 {
 		return nil
 	}

@@ -26,6 +26,8 @@ const MaxJobIDLen = 128
 //
 //	<prefix>:{<tenant>}:l:<period µs>          state of one limit
 //	<prefix>:{<tenant>}:s:<period µs>          state of one limit in shadow mode
+//	<prefix>:{<tenant>}:z:<span µs>            admissions of one sliding window
+//	<prefix>:{<tenant>}:y:<span µs>            the same in shadow mode
 //	<prefix>:{<tenant>}:j:<job id>             slot reserved for one job
 //	<prefix>:{<tenant>}:f:<job id>             handler failures of one job
 //	<prefix>:{<tenant>}:o:<job id>             incarnation of a moved job that ran
@@ -77,9 +79,18 @@ func plainTenant(tenant string) bool {
 // names the period alone, so a limit whose rate or burst changes keeps its
 // bucket and what it holds (lua/head.lua, CHANGE); a tenant has one
 // limit per period (Limits.Validate).
+//
+// A sliding window's key is its sorted set of admissions, prefix:{tag}:z:SPAN,
+// or prefix:{tag}:y:SPAN in shadow mode: named by its span alone, so that
+// a changed N keeps the admissions that count.
 func limitKeySuffix(l Limit, shadow bool) string {
 	kind := ":l:"
-	if shadow {
+	switch {
+	case l.Sliding && shadow:
+		kind = ":y:"
+	case l.Sliding:
+		kind = ":z:"
+	case shadow:
 		kind = ":s:"
 	}
 	return kind + strconv.FormatInt(l.periodMicros(), 10)

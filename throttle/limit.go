@@ -22,9 +22,13 @@ const (
 	MinPeriod = time.Millisecond
 	// MaxPeriod is the longest Period a Limit accepts.
 	MaxPeriod = 366 * 24 * time.Hour
-	// MaxLimits is the most limits one tenant may have at once: the
-	// Redis functions' own bound.
+	// MaxLimits is the most limits one tenant may have at once, sliding
+	// windows included: the Redis functions' own bound.
 	MaxLimits = lua.MaxLimits
+	// MaxSliding is the largest N of a sliding window: a window keeps
+	// each admission in its span in Redis, so N bounds what a span holds
+	// and what one call drops (lua.MaxWindow).
+	MaxSliding = lua.MaxWindow
 	// maxExact is 2^53, the largest integer a Lua number holds exactly.
 	maxExact = 1 << 53
 )
@@ -38,6 +42,16 @@ type Limit struct {
 	Period time.Duration
 	// Burst is the bucket's capacity: the most cost admitted at once.
 	Burst int64
+	// Sliding makes the limit a sliding window log rather than a token
+	// bucket: at most Rate cost units are admitted in any span of Period,
+	// exactly, and Burst equals Rate (see SlidingWindow).
+	Sliding bool `json:",omitempty"`
+}
+
+// SlidingWindow returns the sliding window that admits at most n cost
+// units in any span of d ("sliding:N/DURATION").
+func SlidingWindow(n int64, d time.Duration) Limit {
+	return Limit{Rate: n, Period: d, Burst: n, Sliding: true}
 }
 
 // PerSecond returns a Limit of rate per second with a burst of burst.
@@ -57,6 +71,20 @@ func (l Limit) periodMicros() int64 { return l.Period.Microseconds() }
 
 // Validate reports whether l can be enforced, and why not.
 func (l Limit) Validate() error {
+	if l.Sliding {
+		// No token arithmetic: burst × period is not bounded.
+		switch {
+		case l.Rate < 1 || l.Rate > MaxSliding:
+			return fmt.Errorf("sliding window of %d out of range [1, %d]", l.Rate, MaxSliding)
+		case l.Burst != l.Rate:
+			return fmt.Errorf("sliding window of %d with a burst of %d: want the same", l.Rate, l.Burst)
+		case l.Period < MinPeriod || l.Period > MaxPeriod:
+			return fmt.Errorf("span %s out of range [%s, %s]", l.Period, MinPeriod, MaxPeriod)
+		case l.Period%time.Microsecond != 0:
+			return fmt.Errorf("span %s is not a whole number of microseconds", l.Period)
+		}
+		return nil
+	}
 	switch {
 	case l.Rate < 1 || l.Rate > MaxRate:
 		return fmt.Errorf("rate %d out of range [1, %d]", l.Rate, MaxRate)
@@ -87,6 +115,9 @@ func (l Limit) String() string {
 	default:
 		unit = l.Period.String()
 	}
+	if l.Sliding {
+		return fmt.Sprintf("%s%d/%s", SlidingTerm, l.Rate, unit)
+	}
 	return fmt.Sprintf("%d/%s:%d", l.Rate, unit, l.Burst)
 }
 
@@ -107,9 +138,10 @@ func (ls Limits) Validate() error {
 			return fmt.Errorf("limit %s: %w", l, err)
 		}
 		// A tenant's bucket of a limit is named by its period, so that a
-		// changed rate keeps its bucket: one limit per period.
+		// changed rate keeps its bucket: one limit per period (and one
+		// sliding window per span, named the same way).
 		for _, o := range ls[:i] {
-			if o.Period == l.Period {
+			if o.Period == l.Period && o.Sliding == l.Sliding {
 				return fmt.Errorf("limits %s and %s have the same period: keep one", o, l)
 			}
 		}
@@ -167,6 +199,63 @@ func ParseLimit(s string, defaultBurst int64) (Limit, error) {
 		return Limit{}, fmt.Errorf("limit %q: %w", s, err)
 	}
 	return l, nil
+}
+
+// ParseSliding reads a sliding window written as N/DURATION (what follows
+// "sliding:" in a spec), where DURATION is s, m, h, d or a Go duration
+// such as 10s or 1m30s, and N is from 1 to MaxSliding.
+func ParseSliding(s string) (Limit, error) {
+	nText, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Limit{}, fmt.Errorf("%q: want %sN/DURATION, e.g. %s100/1m", SlidingTerm+s, SlidingTerm, SlidingTerm)
+	}
+	n, err := parseCount(nText)
+	if err != nil || n > MaxSliding {
+		return Limit{}, fmt.Errorf("%q: want %sN/DURATION, N a whole number from 1 to %d", SlidingTerm+s, SlidingTerm, MaxSliding)
+	}
+	d, err := parseUnit(unit)
+	if err != nil {
+		return Limit{}, fmt.Errorf("%q: %w", SlidingTerm+s, err)
+	}
+	l := SlidingWindow(n, d)
+	if err := l.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("%q: %w", SlidingTerm+s, err)
+	}
+	return l, nil
+}
+
+// buckets returns the token buckets of ls, without its sliding windows:
+// what Hold and Carry move.
+func (ls Limits) buckets() Limits {
+	out := make(Limits, 0, len(ls))
+	for _, l := range ls {
+		if !l.Sliding {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// hasWindow reports whether some of ls are sliding windows.
+func (ls Limits) hasWindow() bool {
+	for _, l := range ls {
+		if l.Sliding {
+			return true
+		}
+	}
+	return false
+}
+
+// windows returns the sliding windows of ls: what Carry carries apart
+// from the buckets.
+func (ls Limits) windows() Limits {
+	out := make(Limits, 0, len(ls))
+	for _, l := range ls {
+		if l.Sliding {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // parseCount reads a positive decimal integer with no sign, exponent or

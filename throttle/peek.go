@@ -34,6 +34,13 @@ type Bucket struct {
 	ReservedUntil time.Time `json:"reserved_until,omitzero"`
 	// Wait is how long a new job of cost 1 would wait for this bucket.
 	Wait time.Duration `json:"wait"`
+	// InSpan is, for a sliding window, the cost units that count now:
+	// those admitted in the last span and those reserved ahead (Tokens is
+	// N less them; below 0 after N was lowered).
+	InSpan int64 `json:"in_span,omitempty"`
+	// NextLeaves is, for a sliding window, when the earliest admission
+	// that counts leaves the span.
+	NextLeaves time.Time `json:"next_leaves,omitzero"`
 }
 
 // Snapshot is what the limiter holds for one tenant at one moment, read
@@ -83,7 +90,11 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 	now := s.At.UnixMicro()
 	for _, lim := range s.Policy.Limits {
 		key := l.keys.prefix + ":" + tag + limitKeySuffix(lim, s.Policy.Shadow)
-		b, err := peekBucket(ctx, node, key, lim, now)
+		peek := peekBucket
+		if lim.Sliding {
+			peek = peekWindow
+		}
+		b, err := peek(ctx, node, key, lim, now)
 		if err != nil {
 			return Snapshot{}, err
 		}
@@ -195,6 +206,85 @@ func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 		}
 		b.Wait = time.Duration(wait) * time.Microsecond
 	}
+	return b, nil
+}
+
+// peekWindow reads the sliding window of lim at key at now (µs), as the
+// function would (lua/window.lua: WINDOWS, windowRead, windowWait): the
+// units admitted that count (in the last span, or reserved ahead), when
+// the first of them leaves the span, the last slot reserved, and the wait
+// of a job of cost 1: until the last admission, and until unit N from
+// the last leaves the span. Each member is '<slot µs>:<first unit>',
+// scored by its last unit.
+func peekWindow(ctx context.Context, node redis.Cmdable, key string, lim Limit, now int64) (Bucket, error) {
+	b := Bucket{Limit: lim, Key: key, Tokens: float64(lim.Rate), FullAt: time.UnixMicro(now)}
+	d := lim.periodMicros()
+	bad := &InvalidError{Code: CodeState, Detail: key + " holds a malformed sliding window"}
+	// admission reads the first member of zs: its slot, first and last unit.
+	admission := func(zs []redis.Z, err error) (slot, first, last int64, ok bool, _ error) {
+		if err != nil {
+			return 0, 0, 0, false, &RedisError{Op: "ZRANGE " + key, Err: err}
+		}
+		if len(zs) == 0 {
+			return 0, 0, 0, false, nil
+		}
+		m, _ := zs[0].Member.(string)
+		st, ft, found := strings.Cut(m, ":")
+		slot, err1 := strconv.ParseInt(st, 10, 64)
+		first, err2 := strconv.ParseInt(ft, 10, 64)
+		if !found || err1 != nil || err2 != nil {
+			return 0, 0, 0, false, bad
+		}
+		return slot, first, int64(zs[0].Score), true, nil
+	}
+	lastSlot, _, top, ok, err := admission(node.ZRangeWithScores(ctx, key, -1, -1).Result())
+	if err != nil || !ok {
+		return b, err
+	}
+	b.Stored = true
+	// The first admission that counts, by halving (slots rise with the
+	// rank): its first unit and slot; none when every one left the span.
+	card, err := node.ZCard(ctx, key).Result()
+	if err != nil {
+		return b, &RedisError{Op: "ZCARD " + key, Err: err}
+	}
+	live, liveSlot := top+1, int64(0)
+	for lo, hi := int64(0), card; lo < hi; {
+		r := (lo + hi) / 2
+		t, u, _, ok, err := admission(node.ZRangeWithScores(ctx, key, r, r).Result())
+		if err != nil {
+			return b, err
+		}
+		if !ok {
+			return b, bad
+		}
+		if t > now-d {
+			hi, live, liveSlot = r, u, t
+		} else {
+			lo = r + 1
+		}
+	}
+	b.InSpan = top - live + 1
+	b.Tokens = float64(lim.Rate - b.InSpan)
+	var wait int64
+	if lastSlot > now {
+		b.ReservedUntil, wait = time.UnixMicro(lastSlot), lastSlot-now
+	}
+	if b.InSpan > 0 {
+		b.FullAt = time.UnixMicro(lastSlot + d)
+		b.NextLeaves = time.UnixMicro(liveSlot + d)
+	}
+	if x := top - lim.Rate + 1; x >= live {
+		t, _, _, ok, err := admission(node.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: key, Start: strconv.FormatInt(x, 10), Stop: "+inf", ByScore: true, Count: 1}).Result())
+		if err != nil {
+			return b, err
+		}
+		if ok && t+d-now > wait {
+			wait = t + d - now
+		}
+	}
+	b.Wait = time.Duration(wait) * time.Microsecond
 	return b, nil
 }
 

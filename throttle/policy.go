@@ -15,6 +15,11 @@ const ShadowTerm = "shadow"
 // tenant's jobs run at once, as in "50/s:100+running:5".
 const RunningTerm = "running:"
 
+// SlidingTerm starts the term of a policy's spec that is a sliding window
+// log, as in "50/s:100+sliding:1000/1m": at most N cost units in any span
+// of the duration (Limit.Sliding).
+const SlidingTerm = "sliding:"
+
 // MaxRunning is the largest cap a policy's Running may set.
 const MaxRunning = 1_000_000
 
@@ -64,9 +69,11 @@ func (p Policy) String() string {
 }
 
 // ParsePolicy reads a tenant's spec: limits joined by "+" as ParseLimits
-// reads them, and optionally the terms "running:N" (a cap on the jobs
-// running at once) and "shadow" among them, such as "50/s:100+10000/d",
-// "50/s:100+running:5", "running:2" or "50/s:100+shadow".
+// reads them, sliding windows "sliding:N/DURATION" (ParseSliding), and
+// optionally the terms "running:N" (a cap on the jobs running at once)
+// and "shadow" among them, such as "50/s:100+10000/d",
+// "50/s:100+sliding:500/1m", "50/s:100+running:5", "running:2" or
+// "50/s:100+shadow".
 func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 	if strings.TrimSpace(s) == "" {
 		return Policy{}, errors.New("empty limit")
@@ -89,6 +96,14 @@ func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 				return Policy{}, fmt.Errorf("%q: want running:N, N a whole number from 1 to %d", part, MaxRunning)
 			}
 			p.Running = v
+			continue
+		}
+		if w, ok := strings.CutPrefix(strings.TrimSpace(part), SlidingTerm); ok {
+			l, err := ParseSliding(w)
+			if err != nil {
+				return Policy{}, err
+			}
+			p.Limits = append(p.Limits, l)
 			continue
 		}
 		l, err := ParseLimit(part, defaultBurst)

@@ -120,6 +120,12 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 			until = fmt.Sprintf("in %s", b.ReservedUntil.Sub(in.At).Round(time.Millisecond))
 		}
 		tokens := fmt.Sprintf("%.2f of %d", b.Tokens, b.Burst)
+		if b.Sliding {
+			tokens = fmt.Sprintf("%d in the span of %d", b.InSpan, b.Burst)
+			if b.NextLeaves != nil {
+				tokens += fmt.Sprintf(", the next leaves in %s", b.NextLeaves.Sub(in.At).Round(time.Millisecond))
+			}
+		}
 		if b.StoredRate != 0 {
 			tokens += fmt.Sprintf(" (stored at %d per period; carried over at the next decision)", b.StoredRate)
 		}

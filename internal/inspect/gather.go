@@ -96,6 +96,13 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 			until := b.ReservedUntil.UTC()
 			v.ReservedUntil = &until
 		}
+		if b.Limit.Sliding {
+			v.Sliding, v.InSpan = true, b.InSpan
+			if !b.NextLeaves.IsZero() {
+				next := b.NextLeaves.UTC()
+				v.NextLeaves = &next
+			}
+		}
 		r.Buckets = append(r.Buckets, v)
 	}
 	if src.MaxRunning > 0 {
