@@ -76,7 +76,7 @@ func TestSlidingReservesInOrder(t *testing.T) {
 	// fifth for the second (61 s), the sixth for the third (62 s).
 	for i, want := range []time.Duration{57 * time.Second, 58 * time.Second, 59 * time.Second} {
 		d := decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("b", i), At: at(3 * time.Second)})
-		if d.Outcome != throttle.Reserved || d.Wait != want || d.HeldBy != w {
+		if d.Outcome != throttle.Reserved || d.Wait != want || d.Binding != w {
 			t.Fatalf("job b%d: %+v, want reserved for %s by %s", i, d, want, w)
 		}
 	}
@@ -131,7 +131,7 @@ func TestSlidingWithABucket(t *testing.T) {
 		{throttle.Reserved, time.Second, b}, {throttle.Reserved, 2 * time.Second, b},
 		{throttle.Reserved, time.Minute, w}, {throttle.Reserved, time.Minute, w}}
 	for i, d := range got {
-		if d.Outcome != want[i].o || d.Wait != want[i].wait || d.HeldBy != want[i].by {
+		if d.Outcome != want[i].o || d.Wait != want[i].wait || d.Binding != want[i].by {
 			t.Errorf("job %d: %+v, want %v for %s by %v", i, d, want[i].o, want[i].wait, want[i].by)
 		}
 	}
@@ -259,7 +259,7 @@ func TestSlidingUnderACap(t *testing.T) {
 	ce.finish(t, j1)
 	// j2 was called; the window makes it wait 60 s for its slot.
 	j2 := ce.job(t, "acme", "j2")
-	if j2.Outcome != throttle.Reserved || j2.Wait != time.Minute || j2.HeldBy != w {
+	if j2.Outcome != throttle.Reserved || j2.Wait != time.Minute || j2.Binding != w {
 		t.Fatalf("j2 called: %+v, want Reserved for 60s by %s", j2.Decision, w)
 	}
 	ce.now = t0.Add(time.Minute)
