@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -52,13 +53,18 @@ func BenchmarkSlidingWindowProcesses(b *testing.B) {
 			slidingSpec, slidingOffered, slidingPublish, r.published, r.forwarded, r.twice, r.waiting, r.lost)
 		b.Logf("most in a %s span (target <= %d): by forward ending at a job %d, starting at a job %d; by admission ending %d, starting %d; both edges in [t-D, t]: by forward %d, by admission %d; %d of %d forwards carried a slot",
 			slidingSpan, slidingN, r.fwd.ending, r.fwd.starting, r.adm.ending, r.adm.starting, r.fwd.closed, r.adm.closed, r.slotted, r.forwarded)
+		b.Logf("by admission, taking a job admitted at once as admitted at its publish: most %d ending at a job, %d both edges in",
+			r.admSent.ending, r.admSent.closed)
 		b.Logf("steady rate (target 5/s ±1%%) over jobs %d..%d: by forward %.4f/s, by admission %.4f/s; jobs %d..%d end to end by forward %.4f/s",
 			slidingN+1, slidingN+1+r.periodJobs, r.fwd.rate, r.adm.rate, slidingN+1, r.forwarded, r.fwd.rawRate)
+		b.Logf("forward less slot (%d jobs): %s; forward less publish of the jobs without a slot (%d): %s",
+			len(r.lateSlot), spread(r.lateSlot), len(r.lateSent), spread(r.lateSent))
 		b.Logf("deliveries: %.0f for %d published jobs (%.2f a job), moved %.0f", r.delivered, r.published, r.delivered/float64(r.published), r.moved)
 		b.ReportMetric(float64(r.fwd.ending), "most-in-span-fwd")
 		b.ReportMetric(float64(r.fwd.starting), "most-in-span-fwd-start")
 		b.ReportMetric(float64(r.adm.ending), "most-in-span-adm")
 		b.ReportMetric(float64(r.adm.starting), "most-in-span-adm-start")
+		b.ReportMetric(float64(r.admSent.ending), "most-in-span-adm-pub")
 		b.ReportMetric(r.fwd.rate, "rate-fwd/s")
 		b.ReportMetric(r.adm.rate, "rate-adm/s")
 		b.ReportMetric(float64(r.lost), "lost-jobs")
@@ -72,8 +78,24 @@ type slidingReport struct {
 	published, forwarded, twice, waiting, lost int
 	slotted                                    int // forwards with a Throttler-Slot header
 	periodJobs                                 int // 50·m, the jobs the steady rate spans
-	fwd, adm                                   spanCounts
-	delivered, moved                           float64 // the workers' counters, summed
+	// fwd is by forward; adm by slot, else forward (the latest a job
+	// admitted at once can have been admitted); admSent by slot, else
+	// publish (the earliest).
+	fwd, adm, admSent spanCounts
+	delivered, moved  float64 // the workers' counters, summed
+	// lateSlot is forward less slot of each job with a slot, lateSent
+	// forward less publish of the others (admitted when first decided).
+	lateSlot, lateSent []time.Duration
+}
+
+// spread is the least, median and most of d, rounded to the millisecond.
+func spread(d []time.Duration) string {
+	if len(d) == 0 {
+		return "none"
+	}
+	slices.Sort(d)
+	r := func(x time.Duration) time.Duration { return x.Round(time.Millisecond) }
+	return fmt.Sprintf("min %s p50 %s max %s", r(d[0]), r(d[len(d)/2]), r(d[len(d)-1]))
 }
 
 // spanCounts are one series of times measured against the window.
@@ -96,8 +118,8 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 	must(tb, err, "jetstream")
 
 	type forward struct {
-		id       string
-		at, slot time.Time // slot: zero without a Throttler-Slot header
+		id             string
+		at, slot, sent time.Time // slot: zero without a Throttler-Slot header
 	}
 	var (
 		mu       sync.Mutex
@@ -105,6 +127,9 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 	)
 	sub, err := nc.Subscribe("done.*", func(m *nats.Msg) {
 		f := forward{id: m.Header.Get("Job"), at: time.Now()}
+		if ns, err := strconv.ParseInt(m.Header.Get("Sent"), 10, 64); err == nil {
+			f.sent = time.Unix(0, ns)
+		}
 		if us, err := strconv.ParseInt(m.Header.Get(consumer.HeaderSlot), 10, 64); err == nil && us > 0 {
 			f.slot = time.UnixMicro(us)
 		}
@@ -165,6 +190,7 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 		for range slidingOffered*(k+1)/10 - slidingOffered*k/10 {
 			m := nats.NewMsg("jobs.acme")
 			m.Header.Set("Job", "j"+strconv.Itoa(published))
+			m.Header.Set("Sent", strconv.FormatInt(time.Now().UnixNano(), 10))
 			_, err := js.PublishMsgAsync(m)
 			must(tb, err, "publish")
 			published++
@@ -192,7 +218,7 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 	mu.Lock()
 	defer mu.Unlock()
 	seen := map[string]bool{}
-	var fwd, adm []time.Time
+	var fwd, adm, admSent []time.Time
 	for _, f := range forwards {
 		if seen[f.id] {
 			r.twice++
@@ -200,17 +226,21 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 		}
 		seen[f.id] = true
 		fwd = append(fwd, f.at)
-		a := f.at
+		a, as := f.at, f.sent
 		if !f.slot.IsZero() {
-			a = f.slot
+			a, as = f.slot, f.slot
 			r.slotted++
+			r.lateSlot = append(r.lateSlot, f.at.Sub(f.slot))
+		} else {
+			r.lateSent = append(r.lateSent, f.at.Sub(f.sent))
 		}
-		adm = append(adm, a)
+		adm, admSent = append(adm, a), append(admSent, as)
 	}
 	r.forwarded = len(fwd)
 	r.lost = r.published - r.forwarded - r.waiting
 	r.fwd, r.periodJobs = spansOf(fwd, slidingN, slidingSpan)
 	r.adm, _ = spansOf(adm, slidingN, slidingSpan)
+	r.admSent, _ = spansOf(admSent, slidingN, slidingSpan)
 	return r
 }
 

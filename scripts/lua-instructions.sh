@@ -9,6 +9,7 @@
 #   scripts/lua-instructions.sh --redis-rate
 #   scripts/lua-instructions.sh --batch [library.lua ...]
 #   scripts/lua-instructions.sh --reserve [library.lua ...]
+#   scripts/lua-instructions.sh --sliding [library.lua ...]
 #
 # The engine's library is lua/'s source files joined in the order
 # lua/lua.go gives them, as lua.Library is; a library named instead is
@@ -27,7 +28,14 @@
 # job fresh with its reservation and owner keys, and reports the count per
 # job. --reserve counts 300 calls of 64 fresh jobs of one tenant far over
 # its limit (100/s, burst 10), each given a slot: a flood being moved off
-# the consumer. Needs valgrind, redis-server and redis-benchmark (Debian:
+# the consumer. --sliding counts 3,000 lone calls of one job as Allow sends
+# them for a sliding window (throttle/call.go): under sliding:10000/1s
+# alone (the short form, burst 'w'), keys spread over 1,000 tenants; the
+# same with every call on one tenant, whose window then holds the
+# admissions of the last second (each call adds one and drops those that
+# left the span); and, for one tenant, under 10000/s:10000 alone and
+# with sliding:10000/1s (the general form, no job id). valgrind slows Redis to well under
+# 10,000 calls a second, so every job is admitted. Needs valgrind, redis-server and redis-benchmark (Debian:
 # valgrind, redis-server, redis-tools), and Redis 7.0 or later.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -108,6 +116,10 @@ case "${1:-}" in
 	shift
 	worker_call 64 'flood' 100 10
 	;;
+--sliding)
+	shift
+	sliding=1
+	;;
 esac
 
 if [ -n "$eval" ]; then
@@ -115,8 +127,6 @@ if [ -n "$eval" ]; then
 else
 	printf '%s\n' '#!lua name=empty' "redis.register_function('decide_x', function() return {1, 0, 0, 0} end)" >"$work/empty.lua"
 fi
-base0=$(instructions "$work/empty.lua" 0)
-empty=$(instructions "$work/empty.lua" "$calls")
 if [ $# -eq 0 ]; then
 	# The files lua/lua.go's files() lists, in its order.
 	sed -n 's/^\t\t{"\([a-z]*\.lua\)", [a-z]*},$/lua\/\1/p' lua/lua.go >"$work/files"
@@ -124,9 +134,31 @@ if [ $# -eq 0 ]; then
 	xargs cat <"$work/files" >"$work/library.lua"
 	set -- "$work/library.lua"
 fi
-for f in "$@"; do
-	total=$(instructions "$f" "$calls")
-	name=$f
-	[ "$f" != "$work/library.lua" ] || name='lua/*.lua (joined)'
-	echo "$name: $(((total - base0) / calls / per)) instructions per $unit, $(((total - empty) / calls / per)) more than an empty script"
-done
+# measure [LABEL]: counts the libraries named with the arguments in args,
+# against an empty function called with the same.
+measure() {
+	local base0 empty total name f
+	base0=$(instructions "$work/empty.lua" 0)
+	empty=$(instructions "$work/empty.lua" "$calls")
+	for f in "${libs[@]}"; do
+		total=$(instructions "$f" "$calls")
+		name=$f
+		[ "$f" != "$work/library.lua" ] || name='lua/*.lua (joined)'
+		echo "$name${1:+ $1}: $(((total - base0) / calls / per)) instructions per $unit, $(((total - empty) / calls / per)) more than an empty script"
+	done
+}
+libs=("$@")
+if [ -z "${sliding:-}" ]; then
+	measure
+	exit 0
+fi
+args=(1 'thr:{t__rand_int__}:z:1000000' 0 1 10000 1000000 w)
+measure 'sliding:10000/1s, 1,000 tenants'
+args=(1 'thr:{t}:z:1000000' 0 1 10000 1000000 w)
+measure 'sliding:10000/1s, one tenant'
+# redis-benchmark draws each __rand_int__ apart: a bucket and window of
+# one tenant are of one named tenant.
+args=(1 'thr:{t}:l:1000000' 0 1 10000 1000000 10000)
+measure '10000/s:10000, one tenant'
+args=(2 'thr:{t}:l:1000000' 'thr:{t}:z:1000000' 0 3600000000 1 0 0 2 10000 1000000 10000 10000 1000000 w)
+measure '10000/s:10000 + sliding:10000/1s, one tenant'
