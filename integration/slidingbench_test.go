@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -55,6 +56,8 @@ func BenchmarkSlidingWindowProcesses(b *testing.B) {
 			slidingSpan, slidingN, r.fwd.ending, r.fwd.starting, r.adm.ending, r.adm.starting, r.fwd.closed, r.adm.closed, r.slotted, r.forwarded)
 		b.Logf("by admission, taking a job admitted at once as admitted at its publish: most %d ending at a job, %d both edges in",
 			r.admSent.ending, r.admSent.closed)
+		b.Logf("by the window's own record in Redis (%d admissions): most %d ending at one, %d both edges in; rate over whole periods %.4f/s",
+			r.recorded, r.redis.ending, r.redis.closed, r.redis.rate)
 		b.Logf("steady rate (target 5/s ±1%%) over jobs %d..%d: by forward %.4f/s, by admission %.4f/s; jobs %d..%d end to end by forward %.4f/s",
 			slidingN+1, slidingN+1+r.periodJobs, r.fwd.rate, r.adm.rate, slidingN+1, r.forwarded, r.fwd.rawRate)
 		b.Logf("forward less slot (%d jobs): %s; forward less publish of the jobs without a slot (%d): %s",
@@ -65,6 +68,8 @@ func BenchmarkSlidingWindowProcesses(b *testing.B) {
 		b.ReportMetric(float64(r.adm.ending), "most-in-span-adm")
 		b.ReportMetric(float64(r.adm.starting), "most-in-span-adm-start")
 		b.ReportMetric(float64(r.admSent.ending), "most-in-span-adm-pub")
+		b.ReportMetric(float64(r.redis.ending), "most-in-span-redis")
+		b.ReportMetric(r.redis.rate, "rate-redis/s")
 		b.ReportMetric(r.fwd.rate, "rate-fwd/s")
 		b.ReportMetric(r.adm.rate, "rate-adm/s")
 		b.ReportMetric(float64(r.lost), "lost-jobs")
@@ -82,7 +87,11 @@ type slidingReport struct {
 	// admitted at once can have been admitted); admSent by slot, else
 	// publish (the earliest).
 	fwd, adm, admSent spanCounts
-	delivered, moved  float64 // the workers' counters, summed
+	// redis is by the slots the window recorded (its members, sampled
+	// every second), recorded how many.
+	redis            spanCounts
+	recorded         int
+	delivered, moved float64 // the workers' counters, summed
 	// lateSlot is forward less slot of each job with a slot, lateSent
 	// forward less publish of the others (admitted when first decided).
 	lateSlot, lateSent []time.Duration
@@ -181,6 +190,27 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 		_, err := js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)
 		return err == nil
 	})
+	// Redis's own record of the admissions: the window's members, read
+	// every second (a member stays at least the span).
+	rdb := rs.Client(tb)
+	recorded := map[string]bool{}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var sampling sync.WaitGroup
+	sampling.Go(func() {
+		for sampleCtx.Err() == nil {
+			keys, _ := rdb.Keys(sampleCtx, "*{acme}:z:*").Result()
+			for _, k := range keys {
+				members, _ := rdb.ZRange(sampleCtx, k, 0, -1).Result()
+				for _, m := range members {
+					recorded[m] = true
+				}
+			}
+			select {
+			case <-sampleCtx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	})
 
 	// 15 jobs a second in 100 ms ticks: 1 or 2 a tick, 150 every 10 s.
 	const tick = 100 * time.Millisecond
@@ -203,6 +233,8 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 		tb.Fatalf("publish acks did not come")
 	}
 	time.Sleep(time.Until(start.Add(slidingRun)))
+	stopSampling()
+	sampling.Wait()
 
 	counters := map[string]float64{}
 	for _, addr := range addrs {
@@ -241,6 +273,15 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 	r.fwd, r.periodJobs = spansOf(fwd, slidingN, slidingSpan)
 	r.adm, _ = spansOf(adm, slidingN, slidingSpan)
 	r.admSent, _ = spansOf(admSent, slidingN, slidingSpan)
+	var inRedis []time.Time
+	for m := range recorded {
+		slot, _, _ := strings.Cut(m, ":")
+		if us, err := strconv.ParseInt(slot, 10, 64); err == nil {
+			inRedis = append(inRedis, time.UnixMicro(us))
+		}
+	}
+	r.recorded = len(inRedis)
+	r.redis, _ = spansOf(inRedis, slidingN, slidingSpan)
 	return r
 }
 
