@@ -37,9 +37,13 @@ const (
 // One tenant is offered 15 jobs/s (3×) for 60 s; the benchmark watches
 // the forwards for 90 s from the first publish and reports, for every
 // job, the jobs in the 10 s span ending at it and the one starting at
-// it, both by forward (received here) and by admission (the slot in a
-// moved job's Throttler-Slot header, else its forward): at most 50 is the
-// target. The steady rate is over whole periods after the first span:
+// it, by forward (received here), by admission as the forwards tell it
+// (the slot in a moved job's Throttler-Slot header, else its forward or
+// publish) and by the window's own record in Redis (its members, each an
+// admission's slot, read every second): at most 50 is the target. The
+// header's slot is the worker's clock plus the wait, a few ms off the
+// slot Redis keeps, so only the record counts admissions exactly; the
+// forwards add their own jitter. The steady rate is over whole periods after the first span:
 // from job 51 to job 51 + 50·m, m as large as the run allows, so that
 // the bursts of a window log (50 jobs, then a wait) count whole; the
 // target is 5/s within 1%. Nothing lost: every published job is
