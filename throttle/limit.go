@@ -285,8 +285,13 @@ func parseUnit(u string) (time.Duration, error) {
 		return 24 * time.Hour, nil
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(u))
-	if err != nil || d <= 0 {
+	if err != nil {
 		return 0, fmt.Errorf("unit %q: want s, m, h, d or a duration such as 10s", u)
+	}
+	if d <= 0 {
+		// A duration, but none a period can be: saying "want a duration"
+		// of 0s would send the reader looking for a typo.
+		return 0, fmt.Errorf("duration %q: want one above 0, such as 10s", u)
 	}
 	return d, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,21 @@ func TestParseLimitRejects(t *testing.T) {
 	} {
 		if l, err := throttle.ParseLimit(in, 0); err == nil {
 			t.Fatalf("ParseLimit(%q) = %+v, want an error", in, l)
+		}
+	}
+}
+
+// A duration of 0 or below is refused as such, not as an unknown unit.
+func TestParseRejectsDurationNotAbove0(t *testing.T) {
+	for _, parse := range []func() error{
+		func() error { _, err := throttle.ParseLimit("100/0s", 0); return err },
+		func() error { _, err := throttle.ParseLimit("100/-1s", 0); return err },
+		func() error { _, err := throttle.ParseSliding("50/0s"); return err },
+		func() error { _, err := throttle.ParseSliding("50/-10s"); return err },
+	} {
+		err := parse()
+		if err == nil || !strings.Contains(err.Error(), "want one above 0") || strings.Contains(err.Error(), "unit") {
+			t.Errorf("got %v, want a duration not above 0 named as such", err)
 		}
 	}
 }
