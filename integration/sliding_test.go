@@ -70,7 +70,7 @@ func TestSlidingWindowEndToEnd(t *testing.T) {
 		t.Fatalf("inspect acme --json: %s", raw)
 	}
 	_, text, _ := runCLI(t, bin, vars, "inspect", "globex", "--quiet")
-	if !strings.Contains(text, "sliding:3/m") || !strings.Contains(text, "in the span of 3") {
+	if !strings.Contains(text, "sliding:3/m") || !strings.Contains(text, "0 of 3 in the span") {
 		t.Fatalf("inspect globex:\n%s", text)
 	}
 	t.Logf("inspect globex:\n%s", text)

@@ -38,6 +38,9 @@ type Bucket struct {
 	// those admitted in the last span and those reserved ahead (Tokens is
 	// N less them; below 0 after N was lowered).
 	InSpan int64 `json:"in_span,omitempty"`
+	// Ahead is, for a sliding window, the part of InSpan reserved ahead:
+	// units of jobs given a slot after the moment, not yet run.
+	Ahead int64 `json:"reserved_ahead,omitempty"`
 	// NextLeaves is, for a sliding window, when the earliest admission
 	// that counts leaves the span.
 	NextLeaves time.Time `json:"next_leaves,omitzero"`
@@ -265,6 +268,24 @@ func peekWindow(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 		}
 	}
 	b.InSpan = top - live + 1
+	// The first admission reserved ahead, by halving again.
+	ahead := top + 1
+	for lo, hi := int64(0), card; lo < hi; {
+		r := (lo + hi) / 2
+		t, u, _, ok, err := admission(node.ZRangeWithScores(ctx, key, r, r).Result())
+		if err != nil {
+			return b, err
+		}
+		if !ok {
+			return b, bad
+		}
+		if t > now {
+			hi, ahead = r, u
+		} else {
+			lo = r + 1
+		}
+	}
+	b.Ahead = top - ahead + 1
 	b.Tokens = float64(lim.Rate - b.InSpan)
 	var wait int64
 	if lastSlot > now {

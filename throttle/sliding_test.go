@@ -359,3 +359,26 @@ func TestSlidingCarriedToAnotherSpan(t *testing.T) {
 		t.Fatalf("the new span's window has a TTL of %s, want at least the horizon plus the span", ttl)
 	}
 }
+
+// Peek tells a window's units reserved ahead from those that ran: with
+// N = 2, five jobs at t0 run two at t0, two at t0+1s and one at t0+2s.
+func TestSlidingPeekShowsReservedAhead(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	l := newLimiter(t, e.rdb, e.prefix, 10*time.Second, throttle.Limits{throttle.SlidingWindow(2, time.Second)})
+	for i := range 5 {
+		decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("j", i), At: t0})
+	}
+	for _, c := range []struct {
+		at            time.Duration
+		inSpan, ahead int64
+	}{{0, 5, 3}, {1500 * ms, 3, 1}, {2500 * ms, 1, 0}} {
+		snap, err := l.Peek(ctx, "acme", t0.Add(c.at))
+		if err != nil {
+			t.Fatalf("Peek: %v", err)
+		}
+		if b := snap.Buckets[0]; b.InSpan != c.inSpan || b.Ahead != c.ahead {
+			t.Fatalf("at t0+%s: %d in the span, %d ahead; want %d, %d", c.at, b.InSpan, b.Ahead, c.inSpan, c.ahead)
+		}
+	}
+}

@@ -121,7 +121,10 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 		}
 		tokens := fmt.Sprintf("%.2f of %d", b.Tokens, b.Burst)
 		if b.Sliding {
-			tokens = fmt.Sprintf("%d in the span of %d", b.InSpan, b.Burst)
+			tokens = fmt.Sprintf("%d of %d in the span", b.InSpan-b.Ahead, b.Burst)
+			if b.Ahead > 0 {
+				tokens += fmt.Sprintf(", %d reserved ahead", b.Ahead)
+			}
 			if b.NextLeaves != nil {
 				tokens += fmt.Sprintf(", the next leaves in %s", b.NextLeaves.Sub(in.At).Round(time.Millisecond))
 			}

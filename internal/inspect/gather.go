@@ -97,7 +97,7 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 			v.ReservedUntil = &until
 		}
 		if b.Limit.Sliding {
-			v.Sliding, v.InSpan = true, b.InSpan
+			v.Sliding, v.InSpan, v.Ahead = true, b.InSpan, b.Ahead
 			if !b.NextLeaves.IsZero() {
 				next := b.NextLeaves.UTC()
 				v.NextLeaves = &next

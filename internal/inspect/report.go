@@ -74,10 +74,12 @@ type Bucket struct {
 	WaitSeconds   float64    `json:"wait_seconds"`
 	StoredRate    int64      `json:"stored_rate,omitempty"`
 	// Sliding is set for a sliding window: InSpan is the cost units that
-	// count now (admitted in the last span or reserved ahead), NextLeaves
-	// when the earliest of them leaves the span; Burst is its N.
+	// count now (admitted in the last span or reserved ahead), Ahead the
+	// part of them reserved ahead, NextLeaves when the earliest of them
+	// leaves the span; Burst is its N.
 	Sliding    bool       `json:"sliding,omitempty"`
 	InSpan     int64      `json:"in_span,omitempty"`
+	Ahead      int64      `json:"reserved_ahead,omitempty"`
 	NextLeaves *time.Time `json:"next_leaves,omitempty"`
 }
 
