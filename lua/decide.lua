@@ -282,7 +282,7 @@ local function decide(keys, args)
             if wait > 0 then at = now + wait end
             for y = first, last do
               local bo = kb[y]
-              if bo.W then
+              if LI[l + 4] == -2 then
                 calCharge(bo, S[i / 2], c)
               elseif LI[l + 4] < 0 then
                 local A = bo.A
@@ -305,7 +305,7 @@ local function decide(keys, args)
             for y = first, last do
               local bo = kb[y]
               local t
-              if bo.W then
+              if LI[l + 4] == -2 then
                 t = calLeft(bo, LI[l + 1])
               elseif LI[l + 4] < 0 then
                 t = LI[l + 1] - (bo.top - bo.live + 1) - bo.n
