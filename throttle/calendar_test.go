@@ -163,3 +163,54 @@ func TestCalendarConcurrent(t *testing.T) {
 		t.Fatalf("admitted %d, want 50", admitted)
 	}
 }
+
+// Peek reads a calendar window as the engine decides it: its wait is the
+// wait of the next job of cost 1, and it shows the count of the window
+// holding now and when that window resets.
+func TestCalendarPeekAgrees(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	w := throttle.CalendarWindow(3, "s", "")
+	l := newLimiter(t, e.rdb, e.prefix, 2*time.Second, throttle.Limits{throttle.PerSecond(100, 100), w})
+	start := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	for i := range 40 {
+		at := start.Add(time.Duration(i) * 130 * time.Millisecond)
+		snap, err := l.Peek(ctx, "acme", at)
+		if err != nil {
+			t.Fatalf("Peek: %v", err)
+		}
+		// A job without an id is decided, uncharged when it must wait.
+		d := decide(t, l, throttle.Request{Tenant: "acme", At: at})
+		if d.Wait != snap.Wait {
+			t.Fatalf("step %d at %s: Peek says a job waits %s (%+v), the engine %+v", i, at, snap.Wait, snap.Buckets[1], d)
+		}
+		b := snap.Buckets[1]
+		if want := at.Truncate(time.Second).Add(time.Second); !b.ResetsAt.Equal(want) || b.Tokens != float64(w.Rate-b.InWindow) {
+			t.Fatalf("step %d: the window in Peek: %+v, want it to reset at %s", i, b, want)
+		}
+		if d.Outcome == throttle.Admitted && b.Tokens < 1 {
+			t.Fatalf("step %d: admitted, Peek saw %+v", i, b)
+		}
+		// And jobs with ids, at most steps, reserve ahead.
+		if i%4 != 3 {
+			decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("j", i), At: at})
+		}
+	}
+	// A month with its count and a reservation into the next.
+	m := throttle.CalendarWindow(2, "mo", "Europe/Paris")
+	lm := newLimiter(t, e.rdb, e.prefix, time.Minute, throttle.Limits{m})
+	paris, _ := time.LoadLocation("Europe/Paris")
+	at := time.Date(2026, 3, 30, 12, 0, 0, 0, paris)
+	for i := range 3 {
+		decide(t, lm, throttle.Request{Tenant: "mo", JobID: fmt.Sprint("m", i), At: at})
+	}
+	snap, err := lm.Peek(ctx, "mo", at)
+	if err != nil {
+		t.Fatalf("Peek: %v", err)
+	}
+	apr, may := time.Date(2026, 4, 1, 0, 0, 0, 0, paris), time.Date(2026, 5, 1, 0, 0, 0, 0, paris)
+	b := snap.Buckets[0]
+	if !b.Stored || b.InWindow != 2 || b.Tokens != 0 || !b.ResetsAt.Equal(apr) || !b.ReservedUntil.Equal(apr) || !b.FullAt.Equal(may) || snap.Wait != apr.Sub(at) {
+		t.Fatalf("the month in Peek: %+v, wait %s", b, snap.Wait)
+	}
+}
