@@ -29,8 +29,17 @@ var calendarUnits = map[string]time.Duration{
 
 // maxCalendarAhead is the most windows after the one holding now that a
 // job may be placed in (lua.MaxCalendar less the window before now and
-// the last start, which only ends the window before it).
+// the last start, which only ends the window before it); fewer for
+// windows shorter than calendarSkew, which pass more windows before now.
 const maxCalendarAhead = lua.MaxCalendar - 3
+
+// calendarSkew is the difference between a worker's clock, which computes
+// the windows passed, and Redis TIME, which decides which of them holds
+// now, that a calendar window always tolerates: the windows passed start
+// at least that long before the worker's now and run at least that long
+// after it. Past it a call fails as invalid (E_PERIOD) rather than count
+// in the wrong window.
+const calendarSkew = 5 * time.Second
 
 // CalendarWindow returns the calendar window that admits at most n cost
 // units in each window of unit ("s", "m", "h", "d", "w" or "mo") in time
@@ -171,23 +180,41 @@ func nextStart(unit string, s time.Time) time.Time {
 }
 
 // calendarStarts are the window starts passed for calendar window unit in
-// loc at now: the window before now's (room for a Redis clock behind
-// this one), now's, and those after it up to the first that starts past
-// now + horizon, at least two, at most maxCalendarAhead; then the end of
-// the last.
+// loc at now: the window before now's, and any other that starts less
+// than calendarSkew before now (room for a Redis clock behind this one),
+// now's, and those after it up to the first that starts past now + the
+// horizon (or calendarSkew, when longer), at least two; then the end of
+// the last; lua.MaxCalendar starts at most.
 func calendarStarts(unit string, loc *time.Location, now time.Time, horizon time.Duration) []time.Time {
 	cur := windowStart(unit, now.In(loc))
-	prev := windowStart(unit, cur.Add(-time.Nanosecond))
-	out := []time.Time{prev, cur}
+	first := windowStart(unit, cur.Add(-time.Nanosecond))
+	if s := windowStart(unit, now.Add(-calendarSkew).In(loc)); s.Before(first) {
+		first = s
+	}
+	var out []time.Time
+	for s := first; s.Before(cur); s = nextStart(unit, s) {
+		out = append(out, s)
+	}
+	out = append(out, cur)
 	s := cur
-	for k := 0; k < maxCalendarAhead; k++ {
+	for k := 0; len(out) < lua.MaxCalendar-1; k++ {
 		s = nextStart(unit, s)
 		out = append(out, s)
-		if k >= 1 && s.After(now.Add(horizon)) {
+		if k >= 1 && s.After(now.Add(max(horizon, calendarSkew))) {
 			break
 		}
 	}
 	return append(out, nextStart(unit, s))
+}
+
+// calendarCurrent is the index in starts of the window holding now.
+func calendarCurrent(starts []time.Time, now time.Time) int {
+	for i := len(starts) - 2; i > 0; i-- {
+		if !starts[i].After(now) {
+			return i
+		}
+	}
+	return 0
 }
 
 // calendarArg is the burst argument of calendar window lim at now: 'c'

@@ -53,3 +53,20 @@ func TestCalendarBoundaries(t *testing.T) {
 		t.Errorf("starts of s over an hour: %d, want the bound %d", len(got), maxCalendarAhead+3)
 	}
 }
+
+// The windows passed cover a Redis clock up to calendarSkew behind or
+// ahead of the worker's, short windows included, within the bound.
+func TestCalendarStartsCoverTheSkew(t *testing.T) {
+	at := time.Date(2026, 12, 7, 10, 0, 0, 300_000_000, time.UTC)
+	for _, unit := range []string{"s", "m", "h", "d", "w", "mo"} {
+		for _, horizon := range []time.Duration{0, time.Minute, time.Hour} {
+			got := calendarStarts(unit, time.UTC, at, horizon)
+			if len(got) > 64 || got[0].After(at.Add(-calendarSkew)) || got[len(got)-2].Before(at.Add(calendarSkew)) {
+				t.Errorf("%s over %s: %d starts from %s to %s, want at most 64 covering %s either side of %s", unit, horizon, len(got), got[0], got[len(got)-1], calendarSkew, at)
+			}
+			if c := calendarCurrent(got, at); !got[c].Equal(windowStart(unit, at)) {
+				t.Errorf("%s: the current window is %s, want %s", unit, got[c], windowStart(unit, at))
+			}
+		}
+	}
+}

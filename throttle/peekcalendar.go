@@ -19,8 +19,9 @@ import (
 func (l *Limiter) peekCalendar(ctx context.Context, node redis.Cmdable, key string, lim Limit, now time.Time) (Bucket, error) {
 	b := Bucket{Limit: lim, Key: key, Tokens: float64(lim.Rate), FullAt: now}
 	starts := calendarStarts(lim.Unit, l.zone(lim), now, l.horizon)
-	cur := starts[1] // starts[0] is the window before now's
-	b.WindowStart, b.ResetsAt = cur, starts[2]
+	ci := calendarCurrent(starts, now)
+	cur := starts[ci]
+	b.WindowStart, b.ResetsAt = cur, starts[ci+1]
 	v, err := node.HGetAll(ctx, key).Result()
 	if err != nil {
 		return b, &RedisError{Op: "HGETALL " + key, Err: err}
@@ -54,7 +55,7 @@ func (l *Limiter) peekCalendar(ctx context.Context, node redis.Cmdable, key stri
 	}
 	at := now.UnixMicro()
 	wait := starts[len(starts)-2].Sub(now) // no window passed has room
-	for i := 1; i < len(starts)-1; i++ {
+	for i := ci; i < len(starts)-1; i++ {
 		s := starts[i].UnixMicro()
 		if s >= floor && counts[s]+1 <= lim.Rate {
 			wait = time.Duration(max(0, s-at)) * time.Microsecond
