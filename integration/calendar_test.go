@@ -126,3 +126,32 @@ func TestCalendarWindowEndToEnd(t *testing.T) {
 	}
 	t.Logf("inspect globex:\n%s", text)
 }
+
+// TestCalendarDeadLetterEndToEnd runs jobs under window:2/h:dlq: two run,
+// the others are dead-lettered with the window and its reset time, each
+// job once, nothing reserved.
+func TestCalendarDeadLetterEndToEnd(t *testing.T) {
+	e := setup(t)
+	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 20*time.Second {
+		time.Sleep(left + time.Second) // all four in one hour
+	}
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "window:2/h:dlq"})
+	e.ensureStream(cfg)
+	e.startWorker(cfg, nil)
+	dlq, done := e.collect("dlq.*"), e.collect("done.*")
+	for range 4 {
+		e.publish("jobs.acme", nil, []byte("x"))
+	}
+	dead := dlq.waitCount(t, 2, 20*time.Second)
+	done.waitCount(t, 2, 20*time.Second)
+	reset := time.Now().UTC().Truncate(time.Hour).Add(time.Hour).Format(time.RFC3339)
+	for _, m := range dead {
+		if m.tenant != "acme" || !strings.Contains(m.reason, "over window:2/h:dlq") || !strings.Contains(m.reason, "resets at "+reset) {
+			t.Fatalf("dead letter %s with reason %q, want the window and its reset at %s", m.subject, m.reason, reset)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n, m := len(dlq.all()), len(done.all()); n != 2 || m != 2 {
+		t.Fatalf("%d dead-lettered, %d run: want 2 and 2", n, m)
+	}
+}

@@ -17,7 +17,10 @@ one holding its earliest slot, that starts no earlier than the latest
 window holding a count (in order: a job never passes one placed before
 it) and has room (count + c <= N); its slot is that window's start, or
 its earliest slot when inside it. Several calendar windows of a job move
-its slot until every one admits it there. A job that fits no window
+its slot until every one admits it there. A window whose argument starts
+with 'C' (window:N/UNIT:dlq) places a job only in the window holding its
+earliest slot: one over it fits no window, and waits until that window
+ends. A job that fits no window
 passed waits, uncharged, until the last window's start. Fields of windows
 that ended are dropped by the calls that add some; the hash lives until
 the end of the last window that holds a count.
@@ -34,6 +37,7 @@ calTerm = function(s)
     W[n] = t
   end
   if n < 2 then return nil end
+  W.dlq = sub(s, 1, 1) == 'C'
   return W
 end
 
@@ -80,6 +84,7 @@ local function calPlace(w, n, c, at)
       if s > at then return s, s end
       return at, s
     end
+    if W.dlq and W[i + 1] > at then return nil, W[i + 1] end
   end
   return nil, W[#W - 1]
 end

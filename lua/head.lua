@@ -274,7 +274,8 @@ end
 local calTerm -- calendar.lua
 local function term(args, x, read)
   local b = args[x + 2]
-  if b ~= 'w' and sub(b, 1, 1) ~= 'c' then return limit(args, x, read) end
+  local k = sub(b, 1, 1)
+  if b ~= 'w' and k ~= 'c' and k ~= 'C' then return limit(args, x, read) end
   if b ~= 'w' then
     -- A calendar window (CALENDAR, calendar.lua): N, its unit's nominal
     -- length, and the window starts; returned as a limit of rate and

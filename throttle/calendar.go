@@ -48,13 +48,18 @@ func CalendarWindow(n int64, unit, zone string) Limit {
 	return Limit{Rate: n, Period: calendarUnits[unit], Burst: n, Unit: unit, Zone: zone}
 }
 
-// ParseCalendar reads a calendar window written as N/UNIT[@ZONE] (what
-// follows "window:" in a spec): N from 1 to MaxRate, UNIT one of s, m, h,
-// d, w (ISO weeks, from Monday) and mo (calendar months), ZONE an IANA
-// time zone.
+// deadLetterSuffix ends a calendar window that dead-letters the jobs over
+// it (Limit.DeadLetter).
+const deadLetterSuffix = ":dlq"
+
+// ParseCalendar reads a calendar window written as N/UNIT[@ZONE][:dlq]
+// (what follows "window:" in a spec): N from 1 to MaxRate, UNIT one of s,
+// m, h, d, w (ISO weeks, from Monday) and mo (calendar months), ZONE an
+// IANA time zone; :dlq dead-letters the jobs over the window.
 func ParseCalendar(s string) (Limit, error) {
 	spec := CalendarTerm + s
-	nText, rest, ok := strings.Cut(strings.TrimSpace(s), "/")
+	s, dlq := strings.CutSuffix(strings.TrimSpace(s), deadLetterSuffix)
+	nText, rest, ok := strings.Cut(s, "/")
 	if !ok {
 		return Limit{}, fmt.Errorf("%q: want %sN/UNIT[@ZONE], e.g. %s1000/d@Europe/Paris", spec, CalendarTerm, CalendarTerm)
 	}
@@ -64,6 +69,7 @@ func ParseCalendar(s string) (Limit, error) {
 	}
 	unit, zone, _ := strings.Cut(rest, "@")
 	l := CalendarWindow(n, unit, zone)
+	l.DeadLetter = dlq
 	if err := l.Validate(); err != nil {
 		return Limit{}, fmt.Errorf("%q: %w", spec, err)
 	}
@@ -94,6 +100,9 @@ func (l Limit) calendarString() string {
 	s := fmt.Sprintf("%s%d/%s", CalendarTerm, l.Rate, l.Unit)
 	if l.Zone != "" {
 		s += "@" + l.Zone
+	}
+	if l.DeadLetter {
+		s += deadLetterSuffix
 	}
 	return s
 }
@@ -218,10 +227,15 @@ func calendarCurrent(starts []time.Time, now time.Time) int {
 }
 
 // calendarArg is the burst argument of calendar window lim at now: 'c'
-// and the window starts in µs (lua/calendar.lua, CALENDAR).
+// ('C' when it dead-letters the jobs over it) and the window starts in µs
+// (lua/calendar.lua, CALENDAR).
 func (l *Limiter) calendarArg(lim Limit, now time.Time) string {
 	var b strings.Builder
-	b.WriteByte('c')
+	if lim.DeadLetter {
+		b.WriteByte('C')
+	} else {
+		b.WriteByte('c')
+	}
 	for i, s := range calendarStarts(lim.Unit, l.zone(lim), now, l.horizon) {
 		if i > 0 {
 			b.WriteByte(',')

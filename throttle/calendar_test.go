@@ -214,3 +214,43 @@ func TestCalendarPeekAgrees(t *testing.T) {
 		t.Fatalf("the month in Peek: %+v, wait %s", b, snap.Wait)
 	}
 }
+
+// window:N/UNIT:dlq reserves no later window: a job over it is limited,
+// uncharged, until the window ends, held by that window; Peek agrees.
+func TestCalendarDeadLetter(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	p, err := throttle.ParsePolicy("10/s:10+window:2/d@Europe/Paris:dlq", 0)
+	if err != nil || p.String() != "10/s:10+window:2/d@Europe/Paris:dlq" || !p.Limits[1].DeadLetter {
+		t.Fatalf("ParsePolicy: %v, %v", p, err)
+	}
+	if _, err := throttle.ParsePolicy("10/s:dlq", 0); err == nil {
+		t.Fatal("a bucket with :dlq accepted")
+	}
+	l := newLimiter(t, e.rdb, e.prefix, time.Hour, p.Limits)
+	paris, _ := time.LoadLocation("Europe/Paris")
+	at := time.Date(2026, 12, 7, 22, 0, 0, 0, paris)
+	midnight := time.Date(2026, 12, 8, 0, 0, 0, 0, paris)
+	for i := range 4 {
+		snap, err := l.Peek(ctx, "acme", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("j", i), At: at})
+		if d.Wait != snap.Wait {
+			t.Fatalf("job %d: Peek says a job waits %s, the engine %+v", i, snap.Wait, d)
+		}
+		if i < 2 && d.Outcome != throttle.Admitted {
+			t.Fatalf("job %d: %+v, want admitted", i, d)
+		}
+		if i >= 2 && (d.Outcome != throttle.Limited || d.Wait != midnight.Sub(at) || !d.Binding.DeadLetter) {
+			t.Fatalf("job %d: %+v, want limited until midnight by the dlq window", i, d)
+		}
+	}
+	if c := e.rdb.HGetAll(ctx, e.prefix+":{acme}:c:d@Europe/Paris").Val(); len(c) != 1 || c[fmt.Sprint(time.Date(2026, 12, 7, 0, 0, 0, 0, paris).UnixMicro())] != "2" {
+		t.Fatalf("counts %v: want 2 today, nothing reserved", c)
+	}
+	if d := decide(t, l, throttle.Request{Tenant: "acme", JobID: "next", At: midnight}); d.Outcome != throttle.Admitted {
+		t.Fatalf("at midnight: %+v, want admitted", d)
+	}
+}

@@ -54,6 +54,11 @@ type Limit struct {
 	// Zone is a calendar window's IANA time zone; "" is the Limiter's
 	// (Options.TimeZone).
 	Zone string `json:",omitempty"`
+	// DeadLetter, for a calendar window (written window:N/UNIT:dlq),
+	// refuses a job over the window instead of reserving it a later one:
+	// the job is Limited, uncharged, until the window resets, and a worker
+	// dead-letters it.
+	DeadLetter bool `json:",omitempty"`
 }
 
 // SlidingWindow returns the sliding window that admits at most n cost
@@ -81,6 +86,9 @@ func (l Limit) periodMicros() int64 { return l.Period.Microseconds() }
 func (l Limit) Validate() error {
 	if l.Unit != "" {
 		return l.validateCalendar()
+	}
+	if l.DeadLetter {
+		return fmt.Errorf("%s: only a calendar window (%sN/UNIT:dlq) dead-letters the jobs over it", l, CalendarTerm)
 	}
 	if l.Sliding {
 		// No token arithmetic: burst × period is not bounded.

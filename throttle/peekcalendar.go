@@ -15,7 +15,8 @@ import (
 // count, and the wait of a job of cost 1, placed in the first window
 // passed, from now's, that starts no earlier than the last holding a
 // count and has room; or, when none has, the wait until the last
-// window's start.
+// window's start (for a window that dead-letters the jobs over it, only
+// now's window is looked at, and the wait is until it ends).
 func (l *Limiter) peekCalendar(ctx context.Context, node redis.Cmdable, key string, lim Limit, now time.Time) (Bucket, error) {
 	b := Bucket{Limit: lim, Key: key, Tokens: float64(lim.Rate), FullAt: now}
 	starts := calendarStarts(lim.Unit, l.zone(lim), now, l.horizon)
@@ -55,10 +56,16 @@ func (l *Limiter) peekCalendar(ctx context.Context, node redis.Cmdable, key stri
 	}
 	at := now.UnixMicro()
 	wait := starts[len(starts)-2].Sub(now) // no window passed has room
+	if lim.DeadLetter {
+		wait = b.ResetsAt.Sub(now) // only now's window: a job over it is refused until it ends
+	}
 	for i := ci; i < len(starts)-1; i++ {
 		s := starts[i].UnixMicro()
 		if s >= floor && counts[s]+1 <= lim.Rate {
 			wait = time.Duration(max(0, s-at)) * time.Microsecond
+			break
+		}
+		if lim.DeadLetter {
 			break
 		}
 	}
