@@ -105,6 +105,9 @@ func (c *Config) check(failed map[string]bool) Problems {
 	}
 
 	ck.durIn("THROTTLER_MAX_DEFER", c.MaxDefer)
+	if _, err := time.LoadLocation(c.TimeZone); err != nil || c.TimeZone == "" {
+		ck.addf("THROTTLER_TIMEZONE", "must be an IANA time zone such as UTC or Europe/Paris, got %q", c.TimeZone)
+	}
 	ck.durIn("THROTTLER_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
 	ck.durIn("THROTTLER_ACK_WAIT", c.AckWait)
 	ck.durIn("THROTTLER_REDIS_TIMEOUT", c.RedisTimeout)

@@ -147,6 +147,11 @@ type Config struct {
 	// reserve. Defaults to 10m.
 	MaxDefer time.Duration `env:"THROTTLER_MAX_DEFER" envDefault:"10m"`
 
+	// TimeZone is the IANA time zone of the calendar windows
+	// (window:N/UNIT) that name none: their days, weeks and months start
+	// at its midnights. Defaults to UTC.
+	TimeZone string `env:"THROTTLER_TIMEZONE" envDefault:"UTC"`
+
 	// MaxRunning caps how many jobs of all tenants run at once, fleet-wide,
 	// 0 to 1000000; 0 means no such cap. Needs Handler http. Defaults to 0.
 	MaxRunning int64 `env:"THROTTLER_MAX_RUNNING" envDefault:"0"`
@@ -365,3 +370,13 @@ type HeaderField struct {
 
 // LimitsOff is the THROTTLER_LIMITS_BUCKET that reads no limits from NATS.
 const LimitsOff = "off"
+
+// Location is TimeZone loaded; UTC when it does not load (Validate
+// refuses it first).
+func (c Config) Location() *time.Location {
+	loc, err := time.LoadLocation(c.TimeZone)
+	if err != nil {
+		return time.UTC
+	}
+	return loc
+}

@@ -65,6 +65,7 @@ func TestDefaults(t *testing.T) {
 		Concurrency:      16,
 		MaxAckPending:    1000,
 		MaxDefer:         10 * time.Minute,
+		TimeZone:         "UTC",
 		LeaseTTL:         30 * time.Second,
 		Handler:          HandlerForward,
 		HTTPMethod:       "POST",

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"sync/atomic"
@@ -114,6 +115,11 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 			}
 			it.leases = res.Leases()
 			admitted = append(admitted, it)
+		case res.Err == nil && res.Outcome == throttle.Limited && res.Binding.DeadLetter:
+			// 5. Over a calendar window that refuses, not defers, the jobs
+			// over it (window:N/UNIT:dlq): dead-lettered, uncharged.
+			it.bad = &badJobError{tenant: it.job.Tenant, reason: fmt.Sprintf("over %s: the window resets at %s",
+				res.Binding, l.cfg.Now().Add(res.Wait).UTC().Format(time.RFC3339))}
 		case res.Err == nil && l.short.keepReserved(it.msg, res.Decision):
 			// 4. Its slot is close: it waits in the worker, not in NATS.
 			l.rec.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })

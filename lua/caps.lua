@@ -197,11 +197,16 @@ local function jobCheck(keys, args, n, fresh, t)
   local c = args[10] + 0
   for k = 1, n do
     local x, y = 11 + 3 * k, CAPKEYS + k
-    local r, p, b, q, _, fill = term(args, x, num)
+    local r, p, b, q, m, fill = term(args, x, num)
     if c > b then return {INVALID, E_OVER_BURST, x + 2, 0} end
     if q < 0 then
       -- A sliding window (WINDOWS, window.lua).
-      local s = windowRead({name = keys[y], p = p}, t)
+      local s
+      if q == -2 then
+        s = calRead({name = keys[y], W = m}, t) -- CALENDAR
+      else
+        s = windowRead({name = keys[y], p = p}, t)
+      end
       if s == WRONGTYPE then return {WRONGTYPE, y, 0, 0} end
       if s ~= 1 then return {INVALID, s, y, 0} end
     else

@@ -103,6 +103,7 @@ local function decide(keys, args)
           -- A window, read apart (WINDOWS): kb holds its table.
           if bo == nil then
             bo = {name = name, y = y, p = LI[l + 2], st = 0, A = {}, n = 0}
+            if LI[l + 4] == -2 then bo.W = LI[l + 5] end -- CALENDAR
             byName[name] = bo
             ZS = ZS or {}
             nzs = nzs + 1
@@ -200,19 +201,21 @@ local function decide(keys, args)
       local so, oo = slot, own
       -- A slot reserved under other limits is given up: decided again.
       if slot and EN[e + 7] ~= regime(LI, lo, L) then slot, so = false, -1 end
+      local hz = horizon
       st, a1, a3, slot, own = held(own, inc, slot, K, now)
       if not st then
         -- Read each bucket once, and charge the job in every one, on paper
         -- (CH), finding the longest wait and the limit (its position z)
         -- that sets it.
         local wait, wz, i, l = 0, 0, 0, lo
+        local cal, S = false, nil
         for y = first, last do
           local bo = kb[y]
           local w
           if LI[l + 4] < 0 then
             local s = bo.st
             if s == 0 then
-              s = windowRead(bo, now)
+              if bo.W then s = calRead(bo, now) else s = windowRead(bo, now) end
               bo.st = s
             end
             if s ~= 1 then
@@ -220,7 +223,7 @@ local function decide(keys, args)
               if s == WRONGTYPE then st, a1, a2 = WRONGTYPE, y, 0 end
               break
             end
-            w = windowWait(bo, LI[l + 1], c, now)
+            if bo.W then w, cal = 0, true else w = windowWait(bo, LI[l + 1], c, now) end
           else
           local s = B[bo + 4]
           if s == 0 then
@@ -261,8 +264,17 @@ local function decide(keys, args)
           l = l + LW
         end
         if not st then
-          local charged
-          st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, flags >= 2)
+          local charged, cw, cz
+          if cal then
+            -- The calendar windows place the job (CALENDAR): a slot in a
+            -- window passed may lie past the horizon; none, no charge.
+            cw, cz, S = calJob(LI, lo, L, kb, first, c, now, wait)
+            if S and wait <= horizon and cw > horizon then hz = cw end
+            if cw > wait then wait, wz = cw, cz end
+            if not S and wait <= hz then wait = hz + 1 end
+          end
+          st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, hz, now, flags >= 2)
+          if cal and not S and st == LIMITED then a1 = cw end
           if a1 > 0 then a3 = a3 + 2 * (wz + 1) end
           if charged then
             i, l = 0, lo
@@ -270,7 +282,9 @@ local function decide(keys, args)
             if wait > 0 then at = now + wait end
             for y = first, last do
               local bo = kb[y]
-              if LI[l + 4] < 0 then
+              if LI[l + 4] == -2 then
+                calCharge(bo, S[i / 2], c)
+              elseif LI[l + 4] < 0 then
                 local A = bo.A
                 local na = #A
                 if na > 0 and A[na - 1] == at then
@@ -291,7 +305,9 @@ local function decide(keys, args)
             for y = first, last do
               local bo = kb[y]
               local t
-              if LI[l + 4] < 0 then
+              if LI[l + 4] == -2 then
+                t = calLeft(bo, LI[l + 1])
+              elseif LI[l + 4] < 0 then
                 t = LI[l + 1] - (bo.top - bo.live + 1) - bo.n
                 if t < 0 then t = 0 end
               else
@@ -305,7 +321,7 @@ local function decide(keys, args)
       end
       if e and (slot ~= so or own ~= oo) then
         CHG = CHG or {}
-        local ttl = ceil((horizon + LI[lo + 7]) / 1000)
+        local ttl = ceil((hz + LI[lo + 7]) / 1000)
         if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
         CHG[e + 1] = lts
         if slot ~= so then
@@ -336,7 +352,12 @@ local function decide(keys, args)
   end
   if ZS then
     for z = 1, nzs do
-      if ZS[z].n > 0 then windowWrite(ZS[z], now, horizon) end
+      local w = ZS[z]
+      if w.n > 0 and w.W then
+        calWrite(w, now)
+      elseif w.n > 0 then
+        windowWrite(w, now, horizon)
+      end
     end
   end
   if CHG then

@@ -10,6 +10,7 @@ uses it (Lua's local functions must be):
                 decisions a job's keys and charge lead to
   jobs.lua      decide's layout of a call, and its arguments' checks
   window.lua    the sliding windows (WINDOWS): read, wait, write
+  calendar.lua  the calendar windows (CALENDAR): read, place, write
   fast.lua      decide's fast paths: one job (one), the worker's call (many)
   decide.lua    decide, and its general path
   owners.lua    claim, release, failed: a job's owner record and failures
@@ -22,7 +23,7 @@ uses it (Lua's local functions must be):
 
 Eight functions, each atomic:
 
-  decide___VERSION__   decide M jobs against their token buckets and sliding windows
+  decide___VERSION__   decide M jobs against their token buckets and windows
   claim___VERSION__    make an incarnation the owner of a job that has none
   release___VERSION__  give up a job's owner record that names an incarnation
   failed___VERSION__   count a handler failure, and give the owner record up
@@ -199,6 +200,7 @@ local MAX_SWEEP = __MAX_SWEEP__
 local MAX_CALLS = __MAX_CALLS__
 local MAX_MEMBER = __MAX_MEMBER__
 local MAX_WINDOW = __MAX_WINDOW__
+local MAX_CALENDAR = __MAX_CALENDAR__
 local MAX_N = 1000000000 -- the largest cost, rate and burst
 -- The stored state of a bucket: its empty time, whole µs and remainder,
 -- and the rate the remainder is in (struct.pack's format). A state is
@@ -269,8 +271,24 @@ end
 -- is returned as a limit of rate and burst N and fill time (how long an
 -- admission counts) the span, marked by q = -1; or nil, an E_* code and
 -- the position at fault.
+local calTerm -- calendar.lua
 local function term(args, x, read)
-  if args[x + 2] ~= 'w' then return limit(args, x, read) end
+  local b = args[x + 2]
+  local k = sub(b, 1, 1)
+  if b ~= 'w' and k ~= 'c' and k ~= 'C' then return limit(args, x, read) end
+  if b ~= 'w' then
+    -- A calendar window (CALENDAR, calendar.lua): N, its unit's nominal
+    -- length, and the window starts; returned as a limit of rate and
+    -- burst N and fill time that length, marked by q = -2, the starts
+    -- in place of m.
+    local n = read(args[x], 1, MAX_N)
+    if n == nil then return nil, E_RATE, x end
+    local p = read(args[x + 1], 1000, MAX_PERIOD)
+    if p == nil then return nil, E_PERIOD, x + 1 end
+    local W = calTerm(b)
+    if W == nil then return nil, E_BURST, x + 2 end
+    return n, p, n, -2, W, p
+  end
   local n = read(args[x], 1, MAX_WINDOW)
   if n == nil then return nil, E_RATE, x end
   local p = read(args[x + 1], 1000, MAX_PERIOD)

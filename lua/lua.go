@@ -29,6 +29,8 @@ var (
 	jobs string
 	//go:embed window.lua
 	window string
+	//go:embed calendar.lua
+	calendar string
 	//go:embed fast.lua
 	fast string
 	//go:embed decide.lua
@@ -65,6 +67,7 @@ func files() []file {
 		{"rules.lua", rules},
 		{"jobs.lua", jobs},
 		{"window.lua", window},
+		{"calendar.lua", calendar},
 		{"fast.lua", fast},
 		{"decide.lua", decide},
 		{"owners.lua", owners},
@@ -142,6 +145,10 @@ const (
 	// a window keeps each admission in its span, at most N, and one call
 	// drops at most MaxWindow admissions that left it.
 	MaxWindow = 10000
+	// MaxCalendar is the most window starts a calendar window
+	// (window:N/UNIT) passes: the windows a job may be placed in, ahead
+	// of its earliest slot, are at most MaxCalendar - 2.
+	MaxCalendar = 64
 )
 
 // Source returns the library as Redis loads it: every bound's placeholder
@@ -158,5 +165,6 @@ func Source(version string) string {
 		"__MAX_CALLS__", strconv.Itoa(MaxCalls),
 		"__MAX_MEMBER__", strconv.Itoa(MaxMember),
 		"__MAX_WINDOW__", strconv.Itoa(MaxWindow),
+		"__MAX_CALENDAR__", strconv.Itoa(MaxCalendar),
 	).Replace(Library)
 }

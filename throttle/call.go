@@ -171,6 +171,17 @@ func (l *Limiter) prepare(req Request) (prepared, error) {
 		windows:   limits.hasWindow(),
 	}
 	for _, lim := range limits {
+		if lim.Unit != "" {
+			// A calendar window's starts depend on now: built per job.
+			p.limitKeys = append(p.limitKeys, l.keys.prefix+":"+tag+l.calendarSuffix(lim, pol.Shadow))
+			at := req.At
+			if at.IsZero() {
+				at = time.Now() // Redis TIME decides; the window before now's is passed too
+			}
+			p.limitArgs = append(p.limitArgs, strconv.FormatInt(lim.Rate, 10),
+				strconv.FormatInt(lim.periodMicros(), 10), l.calendarArg(lim, at))
+			continue
+		}
 		r := l.render(lim)
 		suffix := r.keySuffix
 		if pol.Shadow {

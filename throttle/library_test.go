@@ -62,6 +62,7 @@ func TestLoadedLibraryIsTheSource(t *testing.T) {
 		"__MAX_CALLS__", strconv.Itoa(lua.MaxCalls),
 		"__MAX_MEMBER__", strconv.Itoa(lua.MaxMember),
 		"__MAX_WINDOW__", strconv.Itoa(lua.MaxWindow),
+		"__MAX_CALENDAR__", strconv.Itoa(lua.MaxCalendar),
 	)
 	if got := fill.Replace(joined.String()); want != got {
 		t.Fatalf("lua.Source(%q) (%d bytes) is not lua/%v read from disk and joined (%d bytes)", version, len(want), lua.Files(), len(got))

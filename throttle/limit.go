@@ -46,6 +46,19 @@ type Limit struct {
 	// bucket: at most Rate cost units are admitted in any span of Period,
 	// exactly, and Burst equals Rate (see SlidingWindow).
 	Sliding bool `json:",omitempty"`
+	// Unit, when set, makes the limit a fixed calendar window: at most
+	// Rate cost units in each window of the unit ("s", "m", "h", "d", "w"
+	// or "mo") in time zone Zone; Burst equals Rate and Period is the
+	// unit's longest window (see CalendarWindow).
+	Unit string `json:",omitempty"`
+	// Zone is a calendar window's IANA time zone; "" is the Limiter's
+	// (Options.TimeZone).
+	Zone string `json:",omitempty"`
+	// DeadLetter, for a calendar window (written window:N/UNIT:dlq),
+	// refuses a job over the window instead of reserving it a later one:
+	// the job is Limited, uncharged, until the window resets, and a worker
+	// dead-letters it.
+	DeadLetter bool `json:",omitempty"`
 }
 
 // SlidingWindow returns the sliding window that admits at most n cost
@@ -71,6 +84,12 @@ func (l Limit) periodMicros() int64 { return l.Period.Microseconds() }
 
 // Validate reports whether l can be enforced, and why not.
 func (l Limit) Validate() error {
+	if l.Unit != "" {
+		return l.validateCalendar()
+	}
+	if l.DeadLetter {
+		return fmt.Errorf("%s: only a calendar window (%sN/UNIT:dlq) dead-letters the jobs over it", l, CalendarTerm)
+	}
 	if l.Sliding {
 		// No token arithmetic: burst × period is not bounded.
 		switch {
@@ -115,6 +134,9 @@ func (l Limit) String() string {
 	default:
 		unit = l.Period.String()
 	}
+	if l.Unit != "" {
+		return l.calendarString()
+	}
 	if l.Sliding {
 		return fmt.Sprintf("%s%d/%s", SlidingTerm, l.Rate, unit)
 	}
@@ -141,7 +163,11 @@ func (ls Limits) Validate() error {
 		// changed rate keeps its bucket: one limit per period (and one
 		// sliding window per span, named the same way).
 		for _, o := range ls[:i] {
-			if o.Period == l.Period && o.Sliding == l.Sliding {
+			if o.Period == l.Period && o.Sliding == l.Sliding && o.Unit == "" && l.Unit == "" {
+				return fmt.Errorf("limits %s and %s have the same period: keep one", o, l)
+			}
+			// A calendar window is named by its unit and zone.
+			if o.Unit != "" && o.Unit == l.Unit && o.Zone == l.Zone {
 				return fmt.Errorf("limits %s and %s have the same period: keep one", o, l)
 			}
 		}
@@ -229,7 +255,7 @@ func ParseSliding(s string) (Limit, error) {
 func (ls Limits) buckets() Limits {
 	out := make(Limits, 0, len(ls))
 	for _, l := range ls {
-		if !l.Sliding {
+		if !l.Sliding && l.Unit == "" {
 			out = append(out, l)
 		}
 	}
@@ -239,7 +265,7 @@ func (ls Limits) buckets() Limits {
 // hasWindow reports whether some of ls are sliding windows.
 func (ls Limits) hasWindow() bool {
 	for _, l := range ls {
-		if l.Sliding {
+		if l.Sliding || l.Unit != "" {
 			return true
 		}
 	}
@@ -251,7 +277,7 @@ func (ls Limits) hasWindow() bool {
 func (ls Limits) windows() Limits {
 	out := make(Limits, 0, len(ls))
 	for _, l := range ls {
-		if l.Sliding {
+		if l.Sliding && l.Unit == "" {
 			out = append(out, l)
 		}
 	}

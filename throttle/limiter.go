@@ -21,6 +21,7 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,9 @@ type Options struct {
 	Horizon time.Duration
 	// Prefix starts every Redis key. Defaults to DefaultPrefix.
 	Prefix string
+	// TimeZone is the time zone of the calendar windows that name none
+	// (window:N/UNIT). Defaults to UTC.
+	TimeZone *time.Location
 }
 
 // Limiter decides jobs against per-tenant limits stored in Redis. It is safe
@@ -66,6 +70,8 @@ type Limiter struct {
 	// rendered holds the key suffixes and function arguments of every limit
 	// met so far, built once: they are the same for every job.
 	rendered sync.Map // Limit → *renderedLimit
+	loc      *time.Location
+	zones    sync.Map // zone name → *time.Location, loaded once
 }
 
 // New returns a Limiter over rdb. It does not talk to Redis: call Load at
@@ -102,6 +108,7 @@ func New(rdb Client, opts Options) (*Limiter, error) {
 		horizon:     opts.Horizon,
 		horizonArg:  strconv.FormatInt(opts.Horizon.Microseconds(), 10),
 		policies:    opts.Policies,
+		loc:         cmp.Or(opts.TimeZone, time.UTC),
 	}, nil
 }
 

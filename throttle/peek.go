@@ -44,6 +44,13 @@ type Bucket struct {
 	// NextLeaves is, for a sliding window, when the earliest admission
 	// that counts leaves the span.
 	NextLeaves time.Time `json:"next_leaves,omitzero"`
+	// InWindow is, for a calendar window, the cost units counted in the
+	// window holding now (Tokens is N less them; below 0 after N was
+	// lowered); WindowStart is when that window started, ResetsAt when
+	// it ends and the next starts with a count of its own.
+	InWindow    int64     `json:"in_window,omitempty"`
+	WindowStart time.Time `json:"window_start,omitzero"`
+	ResetsAt    time.Time `json:"resets_at,omitzero"`
 }
 
 // Snapshot is what the limiter holds for one tenant at one moment, read
@@ -92,12 +99,17 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 	}
 	now := s.At.UnixMicro()
 	for _, lim := range s.Policy.Limits {
-		key := l.keys.prefix + ":" + tag + limitKeySuffix(lim, s.Policy.Shadow)
-		peek := peekBucket
-		if lim.Sliding {
-			peek = peekWindow
+		var b Bucket
+		if lim.Unit != "" {
+			b, err = l.peekCalendar(ctx, node, l.keys.prefix+":"+tag+l.calendarSuffix(lim, s.Policy.Shadow), lim, s.At)
+		} else {
+			key := l.keys.prefix + ":" + tag + limitKeySuffix(lim, s.Policy.Shadow)
+			peek := peekBucket
+			if lim.Sliding {
+				peek = peekWindow
+			}
+			b, err = peek(ctx, node, key, lim, now)
 		}
-		b, err := peek(ctx, node, key, lim, now)
 		if err != nil {
 			return Snapshot{}, err
 		}

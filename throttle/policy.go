@@ -98,6 +98,14 @@ func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 			p.Running = v
 			continue
 		}
+		if w, ok := strings.CutPrefix(strings.TrimSpace(part), CalendarTerm); ok {
+			l, err := ParseCalendar(w)
+			if err != nil {
+				return Policy{}, err
+			}
+			p.Limits = append(p.Limits, l)
+			continue
+		}
 		if w, ok := strings.CutPrefix(strings.TrimSpace(part), SlidingTerm); ok {
 			l, err := ParseSliding(w)
 			if err != nil {

@@ -37,3 +37,13 @@ func TestWorkerWarnsOfAnUnknownVariable(t *testing.T) {
 		t.Fatalf("worker exit %d after SIGTERM, want 0:\n%s", code, c.stderr)
 	}
 }
+
+// TestUnknownTimeZoneExits2 checks that a THROTTLER_TIMEZONE no zone
+// database knows fails check-config and the worker with exit 2, naming
+// the variable, before the worker connects to anything.
+func TestUnknownTimeZoneExits2(t *testing.T) {
+	t.Setenv("THROTTLER_TIMEZONE", "Mars/Olympus")
+	for _, args := range [][]string{{"check-config"}, {"run"}} {
+		cli(t, args...).want(t, strings.Join(args, " "), exitConfig, nil, []string{"THROTTLER_TIMEZONE", "Mars/Olympus"})
+	}
+}

@@ -129,6 +129,10 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 				tokens += fmt.Sprintf(", the next leaves in %s", b.NextLeaves.Sub(in.At).Round(time.Millisecond))
 			}
 		}
+		if b.Calendar && b.ResetsAt != nil {
+			tokens = fmt.Sprintf("%d counted in the window of %d, resets in %s (at %s)", b.InWindow, b.Burst,
+				b.ResetsAt.Sub(in.At).Round(time.Millisecond), b.ResetsAt.Format(time.RFC3339))
+		}
 		if b.StoredRate != 0 {
 			tokens += fmt.Sprintf(" (stored at %d per period; carried over at the next decision)", b.StoredRate)
 		}

@@ -54,7 +54,7 @@ func purgeCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return fail(exitConfig, "%v", err)
 	}
 	defer rdb.Close()
-	lim, err := throttle.New(rdb, throttle.Options{Policies: s.cfg.Rules, Prefix: s.cfg.KeyPrefix})
+	lim, err := throttle.New(rdb, throttle.Options{Policies: s.cfg.Rules, Prefix: s.cfg.KeyPrefix, TimeZone: s.cfg.Location()})
 	if err != nil {
 		return fail(exitConfig, "%v", err)
 	}

@@ -32,7 +32,7 @@ func addOperations(c *admin.Config, cfg *Settings, nc *nats.Conn, js jetstream.J
 		c.Pauser = pauser{pause.Options{JetStream: js, Bucket: cfg.PauseBucket, Stream: cfg.Stream, Schedules: cfg.Schedules}}
 	}
 	// The parked jobs' places in the caps' waiting lists go with them.
-	lim, err := throttle.New(rdb, throttle.Options{Policies: cfg.Rules, Prefix: cfg.KeyPrefix})
+	lim, err := throttle.New(rdb, throttle.Options{Policies: cfg.Rules, Prefix: cfg.KeyPrefix, TimeZone: cfg.Location()})
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if !ok {
 		return nil // stopped before the pauses were in: nothing in flight
 	}
-	limiter, err := throttle.New(opts.Redis, throttle.Options{Policies: policies, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix})
+	limiter, err := throttle.New(opts.Redis, throttle.Options{Policies: policies, Horizon: cfg.MaxDefer, Prefix: cfg.KeyPrefix, TimeZone: cfg.Location()})
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ func (s *Settings) InspectSources(js jetstream.JetStream, rdb throttle.Client) i
 		JetStream: js, Redis: rdb, LimitsBucket: s.LimitsBucket,
 		Rules:     s.Rules,
 		Reader:    s.LimitsReader(),
-		KeyPrefix: s.KeyPrefix, MaxRunning: s.MaxRunning, Stream: s.Stream, Schedules: s.Schedules,
+		KeyPrefix: s.KeyPrefix, TimeZone: s.Location(), Horizon: s.MaxDefer, MaxRunning: s.MaxRunning, Stream: s.Stream, Schedules: s.Schedules,
 		Subjects: s.Subjects, TenantFromToken: s.TenantFromToken,
 	}
 	if s.LimitsBucket == config.LimitsOff {

@@ -33,7 +33,7 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rd
 	store := limits.NewStore(cfg.Rules)
 	// Carries a tenant's buckets over to limits of other periods; it needs
 	// the function library and the key prefix, no policies of its own.
-	carrier, err := throttle.New(rdb, throttle.Options{Policies: cfg.Rules, Prefix: cfg.KeyPrefix})
+	carrier, err := throttle.New(rdb, throttle.Options{Policies: cfg.Rules, Prefix: cfg.KeyPrefix, TimeZone: cfg.Location()})
 	if err != nil {
 		log.Warn("a changed period will start a new bucket: no limiter to carry buckets over", "err", err)
 	}

@@ -33,6 +33,11 @@ type Sources struct {
 	PauseBucket string
 	// KeyPrefix is THROTTLER_KEY_PREFIX.
 	KeyPrefix string
+	// TimeZone is THROTTLER_TIMEZONE, the zone of the calendar windows
+	// that name none; Horizon is THROTTLER_MAX_DEFER, how far ahead the
+	// workers reserve (which calendar windows a job may be placed in).
+	TimeZone *time.Location
+	Horizon  time.Duration
 	// MaxRunning is THROTTLER_MAX_RUNNING, 0 for none.
 	MaxRunning int64
 	// Stream and Schedules name the jobs stream and its schedules.
@@ -72,7 +77,8 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 			paused = &Paused{Pause: *p, Active: p.Active(time.Now())}
 		}
 	}
-	lim, err := throttle.New(src.Redis, throttle.Options{Policies: throttle.Rules{Default: eff.Policy}, Prefix: src.KeyPrefix})
+	lim, err := throttle.New(src.Redis, throttle.Options{Policies: throttle.Rules{Default: eff.Policy}, Prefix: src.KeyPrefix,
+		TimeZone: src.TimeZone, Horizon: src.Horizon})
 	if err != nil {
 		return Report{}, err
 	}
@@ -102,6 +108,10 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 				next := b.NextLeaves.UTC()
 				v.NextLeaves = &next
 			}
+		}
+		if b.Limit.Unit != "" {
+			start, resets := b.WindowStart.UTC(), b.ResetsAt.UTC()
+			v.Calendar, v.InWindow, v.WindowStart, v.ResetsAt = true, b.InWindow, &start, &resets
 		}
 		r.Buckets = append(r.Buckets, v)
 	}

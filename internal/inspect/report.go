@@ -81,6 +81,13 @@ type Bucket struct {
 	InSpan     int64      `json:"in_span,omitempty"`
 	Ahead      int64      `json:"reserved_ahead,omitempty"`
 	NextLeaves *time.Time `json:"next_leaves,omitempty"`
+	// Calendar is set for a calendar window: InWindow is the cost units
+	// counted in the window holding now (started at WindowStart), ResetsAt
+	// when that window ends; Burst is its N.
+	Calendar    bool       `json:"calendar,omitempty"`
+	InWindow    int64      `json:"in_window,omitempty"`
+	WindowStart *time.Time `json:"window_start,omitempty"`
+	ResetsAt    *time.Time `json:"resets_at,omitempty"`
 }
 
 // JobCounts are the tenant's waiting jobs, each count saying whether it is
