@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -136,17 +135,6 @@ func (l *Limiter) zone(lim Limit) *time.Location {
 	return z
 }
 
-// calendarSuffix is what follows the tag in the key of calendar window
-// lim: its counts by window start, named by unit and zone (not N, so that
-// a changed N keeps the count of the current window).
-func (l *Limiter) calendarSuffix(lim Limit, shadow bool) string {
-	kind := ":c:"
-	if shadow {
-		kind = ":k:"
-	}
-	return kind + lim.Unit + "@" + l.zone(lim).String()
-}
-
 // windowStart is the start of the window of unit that holds t, in t's
 // location. Seconds, minutes and hours are counted on the local clock
 // from the offset in force at t; days, weeks and months by time.Date,
@@ -224,23 +212,4 @@ func calendarCurrent(starts []time.Time, now time.Time) int {
 		}
 	}
 	return 0
-}
-
-// calendarArg is the burst argument of calendar window lim at now: 'c'
-// ('C' when it dead-letters the jobs over it) and the window starts in µs
-// (lua/calendar.lua, CALENDAR).
-func (l *Limiter) calendarArg(lim Limit, now time.Time) string {
-	var b strings.Builder
-	if lim.DeadLetter {
-		b.WriteByte('C')
-	} else {
-		b.WriteByte('c')
-	}
-	for i, s := range calendarStarts(lim.Unit, l.zone(lim), now, l.horizon) {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatInt(s.UnixMicro(), 10))
-	}
-	return b.String()
 }

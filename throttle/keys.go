@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/throttler/throttler/tenant"
 )
@@ -182,4 +183,34 @@ func parseFleetMember(m string) (Waiter, bool) {
 		t = string(b)
 	}
 	return Waiter{Tenant: t, JobID: id}, true
+}
+
+// calendarSuffix is what follows the tag in the key of calendar window
+// lim: its counts by window start, named by unit and zone (not N, so that
+// a changed N keeps the count of the current window).
+func (l *Limiter) calendarSuffix(lim Limit, shadow bool) string {
+	kind := ":c:"
+	if shadow {
+		kind = ":k:"
+	}
+	return kind + lim.Unit + "@" + l.zone(lim).String()
+}
+
+// calendarArg is the burst argument of calendar window lim at now: 'c'
+// ('C' when it dead-letters the jobs over it) and the window starts in µs
+// (lua/calendar.lua, CALENDAR).
+func (l *Limiter) calendarArg(lim Limit, now time.Time) string {
+	var b strings.Builder
+	if lim.DeadLetter {
+		b.WriteByte('C')
+	} else {
+		b.WriteByte('c')
+	}
+	for i, s := range calendarStarts(lim.Unit, l.zone(lim), now, l.horizon) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(s.UnixMicro(), 10))
+	}
+	return b.String()
 }
