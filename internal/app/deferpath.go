@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,6 +11,7 @@ import (
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/ops"
+	"github.com/throttler/throttler/throttle"
 )
 
 // deferPath is the deferral the worker uses, chosen at start from
@@ -155,5 +157,46 @@ func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 		PauseRecheck: cfg.PauseRecheck,
 		StatsTenants: cfg.MetricsTenants,
 		Logger:       log,
+	}
+}
+
+// longWindows lists the specs of rules with a weekly or monthly calendar
+// window that reserves jobs ahead (not :dlq): such a job may wait weeks
+// for its window.
+func longWindows(rules throttle.Rules) []string {
+	var out []string
+	long := func(p throttle.Policy) bool {
+		for _, l := range p.Limits {
+			if (l.Unit == "w" || l.Unit == "mo") && !l.DeadLetter {
+				return true
+			}
+		}
+		return false
+	}
+	if long(rules.Default) {
+		out = append(out, "default: "+rules.Default.String())
+	}
+	for name, p := range rules.Tenants {
+		if long(p) {
+			out = append(out, name+": "+p.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// warnLongWindows warns when jobs are NAK'd and a weekly or monthly
+// window may make one wait past the jobs stream's max age: a NAK'd job
+// stays the same message, which the stream then drops, where a moved job
+// is copied again before it grows that old.
+func (p deferPath) warnLongWindows(rules throttle.Rules, log *slog.Logger) {
+	// A month and a day: the longest a job may wait for a monthly window.
+	const longestWait = 32 * 24 * time.Hour
+	if p.mode != config.DeferNak || p.maxAge == 0 || p.maxAge > longestWait {
+		return
+	}
+	if specs := longWindows(rules); len(specs) > 0 {
+		log.Warn("jobs are deferred with NAK only, and a weekly or monthly window may make a job wait longer than the jobs stream keeps messages; use THROTTLER_DEFER=auto on nats-server 2.12 or later so that such jobs are moved (docs/usage.md, Calendar windows)",
+			"stream_max_age", p.maxAge.String(), "limits", specs)
 	}
 }

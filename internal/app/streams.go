@@ -90,6 +90,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 		log.Warn("the jobs stream drops messages older than its max age, and a job deferred with NAK stays the same message: a job deferred past it is lost; raise the max age, or defer with auto or schedule, which move such jobs",
 			"stream", cfg.Stream, "max_age", path.maxAge)
 	}
+	path.warnLongWindows(cfg.Rules, log)
 	if path.mode == config.DeferNak && path.movesBack {
 		log.Info("the jobs stream keeps moved jobs; unpacking their bundles as they fire", "subjects", cfg.Schedules.All())
 	}
