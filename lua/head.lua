@@ -101,7 +101,9 @@ and a raised one frees the tenant at once; two workers that disagree for a
 moment about the rate charge the same bucket, each at its own. Adding or
 removing a limit (rather than changing one) re-decides the slots too,
 charging them again in the buckets that did not change: they wait longer,
-never over-admitted.
+never over-admitted. A calendar window's N is left out of the regime: its
+reservations are counts in the windows they were placed in, which a
+changed N keeps, so its jobs keep their slots and their order.
 
 Replies: every job gets a tuple of 4 integers, one shape whatever its status:
   {1, wait,  remaining, flags}     ADMITTED: run the job now. flags bit 0:

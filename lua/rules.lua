@@ -114,7 +114,14 @@ local function regime(LI, lo, L)
   local id = 0
   for l = lo, lo + 7 * (L - 1), 7 do
     local r = LI[l + 1]
-    if LI[l + 4] < 0 then r = r + MAX_N end -- a window is not the bucket of its numbers
+    if LI[l + 4] == -2 then
+      -- A calendar window's reservation is a count in the window it was
+      -- placed in, which a change of N keeps: the regime leaves N out, so
+      -- the job keeps its place and is not counted twice.
+      r = 2 * MAX_N
+    elseif LI[l + 4] < 0 then
+      r = r + MAX_N -- a window is not the bucket of its numbers
+    end
     id = (id * 31 + regime1(r, LI[l + 2])) % RID
   end
   return id

@@ -254,3 +254,37 @@ func TestCalendarDeadLetter(t *testing.T) {
 		t.Fatalf("at midnight: %+v, want admitted", d)
 	}
 }
+
+// A change of N, lowered or raised, keeps the jobs already reserved in
+// their windows: back at their slots they run uncharged, in order, and a
+// job decided after the change is placed behind them.
+func TestCalendarChangeKeepsReservations(t *testing.T) {
+	for _, n := range []int64{1, 3} {
+		t.Run(fmt.Sprint("to ", n), func(t *testing.T) {
+			e := setup(t)
+			ctx := context.Background()
+			l := newLimiter(t, e.rdb, e.prefix, 10*time.Minute, throttle.Limits{throttle.CalendarWindow(2, "m", "")})
+			t1 := time.Date(2026, 3, 2, 10, 0, 10, 0, time.UTC)
+			next := t1.Truncate(time.Minute).Add(time.Minute)
+			for i := range 4 {
+				decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("j", i), At: t1})
+			}
+			key := e.prefix + ":{acme}:c:m@UTC"
+			before := e.rdb.HGetAll(ctx, key).Val()
+			changed := newLimiter(t, e.rdb, e.prefix, 10*time.Minute, throttle.Limits{throttle.CalendarWindow(n, "m", "")})
+			later := decide(t, changed, throttle.Request{Tenant: "acme", JobID: "k", At: t1.Add(5 * time.Second)})
+			if later.Outcome != throttle.Reserved || later.Wait < next.Sub(t1.Add(5*time.Second)) {
+				t.Fatalf("a job after the change: %+v, want reserved no earlier than %s", later, next)
+			}
+			for _, id := range []string{"j2", "j3"} {
+				if d := decide(t, changed, throttle.Request{Tenant: "acme", JobID: id, At: next}); d.Outcome != throttle.Admitted {
+					t.Fatalf("%s back at its slot after N changed to %d: %+v, want admitted", id, n, d)
+				}
+			}
+			after := e.rdb.HGetAll(ctx, key).Val()
+			if w := fmt.Sprint(next.UnixMicro()); after[w] != before[w] && !(n == 3 && after[w] == "3") {
+				t.Fatalf("the next minute counted %s after the change, %s before: charged twice", after[w], before[w])
+			}
+		})
+	}
+}
