@@ -105,7 +105,7 @@ func (c *Config) check(failed map[string]bool) Problems {
 	}
 
 	ck.durIn("THROTTLER_MAX_DEFER", c.MaxDefer)
-	if _, err := time.LoadLocation(c.TimeZone); err != nil || c.TimeZone == "" {
+	if _, err := time.LoadLocation(c.TimeZone); err != nil || c.TimeZone == "" || c.TimeZone == "Local" {
 		ck.addf("THROTTLER_TIMEZONE", "must be an IANA time zone such as UTC or Europe/Paris, got %q", c.TimeZone)
 	}
 	ck.durIn("THROTTLER_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)

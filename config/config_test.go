@@ -252,6 +252,8 @@ func TestInvalidValues(t *testing.T) {
 		{"THROTTLER_LEASE_TTL", "500ms", "between 1s and 720h"},
 		{"THROTTLER_STREAM_MAX_AGE", "30m", "0 (keep every message) or a duration of at least 1h"},
 		{"THROTTLER_STREAM_MAX_AGE", "-1h", "at least 1h"},
+		{"THROTTLER_TIMEZONE", "Mars/Olympus", "IANA time zone"},
+		{"THROTTLER_TIMEZONE", "Local", "IANA time zone"},
 		{"THROTTLER_FORWARD_MAX_AGE", "59m", "at least 1h"},
 		{"THROTTLER_DLQ_MAX_AGE", "week", "duration"},
 		{"THROTTLER_MAX_FAILURES", "0", "between 1 and 1000"},

@@ -66,7 +66,10 @@ func ParseCalendar(s string) (Limit, error) {
 	if err != nil || n > MaxRate {
 		return Limit{}, fmt.Errorf("%q: want N a whole number from 1 to %d", spec, MaxRate)
 	}
-	unit, zone, _ := strings.Cut(rest, "@")
+	unit, zone, at := strings.Cut(rest, "@")
+	if at && zone == "" {
+		return Limit{}, fmt.Errorf("%q: want a time zone after @, e.g. %s1000/d@Europe/Paris", spec, CalendarTerm)
+	}
 	l := CalendarWindow(n, unit, zone)
 	l.DeadLetter = dlq
 	if err := l.Validate(); err != nil {
@@ -87,6 +90,11 @@ func (l Limit) validateCalendar() error {
 		return fmt.Errorf("window of %d/%s with burst %d, period %s: want %d and %s", l.Rate, l.Unit, l.Burst, l.Period, l.Rate, d)
 	}
 	if l.Zone != "" {
+		// Local is the machine's zone: workers on machines set to other
+		// zones would count one window's key between different boundaries.
+		if l.Zone == "Local" {
+			return fmt.Errorf("time zone %q: want an IANA time zone such as Europe/Paris, not the machine's", l.Zone)
+		}
 		if _, err := time.LoadLocation(l.Zone); err != nil {
 			return fmt.Errorf("time zone %q: %w", l.Zone, err)
 		}

@@ -23,7 +23,7 @@ func TestParseCalendar(t *testing.T) {
 			t.Errorf("%q read back from %q: %v, %v", p.String(), spec, q, err)
 		}
 	}
-	for _, spec := range []string{"window:0/s", "window:5", "window:5/y", "window:5/2s", "window:1.5/d", "window:5/d@Mars/Olympus", "window:5/d+window:6/d"} {
+	for _, spec := range []string{"window:0/s", "window:5", "window:5/y", "window:5/2s", "window:1.5/d", "window:5/d@Mars/Olympus", "window:5/d+window:6/d", "window:5/d@", "window:5/d@Local"} {
 		if _, err := throttle.ParsePolicy(spec, 0); err == nil {
 			t.Errorf("ParsePolicy(%q) accepted", spec)
 		}
