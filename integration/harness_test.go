@@ -34,6 +34,12 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).logRejectedTLSConns"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		// A server shut down while it was creating a stream can leave that
+		// stream's state flusher and the global access-time ticker (which
+		// stops when its last user unregisters, in a goroutine of its own)
+		// running a moment after Shutdown returns.
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
 	)
 }
 
