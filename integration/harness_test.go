@@ -35,9 +35,8 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).logRejectedTLSConns"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 		// A server shut down while it was creating a stream can leave that
-		// stream's state flusher and the global access-time ticker (which
-		// stops when its last user unregisters, in a goroutine of its own)
-		// running a moment after Shutdown returns.
+		// stream's store unstopped: its state flusher runs on, and with it
+		// the global access-time ticker its store registered.
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
 		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
 	)
