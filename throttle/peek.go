@@ -257,45 +257,40 @@ func peekWindow(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 		return b, err
 	}
 	b.Stored = true
-	// The first admission that counts, by halving (slots rise with the
-	// rank): its first unit and slot; none when every one left the span.
 	card, err := node.ZCard(ctx, key).Result()
 	if err != nil {
 		return b, &RedisError{Op: "ZCARD " + key, Err: err}
 	}
-	live, liveSlot := top+1, int64(0)
-	for lo, hi := int64(0), card; lo < hi; {
-		r := (lo + hi) / 2
-		t, u, _, ok, err := admission(node.ZRangeWithScores(ctx, key, r, r).Result())
-		if err != nil {
-			return b, err
+	// firstAfter finds, by halving (slots rise with the rank), the first
+	// admission whose slot is after t: its first unit and slot; top+1 and
+	// 0 when there is none.
+	firstAfter := func(t int64) (unit, slot int64, err error) {
+		unit = top + 1
+		for lo, hi := int64(0), card; lo < hi; {
+			r := (lo + hi) / 2
+			at, u, _, ok, err := admission(node.ZRangeWithScores(ctx, key, r, r).Result())
+			if err != nil {
+				return 0, 0, err
+			}
+			if !ok {
+				return 0, 0, bad
+			}
+			if at > t {
+				hi, unit, slot = r, u, at
+			} else {
+				lo = r + 1
+			}
 		}
-		if !ok {
-			return b, bad
-		}
-		if t > now-d {
-			hi, live, liveSlot = r, u, t
-		} else {
-			lo = r + 1
-		}
+		return unit, slot, nil
+	}
+	live, liveSlot, err := firstAfter(now - d)
+	if err != nil {
+		return b, err
 	}
 	b.InSpan = top - live + 1
-	// The first admission reserved ahead, by halving again.
-	ahead := top + 1
-	for lo, hi := int64(0), card; lo < hi; {
-		r := (lo + hi) / 2
-		t, u, _, ok, err := admission(node.ZRangeWithScores(ctx, key, r, r).Result())
-		if err != nil {
-			return b, err
-		}
-		if !ok {
-			return b, bad
-		}
-		if t > now {
-			hi, ahead = r, u
-		} else {
-			lo = r + 1
-		}
+	ahead, _, err := firstAfter(now)
+	if err != nil {
+		return b, err
 	}
 	b.Ahead = top - ahead + 1
 	b.Tokens = float64(lim.Rate - b.InSpan)
