@@ -19,9 +19,10 @@ uses it (Lua's local functions must be):
   caps.lua      the running caps' sets, the waiting list, FAIR
   admit.lua     admit
   lease.lua     lease
+  credits.lua   credits, refund, balance: a prepaid balance (CREDITS)
   register.lua  the functions registered with Redis
 
-Eight functions, each atomic:
+Eleven functions, each atomic:
 
   decide___VERSION__   decide M jobs against their token buckets and windows
   claim___VERSION__    make an incarnation the owner of a job that has none
@@ -31,6 +32,10 @@ Eight functions, each atomic:
   hold___VERSION__     push a tenant's buckets' empty time to a later instant
   admit___VERSION__    decide one job under a running cap (RUNNING CAPS)
   lease___VERSION__    renew, release or hand on a running cap's leases
+  credits___VERSION__  charge M jobs of a tenant against its credits, or
+                       refuse them (UNFUNDED, 7)
+  refund___VERSION__   give back the credits of jobs that did not run
+  balance___VERSION__  read, add, set a tenant's credits; open the gate
 
 __VERSION__ stands for a short hash of this source, put in by package
 throttle before FUNCTION LOAD, so that two versions of the worker running
@@ -157,6 +162,8 @@ E_* codes (the same numbers as throttle.Code):
   18 E_TTL          TTL argument out of range
   19 E_GIVE_UP      give-up count not in [1, 1e6]
   20 E_FAILURES     stored failure counter malformed
+  (21 to 24: the running caps', admit.lua; 25 to 29: the credits',
+  credits.lua)
 
 Clock: ARGV now = 0 reads Redis TIME, once per call, after the arguments
 are checked: every worker then shares one clock. Functions replicate their
@@ -177,6 +184,9 @@ several calls, pipelined. Per call:
            the lease set dropped and MAX_CALLS waiting jobs called
   lease    renew: at most MAX_RENEW tokens; release and poke: at most
            MAX_SWEEP expired entries dropped and MAX_CALLS jobs called
+  credits, refund
+           at most MAX_JOBS jobs, one marker key each, and the balance
+  balance  one key, no loop
 A sweep that stops at its bound leaves the rest expired in the set, where
 they count for nothing (a lease counts while its score is after now), for
 the next call; a call that left some calls nobody, so that no job passes

@@ -47,6 +47,8 @@ var (
 	admit string
 	//go:embed lease.lua
 	lease string
+	//go:embed credits.lua
+	credits string
 	//go:embed register.lua
 	register string
 )
@@ -59,8 +61,9 @@ type file struct{ name, text string }
 // them: the head (the library's name, its contract, the constants and
 // argument checks), the shared rules, decide's layout, its sliding
 // windows, fast paths and general path, the owner and failure functions, carry, hold, the running
-// caps' sets, admit, lease, and last the registrations, once every
-// function they name is defined.
+// caps' sets, admit, lease, the credits (a prepaid balance: its charge,
+// refund and operator's operations), and last the registrations, once
+// every function they name is defined.
 func files() []file {
 	return []file{
 		{"head.lua", head},
@@ -76,6 +79,7 @@ func files() []file {
 		{"caps.lua", caps},
 		{"admit.lua", admit},
 		{"lease.lua", lease},
+		{"credits.lua", credits},
 		{"register.lua", register},
 	}
 }
@@ -104,7 +108,8 @@ func join() string {
 // Library is the library's source, its files joined in the order of
 // Files: the token-bucket decision, the owner claim and release, the
 // failure count, the carry of a bucket to a new period, the hold of a
-// tenant, and the running caps' decision and leases, as Redis functions.
+// tenant, the running caps' decision and leases, and the credits' charge,
+// refund and balance, as Redis functions.
 // The placeholder Version stands, in the library's name and in every
 // function's name, for a version the loader puts in; each bound's
 // placeholder for the bound's value. Source returns it as Redis loads it.

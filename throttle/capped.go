@@ -16,9 +16,21 @@ func (d *Decider) decideCapped(ctx context.Context, copies []Copy) []Result {
 	var calls []fcall
 	var idx []int
 	var preps []prepared
+	var owned []int // unlimited copies (credits alone): owner calls after calls
+	var owners []fcall
 	for _, i := range pending {
 		p, capped, err := d.caps.prepareTenant(copies[i], d.prepare)
 		switch {
+		case !capped && d.unlimited(copies[i]):
+			f, ok, err := d.ownerCall(copies[i])
+			if err != nil {
+				results[i].Err = err
+			} else if !ok {
+				results[i].Decision = Decision{Outcome: Admitted, Shadow: d.l.policies.Policy(copies[i].Tenant).Shadow}
+			} else {
+				owned, owners = append(owned, i), append(owners, f)
+			}
+			continue
 		case !capped:
 			plain = append(plain, i)
 			continue
@@ -28,7 +40,12 @@ func (d *Decider) decideCapped(ctx context.Context, copies []Copy) []Result {
 		}
 		calls, idx, preps = append(calls, d.caps.admitCall(p, copies[i].Tenant)), append(idx, i), append(preps, p)
 	}
+	calls = append(calls, owners...)
 	decided := d.l.decideBatchWith(ctx, len(plain), func(k int) (prepared, error) { return d.prepare(copies[plain[k]]) }, calls)
+	for k, i := range owned {
+		results[i].Decision, results[i].Err = d.ownerResult(calls[len(idx)+k], copies[i])
+	}
+	calls = calls[:len(idx)]
 	for k, i := range plain {
 		results[i].Decision, results[i].Err = decided[k].Decision, decided[k].Err
 	}

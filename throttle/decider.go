@@ -71,19 +71,27 @@ func (d *Decider) Decide(ctx context.Context, cp Copy) (Decision, error) {
 // cap, in one more round trip, and gives it back in a third when it is not
 // admitted. Result.Wake names the waiting jobs whose turn a call made: the
 // caller wakes them.
+//
+// A copy of a tenant whose policy draws on credits (Policy.Credits) is
+// first charged its cost against the tenant's balance, in one more round
+// trip before the others: one the balance does not cover is Unfunded; one
+// charged that then does not run (Limited, Capped) gets its credits back
+// in a last round trip. A job is charged once, however often it is
+// decided and whichever incarnation comes back. A tenant with credits and
+// no limits (and no cap) has its copies admitted once charged.
 func (d *Decider) DecideBatch(ctx context.Context, copies []Copy) []Result {
-	if d.caps.o.MaxRunning == 0 && !d.anyCapped(copies) {
+	capped, credits := d.scan(copies)
+	if credits {
+		return d.decideWithCredits(ctx, copies, capped)
+	}
+	return d.decideRates(ctx, copies, capped)
+}
+
+// decideRates is DecideBatch past the credits stage; capped says some
+// copy's tenant may have a running cap in force.
+func (d *Decider) decideRates(ctx context.Context, copies []Copy, capped bool) []Result {
+	if d.caps.o.MaxRunning == 0 && !capped {
 		return d.l.decideBatch(ctx, len(copies), func(i int) (prepared, error) { return d.prepare(copies[i]) })
 	}
 	return d.decideCapped(ctx, copies)
-}
-
-// anyCapped reports whether some copy's tenant has a running cap.
-func (d *Decider) anyCapped(copies []Copy) bool {
-	for _, cp := range copies {
-		if p := d.l.policies.Policy(cp.Tenant); p.Running > 0 && !p.Shadow {
-			return true
-		}
-	}
-	return false
 }

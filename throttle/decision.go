@@ -50,6 +50,11 @@ type Copy struct {
 	// tenant's other jobs, whose turns its tenant's cap, whose place it
 	// holds, would refuse meanwhile.
 	Woken bool
+	// Released says the copy was brought back by a top-up's release of the
+	// jobs waiting for credits (Limiter.AddCredits): it passes the gate
+	// that holds every other job back until the release is done
+	// (Limiter.OpenCredits). It still waits behind the first job waiting.
+	Released bool
 }
 
 // Outcome is what a decision tells the job to do.
@@ -76,6 +81,12 @@ const (
 	// its turn: another call names it in Result.Wake. Only a Decider
 	// decides this.
 	Capped
+	// Unfunded: wait for credits. The tenant's policy draws on a prepaid
+	// balance (Policy.Credits) that does not cover the job now, and
+	// nothing was charged. With a Wait, come back after it (a top-up's
+	// release is under way: the gate holds new jobs back); with none, wait
+	// for a top-up (or, when Decision.CreditsDeadLetter, dead-letter it).
+	Unfunded
 )
 
 // String names o.
@@ -91,6 +102,8 @@ func (o Outcome) String() string {
 		return "duplicate"
 	case Capped:
 		return "capped"
+	case Unfunded:
+		return "unfunded"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -162,6 +175,20 @@ type Decision struct {
 	Ahead, Cap int64
 	// Running, when Capped, is how many leases of the cap counted.
 	Running int64
+	// Balance, when Unfunded, is the balance the job could not draw on
+	// (what earlier jobs of its call left of it).
+	Balance int64
+	// Untrusted, when Unfunded, says the balance was written before Redis
+	// last restarted or failed over, which may have lost writes since: no
+	// job is admitted against it until an operator adds or sets credits.
+	Untrusted bool
+	// CreditsDeadLetter, when Unfunded, says the tenant's policy is
+	// credits:dlq: a job refused without a Wait is dead-lettered, not
+	// kept waiting.
+	CreditsDeadLetter bool
+	// ShadowUnfunded, in shadow mode, says enforcing the tenant's credits
+	// would have refused the job (it was not charged).
+	ShadowUnfunded bool
 }
 
 // Leases returns the leases d holds, the tenant's first.

@@ -16,7 +16,7 @@ var ErrInvalid = errors.New("throttle: invalid input")
 // Such a call may succeed when retried; nothing is known about its outcome.
 var ErrRedis = errors.New("throttle: redis error")
 
-// Code says what was invalid about a call. Codes 2 to 24 are the E_* codes
+// Code says what was invalid about a call. Codes 2 to 29 are the E_* codes
 // of the engine's Redis functions (see lua/head.lua); code 1 is a call
 // the functions refused whole (a BADCALL error reply); codes from 100 are
 // found in Go before any round trip.
@@ -46,7 +46,12 @@ const (
 	CodeCap            Code = 21  // a running cap not in [1, 10^6]
 	CodeToken          Code = 22  // a lease's owner token is malformed
 	CodeMember         Code = 23  // a waiting-list member is malformed
-	CodeLeaseOp        Code = 24  // an unknown lease operation
+	CodeLeaseOp        Code = 24  // an unknown lease (or credits) operation
+	CodeCredits        Code = 25  // a stored balance of credits is malformed
+	CodePaid           Code = 26  // a stored paid marker is malformed
+	CodePaidTTL        Code = 27  // a stored paid marker has no TTL
+	CodeOrder          Code = 28  // a job's order is not in [0, 2^53)
+	CodeAmount         Code = 29  // an amount of credits out of range, or a balance past MaxCredits
 	CodeTenant         Code = 100 // tenant empty or too long
 	CodeJobID          Code = 101 // job id too long or not printable ASCII
 	CodeLimits         Code = 102 // the limits themselves do not validate
@@ -75,6 +80,11 @@ var codeText = map[Code]string{
 	CodeJobID:          "invalid job id",
 	CodeLimits:         "invalid limits",
 	CodeGiveUp:         "give-up count out of range",
+	CodeCredits:        "stored credits are malformed",
+	CodePaid:           "stored paid marker is malformed",
+	CodePaidTTL:        "stored paid marker has no TTL",
+	CodeOrder:          "order out of range",
+	CodeAmount:         "credits out of range",
 }
 
 // String describes c in a few words.

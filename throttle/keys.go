@@ -32,11 +32,16 @@ const MaxJobIDLen = 128
 //	<prefix>:{<tenant>}:j:<job id>             slot reserved for one job
 //	<prefix>:{<tenant>}:f:<job id>             handler failures of one job
 //	<prefix>:{<tenant>}:o:<job id>             incarnation of a moved job that ran
+//	<prefix>:{<tenant>}:c                      the tenant's credits (a hash, NO TTL)
+//	<prefix>:{<tenant>}:cp:<job id>            credits paid by one job
 //	<prefix>:{<tenant>}:r                      leases of the tenant's running cap
 //	<prefix>:{<tenant>}:w                      the cap's waiting list
 //	<prefix>:{<tenant>}:p                      places of the waiting jobs it called
 //	<prefix>:{~}:r, :w, :p                     the same of the fleet's cap
 //	<prefix>:{~}:v                             fair places of the fleet's list
+//
+// Every key has a TTL but a tenant's credits: a balance only an operator
+// changes must not expire (lua/credits.lua, CREDITS).
 //
 // A tenant made only of letters, digits, '_', '-' and '.' is used as it is.
 // Any other tenant (braces, colons, spaces, control bytes, UTF-8, ...) is
@@ -124,6 +129,17 @@ func (k keyspace) failures(tag, jobID string) string {
 // owner returns the key naming the incarnation of jobID that was admitted.
 func (k keyspace) owner(tag, jobID string) string {
 	return k.prefix + ":" + tag + ":o:" + jobID
+}
+
+// credits returns the key of the credits (the prepaid balance) of the
+// tenant of tag.
+func (k keyspace) credits(tag string) string {
+	return k.prefix + ":" + tag + ":c"
+}
+
+// paid returns the key that says jobID was charged its credits.
+func (k keyspace) paid(tag, jobID string) string {
+	return k.prefix + ":" + tag + ":cp:" + jobID
 }
 
 // capKeys returns the lease set and waiting list of tenant's cap, or of

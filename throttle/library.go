@@ -48,6 +48,7 @@ type library struct {
 	code    string // the source, with the version put in
 	// The functions' names.
 	decide, claim, release, failed, carry, hold, admit, lease string
+	credits, refund, balance                                  string
 }
 
 // newLibrary returns the library for rdb.
@@ -69,6 +70,9 @@ func newLibrary(rdb Client) *library {
 		hold:    name("hold"),
 		admit:   name("admit"),
 		lease:   name("lease"),
+		credits: name("credits"),
+		refund:  name("refund"),
+		balance: name("balance"),
 	}
 }
 

@@ -137,8 +137,13 @@ func (l *Limiter) Reserve(ctx context.Context, tenant, jobID string, cost int64)
 	return l.Decide(ctx, Request{Tenant: tenant, JobID: jobID, Cost: cost})
 }
 
-// Decide decides one request in one function call.
+// Decide decides one request in one function call (three at most for a
+// tenant with credits: see DecideBatch).
 func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
+	if l.policies.Policy(req.Tenant).Credits != CreditsOff {
+		r := l.decideWithCredits(ctx, []Request{req})
+		return r[0].Decision, r[0].Err
+	}
 	p, err := l.prepare(req)
 	if err != nil {
 		return Decision{}, err
@@ -156,6 +161,19 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Decision, error) {
 // pipeline sends each call to its node. A request that is invalid (or whose
 // key holds another Redis type) fails alone: the others of its call are
 // decided as if it were not there. The results match reqs by index.
+//
+// A request of a tenant whose policy draws on credits (Policy.Credits)
+// is first charged its cost against the tenant's balance, in one more
+// round trip before the others: one the balance does not cover is
+// Unfunded; one charged that then does not run (Limited) gets its credits
+// back in a last round trip. A request with a JobID is charged once
+// however often it is decided; one of a tenant with credits and no limits
+// is admitted once charged.
 func (l *Limiter) DecideBatch(ctx context.Context, reqs []Request) []Result {
+	for _, req := range reqs {
+		if l.policies.Policy(req.Tenant).Credits != CreditsOff {
+			return l.decideWithCredits(ctx, reqs)
+		}
+	}
 	return l.decideBatch(ctx, len(reqs), func(i int) (prepared, error) { return l.prepare(reqs[i]) })
 }

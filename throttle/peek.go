@@ -74,11 +74,14 @@ type Snapshot struct {
 	Failures map[string]int64 `json:"failures,omitempty"`
 	// Cap is the tenant's running cap, when its policy has one.
 	Cap *CapSnapshot `json:"cap,omitempty"`
+	// Credits is the tenant's balance of credits, when its policy draws
+	// on one (read as Limiter.Credits does, at Redis' moment).
+	Credits *CreditBalance `json:"credits,omitempty"`
 }
 
 // Peek reads what the limiter holds for tenant: its buckets, as the next
 // decision would find them, the wait a new job would get, the slots its
-// jobs hold and its handler failures, and its running cap. It only reads:
+// jobs hold and its handler failures, its running cap and its credits. It only reads:
 // nothing is charged or written. at sets the moment; the zero time
 // reads Redis TIME. Its scans read the whole keyspace of the tenant's node:
 // an operator's tool, not for every job.
@@ -128,6 +131,13 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 		if s.Cap, err = peekCap(ctx, node, l.keys, tenant, "", now); err != nil {
 			return Snapshot{}, err
 		}
+	}
+	if s.Policy.Credits != CreditsOff {
+		c, err := l.Credits(ctx, tenant)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		s.Credits = &c
 	}
 	return s, nil
 }

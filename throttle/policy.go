@@ -20,6 +20,46 @@ const RunningTerm = "running:"
 // of the duration (Limit.Sliding).
 const SlidingTerm = "sliding:"
 
+// CreditsTerm is the term of a policy's spec that draws the tenant's
+// jobs' cost from a prepaid balance, as in "10/s+credits"; written
+// "credits:dlq", a job the balance
+// cannot cover is dead-lettered instead of waiting.
+const CreditsTerm = "credits"
+
+// creditsDLQ is the spec of CreditsDeadLetter.
+const creditsDLQ = CreditsTerm + ":dlq"
+
+// CreditsMode says whether and how a policy draws its jobs' cost from the
+// tenant's prepaid balance (Limiter.AddCredits).
+type CreditsMode int
+
+// The credits modes.
+const (
+	// CreditsOff: the tenant has no balance; its jobs draw on none.
+	CreditsOff CreditsMode = iota
+	// CreditsWait (the term "credits"): a job the balance cannot cover is
+	// Unfunded and waits, in order, until a top-up covers it.
+	CreditsWait
+	// CreditsDeadLetter (the term "credits:dlq"): a job the balance cannot
+	// cover is Unfunded, and the worker dead-letters it
+	// (Decision.CreditsDeadLetter).
+	CreditsDeadLetter
+)
+
+// String writes m as a spec's term: "credits", "credits:dlq", or "" for
+// CreditsOff.
+func (m CreditsMode) String() string {
+	switch m {
+	case CreditsOff:
+		return ""
+	case CreditsWait:
+		return CreditsTerm
+	case CreditsDeadLetter:
+		return creditsDLQ
+	}
+	return "CreditsMode(" + strconv.Itoa(int(m)) + ")"
+}
+
 // MaxRunning is the largest cap a policy's Running may set.
 const MaxRunning = 1_000_000
 
@@ -39,6 +79,10 @@ type Policy struct {
 	// (see Decider and RunningCaps). 0 means no cap. A policy may have a
 	// cap and no Limits: its jobs are then bounded in number, not in rate.
 	Running int64
+	// Credits, when not CreditsOff, draws each job's cost from the
+	// tenant's prepaid balance before its limits decide it (see
+	// Limiter.AddCredits). A policy may have credits and no Limits.
+	Credits CreditsMode
 }
 
 // Validate reports whether p can be applied.
@@ -46,18 +90,24 @@ func (p Policy) Validate() error {
 	if p.Running < 0 || p.Running > MaxRunning {
 		return fmt.Errorf("running cap %d out of range [1, %d]", p.Running, MaxRunning)
 	}
-	if len(p.Limits) == 0 && p.Running > 0 {
+	if p.Credits < CreditsOff || p.Credits > CreditsDeadLetter {
+		return fmt.Errorf("credits mode %d unknown", int(p.Credits))
+	}
+	if len(p.Limits) == 0 && (p.Running > 0 || p.Credits != CreditsOff) {
 		return nil
 	}
 	return p.Limits.Validate()
 }
 
 // String formats p the way ParsePolicy reads it, e.g.
-// "100/s:200+running:5+shadow".
+// "100/s:200+credits+running:5+shadow".
 func (p Policy) String() string {
 	var terms []string
 	if len(p.Limits) > 0 {
 		terms = append(terms, p.Limits.String())
+	}
+	if p.Credits != CreditsOff {
+		terms = append(terms, p.Credits.String())
 	}
 	if p.Running > 0 {
 		terms = append(terms, RunningTerm+strconv.FormatInt(p.Running, 10))
@@ -70,9 +120,10 @@ func (p Policy) String() string {
 
 // ParsePolicy reads a tenant's spec: limits joined by "+" as ParseLimits
 // reads them, sliding windows "sliding:N/DURATION" (ParseSliding), and
-// optionally the terms "running:N" (a cap on the jobs running at once)
-// and "shadow" among them, such as "50/s:100+10000/d",
-// "50/s:100+sliding:500/1m", "50/s:100+running:5", "running:2" or
+// optionally the terms "credits" or "credits:dlq" (a prepaid balance),
+// "running:N" (a cap on the jobs running at once) and "shadow" among
+// them, such as "50/s:100+10000/d", "50/s:100+sliding:500/1m",
+// "10/s+credits", "credits:dlq", "50/s:100+running:5", "running:2" or
 // "50/s:100+shadow".
 func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 	if strings.TrimSpace(s) == "" {
@@ -85,6 +136,20 @@ func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 				return Policy{}, fmt.Errorf("%q given twice", ShadowTerm)
 			}
 			p.Shadow = true
+			continue
+		}
+		if t := strings.TrimSpace(part); t == CreditsTerm || strings.HasPrefix(t, CreditsTerm+":") {
+			if p.Credits != CreditsOff {
+				return Policy{}, fmt.Errorf("%q given twice", CreditsTerm)
+			}
+			switch t {
+			case CreditsTerm:
+				p.Credits = CreditsWait
+			case creditsDLQ:
+				p.Credits = CreditsDeadLetter
+			default:
+				return Policy{}, fmt.Errorf("%q: want %s or %s", part, CreditsTerm, creditsDLQ)
+			}
 			continue
 		}
 		if n, ok := strings.CutPrefix(strings.TrimSpace(part), RunningTerm); ok {
