@@ -7,3 +7,18 @@ func Library() (code, decide, claim, release, failed string) {
 	lib := newLibrary(nil)
 	return lib.code, lib.decide, lib.claim, lib.release, lib.failed
 }
+
+// CreditsFunctions returns the names of the library's credits, refund and
+// balance functions, for tests that call them raw.
+func CreditsFunctions() (credits, refund, balance string) {
+	lib := newLibrary(nil)
+	return lib.credits, lib.refund, lib.balance
+}
+
+// CreditsKeys returns the key of tenant's balance of credits under
+// prefix, and the paid marker of its job jobID.
+func CreditsKeys(prefix, tenant, jobID string) (balance, paid string) {
+	k := keyspace{prefix: prefix}
+	tag, _ := k.tag(tenant)
+	return k.credits(tag), k.paid(tag, jobID)
+}
