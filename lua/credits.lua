@@ -167,12 +167,9 @@ local function credits(keys, args)
     end
   end
   now = clock(now)
-  local trusted, id = not exists, nil
-  if exists then
-    id = replid()
-    if id == nil then return redis.error_reply('ERR credits: no master_replid in INFO replication') end
-    trusted = r == id
-  end
+  -- Trust is read (INFO) only when a job that did not pay needs it.
+  local trusted = nil
+  if not exists then trusted = true end
   local avail, q0 = b, q
   local paid = {} -- marker position -> {cost, incarnation} to write
   for j = 1, M do
@@ -191,6 +188,11 @@ local function credits(keys, args)
     else
       local dlq = f >= 8
       local refuse, wait, untrusted = true, 0, false
+      if trusted == nil then
+        local id = replid()
+        if id == nil then return redis.error_reply('ERR credits: no master_replid in INFO replication') end
+        trusted = r == id
+      end
       if not trusted then
         untrusted = true
       elseif g and g > now and f % 2 == 0 then

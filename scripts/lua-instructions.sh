@@ -10,6 +10,7 @@
 #   scripts/lua-instructions.sh --batch [library.lua ...]
 #   scripts/lua-instructions.sh --reserve [library.lua ...]
 #   scripts/lua-instructions.sh --sliding [library.lua ...]
+#   scripts/lua-instructions.sh --credits [library.lua ...]
 #
 # The engine's library is lua/'s source files joined in the order
 # lua/lua.go gives them, as lua.Library is; a library named instead is
@@ -34,7 +35,12 @@
 # same with every call on one tenant, whose window then holds the
 # admissions of the last second (each call adds one and drops those that
 # left the span); and, for one tenant, under 10000/s:10000 alone and
-# with sliding:10000/1s (the general form, no job id). valgrind slows Redis to well under
+# with sliding:10000/1s (the general form, no job id). --credits counts
+# the credits function (lua/credits.lua) instead, against one tenant's
+# trusted balance of 10^12 set first with the balance function: 3,000
+# lone calls of one job charged (a new job id each, drawn from 10^9), the
+# same job paid already, and 300 calls of 64 jobs each charged, per job.
+# valgrind slows Redis to well under
 # 10,000 calls a second, so every job is admitted. Needs valgrind, redis-server and redis-benchmark (Debian:
 # valgrind, redis-server, redis-tools), and Redis 7.0 or later.
 set -euo pipefail
@@ -56,6 +62,8 @@ bounds=$(sed -n 's/^\tMax\([A-Z][a-z]*\) *= *\([0-9][0-9]*\)$/\1 \2/p' lua/lua.g
 # instructions FILE N: total instructions of a redis-server that ran FILE N
 # times: a library with FCALL, or with $eval set a script with EVALSHA.
 eval=
+fn=decide_x
+range=1000
 instructions() {
 	local out="$work/callgrind.out"
 	valgrind --tool=callgrind --callgrind-out-file="$out" \
@@ -70,10 +78,14 @@ instructions() {
 		call=(EVALSHA "$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$1")")")
 	else
 		redis-cli -p "$port" FUNCTION LOAD "$(sed "s/__VERSION__/x/g;$bounds" "$1")" >/dev/null
-		call=(FCALL decide_x)
+		call=(FCALL "$fn")
+		if [ -n "${prep:-}" ]; then
+			# shellcheck disable=SC2086 # prep is words, split on purpose
+			redis-cli -p "$port" $prep >/dev/null 2>&1 || true
+		fi
 	fi
 	if [ "$2" -gt 0 ]; then
-		redis-benchmark -p "$port" -n "$2" -c 1 -r 1000 -q "${call[@]}" "${args[@]}" >/dev/null
+		redis-benchmark -p "$port" -n "$2" -c 1 -r "$range" -q "${call[@]}" "${args[@]}" >/dev/null
 	fi
 	redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
 	wait "$pid" || true
@@ -120,12 +132,16 @@ case "${1:-}" in
 	shift
 	sliding=1
 	;;
+--credits)
+	shift
+	credits=1
+	;;
 esac
 
 if [ -n "$eval" ]; then
 	echo 'return {1, 0, 0, 0}' >"$work/empty.lua"
 else
-	printf '%s\n' '#!lua name=empty' "redis.register_function('decide_x', function() return {1, 0, 0, 0} end)" >"$work/empty.lua"
+	printf '%s\n' '#!lua name=empty' "redis.register_function('$fn', function() return {1, 0, 0, 0} end)" >"$work/empty.lua"
 fi
 if [ $# -eq 0 ]; then
 	# The files lua/lua.go's files() lists, in its order.
@@ -148,6 +164,25 @@ measure() {
 	done
 }
 libs=("$@")
+if [ -n "${credits:-}" ]; then
+	fn=credits_x
+	printf '%s\n' '#!lua name=empty' "redis.register_function('$fn', function() return {1, 0, 0, 0} end)" >"$work/empty.lua"
+	prep="FCALL balance_x 1 thr:{t}:c 3 0 1000000000000 0"
+	range=1000000000
+	args=(2 'thr:{t}:c' 'thr:{t}:cp:__rand_int__' 0 3600000 1 0 0 4)
+	measure 'credits, one job charged'
+	args=(2 'thr:{t}:c' 'thr:{t}:cp:1' 0 3600000 1 0 0 4)
+	measure 'credits, one job paid already'
+	keys=() rest=()
+	for i in $(seq 64); do
+		keys+=("thr:{t}:cp:__rand_int__-$i")
+		rest+=(1 "$i" "$i" 4)
+	done
+	calls=300 per=64 unit=job
+	args=(65 'thr:{t}:c' "${keys[@]}" 0 3600000 "${rest[@]}")
+	measure 'credits, 64 jobs charged'
+	exit 0
+fi
 if [ -z "${sliding:-}" ]; then
 	measure
 	exit 0

@@ -43,8 +43,10 @@ type CreditBalance struct {
 
 // CreditChange is a balance of credits before and after an operation.
 type CreditChange struct {
+	// Before is the balance the operation found.
 	Before CreditBalance `json:"before"`
-	After  CreditBalance `json:"after"`
+	// After is the balance it left.
+	After CreditBalance `json:"after"`
 }
 
 // Operations of the balance function (lua/credits.lua, balance).

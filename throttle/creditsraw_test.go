@@ -142,4 +142,46 @@ func TestCreditsFunctionArgs(t *testing.T) {
 	if v := fcallRaw(t, e.rdb, credits, []string{bk}, one("0", "1000", "1", "0", "0", "0")); v[0] != 3 || v[1] != eCredits || v[2] != 1 {
 		t.Fatalf("a waiting order of 0: %v", v)
 	}
+	if snap, err := l.Peek(ctx, "a", time.Time{}); err != nil || snap.Credits != nil {
+		t.Fatalf("Peek of a tenant without credits: %+v, %v", snap.Credits, err)
+	}
+}
+
+// TestCreditsRefundOnlyTheCharger: a refund gives a job's credits back
+// only when the marker still names the incarnation that paid; once
+// another incarnation passed on the charge (and may run), it gives
+// nothing back.
+func TestCreditsRefundOnlyTheCharger(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	credits, refund, _ := throttle.CreditsFunctions()
+	bk, pk := throttle.CreditsKeys(e.prefix, "a", "j1")
+	l := newLimiter(t, e.rdb, e.prefix, 0, throttle.Limits{throttle.PerSecond(1, 1)})
+	if _, err := l.SetCredits(ctx, "a", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.OpenCredits(ctx, "a", 0); err != nil {
+		t.Fatal(err)
+	}
+	job := func(inc string) []int64 {
+		return fcallRaw(t, e.rdb, credits, []string{bk, pk}, []string{"0", "60000", "4", "0", inc, "4"})
+	}
+	if v := job("1"); v[0] != 1 || v[1] != 1 || v[2] != 6 {
+		t.Fatalf("incarnation 1: %v, want charged, 6 left", v)
+	}
+	if v := job("2"); v[0] != 1 || v[1] != 0 || v[2] != 6 {
+		t.Fatalf("incarnation 2: %v, want paid already", v)
+	}
+	if v := fcallRaw(t, e.rdb, refund, []string{bk, pk}, []string{"0", "1"}); v[0] != 1 || v[1] != 0 {
+		t.Fatalf("refund of incarnation 1: %v, want nothing given", v)
+	}
+	if got := e.rdb.Get(ctx, pk).Val(); got != "4:2" {
+		t.Fatalf("marker %q, want 4:2", got)
+	}
+	if v := fcallRaw(t, e.rdb, refund, []string{bk, pk}, []string{"3", "2"}); v[0] != 1 || v[1] != 7 || v[2] != 13 {
+		t.Fatalf("refund of incarnation 2 and 3 without id: %v, want 7 given, 13", v)
+	}
+	if n := e.rdb.Exists(ctx, pk).Val(); n != 0 {
+		t.Fatal("the refunded marker is left")
+	}
 }

@@ -81,9 +81,9 @@ type Snapshot struct {
 
 // Peek reads what the limiter holds for tenant: its buckets, as the next
 // decision would find them, the wait a new job would get, the slots its
-// jobs hold and its handler failures, its running cap and its credits. It only reads:
-// nothing is charged or written. at sets the moment; the zero time
-// reads Redis TIME. Its scans read the whole keyspace of the tenant's node:
+// jobs hold and its handler failures, its running cap and its credits.
+// It only reads: nothing is charged or written. at sets the moment; the
+// zero time reads Redis TIME (the credits' gate is read at Redis TIME). Its scans read the whole keyspace of the tenant's node:
 // an operator's tool, not for every job.
 func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapshot, error) {
 	node, err := l.nodeOf(ctx, tenant)
