@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,22 @@ func TestCreditsFunctionArgs(t *testing.T) {
 			t.Fatalf("marker %s rewritten: %q", what, got)
 		}
 	}
+	// A marker of another type: that job is WRONGTYPE, the next one decided.
+	_, pk2 := throttle.CreditsKeys(e.prefix, "a", "j2")
+	e.rdb.Del(ctx, pk)
+	e.rdb.RPush(ctx, pk, "x")
+	v = fcallRaw(t, e.rdb, credits, []string{bk, pk, pk2}, []string{"0", "1000", "1", "0", "0", "4", "1", "0", "0", "4"})
+	if len(v) != 8 || v[0] != 5 || v[1] != 2 || v[4] != 1 || v[5] != 1 {
+		t.Fatalf("a marker of another type, then a job: %v", v)
+	}
+	lc, err := throttle.New(e.rdb, throttle.Options{Policies: throttle.Rules{Default: throttle.Policy{Credits: throttle.CreditsWait}}, Prefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := lc.DecideBatch(ctx, []throttle.Request{{Tenant: "a", JobID: "j1", At: t0}}); !errors.Is(r[0].Err, throttle.ErrRedis) || !strings.Contains(r[0].Err.Error(), "WRONGTYPE") {
+		t.Fatalf("Limiter.DecideBatch over a marker of another type: %+v", r[0])
+	}
+	e.rdb.Del(ctx, pk, pk2)
 	e.rdb.Set(ctx, pk, "3:1", 0)
 	if v := fcallRaw(t, e.rdb, credits, []string{bk, pk}, one("0", "1000", "1", "0", "0", "4")); v[0] != 3 || v[1] != ePaid+1 {
 		t.Fatalf("a marker without TTL: %v", v)
