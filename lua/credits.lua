@@ -105,22 +105,16 @@ local function purse(key)
   return b, r, q, g, true, false
 end
 
--- paidValue reads the value v of the paid marker key (false when
--- absent): its cost and incarnation (false when absent); or nil and an
--- E_* code.
-local function paidValue(v, key)
+-- marker reads a paid marker: its cost and incarnation (false when
+-- absent); or nil and an E_* code (WRONGTYPE for another type).
+local function marker(key)
+  local v = get(key)
+  if v == nil then return nil, WRONGTYPE end
   if not v then return false end
   local c, inc = match(v, '^(%d+):(%d+)$')
   if c == nil or #c > 10 or #inc > 16 then return nil, E_PAID end
   if call('PTTL', key) < 0 then return nil, E_PAID_TTL end
   return c + 0, inc + 0
-end
-
--- marker reads a paid marker as paidValue does, or nil and WRONGTYPE.
-local function marker(key)
-  local v = get(key)
-  if v == nil then return nil, WRONGTYPE end
-  return paidValue(v, key)
 end
 
 local function credits(keys, args)
@@ -163,25 +157,12 @@ local function credits(keys, args)
   local b, r, q, g, exists, bad = purse(keys[1])
   if b == nil then return all({WRONGTYPE, 1, 0, 0}) end
   if bad then return all({INVALID, E_CREDITS, 1, 0}) end
-  -- The markers, in one MGET (getAll).
-  local RK, RJ, n = {}, {}, 0
   for j = 1, M do
-    if J[j][6] == 0 and J[j][5] then
-      n = n + 1
-      RK[n], RJ[n] = keys[J[j][5]], J[j]
-    end
-  end
-  if n > 0 then
-    local V, wrong = getAll(RK, n)
-    for x = 1, n do
-      local t = RJ[x]
-      local pc, pinc = false, nil
-      if wrong and wrong[x] then
-        pc, pinc = nil, WRONGTYPE
-      elseif V[x] then
-        pc, pinc = paidValue(V[x], RK[x])
-      end
-      if pc == nil then t[6], t[7] = pinc, t[5]
+    local t = J[j]
+    if t[6] == 0 and t[5] then
+      local pc, pinc = marker(keys[t[5]])
+      if pc == nil and pinc == WRONGTYPE then t[6], t[7] = WRONGTYPE, t[5]
+      elseif pc == nil then t[6], t[7] = pinc, t[5]
       elseif pc then t[8], t[9] = pc, pinc end
     end
   end
