@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/release"
 	"github.com/throttler/throttler/subject"
 	"github.com/throttler/throttler/tenant"
 )
@@ -162,7 +164,7 @@ func Resume(ctx context.Context, o Options, t string) (Resumed, error) {
 		if o.Stream == "" || o.Schedules == "" {
 			return nil
 		}
-		n, err := release(ctx, o.JetStream, o.Stream, o.Schedules, t, o.now(), seen)
+		n, err := release.Waiting(ctx, o.JetStream, o.Stream, o.Schedules, t, consumer.PauseReason, o.now(), seen)
 		res.Released += n
 		return err
 	}
@@ -221,7 +223,7 @@ func End(ctx context.Context, o Options, p Pause) (Resumed, bool, error) {
 		case <-ctx.Done():
 			return res, true, ctx.Err()
 		}
-		n, err := release(ctx, o.JetStream, o.Stream, o.Schedules, p.Tenant, o.now(), seen)
+		n, err := release.Waiting(ctx, o.JetStream, o.Stream, o.Schedules, p.Tenant, consumer.PauseReason, o.now(), seen)
 		res.Released += n
 		if err != nil {
 			return res, true, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/release"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -202,9 +203,9 @@ func TestReleaseBringsBackPausedCopiesInOrder(t *testing.T) {
 	store("acme", 11, "limit 5/s")
 	store("globex", 12, "paused: other")
 
-	n, err := Release(ctx, e.js, testStream, testSchedules, "acme")
+	n, err := release.Waiting(ctx, e.js, testStream, testSchedules, "acme", consumer.PauseReason, time.Now(), nil)
 	if err != nil || n != 3 {
-		t.Fatalf("Release = %d, %v; want 3", n, err)
+		t.Fatalf("release.Waiting = %d, %v; want 3", n, err)
 	}
 	st, err := e.js.Stream(ctx, testStream)
 	if err != nil {

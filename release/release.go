@@ -1,4 +1,7 @@
-package pause
+// Package release brings parked jobs back onto their woken subjects at
+// once, in their order, chosen by the reason they wait for: a pause that
+// ends, or credits topped up.
+package release
 
 import (
 	"cmp"
@@ -18,39 +21,39 @@ import (
 	"github.com/throttler/throttler/subject"
 )
 
-// releaseBatch is how many copies Release reads at a time.
+// releaseBatch is how many copies Waiting reads at a time.
 const releaseBatch = 256
 
 // releaseDeleters is how many deletes of released copies run at once.
 const releaseDeleters = 16
 
-// releaseSorted is how many copies Release reads before it brings them
+// releaseSorted is how many copies Waiting reads before it brings them
 // back sorted: a tenant's copies are stored in the order its jobs were
 // parked, which is not their order when jobs that waited for a slot were
 // parked among new ones; past this many, each run of them is sorted on
 // its own, so that memory stays bounded.
 const releaseSorted = 65536
 
-// Release brings back at once every copy of tenant t's jobs that waits in
-// the jobs stream because t was paused (their HeaderWaitReason starts with
-// consumer.PauseReason), in the order of the jobs (their sequence in the
-// jobs stream; by runs of releaseSorted copies): each is published
-// on its woken subject (Schedules.Woken), which the workers pull past the
-// jobs consumer's backlog, then deleted. The copies of jobs that wait for
-// a limit's slot are left to come back at their slots. It returns how many
-// it brought back. A copy that fires or is released by another caller
-// meanwhile is released once (the woken message's id deduplicates it, and
-// a copy left behind runs as a duplicate that is acked without running).
-func Release(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string) (int, error) {
-	return release(ctx, js, stream, schedules, t, time.Now(), map[string]bool{})
-}
-
-// release is Release at now, counting only the jobs not in seen, which it
-// adds to: a job released, then parked again by a worker that had not yet
-// seen the resume, and released again, counts once. Each job brought back
-// carries consumer.HeaderReleased with now, so that the workers decide it
-// even while its pause is still stored.
-func release(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, now time.Time, seen map[string]bool) (int, error) {
+// Waiting brings back at once every copy of tenant t's jobs that was
+// parked in the jobs stream for reason (their HeaderWaitReason starts with
+// it: consumer.PauseReason, consumer.CreditsReason), in the order of the
+// jobs (their sequence in the jobs stream; by runs of releaseSorted
+// copies): each is published on its woken subject (Schedules.Woken), which
+// the workers pull past the jobs consumer's backlog, then deleted. The
+// copies of jobs that wait for anything else are left to come back by
+// themselves. It returns how many it brought back, counting only the jobs
+// not in seen, which it adds to (nil counts every one): a job released,
+// then parked again by a worker that had not yet seen the change, and
+// released again, counts once. Each job brought back carries
+// consumer.HeaderReleased with now, so that the workers decide it even
+// while its pause is still stored, or past the new jobs a top-up holds
+// back. A copy that fires or is released by another caller meanwhile is
+// released once (the woken message's id deduplicates it, and a copy left
+// behind runs as a duplicate that is acked without running).
+func Waiting(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t, reason string, now time.Time, seen map[string]bool) (int, error) {
+	if seen == nil {
+		seen = map[string]bool{}
+	}
 	at := now.UTC().Format(time.RFC3339Nano)
 	filter := schedules.Copy(t, 0)
 	filter = filter[:strings.LastIndexByte(filter, '.')] + ".*"
@@ -93,7 +96,7 @@ func release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 		for m := range batch.Messages() {
 			got++
 			left--
-			if c, ok := pausedCopy(m); ok {
+			if c, ok := parkedCopy(m, reason); ok {
 				run = append(run, c)
 			}
 		}
@@ -130,7 +133,7 @@ func release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 		case <-p.ack.Ok():
 		case err := <-p.ack.Err():
 			mu.Lock()
-			firstErr = cmpErr(firstErr, fmt.Errorf("bringing back a paused job: %w", err))
+			firstErr = cmpErr(firstErr, fmt.Errorf("bringing back a parked job: %w", err))
 			mu.Unlock()
 			continue // its copy stays, and comes back by itself
 		case <-ctx.Done():
@@ -157,7 +160,7 @@ func release(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	return released, firstErr
 }
 
-// waitingCopy is a paused job's copy, read to be brought back.
+// waitingCopy is a parked job's copy, read to be brought back.
 type waitingCopy struct {
 	id     string // the job's id
 	jobSeq uint64 // the job's sequence in the jobs stream: its order
@@ -166,11 +169,12 @@ type waitingCopy struct {
 	data   []byte
 }
 
-// pausedCopy reads m as the copy of a paused job, or reports false for a
-// copy that waits for a slot or that the worker did not write.
-func pausedCopy(m jetstream.Msg) (waitingCopy, bool) {
+// parkedCopy reads m as the copy of a job parked for reason, or reports
+// false for a copy that waits for something else or that the worker did
+// not write.
+func parkedCopy(m jetstream.Msg, reason string) (waitingCopy, bool) {
 	h := m.Headers()
-	if !strings.HasPrefix(h.Get(consumer.HeaderWaitReason), consumer.PauseReason) || h.Get(jetstream.ScheduleTargetHeader) == "" {
+	if !strings.HasPrefix(h.Get(consumer.HeaderWaitReason), reason) || h.Get(jetstream.ScheduleTargetHeader) == "" {
 		return waitingCopy{}, false
 	}
 	id := h.Get(consumer.HeaderJobID)
