@@ -291,13 +291,17 @@ ARGV[1]  the operation: 1 get, 2 add, 3 set, 4 open
 ARGV[2]  now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
 ARGV[3]  add: n, [1, 2^53 - 1]; set: n, [0, 2^53 - 1]; open: the gate's
          end from now, µs, [0, 30 days]; get: none
-ARGV[4]  add, set: the gate's length, µs, [0, 30 days]
+ARGV[4]  add, set: the gate's length, µs, [0, 30 days]; open, optional:
+         the order of the first job a top-up left waiting, [0, 2^53)
 add raises a trusted balance by n (refused, E_AMOUNT, past 2^53 - 1)
 and makes an untrusted one n (its remainder is forfeited); set makes it
 n, whatever it held (a malformed hash included). Both write r (TRUST),
 delete q (the waiting jobs are released in order) and set the gate to
 end at now + its length (none for 0). open moves the end of the gate of
-a balance that exists (0: now, it ends), writing nothing else.
+a balance that exists (0: now, it ends), and makes the order it is given
+(above 0) the first waiting (q) unless a lower one is, writing nothing
+else: the top-up brought back only the jobs before it, which the balance
+covers, and the later ones wait behind it.
 Reply: {1, now, b, flags, q, g, b', flags', q', g'}: the balance before
 and after (get: the same twice; open: only g' differs); flags bit 0: it
 exists, bit 1: it is trusted; q and g 0 for none; a malformed hash that
@@ -311,12 +315,12 @@ local function balance(keys, args)
   if #keys ~= 1 or na < 2 or na > 4 then return badcall('balance takes 1 key and 2 to 4 arguments') end
   local op = whole(args[1], 1, 4)
   if op == nil then return {INVALID, E_OP, 1, 0} end
-  if (op == 1 and na ~= 2) or (op == 4 and na ~= 3) or ((op == 2 or op == 3) and na ~= 4) then
-    return badcall('balance: get takes 2 arguments, open 3, add and set 4')
+  if (op == 1 and na ~= 2) or (op == 4 and na < 3) or ((op == 2 or op == 3) and na ~= 4) then
+    return badcall('balance: get takes 2 arguments, open 3 or 4, add and set 4')
   end
   local now = whole(args[2], 0, EXACT - 1)
   if now == nil then return {INVALID, E_NOW, 2, 0} end
-  local n, gate
+  local n, gate, head
   if op == 2 or op == 3 then
     local lo = 0
     if op == 2 then lo = 1 end
@@ -327,6 +331,11 @@ local function balance(keys, args)
   elseif op == 4 then
     gate = whole(args[3], 0, MAX_HORIZON)
     if gate == nil then return {INVALID, E_HORIZON, 3, 0} end
+    head = 0
+    if na == 4 then
+      head = whole(args[4], 0, EXACT - 1)
+      if head == nil then return {INVALID, E_ORDER, 4, 0} end
+    end
   end
   local key = keys[1]
   local b, r, q, g, exists, bad = purse(key)
@@ -350,6 +359,10 @@ local function balance(keys, args)
     else
       g = now + gate
       call('HSET', key, 'g', format('%d', g))
+    end
+    if head > 0 and (not q or head < q) then
+      q = head
+      call('HSET', key, 'q', format('%d', q))
     end
     before[7], before[8], before[9], before[10] = b, fl, q or 0, g
     return before

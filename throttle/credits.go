@@ -89,13 +89,19 @@ func (l *Limiter) Credits(ctx context.Context, tenant string) (CreditBalance, er
 
 // OpenCredits moves the end of the gate of tenant's balance to within
 // from now (0: now, the gate ends), for the releaser to call once the
-// release of the waiting jobs is published. A tenant without a balance
-// has no gate: nothing is written.
-func (l *Limiter) OpenCredits(ctx context.Context, tenant string, within time.Duration) error {
+// release of the waiting jobs is published, and makes head (a job's
+// Order, above 0) the first job waiting for credits unless one before it
+// is: the releaser brought back only the jobs before head, which the
+// balance covers. 0 leaves the first waiting as it is. A tenant without a
+// balance has no gate: nothing is written.
+func (l *Limiter) OpenCredits(ctx context.Context, tenant string, within time.Duration, head int64) error {
 	if within < 0 || within > MaxHorizon {
 		return &InvalidError{Code: CodeHorizon, Detail: fmt.Sprintf("gate %s out of range [0, %s]", within, MaxHorizon)}
 	}
-	_, err := l.balanceOp(ctx, tenant, balanceOpen, strconv.FormatInt(within.Microseconds(), 10))
+	if head < 0 || head > MaxCredits {
+		return &InvalidError{Code: CodeOrder, Detail: fmt.Sprintf("order %d out of range [0, %d]", head, int64(MaxCredits))}
+	}
+	_, err := l.balanceOp(ctx, tenant, balanceOpen, strconv.FormatInt(within.Microseconds(), 10), strconv.FormatInt(head, 10))
 	return err
 }
 

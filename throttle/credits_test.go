@@ -68,7 +68,7 @@ func (ce *creditEnv) add(t *testing.T, tenant string, n int64) throttle.CreditCh
 	if err != nil {
 		t.Fatalf("AddCredits(%s, %d): %v", tenant, n, err)
 	}
-	if err := ce.l.OpenCredits(context.Background(), tenant, 0); err != nil {
+	if err := ce.l.OpenCredits(context.Background(), tenant, 0, 0); err != nil {
 		t.Fatalf("OpenCredits(%s): %v", tenant, err)
 	}
 	return c
@@ -199,7 +199,7 @@ func TestCreditsOrder(t *testing.T) {
 	if _, err := ce.l.SetCredits(ctx, "a", 3); err != nil {
 		t.Fatal(err)
 	}
-	if err := ce.l.OpenCredits(ctx, "a", 0); err != nil {
+	if err := ce.l.OpenCredits(ctx, "a", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	d := ce.decideOK(t, cp("a", "j10", 5, 10, 0), cp("a", "j11", 1, 11, 0))
@@ -231,7 +231,7 @@ func TestCreditsOrder(t *testing.T) {
 	if d[0].Outcome != throttle.Admitted || d[1].Outcome != throttle.Admitted {
 		t.Fatalf("released copies: %+v", d)
 	}
-	if err := ce.l.OpenCredits(ctx, "a", 0); err != nil {
+	if err := ce.l.OpenCredits(ctx, "a", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	if b := ce.balance(t, "a"); b.Balance != 1 || !b.GateUntil.IsZero() || b.WaitingFrom != 0 {
@@ -239,6 +239,29 @@ func TestCreditsOrder(t *testing.T) {
 	}
 	if d := ce.decideOK(t, cp("a", "j12", 1, 12, 0)); d[0].Outcome != throttle.Admitted {
 		t.Fatalf("j12 after the gate opened: %+v", d[0])
+	}
+
+	// A top-up that brought back only the jobs before 20 makes 20 the
+	// first waiting: a later job waits behind it, an earlier one is not
+	// held; a head above a lower first waiting leaves that one.
+	ce.add(t, "a", 3)
+	if err := ce.l.OpenCredits(ctx, "a", 0, 20); err != nil {
+		t.Fatal(err)
+	}
+	if b := ce.balance(t, "a"); b.WaitingFrom != 20 {
+		t.Fatalf("first waiting after open with head 20: %+v", b)
+	}
+	if d := ce.decideOK(t, cp("a", "j21", 1, 21, 0)); d[0].Outcome != throttle.Unfunded || d[0].Wait != 0 {
+		t.Fatalf("j21 behind the head 20: %+v", d[0])
+	}
+	if d := ce.decideOK(t, cp("a", "j19", 1, 19, 0)); d[0].Outcome != throttle.Admitted {
+		t.Fatalf("j19 before the head 20: %+v", d[0])
+	}
+	if err := ce.l.OpenCredits(ctx, "a", 0, 30); err != nil {
+		t.Fatal(err)
+	}
+	if b := ce.balance(t, "a"); b.WaitingFrom != 20 {
+		t.Fatalf("first waiting after open with head 30 behind 20: %+v", b)
 	}
 }
 
@@ -292,7 +315,7 @@ func TestCreditsOperations(t *testing.T) {
 			t.Fatalf("SetCredits(%d): %v, want ErrInvalid", n, err)
 		}
 	}
-	if err := ce.l.OpenCredits(ctx, "a", -time.Second); !errors.Is(err, throttle.ErrInvalid) {
+	if err := ce.l.OpenCredits(ctx, "a", -time.Second, 0); !errors.Is(err, throttle.ErrInvalid) {
 		t.Fatalf("OpenCredits(-1s): %v", err)
 	}
 	if _, err := ce.l.AddCredits(ctx, "", 1); !errors.Is(err, throttle.ErrInvalid) {

@@ -24,7 +24,7 @@ func TestCreditsFunctionArgs(t *testing.T) {
 	if _, err := l.SetCredits(ctx, "a", 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.OpenCredits(ctx, "a", 0); err != nil {
+	if err := l.OpenCredits(ctx, "a", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	before, err := e.rdb.HGetAll(ctx, bk).Result()
@@ -177,7 +177,7 @@ func TestCreditsRefundOnlyTheCharger(t *testing.T) {
 	if _, err := l.SetCredits(ctx, "a", 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.OpenCredits(ctx, "a", 0); err != nil {
+	if err := l.OpenCredits(ctx, "a", 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	job := func(inc string) []int64 {
