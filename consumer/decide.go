@@ -191,7 +191,7 @@ func (gd *groupDecider) decide(ctx context.Context, group []jetstream.Msg) decid
 		}
 		reqs = append(reqs, throttle.Copy{Request: throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost},
 			Incarnation: inc, Fresh: fresh, Order: fastcopy.Ordinary(it.job.OriginalSequence()),
-			Woken: it.job.Header.Get(HeaderWoken) != ""})
+			Woken: it.job.Header.Get(HeaderWoken) != "", Released: releasedByTopUp(it.job, gd.cfg.Now())})
 		g.idx = append(g.idx, i)
 	}
 	if len(reqs) == 0 {

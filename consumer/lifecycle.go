@@ -24,6 +24,7 @@ import (
 //  1. claimed by the fast lane?  the lane settles it (laneAdapter)
 //  2. a duplicate?               acked unrun (settle)
 //  3. capped?                    parked until woken (capKeeper.park)
+//     unfunded?                  parked for a top-up, or a dead letter
 //  4. rate: admitted?            a flight, started below
 //     slot close at hand?        kept for it in the worker (shortWait)
 //     else                       deferred until its slot (deferSettler)
@@ -108,9 +109,14 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 		case res.Err == nil && res.Outcome == throttle.Capped:
 			// 3.
 			deferrals = append(deferrals, l.caps.park(it, res.Decision))
+		case res.Err == nil && res.Outcome == throttle.Unfunded:
+			// 3b. Its tenant's credits cannot cover it (credits.go).
+			if d, ok := l.unfunded(it, res.Decision); ok {
+				deferrals = append(deferrals, d)
+			}
 		case res.Err == nil && res.Outcome == throttle.Admitted:
 			// 4.
-			if res.ShadowWait > 0 {
+			if res.ShadowWait > 0 || res.ShadowUnfunded {
 				l.rec.add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
 			}
 			it.leases = res.Leases()

@@ -55,6 +55,9 @@ type TenantStats struct {
 	DownstreamHolds int64
 	// CapDeferred counts jobs parked to wait for a lease of a running cap.
 	CapDeferred int64
+	// CreditsWaiting counts jobs parked because their tenant's credits
+	// could not cover them.
+	CreditsWaiting int64
 	// Woken counts parked jobs this worker brought back in their turn.
 	Woken int64
 	// Running is how many of the tenant's jobs this worker runs (or holds

@@ -54,6 +54,39 @@ func Waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	if seen == nil {
 		seen = map[string]bool{}
 	}
+	return waiting(ctx, js, stream, schedules, t, reason, now, seen, nil)
+}
+
+// Covered is Waiting for the jobs a budget covers: it brings back, in
+// their order, the longest run of tenant t's jobs parked for reason whose
+// costs (cost reads one from a job's headers) sum to at most budget, and
+// leaves the others parked. It returns how many it brought back and the
+// order (sequence in the jobs stream) of the first job it left, 0 when it
+// left none: the head of those that still wait.
+func Covered(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t, reason string, now time.Time,
+	budget int64, cost func(nats.Header) int64) (released int, head uint64, err error) {
+	take := func(c waitingCopy) bool {
+		if head != 0 {
+			return false
+		}
+		k := cost(c.header)
+		if k > budget {
+			head = c.jobSeq
+			return false
+		}
+		budget -= k
+		return true
+	}
+	released, err = waiting(ctx, js, stream, schedules, t, reason, now, map[string]bool{}, take)
+	return released, head, err
+}
+
+// waiting is Waiting, bringing back only the copies take accepts, asked
+// in the jobs' order (nil: every one); once take refuses one, no copy
+// read after it is brought back.
+func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t, reason string, now time.Time,
+	seen map[string]bool, take func(waitingCopy) bool) (int, error) {
+	stopped := false
 	at := now.UTC().Format(time.RFC3339Nano)
 	filter := schedules.Copy(t, 0)
 	filter = filter[:strings.LastIndexByte(filter, '.')] + ".*"
@@ -76,6 +109,9 @@ func Waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	publish := func() error {
 		slices.SortFunc(run, func(a, b waitingCopy) int { return cmp.Compare(a.jobSeq, b.jobSeq) })
 		for _, c := range run {
+			if stopped = stopped || (take != nil && !take(c)); stopped {
+				break
+			}
 			m := consumer.WokenMsg(schedules, t, c.id, c.jobSeq, c.header, c.data)
 			m.Header.Set(consumer.HeaderReleased, at)
 			ack, err := js.PublishMsgAsync(m)
@@ -87,7 +123,7 @@ func Waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 		run = run[:0]
 		return nil
 	}
-	for left > 0 {
+	for left > 0 && !stopped {
 		batch, err := cons.Fetch(min(left, releaseBatch), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			return 0, fmt.Errorf("reading %s's waiting copies: %w", t, err)
