@@ -88,6 +88,7 @@ func (c *Config) check(failed map[string]bool) Problems {
 	if c.PauseBucket != LimitsOff {
 		ck.bucket("THROTTLER_PAUSE_BUCKET", c.PauseBucket)
 	}
+	ck.name("THROTTLER_CREDITS_STREAM", c.CreditsStream, 64)
 	ck.header("THROTTLER_COST_HEADER", c.CostHeader)
 
 	concOK := ck.intIn("THROTTLER_CONCURRENCY", int64(c.Concurrency))

@@ -119,6 +119,12 @@ type Config struct {
 	// Defaults to throttler_pauses.
 	PauseBucket string `env:"THROTTLER_PAUSE_BUCKET" envDefault:"throttler_pauses"`
 
+	// CreditsStream is the JetStream stream that records every change of
+	// a tenant's credits (throttler credits add and set), from which an
+	// operator restores a balance Redis lost; created when missing.
+	// Defaults to throttler_credits.
+	CreditsStream string `env:"THROTTLER_CREDITS_STREAM" envDefault:"throttler_credits"`
+
 	// PauseRecheck is how long a paused tenant's job waits off the
 	// consumer before a worker checks its pause again (a resume brings it
 	// back at once; this bounds the wait of a job it missed); 1s to 24h.

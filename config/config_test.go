@@ -60,6 +60,7 @@ func TestDefaults(t *testing.T) {
 		TenantLimits:     "",
 		LimitsBucket:     "throttler_limits",
 		PauseBucket:      "throttler_pauses",
+		CreditsStream:    "throttler_credits",
 		PauseRecheck:     time.Minute,
 		CostHeader:       "Job-Cost",
 		Concurrency:      16,

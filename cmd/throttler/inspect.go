@@ -12,6 +12,7 @@ import (
 	"github.com/throttler/throttler/internal/app"
 	inspectpkg "github.com/throttler/throttler/internal/inspect"
 	"github.com/throttler/throttler/tenant"
+	"github.com/throttler/throttler/throttle"
 )
 
 // inspectUsage is the usage of `throttler inspect`.
@@ -144,6 +145,8 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	case in.Paused != nil && in.Paused.Active:
 		fmt.Fprintf(w, "PAUSED %s (since %s, revision %d): no worker starts its jobs; they wait off the consumer, uncharged, until `throttler resume %s`\n",
 			describePause(in.Paused.Pause), in.Paused.Since.Format(time.RFC3339), in.Paused.Revision, in.Tenant)
+	case in.Credits != nil && (!in.Credits.Trusted || in.Credits.WaitingFrom > 0):
+		fmt.Fprintf(w, "a job arriving now waits for credits: %s\n", describeCredits(in.Credits))
 	case inspectpkg.CapFull(in.Running, in.Cap):
 		fmt.Fprintf(w, "a job arriving now waits for a lease of running cap %d (exact)\n", in.Running)
 	case inspectpkg.CapFull(in.MaxRunning, in.Fleet):
@@ -160,6 +163,9 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	}
 	fmt.Fprintf(w, "jobs waiting: %d holding a reserved slot (exact), %d moved off the consumer into schedules (exact), about %d NAK'd on the consumer (estimate)\n",
 		in.Jobs.Reserved.N, in.Jobs.Moved.N, in.Jobs.Naked.N)
+	if in.Credits != nil {
+		fmt.Fprintf(w, "credits: %s\n", describeCredits(in.Credits))
+	}
 	if in.Cap != nil {
 		fmt.Fprintf(w, "running cap %d: %d running, %d called back to run, %d waiting for a lease (exact, fleet-wide)\n",
 			in.Running, in.Cap.Running, in.Cap.Called, in.Cap.Waiting)
@@ -181,4 +187,19 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	for _, id := range ids {
 		fmt.Fprintf(w, "  %s failed %d times\n", id, in.Failures[id])
 	}
+}
+
+// describeCredits says what a tenant's balance holds, for people.
+func describeCredits(c *throttle.CreditBalance) string {
+	s := fmt.Sprintf("balance %d", c.Balance)
+	if !c.Trusted {
+		s += " NOT TRUSTED (written before Redis last restarted or failed over; see throttler credits history, then credits set)"
+	}
+	if c.WaitingFrom > 0 {
+		s += fmt.Sprintf(", jobs wait for a top-up from job %d on, in order", c.WaitingFrom)
+	}
+	if !c.GateUntil.IsZero() {
+		s += ", a top-up's jobs go first until " + c.GateUntil.UTC().Format(time.RFC3339Nano)
+	}
+	return s
 }

@@ -13,6 +13,7 @@
 //	throttler dlq ...        list, show, replay and purge dead letters (see dlq.go)
 //	throttler pub, sub       publish jobs, watch what comes out (see pubsub.go)
 //	throttler pause TENANT   stop every worker starting a tenant's jobs; resume TENANT lets them run (see pause.go)
+//	throttler credits ...    add, set, read tenants' prepaid balances and their history (see credits.go)
 //	throttler top            every tenant at once, from what the workers know (see top.go)
 //	throttler version        the version, commit and Go version of the binary
 //	throttler help           the commands, the ten variables most set, where the rest are documented
@@ -71,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return checkConfig(stdout, stderr)
 	case "limits":
 		return limitsCmd(args[1:], quiet, stdout, stderr)
+	case "credits":
+		return creditsCmd(args[1:], quiet, stdout, stderr)
 	case "pub":
 		return pubCmd(args[1:], quiet, stdout, stderr)
 	case "sub":
@@ -127,6 +130,8 @@ func usageOf(sub string) (string, bool) {
 		return dlqUsage, true
 	case "pause", "resume":
 		return pauseUsage, true
+	case "credits":
+		return creditsUsage, true
 	case "top":
 		return topUsage, true
 	case "version":

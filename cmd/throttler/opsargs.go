@@ -73,6 +73,7 @@ func (v durationValue) Set(s string) error {
 type opsSession struct {
 	cfg   *app.Settings
 	nc    *nats.Conn
+	js    jetstream.JetStream
 	fleet ops.Fleet
 	ctx   context.Context
 	close func()
@@ -93,7 +94,7 @@ func openOps(name string, stderr io.Writer, quiet bool, u uses) (*opsSession, in
 		return nil, exitFailed
 	}
 	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	return &opsSession{cfg: cfg, nc: nc, fleet: cfg.Fleet(js), ctx: ctx, close: func() {
+	return &opsSession{cfg: cfg, nc: nc, js: js, fleet: cfg.Fleet(js), ctx: ctx, close: func() {
 		stopSignals()
 		nc.Close()
 	}}, exitOK

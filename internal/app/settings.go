@@ -125,7 +125,7 @@ func rules(cfg *config.Config, add func(name, text string), badBurst bool) throt
 	var r throttle.Rules
 	var err error
 	if r.Default, err = throttle.ParsePolicy(cfg.DefaultLimit, burst); err != nil {
-		add("THROTTLER_DEFAULT_LIMIT", "must be terms such as 100/s, 6000/m+50000/d, 100/s:200, sliding:50/10s or window:1000/d: "+err.Error())
+		add("THROTTLER_DEFAULT_LIMIT", "must be terms such as 100/s, 6000/m+50000/d, 100/s:200, sliding:50/10s, window:1000/d or credits: "+err.Error())
 	}
 	r.Default.Shadow = r.Default.Shadow || cfg.Shadow
 	r.Tenants = map[string]throttle.Policy{}

@@ -125,6 +125,9 @@ func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now f
 			func(s consumer.TenantStats) float64 { return n(s.LeasesLost) }),
 		counter("held_back_total", "Admitted jobs deferred instead of started because their downstream had asked to wait since (a 429 heard by any worker).",
 			total, func(s consumer.TenantStats) float64 { return n(s.HeldBack) }),
+		counter("credit_waits_total", "Times a job was parked because its tenant's credits could not cover it (credits); "+
+			"a job parked again after a top-up that did not cover it counts again.", total,
+			func(s consumer.TenantStats) float64 { return n(s.CreditsWaiting) }),
 		counter("paused_total", "Jobs deferred, uncharged, because an operator paused their tenant (throttler pause).",
 			perTenant, func(s consumer.TenantStats) float64 { return n(s.Paused) }),
 	}

@@ -90,7 +90,7 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 	r := Report{
 		Tenant: t, At: snap.At.UTC(), Limits: cmp.Or(eff.Policy.Limits.String(), "none (no rate limit)"), Shadow: eff.Policy.Shadow, Source: eff.Source,
 		WaitSeconds: snap.Wait.Seconds(), Failures: snap.Failures, Running: eff.Policy.Running, Cap: snap.Cap,
-		Paused: paused,
+		Paused: paused, Credits: snap.Credits,
 	}
 	if snap.Wait > 0 {
 		r.Binding = snap.Binding.String()

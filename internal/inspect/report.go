@@ -39,6 +39,9 @@ type Report struct {
 	// WaitsForLease says a job arriving now would wait for a lease of
 	// the tenant's cap or the fleet's, whatever its rate says.
 	WaitsForLease bool `json:"waits_for_lease,omitempty"`
+	// Credits is the tenant's prepaid balance (the term credits), nil
+	// when its policy has none.
+	Credits *throttle.CreditBalance `json:"credits,omitempty"`
 	// Paused is the tenant's pause (throttler pause), nil when it has
 	// none; a pause whose --until has passed is shown with Active false.
 	Paused *Paused `json:"paused,omitempty"`

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/throttler/throttler/credits"
+	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/tenant"
+	"github.com/throttler/throttler/throttle"
+)
+
+// creditsUsage is the usage of `throttler credits`.
+const creditsUsage = `usage: throttler credits add TENANT N      add N (≥ 1) to a tenant's balance; its waiting jobs that N covers start
+       throttler credits set TENANT N      set a tenant's balance to N (≥ 0)
+       throttler credits get TENANT        the balance, as TENANT: BALANCE
+       throttler credits history TENANT    every recorded add and set, oldest first
+       each takes --json`
+
+// creditsCmd runs `throttler credits ARGS` and returns the exit status:
+// 2 for bad input, 1 when a server fails.
+func creditsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
+	fail := func(status int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "throttler credits: "+format+"\n", a...)
+		return status
+	}
+	// Only --json is a flag: "-5" is an amount (refused below, by name),
+	// not a flag the command does not know.
+	asJSON := false
+	var rest []string
+	for _, a := range args {
+		switch {
+		case a == "--json" || a == "-json":
+			asJSON = true
+		case strings.HasPrefix(a, "-") && strings.TrimLeft(a[1:], "0123456789") != "":
+			return fail(exitConfig, "flag %s not defined\n%s", a, creditsUsage)
+		default:
+			rest = append(rest, a)
+		}
+	}
+	want := map[string]int{"add": 3, "set": 3, "get": 2, "history": 2}
+	if len(rest) == 0 || want[rest[0]] != len(rest) {
+		return fail(exitConfig, "%s", creditsUsage)
+	}
+	op, t := rest[0], rest[1]
+	if err := tenant.Validate(t); err != nil {
+		return fail(exitConfig, "TENANT: %v", err)
+	}
+	var n int64
+	if op == "add" || op == "set" {
+		least := int64(1)
+		if op == "set" {
+			least = 0
+		}
+		var err error
+		if n, err = strconv.ParseInt(rest[2], 10, 64); err != nil || n < least || n > throttle.MaxCredits {
+			return fail(exitConfig, "N: want a whole number from %d to %d, got %q", least, int64(throttle.MaxCredits), rest[2])
+		}
+	}
+	s, status := openOps("credits", stderr, quiet, uses{nats: true, redis: op != "history"})
+	if status != exitOK {
+		return status
+	}
+	defer s.close()
+	o := credits.Options{JetStream: s.js, Records: s.cfg.CreditsStream, Replicas: jobsReplicas(s), Stream: s.cfg.Stream, Schedules: s.cfg.Schedules,
+		CostHeader: s.cfg.CostHeader}
+	var out any
+	switch op {
+	case "history":
+		h, err := credits.History(s.ctx, s.js, s.cfg.CreditsStream, t)
+		if err != nil {
+			return fail(exitFailed, "%v", err)
+		}
+		out = h
+		if !asJSON {
+			printHistory(stdout, t, h)
+		}
+	default:
+		rdb, err := app.NewRedis(s.cfg.Config, 1)
+		if err != nil {
+			return fail(exitConfig, "%v", err)
+		}
+		defer rdb.Close()
+		lim, err := throttle.New(rdb, throttle.Options{Policies: s.cfg.Rules, Prefix: s.cfg.KeyPrefix, TimeZone: s.cfg.Location()})
+		if err != nil {
+			return fail(exitConfig, "%v", err)
+		}
+		o.Balances = lim
+		if op == "get" {
+			st, err := credits.Get(s.ctx, o, t)
+			if err != nil {
+				return fail(failStatus(err), "%v", err)
+			}
+			out = st
+			if !asJSON {
+				printBalance(stdout, st)
+			}
+			break
+		}
+		change := credits.Add
+		if op == "set" {
+			change = credits.Set
+		}
+		ch, err := change(s.ctx, o, t, n)
+		if err != nil {
+			return fail(failStatus(err), "%v", err)
+		}
+		out = ch
+		if !asJSON {
+			fmt.Fprintf(stdout, "%s: %d\n", t, ch.Balance)
+			if !ch.BeforeTrusted {
+				fmt.Fprintf(stderr, "throttler credits: the balance of before (%d) was not trusted (written before Redis last restarted or failed over) and was replaced\n", ch.Before)
+			}
+			if ch.Released > 0 {
+				fmt.Fprintf(stderr, "throttler credits: %d waiting jobs brought back in order; those the balance covers start now\n", ch.Released)
+			}
+		}
+	}
+	if asJSON {
+		if err := printJSON(stdout, out); err != nil {
+			return fail(exitFailed, "%v", err)
+		}
+	}
+	return exitOK
+}
+
+// failStatus is the exit status of a credits operation's error.
+func failStatus(err error) int {
+	if errors.Is(err, throttle.ErrInvalid) {
+		return exitConfig
+	}
+	return exitFailed
+}
+
+// jobsReplicas is the jobs stream's replicas, which the record stream
+// takes when it is created: 1 when the stream cannot be read.
+func jobsReplicas(s *opsSession) int {
+	st, err := s.js.Stream(s.ctx, s.cfg.Stream)
+	if err != nil {
+		return 1
+	}
+	return st.CachedInfo().Config.Replicas
+}
+
+// printBalance writes a tenant's balance as TENANT: BALANCE, and what
+// makes it doubtful on the lines below.
+func printBalance(w io.Writer, st credits.Status) {
+	fmt.Fprintf(w, "%s: %d\n", st.Tenant, st.Balance)
+	if !st.Trusted {
+		fmt.Fprintf(w, "  not trusted: written before Redis last restarted or failed over, so spends since may be lost; its jobs wait.\n")
+		if st.Last != nil {
+			fmt.Fprintf(w, "  last recorded: %s %d left %d at %s; throttler credits set %s N makes it trusted\n",
+				st.Last.Op, st.Last.Amount, st.Last.Balance, st.Last.At.Format(time.RFC3339), st.Tenant)
+		}
+	}
+	if st.WaitingFrom > 0 {
+		fmt.Fprintf(w, "  jobs wait for a top-up, the first of them job %d in order\n", st.WaitingFrom)
+	}
+}
+
+// printHistory writes a tenant's recorded changes, one a line.
+func printHistory(w io.Writer, t string, h []credits.Record) {
+	if len(h) == 0 {
+		fmt.Fprintf(w, "%s: no change recorded\n", t)
+		return
+	}
+	for _, r := range h {
+		note := ""
+		if !r.BeforeTrusted {
+			note = " (the untrusted balance before was replaced)"
+		}
+		fmt.Fprintf(w, "%s  %-3s %d  %d -> %d%s\n", r.At.Format(time.RFC3339), r.Op, r.Amount, r.Before, r.Balance, note)
+	}
+}
