@@ -314,18 +314,21 @@ func (r calendarReport) log(tb testing.TB) {
 	tb.Logf("%s, offered %d/m for %s from %s (last publish %s): published %d, forwarded %d (twice %d), waiting at the end %d, lost %d",
 		calendarSpec, calendarOffered, calendarPublish, r.start.UTC().Format("15:04:05.000"), r.lastPublish.UTC().Format("15:04:05.000"),
 		r.published, r.forwarded, r.twice, r.waiting, r.lost)
+	// One line for the minutes: go test shows a benchmark's first 10
+	// lines of log without -v.
+	line := ""
 	minutes := r.minutes()
 	for i, m := range minutes {
-		what := "full"
+		what := ""
 		switch i {
 		case 0:
-			what = fmt.Sprintf("first, from %s", r.start.UTC().Format("15:04:05"))
+			what = fmt.Sprintf(" (first, from %s)", r.start.UTC().Format("15:04:05"))
 		case len(minutes) - 1:
-			what = "last"
+			what = " (last)"
 		}
-		tb.Logf("minute %s (%s): run by admission %d, by forward %d, counted in Redis %d (target %d)",
-			m.Format("15:04"), what, r.byAdmission[m], r.byForward[m], r.redis[m], calendarN)
+		line += fmt.Sprintf("; %s%s %d/%d/%d", m.Format("15:04"), what, r.byAdmission[m], r.byForward[m], r.redis[m])
 	}
+	tb.Logf("run per calendar minute (target %d) by admission / by forward / counted in Redis%s", calendarN, line)
 	tb.Logf("full minutes %d, not at %d by admission or in Redis: %d", r.fullMinutes, calendarN, r.offMinutes)
 	tb.Logf("jobs that waited for a later minute %d (from a slot %d), run in the minute of their publish %d; forwarded before their slot's minute %d, slots over 1 s from a minute's start %d, admitted before a job published earlier %d",
 		r.waited, r.slotted, r.immediate, r.early, r.misfit, r.outOfOrder)
@@ -386,4 +389,35 @@ func startThrottlerProcesses(tb testing.TB, ctx context.Context, bin string, var
 		workers = nil
 	}
 	return addrs, stop
+}
+
+// The calendar benchmark's measures on forwards made up at fixed times:
+// each job in its admission's minute, a duplicate, a lost job, a job
+// forwarded before its slot's minute, a slot off a minute's start and
+// jobs admitted ahead of one published before them.
+func TestCalendarMeasure(t *testing.T) {
+	at := func(sec float64) time.Time {
+		return time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC).Add(time.Duration(sec * float64(time.Second)))
+	}
+	slotted := func(seq int, sent, slot, fwd float64) calendarForward {
+		return calendarForward{seq: seq, sent: at(sent), slot: at(slot), at: at(fwd), slotted: true, deferrals: 1}
+	}
+	// The one full minute, 10:01, runs 2, not 100.
+	r := calendarReport{start: at(30), published: 6, delivered: 8,
+		redis: map[time.Time]int{at(0): 2, at(60): 2, at(120): 1}}
+	r.measure([]calendarForward{
+		{seq: 0, sent: at(31), at: at(31.01)},
+		slotted(1, 40, 60.003, 60.010),
+		slotted(2, 41, 119.998, 119.999), // before its minute, 10:02
+		slotted(1, 40, 60.003, 60.020),   // run twice
+		{seq: 3, sent: at(42), at: at(42.5)},
+		slotted(4, 43, 70, 70.1), // 10 s after 10:01 starts
+	})
+	got := fmt.Sprint(r.forwarded, r.twice, r.lost, r.waited, r.immediate, r.slotted, r.early, r.misfit, r.outOfOrder, r.fullMinutes, r.offMinutes)
+	if want := fmt.Sprint(5, 1, 1, 3, 2, 3, 1, 1, 2, 1, 1); got != want {
+		t.Fatalf("forwarded, twice, lost, waited, immediate, slotted, early, misfit, out of order, full minutes, off: %s, want %s", got, want)
+	}
+	if a := r.byAdmission; a[at(0)] != 2 || a[at(60)] != 2 || a[at(120)] != 1 || r.perWaiting() != 2 {
+		t.Fatalf("by admission %v, %.3f deliveries a job that waited; want 2, 2, 1 and 2", a, r.perWaiting())
+	}
 }
