@@ -225,8 +225,8 @@ func TestCreditsRedisRestartedEmptySpendsNoCreditTwice(t *testing.T) {
 		t.Fatalf("after Redis lost the balance, job %d waits first with %d left; want job %d, nothing run", head, left, r.seqs[50])
 	}
 	st, err := credits.Get(ctx, r.opts, "acme")
-	if err != nil || st.Balance != 0 || st.Last == nil || st.Last.Balance != 300 {
-		t.Fatalf("get = %+v, %v; want balance 0, last recorded 300", st, err)
+	if err != nil || st.Balance != 0 || !st.Lost || st.Last == nil || st.Last.Balance != 300 {
+		t.Fatalf("get = %+v, %v; want balance 0, lost, last recorded 300", st, err)
 	}
 	want := r.covered(head, 100)
 	if _, err := credits.Add(ctx, r.opts, "acme", 100); err != nil {

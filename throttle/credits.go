@@ -19,6 +19,13 @@ const MaxCredits = 1<<53 - 1
 // itself after CreditsGate should the releaser die.
 const CreditsGate = 60 * time.Second
 
+// CreditsGateRetry is the longest wait a job held back by a top-up's gate
+// is given: a job that comes while the release runs tries again this soon,
+// not when the gate would end by itself, since the releaser ends it a
+// second after the release; told to wait out the whole gate, it would see
+// every later job take the credits it was due.
+const CreditsGateRetry = time.Second
+
 // CreditBalance is a tenant's balance of credits at one moment.
 type CreditBalance struct {
 	// Tenant owns the balance.
