@@ -42,6 +42,9 @@ func TestCreditsCommands(t *testing.T) {
 	}
 
 	cli(t, "inspect", "acme").want(t, "inspect", exitOK, []string{"credits: balance 1501", "a job arriving now runs at once"}, nil)
+	t.Setenv("THROTTLER_DEFAULT_LIMIT", "10/s")
+	cli(t, "inspect", "acme").want(t, "inspect without the workers' credits", exitOK, []string{"credits: balance 1501"}, nil)
+	t.Setenv("THROTTLER_DEFAULT_LIMIT", "10/s+credits")
 
 	// Redis restarted: the balance is gone, the history is not.
 	s.redis.Restart(t)
