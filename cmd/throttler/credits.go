@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/throttler/throttler/credits"
-	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
@@ -88,15 +87,11 @@ func creditsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 			printHistory(stdout, t, h)
 		}
 	default:
-		rdb, err := app.NewRedis(s.cfg.Config, 1)
+		lim, closeRedis, err := s.limiter()
 		if err != nil {
 			return fail(exitConfig, "%v", err)
 		}
-		defer rdb.Close()
-		lim, err := throttle.New(rdb, throttle.Options{Policies: s.cfg.Rules, Prefix: s.cfg.KeyPrefix, TimeZone: s.cfg.Location()})
-		if err != nil {
-			return fail(exitConfig, "%v", err)
-		}
+		defer closeRedis()
 		o.Balances = lim
 		if op == "get" {
 			st, err := credits.Get(s.ctx, o, t)
