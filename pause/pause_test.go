@@ -171,7 +171,6 @@ func TestPauseSurvivesARestart(t *testing.T) {
 	}
 }
 
-
 func errorsIsInvalid(err error) bool { return errors.Is(err, ErrInvalid) }
 
 // TestEndIsDoneOnceAtTheRevisionRead: of several workers ending a pause
