@@ -20,9 +20,10 @@ uses it (Lua's local functions must be):
   admit.lua     admit
   lease.lua     lease
   credits.lua   credits, refund, balance: a prepaid balance (CREDITS)
+  settle.lua    settle: a job's cost settled after it ran
   register.lua  the functions registered with Redis
 
-Eleven functions, each atomic:
+Twelve functions, each atomic:
 
   decide___VERSION__   decide M jobs against their token buckets and windows
   claim___VERSION__    make an incarnation the owner of a job that has none
@@ -36,6 +37,8 @@ Eleven functions, each atomic:
                        refuse them (UNFUNDED, 7)
   refund___VERSION__   give back the credits of jobs that did not run
   balance___VERSION__  read, add, set a tenant's credits; open the gate
+  settle___VERSION__   settle once the difference between a job's charged
+                       and reported cost on every term it was charged under
 
 __VERSION__ stands for a short hash of this source, put in by package
 throttle before FUNCTION LOAD, so that two versions of the worker running
@@ -163,7 +166,7 @@ E_* codes (the same numbers as throttle.Code):
   19 E_GIVE_UP      give-up count not in [1, 1e6]
   20 E_FAILURES     stored failure counter malformed
   (21 to 24: the running caps', admit.lua; 25 to 29: the credits',
-  credits.lua)
+  credits.lua; 30 to 32: settle's, settle.lua)
 
 Clock: ARGV now = 0 reads Redis TIME, once per call, after the arguments
 are checked: every worker then shares one clock. Functions replicate their
@@ -187,6 +190,9 @@ several calls, pipelined. Per call:
   credits, refund
            at most MAX_JOBS jobs, one marker key each, and the balance
   balance  one key, no loop
+  settle   one job: at most MAX_LIMITS terms read and written once each
+           (a sliding window as decide reads it, plus one read; a
+           calendar window one field), its marker and the balance
 A sweep that stops at its bound leaves the rest expired in the set, where
 they count for nothing (a lease counts while its score is after now), for
 the next call; a call that left some calls nobody, so that no job passes

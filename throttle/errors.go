@@ -52,6 +52,9 @@ const (
 	CodePaidTTL        Code = 27  // a stored paid marker has no TTL
 	CodeOrder          Code = 28  // a job's order is not in [0, 2^53)
 	CodeAmount         Code = 29  // an amount of credits out of range, or a balance past MaxCredits
+	CodeDirection      Code = 30  // a settle's direction or credits flag is unknown
+	CodeSettled        Code = 31  // a stored settled marker is malformed
+	CodeSettledTTL     Code = 32  // a stored settled marker has no TTL
 	CodeTenant         Code = 100 // tenant empty or too long
 	CodeJobID          Code = 101 // job id too long or not printable ASCII
 	CodeLimits         Code = 102 // the limits themselves do not validate
@@ -85,6 +88,9 @@ var codeText = map[Code]string{
 	CodePaidTTL:        "stored paid marker has no TTL",
 	CodeOrder:          "order out of range",
 	CodeAmount:         "credits out of range",
+	CodeDirection:      "settle direction or credits flag unknown",
+	CodeSettled:        "stored settled marker is malformed",
+	CodeSettledTTL:     "stored settled marker has no TTL",
 }
 
 // String describes c in a few words.
