@@ -54,9 +54,9 @@ Reply:
   {1, applied, paid, 0}   applied 1: settled now; 0: the marker says it
                           was settled before, and nothing was done. paid:
                           when a charge left buckets in debt, the instant
-                          (µs) by which the latest is paid (per bucket the
-                          earlier of its empty time and now plus the
-                          debt's refill time); else 0.
+                          (µs) by which the latest is paid: its empty time
+                          after the charge, behind every slot reserved
+                          before it; else 0.
   {3, code, position, 0}  INVALID, nothing written: an argument (ARGV
                           position) or a stored value (KEYS position)
   {5, position, 0, 0}     WRONGTYPE: KEYS[position]; nothing written
@@ -91,10 +91,7 @@ local function settleBucket(keys, k, t, charging, d, now)
     a, f, wait = charge(a, f, r, p, q, m, dd, now)
     if a > now + MAX_HORIZON then a, f, wait = now + MAX_HORIZON, 0, MAX_HORIZON end
     local paid = 0
-    if wait > 0 then
-      paid = now + ceil(dd * p / r)
-      if now + wait < paid then paid = now + wait end
-    end
+    if wait > 0 then paid = now + wait end
     return {kind = 1, a = a, f = f, paid = paid}
   end
   if not v then return {kind = 0} end -- full: nothing to give back

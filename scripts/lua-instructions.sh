@@ -77,7 +77,9 @@ instructions() {
 	if [ -n "$eval" ]; then
 		call=(EVALSHA "$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$1")")")
 	else
-		redis-cli -p "$port" FUNCTION LOAD "$(sed "s/__VERSION__/x/g;$bounds" "$1")" >/dev/null
+		# From stdin (-x): the library is longer than one argument may be
+		# (128 KiB).
+		sed "s/__VERSION__/x/g;$bounds" "$1" | redis-cli -p "$port" -x FUNCTION LOAD >/dev/null
 		call=(FCALL "$fn")
 		if [ -n "${prep:-}" ]; then
 			# shellcheck disable=SC2086 # prep is words, split on purpose

@@ -43,8 +43,9 @@ type Settled struct {
 	// above 0.
 	Charged, Refunded int64
 	// PaidBy, when the charge left a bucket in debt, is when the latest
-	// debt is paid; the zero time when none. The tenant's jobs not yet
-	// started should not start before it (the worker holds them).
+	// debt is paid; the zero time when none, and for a shadow policy. The
+	// tenant's jobs not yet started should not start before it (the
+	// worker holds them).
 	PaidBy time.Time
 }
 
@@ -61,7 +62,7 @@ type Settled struct {
 // as long as a paid marker of credits lives. A job whose cost did not
 // change makes no call.
 func (l *Limiter) Settle(ctx context.Context, s Settlement) (Settled, error) {
-	f, out, err := l.settleCall(s)
+	f, out, shadow, err := l.settleCall(s)
 	if err != nil || f.fn == "" {
 		return Settled{}, err
 	}
@@ -77,7 +78,7 @@ func (l *Limiter) Settle(ctx context.Context, s Settlement) (Settled, error) {
 			return Settled{}, nil
 		}
 		out.Applied = true
-		if v[2] > 0 {
+		if v[2] > 0 && !shadow {
 			out.PaidBy = time.UnixMicro(v[2])
 		}
 		return out, nil
@@ -90,47 +91,48 @@ func (l *Limiter) Settle(ctx context.Context, s Settlement) (Settled, error) {
 }
 
 // settleCall validates s and builds its function call: none (fn "") when
-// there is nothing to settle. out is what the call does if it applies.
-func (l *Limiter) settleCall(s Settlement) (f fcall, out Settled, err error) {
+// there is nothing to settle. out is what the call does if it applies;
+// shadow says it settles a shadow policy's buckets, which hold no job back.
+func (l *Limiter) settleCall(s Settlement) (f fcall, out Settled, shadow bool, err error) {
 	tag, err := l.keys.tag(s.Tenant)
 	if err != nil {
-		return fcall{}, Settled{}, err
+		return fcall{}, Settled{}, false, err
 	}
 	if s.JobID == "" {
-		return fcall{}, Settled{}, &InvalidError{Code: CodeJobID, Detail: "a settle needs a job id"}
+		return fcall{}, Settled{}, false, &InvalidError{Code: CodeJobID, Detail: "a settle needs a job id"}
 	}
 	if err := validJobID(s.JobID); err != nil {
-		return fcall{}, Settled{}, err
+		return fcall{}, Settled{}, false, err
 	}
 	charged := max(s.Charged, 1)
 	if s.Charged < 0 || charged > MaxBurst {
-		return fcall{}, Settled{}, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("charged cost %d out of range [1, %d]", s.Charged, MaxBurst)}
+		return fcall{}, Settled{}, false, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("charged cost %d out of range [1, %d]", s.Charged, MaxBurst)}
 	}
 	if s.Cost < 0 || s.Cost > MaxBurst {
-		return fcall{}, Settled{}, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("reported cost %d out of range [0, %d]", s.Cost, MaxBurst)}
+		return fcall{}, Settled{}, false, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("reported cost %d out of range [0, %d]", s.Cost, MaxBurst)}
 	}
 	now, err := micros(s.At)
 	if err != nil {
-		return fcall{}, Settled{}, err
+		return fcall{}, Settled{}, false, err
 	}
 	slot, err := micros(s.Slot)
 	if err != nil {
-		return fcall{}, Settled{}, err
+		return fcall{}, Settled{}, false, err
 	}
 	if s.Cost == charged {
-		return fcall{}, Settled{}, nil
+		return fcall{}, Settled{}, false, nil
 	}
 	pol := l.policies.Policy(s.Tenant)
 	limits := pol.Limits
 	if len(s.Limits) > 0 {
 		if err := s.Limits.Validate(); err != nil {
-			return fcall{}, Settled{}, &InvalidError{Code: CodeLimits, Detail: err.Error()}
+			return fcall{}, Settled{}, false, &InvalidError{Code: CodeLimits, Detail: err.Error()}
 		}
 		limits = s.Limits
 	}
 	credits := pol.Credits != CreditsOff && !pol.Shadow
 	if len(limits) == 0 && !credits {
-		return fcall{}, Settled{}, nil
+		return fcall{}, Settled{}, false, nil
 	}
 	dir, diff := "1", s.Cost-charged
 	out.Charged = diff
@@ -165,7 +167,7 @@ func (l *Limiter) settleCall(s Settlement) (f fcall, out Settled, err error) {
 		f.keys = append(f.keys, l.keys.credits(tag))
 		f.args[5] = "1"
 	}
-	return f, out, nil
+	return f, out, pol.Shadow, nil
 }
 
 // micros is t in µs since the Unix epoch, 0 for the zero time, or an
