@@ -141,6 +141,11 @@ type Status struct {
 	throttle.CreditBalance
 	// Last is the last recorded change, nil when there is none.
 	Last *Record `json:"last,omitempty"`
+	// Lost says Redis holds no balance an operator wrote (Funded) although
+	// a change was recorded:
+	// it restarted empty, or failed over to a replica without it. The
+	// tenant's jobs wait (a balance of 0) until an operator sets it.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // Get reads tenant's balance and its last recorded change.
@@ -156,6 +161,7 @@ func Get(ctx context.Context, o Options, tenant string) (Status, error) {
 	s := Status{CreditBalance: b}
 	if len(h) > 0 {
 		s.Last = &h[len(h)-1]
+		s.Lost = !b.Funded
 	}
 	return s, nil
 }

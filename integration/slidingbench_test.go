@@ -3,12 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -164,31 +162,7 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 	}
 	cfg, err := app.LoadSettingsFrom(vars)
 	must(tb, err, "config")
-	var addrs []string
-	var workers []*exec.Cmd
-	for range 2 {
-		addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(tb))
-		addrs = append(addrs, addr)
-		vars["THROTTLER_METRICS_ADDR"] = addr
-		cmd, _, stderr := throttlerCmd(ctx, bins.throttler, vars)
-		must(tb, cmd.Start(), "start throttler")
-		workers = append(workers, cmd)
-		defer func() {
-			if tb.Failed() {
-				tb.Logf("worker stderr:\n%s", stderr.String())
-			}
-		}()
-		testenv.Eventually(tb, 10*time.Second, "worker metrics", func() bool { _, err := scrape(addr); return err == nil })
-	}
-	stopWorkers := func() {
-		for _, w := range workers {
-			_ = w.Process.Signal(syscall.SIGTERM)
-		}
-		for _, w := range workers {
-			_ = w.Wait()
-		}
-		workers = nil
-	}
+	addrs, stopWorkers := startThrottlerProcesses(tb, ctx, bins.throttler, vars, 2)
 	defer stopWorkers()
 	testenv.Eventually(tb, 10*time.Second, "the workers' consumer", func() bool {
 		_, err := js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)

@@ -16,6 +16,9 @@ Stored (keys built by throttle/keys.go, under the tenant's hash tag):
                 it on (TRUST)
              q  optional: the order of the first job waiting for credits
              g  optional: the end of the gate, µs
+             o  present once an operator set or added to the balance:
+                a hash without it was made by a refusal (a tenant never
+                funded, or one whose balance Redis lost)
   paid     per job id, '<cost>:<incarnation>': the job was charged cost
            (the incarnation charged it, or last passed on it), PX the
            TTL the call gives, so that it is charged once however often
@@ -312,7 +315,7 @@ else: the top-up brought back only the jobs before it, which the balance
 covers, and the later ones wait behind it.
 Reply: {1, now, b, flags, q, g, b', flags', q', g'}: the balance before
 and after (get: the same twice; open: only g' differs); flags bit 0: it
-exists, bit 1: it is trusted; q and g 0 for none; a malformed hash that
+exists, bit 1: it is trusted, bit 2: an operator wrote it (o); q and g 0 for none; a malformed hash that
 set overwrites reads as an untrusted balance of 0. {3, code, position, 0}:
 INVALID, nothing written (E_CREDITS: a malformed hash that get, add or
 open finds); {5, 1, 0, 0}: WRONGTYPE.
@@ -356,6 +359,7 @@ local function balance(keys, args)
   local fl = 0
   if exists then fl = 1 end
   if trusted then fl = fl + 2 end
+  if exists and call('HEXISTS', key, 'o') == 1 then fl = fl + 4 end
   local before = {1, now, b, fl, q or 0, g or 0}
   if op == 1 or (op == 4 and not exists) then
     return {1, now, b, fl, q or 0, g or 0, b, fl, q or 0, g or 0}
@@ -381,14 +385,14 @@ local function balance(keys, args)
   end
   if bad then call('DEL', key) end
   if gate == 0 then
-    call('HSET', key, 'b', format('%d', n), 'r', id)
+    call('HSET', key, 'b', format('%d', n), 'r', id, 'o', '1')
     call('HDEL', key, 'q', 'g')
     g = 0
   else
     g = now + gate
-    call('HSET', key, 'b', format('%d', n), 'r', id, 'g', format('%d', g))
+    call('HSET', key, 'b', format('%d', n), 'r', id, 'o', '1', 'g', format('%d', g))
     call('HDEL', key, 'q')
   end
-  before[7], before[8], before[9], before[10] = n, 3, 0, g
+  before[7], before[8], before[9], before[10] = n, 7, 0, g
   return before
 end

@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/testenv"
-	"github.com/throttler/throttler/release"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -175,83 +171,6 @@ func TestPauseSurvivesARestart(t *testing.T) {
 	}
 }
 
-// TestReleaseBringsBackPausedCopiesInOrder: Release publishes every
-// paused copy of the tenant on its woken subject, in the order of the
-// jobs (not the order their copies were stored: a job that waited for a
-// slot is parked among newer ones), and deletes them; a copy waiting for a limit's slot and another
-// tenant's paused copy stay.
-func TestReleaseBringsBackPausedCopiesInOrder(t *testing.T) {
-	e := setup(t)
-	ctx := context.Background()
-	far := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-	store := func(tenant string, seq uint64, reason string) {
-		t.Helper()
-		m := &nats.Msg{Subject: testSchedules.Copy(tenant, seq), Data: []byte("job " + strconv.FormatUint(seq, 10)), Header: nats.Header{}}
-		m.Header.Set(consumer.HeaderJobID, testStream+":"+strconv.FormatUint(seq, 10))
-		m.Header.Set(consumer.HeaderSubject, "jobs."+tenant)
-		m.Header.Set(consumer.HeaderDeferrals, "1")
-		m.Header.Set(consumer.HeaderWaitReason, reason)
-		m.Header.Set(jetstream.ScheduleHeader, "@at "+far)
-		m.Header.Set(jetstream.ScheduleTargetHeader, "jobs."+tenant)
-		if _, err := e.js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, seq := range []uint64{7, 3, 9} { // paused in this order
-		store("acme", seq, "paused: maintenance")
-	}
-	store("acme", 11, "limit 5/s")
-	store("globex", 12, "paused: other")
-
-	n, err := release.Waiting(ctx, e.js, testStream, testSchedules, "acme", consumer.PauseReason, time.Now(), nil)
-	if err != nil || n != 3 {
-		t.Fatalf("release.Waiting = %d, %v; want 3", n, err)
-	}
-	st, err := e.js.Stream(ctx, testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(testSchedules.All()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var woken []string
-	for subj := range info.State.Subjects {
-		if kind, _ := testSchedules.Parse(subj); kind == subject.WokenKind {
-			woken = append(woken, subj)
-		}
-	}
-	if _, ok := info.State.Subjects[testSchedules.Copy("acme", 11)]; !ok {
-		t.Error("the copy waiting for a slot was taken")
-	}
-	if _, ok := info.State.Subjects[testSchedules.Copy("globex", 12)]; !ok {
-		t.Error("another tenant's paused copy was taken")
-	}
-	for _, seq := range []uint64{7, 3, 9} {
-		if _, ok := info.State.Subjects[testSchedules.Copy("acme", seq)]; ok {
-			t.Errorf("the released copy of job %d is still there", seq)
-		}
-	}
-	// In order: read the woken subjects back by stream sequence.
-	cons, err := e.js.OrderedConsumer(ctx, testStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{testSchedules.Wokens()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(3, jetstream.FetchMaxWait(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var order []string
-	for m := range batch.Messages() {
-		order = append(order, string(m.Data()))
-		if m.Headers().Get(consumer.HeaderWoken) == "" {
-			t.Errorf("woken job %q lacks %s", m.Data(), consumer.HeaderWoken)
-		}
-	}
-	if len(order) != 3 || order[0] != "job 3" || order[1] != "job 7" || order[2] != "job 9" {
-		t.Fatalf("woken in order %v (subjects %v), want job 3, job 7, job 9", order, woken)
-	}
-}
 
 func errorsIsInvalid(err error) bool { return errors.Is(err, ErrInvalid) }
 

@@ -19,6 +19,13 @@ const MaxCredits = 1<<53 - 1
 // itself after CreditsGate should the releaser die.
 const CreditsGate = 60 * time.Second
 
+// CreditsGateRetry is the longest wait a job held back by a top-up's gate
+// is given: a job that comes while the release runs tries again this soon,
+// not when the gate would end by itself, since the releaser ends it a
+// second after the release; told to wait out the whole gate, it would see
+// every later job take the credits it was due.
+const CreditsGateRetry = time.Second
+
 // CreditBalance is a tenant's balance of credits at one moment.
 type CreditBalance struct {
 	// Tenant owns the balance.
@@ -33,6 +40,10 @@ type CreditBalance struct {
 	// failed over (which may have lost writes): no job is admitted against
 	// an untrusted balance until an operator adds or sets credits.
 	Trusted bool `json:"trusted"`
+	// Funded says an operator set or added to the balance Redis holds
+	// (AddCredits, SetCredits). A balance without it was made by a job's
+	// refusal: a tenant never funded, or one whose balance Redis lost.
+	Funded bool `json:"funded"`
 	// WaitingFrom is the order (Copy.Order) of the first job waiting for
 	// credits, behind which later jobs wait; 0 when none waits.
 	WaitingFrom int64 `json:"waiting_from,omitempty"`
@@ -139,9 +150,9 @@ func (l *Limiter) balanceOp(ctx context.Context, tenant, op string, args ...any)
 }
 
 // creditBalance reads a balance from the balance function's reply at
-// now: b, flags (bit 0 exists, bit 1 trusted), q, g.
+// now: b, flags (bit 0 exists, bit 1 trusted, bit 2 funded), q, g.
 func creditBalance(tenant string, now int64, t []int64) CreditBalance {
-	b := CreditBalance{Tenant: tenant, Balance: t[0], Exists: t[1]&1 == 1, Trusted: t[1]&2 == 2, WaitingFrom: t[2]}
+	b := CreditBalance{Tenant: tenant, Balance: t[0], Exists: t[1]&1 == 1, Trusted: t[1]&2 == 2, Funded: t[1]&4 == 4, WaitingFrom: t[2]}
 	if t[3] > now {
 		b.GateUntil = time.UnixMicro(t[3])
 	}

@@ -223,7 +223,7 @@ func TestCreditsOrder(t *testing.T) {
 	}
 	// The gate holds back a copy that was not released, with a wait.
 	g := ce.decideOK(t, throttle.Copy{Request: throttle.Request{Tenant: "a", JobID: "j12", Cost: 1}, Incarnation: 12, Order: 12})[0]
-	if g.Outcome != throttle.Unfunded || g.Wait <= 0 || g.Wait > throttle.CreditsGate {
+	if g.Outcome != throttle.Unfunded || g.Wait <= 0 || g.Wait > throttle.CreditsGateRetry {
 		t.Fatalf("an unreleased copy at the gate: %+v", g)
 	}
 	rel := func(c throttle.Copy) throttle.Copy { c.Released, c.At = true, time.Time{}; return c }

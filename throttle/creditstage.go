@@ -188,7 +188,7 @@ func (l *Limiter) chargeCredits(ctx context.Context, calls []creditCall, jobs []
 				jobs[i].charged = t[1] == 1
 				results[i].ShadowUnfunded = t[3]&1 == 1
 			case statusUnfunded:
-				results[i].Decision = Decision{Outcome: Unfunded, Wait: time.Duration(t[1]) * time.Microsecond, Balance: t[2],
+				results[i].Decision = Decision{Outcome: Unfunded, Wait: min(time.Duration(t[1])*time.Microsecond, CreditsGateRetry), Balance: t[2],
 					Untrusted: t[3]&1 == 1, CreditsDeadLetter: jobs[i].mode == CreditsDeadLetter}
 			case statusInvalid:
 				results[i].Err = &InvalidError{Code: Code(t[1]), Index: int(t[2])}

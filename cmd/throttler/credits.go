@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/throttler/throttler/credits"
-	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
@@ -43,8 +42,15 @@ func creditsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		}
 	}
 	want := map[string]int{"add": 3, "set": 3, "get": 2, "history": 2}
-	if len(rest) == 0 || want[rest[0]] != len(rest) {
+	if len(rest) == 0 || want[rest[0]] == 0 {
 		return fail(exitConfig, "%s", creditsUsage)
+	}
+	if want[rest[0]] != len(rest) {
+		args := "TENANT"
+		if want[rest[0]] == 3 {
+			args = "TENANT N"
+		}
+		return fail(exitConfig, "credits %s takes %s, got %d arguments\n%s", rest[0], args, len(rest)-1, creditsUsage)
 	}
 	op, t := rest[0], rest[1]
 	if err := tenant.Validate(t); err != nil {
@@ -56,8 +62,9 @@ func creditsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		if op == "set" {
 			least = 0
 		}
+		digits := rest[2] != "" && strings.TrimLeft(rest[2], "0123456789") == ""
 		var err error
-		if n, err = strconv.ParseInt(rest[2], 10, 64); err != nil || n < least || n > throttle.MaxCredits {
+		if n, err = strconv.ParseInt(rest[2], 10, 64); !digits || err != nil || n < least || n > throttle.MaxCredits {
 			return fail(exitConfig, "N: want a whole number from %d to %d, got %q", least, int64(throttle.MaxCredits), rest[2])
 		}
 	}
@@ -80,15 +87,11 @@ func creditsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 			printHistory(stdout, t, h)
 		}
 	default:
-		rdb, err := app.NewRedis(s.cfg.Config, 1)
+		lim, closeRedis, err := s.limiter()
 		if err != nil {
 			return fail(exitConfig, "%v", err)
 		}
-		defer rdb.Close()
-		lim, err := throttle.New(rdb, throttle.Options{Policies: s.cfg.Rules, Prefix: s.cfg.KeyPrefix, TimeZone: s.cfg.Location()})
-		if err != nil {
-			return fail(exitConfig, "%v", err)
-		}
+		defer closeRedis()
 		o.Balances = lim
 		if op == "get" {
 			st, err := credits.Get(s.ctx, o, t)
@@ -116,7 +119,7 @@ func creditsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "throttler credits: the balance of before (%d) was not trusted (written before Redis last restarted or failed over) and was replaced\n", ch.Before)
 			}
 			if ch.Released > 0 {
-				fmt.Fprintf(stderr, "throttler credits: %d waiting jobs brought back in order; those the balance covers start now\n", ch.Released)
+				fmt.Fprintf(stderr, "throttler credits: %s the balance covers brought back in order; they start now\n", jobs(ch.Released))
 			}
 		}
 	}
@@ -150,16 +153,32 @@ func jobsReplicas(s *opsSession) int {
 // makes it doubtful on the lines below.
 func printBalance(w io.Writer, st credits.Status) {
 	fmt.Fprintf(w, "%s: %d\n", st.Tenant, st.Balance)
-	if !st.Trusted {
-		fmt.Fprintf(w, "  not trusted: written before Redis last restarted or failed over, so spends since may be lost; its jobs wait.\n")
-		if st.Last != nil {
-			fmt.Fprintf(w, "  last recorded: %s %d left %d at %s; throttler credits set %s N makes it trusted\n",
-				st.Last.Op, st.Last.Amount, st.Last.Balance, st.Last.At.Format(time.RFC3339), st.Tenant)
-		}
+	switch {
+	case st.Lost:
+		fmt.Fprintf(w, "  LOST: Redis no longer holds the balance (it restarted empty, or failed over to a replica without it) since the last "+
+			"recorded change (%s). Spending is not recorded, so the history cannot say what was left: set it from your own records "+
+			"(throttler credits set %s N); its jobs wait meanwhile.\n", describeRecord(*st.Last), st.Tenant)
+	case !st.Trusted:
+		fmt.Fprintf(w, "  NOT TRUSTED: written before Redis last restarted or failed over, which may have lost the spending since; its jobs wait. "+
+			"If Redis lost no write (a clean restart with persistence), throttler credits set %s %d trusts it again; else set it from your own records.\n",
+			st.Tenant, st.Balance)
 	}
 	if st.WaitingFrom > 0 {
-		fmt.Fprintf(w, "  jobs wait for a top-up, the first of them job %d in order\n", st.WaitingFrom)
+		fmt.Fprintf(w, "  jobs wait for a top-up, in order, from the job at stream sequence %d on\n", st.WaitingFrom)
 	}
+}
+
+// describeRecord says what a recorded change did, for people.
+func describeRecord(r credits.Record) string {
+	return fmt.Sprintf("%s %d left %d at %s", r.Op, r.Amount, r.Balance, r.At.Format(time.RFC3339))
+}
+
+// jobs says "1 waiting job" or "N waiting jobs".
+func jobs(n int) string {
+	if n == 1 {
+		return "1 waiting job"
+	}
+	return fmt.Sprintf("%d waiting jobs", n)
 }
 
 // printHistory writes a tenant's recorded changes, one a line.

@@ -42,10 +42,13 @@ func TestCreditsCommands(t *testing.T) {
 	}
 
 	cli(t, "inspect", "acme").want(t, "inspect", exitOK, []string{"credits: balance 1501", "a job arriving now runs at once"}, nil)
+	t.Setenv("THROTTLER_DEFAULT_LIMIT", "10/s")
+	cli(t, "inspect", "acme").want(t, "inspect without the workers' credits", exitOK, []string{"credits: balance 1501"}, nil)
+	t.Setenv("THROTTLER_DEFAULT_LIMIT", "10/s+credits")
 
 	// Redis restarted: the balance is gone, the history is not.
 	s.redis.Restart(t)
-	cli(t, "credits", "get", "acme").want(t, "get after Redis restarted empty", exitOK, []string{"acme: 0\n"}, nil)
+	cli(t, "credits", "get", "acme").want(t, "get after Redis restarted empty", exitOK, []string{"acme: 0\n", "LOST", "add 1 left 1501"}, nil)
 	cli(t, "credits", "history", "acme").want(t, "history after Redis restarted", exitOK, []string{"add 1  1500 -> 1501"}, nil)
 
 	s.redis.Stop(t)
@@ -62,7 +65,8 @@ func TestCreditsRefuseBadInput(t *testing.T) {
 	}{
 		{[]string{"credits"}, "usage"},
 		{[]string{"credits", "give", "acme", "5"}, "usage"},
-		{[]string{"credits", "add", "acme"}, "usage"},
+		{[]string{"credits", "add", "acme"}, "takes TENANT N, got 1"},
+		{[]string{"credits", "add", "acme", "+5"}, "whole number"},
 		{[]string{"credits", "add", "acme", "0"}, "from 1"},
 		{[]string{"credits", "add", "acme", "-5"}, "from 1"},
 		{[]string{"credits", "add", "acme", "1.5"}, "whole number"},

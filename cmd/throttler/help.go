@@ -19,6 +19,7 @@ var commands = [][2]string{
 	{"dlq list|show|replay|purge", "the dead letters: list, show one, publish again, remove"},
 	{"pause TENANT [--until T|--for D] [--reason R]", "stop every worker starting a tenant's jobs (they wait, uncharged)"},
 	{"resume TENANT", "lift a pause: the tenant's waiting jobs come back at once, in order"},
+	{"credits add|set|get|history", "a tenant's prepaid balance (the term credits): top up, set, read, its changes"},
 	{"top [-n N] [--json]", "every tenant at once, sorted by jobs waiting, refreshed each second"},
 	{"pub [-H K:V] [-n N] SUBJECT [DATA]", "publish jobs to the jobs stream"},
 	{"sub [SUBJECT...]", "print what arrives on subjects (done.> and dlq.> by default)"},
@@ -66,7 +67,7 @@ func printHelp(w io.Writer) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nEvery variable (%d in all), what it accepts and its default: docs/configuration.md\n", len(config.Known()))
 	fmt.Fprintln(w, "in the source tree (the README starts from the first steps); the commands'")
-	fmt.Fprintln(w, "own usage: throttler limits, inspect, purge, dlq, pause, and pub -h, sub -h, demo -h.")
+	fmt.Fprintln(w, "own usage: throttler limits, credits, inspect, purge, dlq, pause, and pub -h, sub -h, demo -h.")
 }
 
 // printVersion writes the binary's version, commit and Go version.

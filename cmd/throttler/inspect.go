@@ -196,7 +196,7 @@ func describeCredits(c *throttle.CreditBalance) string {
 		s += " NOT TRUSTED (written before Redis last restarted or failed over; see throttler credits history, then credits set)"
 	}
 	if c.WaitingFrom > 0 {
-		s += fmt.Sprintf(", jobs wait for a top-up from job %d on, in order", c.WaitingFrom)
+		s += fmt.Sprintf(", jobs wait for a top-up, in order, from the job at stream sequence %d on", c.WaitingFrom)
 	}
 	if !c.GateUntil.IsZero() {
 		s += ", a top-up's jobs go first until " + c.GateUntil.UTC().Format(time.RFC3339Nano)

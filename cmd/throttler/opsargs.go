@@ -18,6 +18,7 @@ import (
 
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/ops"
+	"github.com/throttler/throttler/throttle"
 )
 
 // parseInterleaved parses fs's flags wherever they stand among args, and
@@ -98,6 +99,22 @@ func openOps(name string, stderr io.Writer, quiet bool, u uses) (*opsSession, in
 		stopSignals()
 		nc.Close()
 	}}, exitOK
+}
+
+// limiter returns a limiter over the Redis of the session's environment,
+// with its key prefix, rules and time zone, and what closes its client.
+// An error is the environment's: exit 2.
+func (s *opsSession) limiter() (*throttle.Limiter, func(), error) {
+	rdb, err := app.NewRedis(s.cfg.Config, 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	lim, err := throttle.New(rdb, throttle.Options{Policies: s.cfg.Rules, Prefix: s.cfg.KeyPrefix, TimeZone: s.cfg.Location()})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return lim, func() { _ = rdb.Close() }, nil
 }
 
 // statusOf is the exit status of an operation's error: 2 for bad input,

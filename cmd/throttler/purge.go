@@ -6,10 +6,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/tenant"
-	"github.com/throttler/throttler/throttle"
 )
 
 // purgeUsage is the usage of `throttler purge`.
@@ -49,15 +47,11 @@ func purgeCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		opts.Before = time.Now().Add(-olderThan)
 	}
 	// The parked jobs' places in the caps' waiting lists go with them.
-	rdb, err := app.NewRedis(s.cfg.Config, 1)
+	lim, closeRedis, err := s.limiter()
 	if err != nil {
 		return fail(exitConfig, "%v", err)
 	}
-	defer rdb.Close()
-	lim, err := throttle.New(rdb, throttle.Options{Policies: s.cfg.Rules, Prefix: s.cfg.KeyPrefix, TimeZone: s.cfg.Location()})
-	if err != nil {
-		return fail(exitConfig, "%v", err)
-	}
+	defer closeRedis()
 	opts.Waiting = lim
 	rep, err := ops.PurgeTenant(s.ctx, s.fleet, opts)
 	if err != nil {

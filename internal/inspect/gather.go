@@ -92,6 +92,14 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 		WaitSeconds: snap.Wait.Seconds(), Failures: snap.Failures, Running: eff.Policy.Running, Cap: snap.Cap,
 		Paused: paused, Credits: snap.Credits,
 	}
+	if r.Credits == nil {
+		// A balance the limits read here do not draw on, such as when
+		// inspect runs without the workers' environment: shown all the
+		// same, since the workers may.
+		if c, err := lim.Credits(ctx, t); err == nil && c.Exists {
+			r.Credits = &c
+		}
+	}
 	if snap.Wait > 0 {
 		r.Binding = snap.Binding.String()
 	}

@@ -1,0 +1,185 @@
+package release
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/subject"
+)
+
+const (
+	testStream    = "JOBS"
+	testSchedules = subject.Schedules("sched")
+)
+
+// env is a NATS server with a jobs stream that binds the schedule
+// subjects and allows schedules, as a worker sets it up.
+type env struct {
+	js jetstream.JetStream
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	srv := testenv.StartNATS(t, "")
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: testStream, Subjects: []string{"jobs.>", testSchedules.All()},
+		AllowMsgSchedules: true, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	return &env{js: js}
+}
+
+// store stores job seq of tenant as a copy parked for reason an hour
+// ahead, as a worker parks it, with headers hdr besides.
+func (e *env) store(t *testing.T, tenant string, seq uint64, reason string, hdr map[string]string) {
+	t.Helper()
+	m := &nats.Msg{Subject: testSchedules.Copy(tenant, seq), Data: []byte("job " + strconv.FormatUint(seq, 10)), Header: nats.Header{}}
+	m.Header.Set(consumer.HeaderJobID, testStream+":"+strconv.FormatUint(seq, 10))
+	m.Header.Set(consumer.HeaderSubject, "jobs."+tenant)
+	m.Header.Set(consumer.HeaderDeferrals, "1")
+	m.Header.Set(consumer.HeaderWaitReason, reason)
+	m.Header.Set(jetstream.ScheduleHeader, "@at "+time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	m.Header.Set(jetstream.ScheduleTargetHeader, "jobs."+tenant)
+	for k, v := range hdr {
+		m.Header.Set(k, v)
+	}
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// woken reads the woken subjects back, in stream order: the jobs' data.
+func (e *env) woken(t *testing.T, n int) []string {
+	t.Helper()
+	cons, err := e.js.OrderedConsumer(context.Background(), testStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{testSchedules.Wokens()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	if n == 0 {
+		return out
+	}
+	batch, err := cons.Fetch(n+1, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		out = append(out, string(m.Data()))
+		if m.Headers().Get(consumer.HeaderReleased) == "" {
+			t.Errorf("woken job %q lacks %s", m.Data(), consumer.HeaderReleased)
+		}
+	}
+	return out
+}
+
+// TestWaitingBringsBackPausedCopiesInOrder: Waiting publishes every copy
+// of the tenant parked for the reason on its woken subject, in the order
+// of the jobs (not the order their copies were stored: a job that waited
+// for a slot is parked among newer ones), and deletes them; a copy
+// waiting for a limit's slot and another tenant's paused copy stay.
+func TestWaitingBringsBackPausedCopiesInOrder(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	store := func(tenant string, seq uint64, reason string) {
+		t.Helper()
+		e.store(t, tenant, seq, reason, nil)
+	}
+	for _, seq := range []uint64{7, 3, 9} { // paused in this order
+		store("acme", seq, "paused: maintenance")
+	}
+	store("acme", 11, "limit 5/s")
+	store("globex", 12, "paused: other")
+
+	n, err := Waiting(ctx, e.js, testStream, testSchedules, "acme", consumer.PauseReason, time.Now(), nil)
+	if err != nil || n != 3 {
+		t.Fatalf("Waiting = %d, %v; want 3", n, err)
+	}
+	st, err := e.js.Stream(ctx, testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(testSchedules.All()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var woken []string
+	for subj := range info.State.Subjects {
+		if kind, _ := testSchedules.Parse(subj); kind == subject.WokenKind {
+			woken = append(woken, subj)
+		}
+	}
+	if _, ok := info.State.Subjects[testSchedules.Copy("acme", 11)]; !ok {
+		t.Error("the copy waiting for a slot was taken")
+	}
+	if _, ok := info.State.Subjects[testSchedules.Copy("globex", 12)]; !ok {
+		t.Error("another tenant's paused copy was taken")
+	}
+	for _, seq := range []uint64{7, 3, 9} {
+		if _, ok := info.State.Subjects[testSchedules.Copy("acme", seq)]; ok {
+			t.Errorf("the released copy of job %d is still there", seq)
+		}
+	}
+	// In order: read the woken subjects back by stream sequence.
+	cons, err := e.js.OrderedConsumer(ctx, testStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{testSchedules.Wokens()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(3, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for m := range batch.Messages() {
+		order = append(order, string(m.Data()))
+		if m.Headers().Get(consumer.HeaderWoken) == "" {
+			t.Errorf("woken job %q lacks %s", m.Data(), consumer.HeaderWoken)
+		}
+	}
+	if len(order) != 3 || order[0] != "job 3" || order[1] != "job 7" || order[2] != "job 9" {
+		t.Fatalf("woken in order %v (subjects %v), want job 3, job 7, job 9", order, woken)
+	}
+}
+
+// TestCoveredBringsBackWhatTheBudgetCovers: Covered brings back, in the
+// jobs' order, the longest run of copies parked for credits whose costs
+// fit the budget, leaves the rest, and names the first it left; a copy
+// parked for another reason is not counted.
+func TestCoveredBringsBackWhatTheBudgetCovers(t *testing.T) {
+	e := setup(t)
+	cost := func(h nats.Header) int64 {
+		c, err := consumer.ParseCost(h, "Job-Cost")
+		if err != nil {
+			return 0
+		}
+		return c
+	}
+	for _, j := range []struct {
+		seq  uint64
+		cost string
+	}{{9, "1"}, {3, "2"}, {5, "3"}, {7, "1"}} { // parked out of order
+		e.store(t, "acme", j.seq, consumer.CreditsReason+": balance 0 cannot cover cost "+j.cost, map[string]string{"Job-Cost": j.cost})
+	}
+	e.store(t, "acme", 4, consumer.PauseReason, map[string]string{"Job-Cost": "1"})
+
+	n, head, err := Covered(context.Background(), e.js, testStream, testSchedules, "acme", consumer.CreditsReason, time.Now(), 5, cost)
+	if err != nil || n != 2 || head != 7 {
+		t.Fatalf("Covered(5) = %d, head %d, %v; want jobs 3 and 5 (cost 5), head 7", n, head, err)
+	}
+	if got := e.woken(t, 2); len(got) != 2 || got[0] != "job 3" || got[1] != "job 5" {
+		t.Fatalf("woken %v, want job 3, job 5", got)
+	}
+	n, head, err = Covered(context.Background(), e.js, testStream, testSchedules, "acme", consumer.CreditsReason, time.Now(), 10, cost)
+	if err != nil || n != 2 || head != 0 {
+		t.Fatalf("Covered(10) = %d, head %d, %v; want the 2 left, no head", n, head, err)
+	}
+}
