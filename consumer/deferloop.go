@@ -139,12 +139,11 @@ func (s *deferSettler) holdOff(ctx context.Context, f *flight, job Job, ra *Retr
 	}
 }
 
-// waitOutHold settles an admitted job whose tenant is held (or in debt,
-// why says which) until until, instead of running it: deferred until
-// then, as holdOff defers the job
+// waitOutHold settles an admitted job whose tenant is held until until,
+// instead of running it: deferred until then, as holdOff defers the job
 // the downstream answered, uncounted. Its admission's charge is spent: back,
 // it is decided again, and never over-admitted.
-func (s *deferSettler) waitOutHold(ctx context.Context, f *flight, job Job, until time.Time, why string) {
+func (s *deferSettler) waitOutHold(ctx context.Context, f *flight, job Job, until time.Time) {
 	wait := max(0, until.Sub(s.cfg.Now()))
 	if !s.holds.release(ctx, job) {
 		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
@@ -152,7 +151,7 @@ func (s *deferSettler) waitOutHold(ctx context.Context, f *flight, job Job, unti
 	}
 	if f.settled.CompareAndSwap(false, true) {
 		ds := []Deferral{{Msg: f.msg, Job: job, Wait: wait,
-			Reason: why + " " + until.UTC().Format(time.RFC3339Nano)}}
+			Reason: "tenant held: downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)}}
 		s.deferrer.Defer(ctx, ds)
 		s.deferred(ds[0])
 	}

@@ -25,25 +25,7 @@ type downstreamHolds struct {
 	timeout time.Duration // Config.RedisTimeout, for each Holder call
 	log     *slog.Logger
 	until   latestTimes // each tenant held, until when
-	debts   latestTimes // each tenant in debt by a settled cost, until when (settle.go)
 }
-
-// recordDebt notes that a settled cost left tenant in debt until until
-// (throttle.Settled.PaidBy), and tells the fleet: like a hold, none of
-// the tenant's jobs admitted before starts before then.
-func (h *downstreamHolds) recordDebt(tenant string, until time.Time) {
-	h.debts.record(tenant, until)
-	h.publish(tenant + " " + strconv.FormatInt(until.UnixMicro(), 10) + " " + debtMark)
-}
-
-// inDebt returns until when tenant is in debt, if past now.
-func (h *downstreamHolds) inDebt(tenant string, now time.Time) (time.Time, bool) {
-	return h.debts.after(tenant, now)
-}
-
-// debtMark ends an announcement of a debt; a hold's has none (a worker
-// of a version before settles reads it as no announcement at all).
-const debtMark = "debt"
 
 // record notes that tenant is held until until, and tells the fleet.
 func (h *downstreamHolds) record(tenant string, until time.Time) {
@@ -63,11 +45,6 @@ func (h *downstreamHolds) keys(now time.Time) []string { return h.until.keys(now
 // until, on Config.HoldSubject. It is best effort: a worker that misses it
 // starts only the tenant's jobs admitted before the hold.
 func (h *downstreamHolds) announce(tenant string, until time.Time) {
-	h.publish(tenant + " " + strconv.FormatInt(until.UnixMicro(), 10))
-}
-
-// publish sends msg on Config.HoldSubject, best effort.
-func (h *downstreamHolds) publish(msg string) {
 	if h.subject == "" {
 		return
 	}
@@ -75,8 +52,9 @@ func (h *downstreamHolds) publish(msg string) {
 	if nc == nil {
 		return
 	}
+	msg := tenant + " " + strconv.FormatInt(until.UnixMicro(), 10)
 	if err := nc.Publish(h.subject, []byte(msg)); err != nil {
-		h.log.Warn("telling the other workers of a hold failed", "announcement", msg, "err", err)
+		h.log.Warn("telling the other workers of a hold failed", "tenant", tenant, "err", err)
 	}
 }
 
@@ -88,13 +66,8 @@ func (h *downstreamHolds) listen() (stop func()) {
 	}
 	sub, err := h.js.Conn().Subscribe(h.subject, func(m *nats.Msg) {
 		t, at, ok := strings.Cut(string(m.Data), " ")
-		at, mark, debt := strings.Cut(at, " ")
 		us, err := strconv.ParseInt(at, 10, 64)
-		if !ok || err != nil || tenant.Validate(t) != nil || (debt && mark != debtMark) {
-			return
-		}
-		if debt {
-			h.debts.record(t, time.UnixMicro(us))
+		if !ok || err != nil || tenant.Validate(t) != nil {
 			return
 		}
 		h.until.record(t, time.UnixMicro(us))

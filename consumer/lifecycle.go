@@ -211,13 +211,7 @@ func (l *lifecycle) start(ctx, workCtx context.Context, f *flight, job Job) {
 		if until, held := l.holds.after(job.Tenant, l.cfg.Now()); held {
 			// 8. Admitted before its downstream asked to wait.
 			l.rec.add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })
-			l.defers.waitOutHold(workCtx, f, job, until, "tenant held: downstream asked to wait until")
-			return
-		}
-		if until, owed := l.holds.inDebt(job.Tenant, l.cfg.Now()); owed {
-			// 8. Admitted before a settled cost left its tenant in debt.
-			l.rec.add(job.Tenant, func(s *TenantStats) { s.InDebt++ })
-			l.defers.waitOutHold(workCtx, f, job, until, "tenant in debt: a job's settled cost is paid at")
+			l.defers.waitOutHold(workCtx, f, job, until)
 			return
 		}
 		l.runs.run(workCtx, f, job) // 9.

@@ -21,8 +21,10 @@ var ErrNoCostReport = errors.New("consumer: SettleCost called outside a worker's
 // it before the handler returns nil; the last call wins. Once the handler
 // succeeds, the worker settles the difference from the cost the job was
 // charged (Job.Cost) on every term of its tenant's policy
-// (throttle.Limiter.Settle): more is charged as debt, and the tenant's
-// jobs not yet started wait until it is paid; less is given back. A
+// (throttle.Limiter.Settle): more is charged as debt, which the tenant's
+// jobs decided after it wait out, and which moves the slots reserved
+// before it later, each keeping its charge; less is given back. Jobs
+// already admitted start (docs/design.md, "Settle"). A
 // handler that fails or asks to wait settles nothing. Outside a worker's
 // handler it returns ErrNoCostReport.
 func SettleCost(ctx context.Context, cost int64) error {
@@ -72,13 +74,12 @@ type Settler interface {
 }
 
 // costSettler settles the cost a succeeded job reported (SettleCost): one
-// Redis call when it differs from Job.Cost, none otherwise. A debt is
-// recorded and announced like a downstream's hold, so that none of the
-// tenant's jobs admitted before it starts before it is paid. A settle that
-// fails is logged and counted, never the job's failure: the job ran.
+// Redis call when it differs from Job.Cost, none otherwise. A debt moves
+// the tenant's reserved slots in Redis (throttle.Settled.Shift): nothing
+// is held in the worker. A settle that fails is logged and counted, never
+// the job's failure: the job ran.
 type costSettler struct {
 	settler Settler // nil: reports are ignored
-	holds   *downstreamHolds
 	rec     *recorder
 	timeout time.Duration // Config.RedisTimeout
 	log     *slog.Logger
@@ -109,7 +110,4 @@ func (c *costSettler) settle(ctx context.Context, job Job, admitted time.Time, r
 		s.SettledCharged += out.Charged
 		s.SettledRefunded += out.Refunded
 	})
-	if !out.PaidBy.IsZero() {
-		c.holds.recordDebt(job.Tenant, out.PaidBy)
-	}
 }

@@ -74,9 +74,6 @@ type TenantStats struct {
 	// more than they were charged (SettleCost); SettledRefunded the cost
 	// given back for jobs that reported less.
 	SettledCharged, SettledRefunded int64
-	// InDebt counts admitted jobs deferred instead of started because a
-	// settled cost left their tenant in debt since.
-	InDebt int64
 }
 
 // OtherTenants stands in for the tenants counted together once a worker

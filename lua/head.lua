@@ -80,10 +80,12 @@ Stored values (keys built by throttle/keys.go; a tenant's keys share its
   state        16 bytes, struct.pack('<i8i4i4', Ei, Ef, rate): Ef is in
                units of 1/rate µs of the rate it was stored for; lives
                until the bucket is full again
-  reservation  the job's slot and the regime id of the limits it was
-               reserved under, '<slot µs>:<id>' (at most 16 and 10
-               digits); a slot alone (versions before live limits) is
-               of no regime: stale
+  reservation  the job's slot, the regime id of the limits it was
+               reserved under and the tenant's shift then,
+               '<slot µs>:<id>[:<shift µs>]' (at most 16, 10 and 16
+               digits; no shift: 0); a slot alone (versions before live
+               limits) is of no regime: stale
+  shift        the tenant's shift (SHIFT), µs, decimal (at most 16 digits)
   owner        the incarnation admitted, decimal (at most 16 digits)
   failures     the handler failures counted, decimal (at most 15 digits)
 Reservations and owners live for the horizon plus the longest time to
@@ -112,6 +114,21 @@ charging them again in the buckets that did not change: they wait longer,
 never over-admitted. A calendar window's N is left out of the regime: its
 reservations are counts in the windows they were placed in, which a
 changed N keeps, so its jobs keep their slots and their order.
+
+SHIFT: a settle that charges a job's debt (settle.lua) moves every slot
+the tenant reserved before it later by the time the debt takes to pay
+(the most over the job's buckets), keeping each job's charge and place:
+it raises the tenant's shift, a cumulative µs count in a key of its own,
+and every reservation records the shift when it is made. A job back with
+a reservation whose shift is below the tenant's has its slot moved by
+the difference: still ahead, it waits again (LIMITED, reserved, no
+charge) and its reservation is rewritten with the moved slot and the
+shift now; else it is admitted as before. Its buckets' empty times moved
+with the debt, so later jobs are behind already. The shift key comes
+with the job keys (K = 3) and is read only when a job of the call holds
+or gets a slot; a reservation that records a shift above 0 extends the
+key's TTL to its own (PEXPIRE GT), so the key outlives every reservation
+that recorded it.
 
 Replies: every job gets a tuple of 4 integers, one shape whatever its status:
   {1, wait,  remaining, flags}     ADMITTED: run the job now. flags bit 0:
@@ -165,6 +182,8 @@ E_* codes (the same numbers as throttle.Code):
   18 E_TTL          TTL argument out of range
   19 E_GIVE_UP      give-up count not in [1, 1e6]
   20 E_FAILURES     stored failure counter malformed
+  33 E_SHIFT        stored shift malformed (SHIFT)
+  34 E_SHIFT_TTL    stored shift has no TTL
   (21 to 24: the running caps', admit.lua; 25 to 29: the credits',
   credits.lua; 30 to 32: settle's, settle.lua)
 
@@ -205,6 +224,7 @@ local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
 local E_STATE, E_STATE_TTL, E_RESV, E_RESV_TTL = 10, 11, 12, 13
 local E_INCARNATION, E_OWNER, E_OWNER_TTL, E_FRESH = 14, 15, 16, 17
 local E_TTL, E_GIVE_UP, E_FAILURES = 18, 19, 20
+local E_SHIFT, E_SHIFT_TTL = 33, 34
 
 local EXACT = 9007199254740992 -- 2^53: Lua numbers hold every integer below
 local DAY = 86400000000

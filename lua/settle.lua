@@ -9,14 +9,16 @@ KEYS:
   [1]      the job's settled marker: a settle found it, nothing is done
   [2..]    one key per term, in ARGV's order: a bucket's state, a sliding
            window's set, a calendar window's hash
-  [last]   with ARGV[6] = 1, the tenant's credits balance (CREDITS)
+  then     with ARGV[6] bit 0, the tenant's credits balance (CREDITS)
+  [last]   with ARGV[6] bit 1, the tenant's shift key (SHIFT, head.lua)
 ARGV:
   [1]  now: µs since the Unix epoch, [0, 2^53); 0 = Redis TIME
   [2]  the marker's TTL, ms, [1, 31 days]
   [3]  direction: 1 charge (the job cost more), 2 refund (it cost less)
   [4]  the difference, [1, 1e9]
   [5]  at: the job's slot (when it was admitted), µs, [0, 2^53); 0 = now
-  [6]  credits: 1 when the last key is the balance to settle, else 0
+  [6]  keys: 0 to 3; bit 0: the balance to settle follows the terms'
+       keys; bit 1: the shift key is the last
   [7]  horizon, µs, [0, 30 days]: a sliding window's least TTL
   then for each term (at most MAX_LIMITS): rate, period, burst, as decide
   takes them (term, head.lua: burst 'w' a sliding window, 'c...' or
@@ -33,6 +35,12 @@ Charge d (the job cost d more):
   calendar  d more units counted in the window holding at, unless that
             window has ended (a calendar window's count, debt included,
             ends with it); at most 1e9
+  shift     with the shift key, raised by the longest time the charge
+            added to a bucket's wait (its empty time past now, after less
+            before: d*period/rate for a bucket in debt, less for one whose
+            tokens cover part of it): every slot reserved before moves
+            later by it when its job comes back (SHIFT); its TTL at least
+            ARGV[2]
   credits   the balance lowered by d, below 0 if need be: no job draws on
             it until a top-up covers the debt; an untrusted balance is
             left as it is (no job draws on it anyway); a missing one
@@ -51,21 +59,20 @@ Refund d (the job cost d less):
 Every argument and stored value is checked before the first write.
 
 Reply:
-  {1, applied, paid, 0}   applied 1: settled now; 0: the marker says it
-                          was settled before, and nothing was done. paid:
-                          when a charge left buckets in debt, the instant
-                          (µs) by which the latest is paid: its empty time
-                          after the charge, behind every slot reserved
-                          before it; else 0.
+  {1, applied, shift, 0}  applied 1: settled now; 0: the marker says it
+                          was settled before, and nothing was done. shift:
+                          what the charge moved the reserved slots by
+                          (µs), 0 for none (a refund, or no shift key).
   {3, code, position, 0}  INVALID, nothing written: an argument (ARGV
                           position) or a stored value (KEYS position)
   {5, position, 0, 0}     WRONGTYPE: KEYS[position]; nothing written
 A call whose KEYS and ARGV do not fit together gets "BADCALL <reason>".
-E_* codes of settle: 30 E_DIRECTION (direction or credits flag not 1 or
-2, 0 or 1), 31 E_SETTLED (the marker malformed), 32 E_SETTLED_TTL (the
+E_* codes of settle: 30 E_DIRECTION (direction or keys flag not 1 or
+2, 0 to 3), 31 E_SETTLED (the marker malformed), 32 E_SETTLED_TTL (the
 marker without TTL); besides E_NOW, E_TTL, E_AMOUNT, E_HORIZON, the
 terms' E_RATE, E_PERIOD (also: no window passed holds at), E_BURST, and
-the stored values' E_STATE, E_STATE_TTL, E_CREDITS.
+the stored values' E_STATE, E_STATE_TTL, E_CREDITS, E_SHIFT,
+E_SHIFT_TTL.
 ]]
 local E_DIRECTION, E_SETTLED, E_SETTLED_TTL = 30, 31, 32
 
@@ -87,12 +94,16 @@ local function settleBucket(keys, k, t, charging, d, now)
     local dd = d
     local most = floor((EXACT - 1) / p)
     if dd > most then dd = most end
+    -- The wait the charge adds (SHIFT): after, less before, each >= 0.
+    local before = a - now
+    if f > 0 then before = before + 1 end
+    if before < 0 then before = 0 end
     local wait
     a, f, wait = charge(a, f, r, p, q, m, dd, now)
     if a > now + MAX_HORIZON then a, f, wait = now + MAX_HORIZON, 0, MAX_HORIZON end
-    local paid = 0
-    if wait > 0 then paid = now + wait end
-    return {kind = 1, a = a, f = f, paid = paid}
+    local shift = wait - before
+    if shift < 0 then shift = 0 end
+    return {kind = 1, a = a, f = f, shift = shift}
   end
   if not v then return {kind = 0} end -- full: nothing to give back
   local dd = d
@@ -103,7 +114,7 @@ local function settleBucket(keys, k, t, charging, d, now)
   local la, lf = now - q, 0
   if m > 0 then la, lf = la - 1, r - m end
   if a < la or (a == la and f <= lf) then return {kind = 2} end -- full again
-  return {kind = 1, a = a, f = f, paid = 0}
+  return {kind = 1, a = a, f = f, shift = 0}
 end
 
 -- settleSliding reads the sliding window of term t at KEYS position k and
@@ -205,11 +216,11 @@ local function settle(keys, args)
   if na < 7 or L % 1 ~= 0 or L > MAX_LIMITS then
     return badcall('settle takes 7 + 3 per term arguments, at most ' .. MAX_LIMITS .. ' terms')
   end
-  local cr = args[6]
-  if cr ~= '0' and cr ~= '1' then return {INVALID, E_DIRECTION, 6, 0} end
-  cr = cr + 0
-  if nk ~= 1 + L + cr or L + cr == 0 then
-    return badcall('settle takes 1 key, 1 per term and 1 for credits, at least one term')
+  local kf = FLAGS[args[6]]
+  if kf == nil then return {INVALID, E_DIRECTION, 6, 0} end
+  local cr, sk = kf % 2, floor(kf / 2)
+  if nk ~= 1 + L + cr + sk or L + cr == 0 then
+    return badcall('settle takes 1 key, 1 per term, 1 for credits and 1 for the shift, at least one term or credits')
   end
   local now = whole(args[1], 0, EXACT - 1)
   if now == nil then return {INVALID, E_NOW, 1, 0} end
@@ -257,15 +268,26 @@ local function settle(keys, args)
     if type(plan) ~= 'table' then return {INVALID, plan, pos, 0} end
     P[z] = plan
   end
+  local sh, shTTL = nil, ttl
+  if sk == 1 then
+    local code
+    sh, code = shiftRead(keys[nk])
+    if sh == nil then
+      if code == WRONGTYPE then return {WRONGTYPE, nk, 0, 0} end
+      return {INVALID, code, nk, 0}
+    end
+    local pt = call('PTTL', keys[nk])
+    if pt > shTTL then shTTL = pt end
+  end
   if cr == 1 then
-    local plan = settleCredits(keys, nk, charging, d)
-    if plan == WRONGTYPE then return {WRONGTYPE, nk, 0, 0} end
-    if type(plan) ~= 'table' then return {INVALID, plan, nk, 0} end
+    local plan = settleCredits(keys, 1 + L + 1, charging, d)
+    if plan == WRONGTYPE then return {WRONGTYPE, 1 + L + 1, 0, 0} end
+    if type(plan) ~= 'table' then return {INVALID, plan, 1 + L + 1, 0} end
     if plan.err then return plan end
     P[L + 1] = plan
   end
 
-  local paid = 0
+  local shift = 0
   for z = 1, #P do
     local plan = P[z]
     local kind = plan.kind
@@ -277,7 +299,7 @@ local function settle(keys, args)
       else
         call('DEL', keys[z + 1])
       end
-      if plan.paid > paid then paid = plan.paid end
+      if plan.shift > shift then shift = plan.shift end
     elseif kind == 2 then
       call('DEL', keys[z + 1])
     elseif kind == 3 then
@@ -299,9 +321,16 @@ local function settle(keys, args)
       end
       if call('EXISTS', plan.name) == 1 then call('PEXPIRE', plan.name, format('%d', plan.ttl)) end
     elseif kind == 6 then
-      call('HSET', keys[nk], 'b', format('%d', plan.b), 'r', plan.id)
+      call('HSET', keys[1 + L + 1], 'b', format('%d', plan.b), 'r', plan.id)
     end
   end
+  if sh and shift > 0 then
+    local v = sh + shift
+    if v >= EXACT then v = EXACT - 1 end
+    call('SET', keys[nk], format('%d', v), 'PX', format('%d', shTTL))
+  else
+    shift = 0
+  end
   call('SET', keys[1], dir .. ':' .. format('%d', d), 'PX', format('%d', ttl))
-  return {1, 1, paid, 0}
+  return {1, 1, shift, 0}
 end

@@ -149,6 +149,12 @@ func (k keyspace) settled(tag, jobID string) string {
 	return k.prefix + ":" + tag + ":st:" + jobID
 }
 
+// shift returns the key of the tenant's shift: how far the debts settled
+// after its slots were reserved move them (SHIFT, lua/head.lua).
+func (k keyspace) shift(tag string) string {
+	return k.prefix + ":" + tag + ":sh"
+}
+
 // capKeys returns the lease set and waiting list of tenant's cap, or of
 // the fleet's when tenant is "" (see fairKey).
 func (k keyspace) capKeys(tenant string) (leases, queue string, err error) {

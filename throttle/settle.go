@@ -42,11 +42,11 @@ type Settled struct {
 	// Refunded the difference given back (it cost less). At most one is
 	// above 0.
 	Charged, Refunded int64
-	// PaidBy, when the charge left a bucket in debt, is when the latest
-	// debt is paid; the zero time when none, and for a shadow policy. The
-	// tenant's jobs not yet started should not start before it (the
-	// worker holds them).
-	PaidBy time.Time
+	// Shift is how much later the charge moved every slot the tenant
+	// reserved before it (SHIFT, lua/head.lua): the longest time it added
+	// to a bucket's wait; 0 for a refund, a shadow policy, or a charge
+	// the buckets' tokens covered.
+	Shift time.Duration
 }
 
 // Settle settles the difference between what a job was charged when it
@@ -54,7 +54,9 @@ type Settled struct {
 // tenant's policy, in one function call (lua/settle.lua): token buckets,
 // sliding windows, calendar windows and credits. A job that cost more is
 // charged the difference as debt (a bucket may go below empty: the next
-// jobs wait until it is paid; a balance of credits below 0); one that
+// jobs wait until it is paid, and the slots the tenant reserved before
+// move later by the time it takes to pay, each keeping its charge; a
+// balance of credits below 0); one that
 // cost less gets the difference back, never above a bucket's burst or a
 // window's N. A shadow policy settles its shadow buckets and windows, not
 // the credits. The settle is applied once per job id: a second Settle of
@@ -62,7 +64,7 @@ type Settled struct {
 // as long as a paid marker of credits lives. A job whose cost did not
 // change makes no call.
 func (l *Limiter) Settle(ctx context.Context, s Settlement) (Settled, error) {
-	f, out, shadow, err := l.settleCall(s)
+	f, out, err := l.settleCall(s)
 	if err != nil || f.fn == "" {
 		return Settled{}, err
 	}
@@ -78,9 +80,7 @@ func (l *Limiter) Settle(ctx context.Context, s Settlement) (Settled, error) {
 			return Settled{}, nil
 		}
 		out.Applied = true
-		if v[2] > 0 && !shadow {
-			out.PaidBy = time.UnixMicro(v[2])
-		}
+		out.Shift = time.Duration(v[2]) * time.Microsecond
 		return out, nil
 	case statusInvalid:
 		return Settled{}, &InvalidError{Code: Code(v[1]), Index: int(v[2])}
@@ -91,48 +91,48 @@ func (l *Limiter) Settle(ctx context.Context, s Settlement) (Settled, error) {
 }
 
 // settleCall validates s and builds its function call: none (fn "") when
-// there is nothing to settle. out is what the call does if it applies;
-// shadow says it settles a shadow policy's buckets, which hold no job back.
-func (l *Limiter) settleCall(s Settlement) (f fcall, out Settled, shadow bool, err error) {
+// there is nothing to settle. out is what the call does if it applies. A
+// shadow policy's settle moves no slot: its jobs hold none.
+func (l *Limiter) settleCall(s Settlement) (f fcall, out Settled, err error) {
 	tag, err := l.keys.tag(s.Tenant)
 	if err != nil {
-		return fcall{}, Settled{}, false, err
+		return fcall{}, Settled{}, err
 	}
 	if s.JobID == "" {
-		return fcall{}, Settled{}, false, &InvalidError{Code: CodeJobID, Detail: "a settle needs a job id"}
+		return fcall{}, Settled{}, &InvalidError{Code: CodeJobID, Detail: "a settle needs a job id"}
 	}
 	if err := validJobID(s.JobID); err != nil {
-		return fcall{}, Settled{}, false, err
+		return fcall{}, Settled{}, err
 	}
 	charged := max(s.Charged, 1)
 	if s.Charged < 0 || charged > MaxBurst {
-		return fcall{}, Settled{}, false, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("charged cost %d out of range [1, %d]", s.Charged, MaxBurst)}
+		return fcall{}, Settled{}, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("charged cost %d out of range [1, %d]", s.Charged, MaxBurst)}
 	}
 	if s.Cost < 0 || s.Cost > MaxBurst {
-		return fcall{}, Settled{}, false, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("reported cost %d out of range [0, %d]", s.Cost, MaxBurst)}
+		return fcall{}, Settled{}, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("reported cost %d out of range [0, %d]", s.Cost, MaxBurst)}
 	}
 	now, err := micros(s.At)
 	if err != nil {
-		return fcall{}, Settled{}, false, err
+		return fcall{}, Settled{}, err
 	}
 	slot, err := micros(s.Slot)
 	if err != nil {
-		return fcall{}, Settled{}, false, err
+		return fcall{}, Settled{}, err
 	}
 	if s.Cost == charged {
-		return fcall{}, Settled{}, false, nil
+		return fcall{}, Settled{}, nil
 	}
 	pol := l.policies.Policy(s.Tenant)
 	limits := pol.Limits
 	if len(s.Limits) > 0 {
 		if err := s.Limits.Validate(); err != nil {
-			return fcall{}, Settled{}, false, &InvalidError{Code: CodeLimits, Detail: err.Error()}
+			return fcall{}, Settled{}, &InvalidError{Code: CodeLimits, Detail: err.Error()}
 		}
 		limits = s.Limits
 	}
 	credits := pol.Credits != CreditsOff && !pol.Shadow
 	if len(limits) == 0 && !credits {
-		return fcall{}, Settled{}, false, nil
+		return fcall{}, Settled{}, nil
 	}
 	dir, diff := "1", s.Cost-charged
 	out.Charged = diff
@@ -141,7 +141,7 @@ func (l *Limiter) settleCall(s Settlement) (f fcall, out Settled, shadow bool, e
 		out = Settled{Refunded: diff}
 	}
 	ttl := l.horizon + limits.longestFill() + paidMargin
-	f = fcall{fn: l.lib.settle, keys: make([]string, 1, 2+len(limits)), args: make([]any, 7, 7+3*len(limits))}
+	f = fcall{fn: l.lib.settle, keys: make([]string, 1, 3+len(limits)), args: make([]any, 7, 7+3*len(limits))}
 	f.keys[0] = l.keys.settled(tag, s.JobID)
 	f.args[0], f.args[1], f.args[2] = strconv.FormatInt(now, 10), strconv.FormatInt(ttl.Milliseconds(), 10), dir
 	f.args[3], f.args[4], f.args[5], f.args[6] = strconv.FormatInt(diff, 10), strconv.FormatInt(slot, 10), "0", l.horizonArg
@@ -163,11 +163,18 @@ func (l *Limiter) settleCall(s Settlement) (f fcall, out Settled, shadow bool, e
 		f.keys = append(f.keys, l.keys.prefix+":"+tag+suffix)
 		f.args = append(f.args, r.args[:]...)
 	}
+	// The keys flag: bit 0 the balance, bit 1 the shift key (settle.lua).
+	flags := 0
 	if credits {
 		f.keys = append(f.keys, l.keys.credits(tag))
-		f.args[5] = "1"
+		flags |= 1
 	}
-	return f, out, pol.Shadow, nil
+	if !pol.Shadow && len(limits) > 0 {
+		f.keys = append(f.keys, l.keys.shift(tag))
+		flags |= 2
+	}
+	f.args[5] = strconv.Itoa(flags)
+	return f, out, nil
 }
 
 // micros is t in µs since the Unix epoch, 0 for the zero time, or an

@@ -142,8 +142,6 @@ func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now f
 			perTenant, func(s consumer.TenantStats) float64 { return n(s.Paused) }),
 		settled("charged", "charged as debt: jobs reported more than they were charged", func(s consumer.TenantStats) float64 { return n(s.SettledCharged) }),
 		settled("refunded", "given back: jobs reported less than they were charged", func(s consumer.TenantStats) float64 { return n(s.SettledRefunded) }),
-		counter("in_debt_total", "Admitted jobs deferred instead of started because a settled cost had left their tenant in debt since.",
-			total, func(s consumer.TenantStats) float64 { return n(s.InDebt) }),
 	}
 	for i := range counters {
 		c := &counters[i]
