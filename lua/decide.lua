@@ -3,7 +3,7 @@ decide___VERSION__: one atomic decision for each of M jobs, in order, as if
 by M calls: jobs that name the same bucket share it, and a later job sees
 what the earlier ones did. A job that must wait gets a reserved slot (it is
 charged once, and admitted without a second charge when it comes back), and
-a job that may exist as several messages (OWNER below) runs only once.
+a job that may exist as several messages (OWNER, head.lua) runs only once.
 
 KEYS, for each job in order: its L_k state keys (one per limit), then its K
 job keys, the same K for every job of the call:
@@ -38,18 +38,6 @@ ARGV:
 
 Reply: the M tuples of 4 integers of head.lua, one after the other. A bad now or
 horizon makes every job INVALID.
-
-OWNER: a job may be moved off its queue (re-published to fire at its slot)
-and the original acked. If the worker dies between the two, both the
-original and the copy exist (and a move redone after a long outage can even
-leave two copies). With K = 2 an incarnation that is admitted records itself
-as the owner (all but a fresh original admitted at once: never decided
-before, it has no copy); any other incarnation that comes later is a
-DUPLICATE. An owner that comes back and is deferred again (its handler
-failed, its worker stopped, or Redis answered too late for the worker to
-hear it was admitted) did not run: it gives ownership up (the owner key is
-deleted), since the worker may move it, and its copy must then be free to
-run.
 ]]
 local function decide(keys, args)
   if not call then bind() end

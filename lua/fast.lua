@@ -39,15 +39,13 @@ local function one(keys, args, nargv, K)
   -- The job's reservation (unless it is fresh) and owner; the tenant's
   -- shift (SHIFT) once the job holds or gets a slot.
   local name, resv, okey = keys[1], keys[2], keys[3]
-  local slot, own, code, sid, rs = false, false, nil, nil, 0
-  local sh, shRead = 0, false
+  local slot, own, code, sid, rs, sh = false, false, nil, nil, 0, 0
   if K > 0 and fresh == 0 then
     slot = get(resv)
     if slot == nil then return {WRONGTYPE, 2, 0, 0} end
     slot, sid, rs = reserved(slot, resv)
     if slot == nil then return {INVALID, sid, 2, 0} end
     if slot and K == 3 then
-      shRead = true
       sh, code = shiftRead(keys[4])
       if sh == nil then
         if code == WRONGTYPE then return {WRONGTYPE, 4, 0, 0} end
@@ -66,7 +64,7 @@ local function one(keys, args, nargv, K)
   if slot and sid ~= regime1(r, p) then slot, so = false, -1 end
   local st, a1, a3
   local a2 = 0
-  slot = moved(slot, rs, sh)
+  if slot and sh > rs then slot = slot + sh - rs end -- moved (SHIFT)
   st, a1, a3, slot, own = held(own, inc, slot, K, now)
   if not st then
     -- The bucket.
@@ -77,7 +75,7 @@ local function one(keys, args, nargv, K)
     local na, nf, wait = charge(a, f, r, p, q, m, c, now)
     local charged
     st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, shadow)
-    if slot and K == 3 and not shRead then
+    if slot and K == 3 and sh == 0 then
       -- A job given a slot records the shift now (read before any write).
       sh, code = shiftRead(keys[4])
       if sh == nil then
@@ -215,6 +213,9 @@ local function many(keys, args, nargv, nkeys)
   -- with the buckets; SH holds the shifts read (SHIFT), by key, and PX
   -- the shift keys to keep as long as a reservation recording them.
   local reply, W, SH, PX = {}, {}, nil, nil
+  -- The last shift key read and its shift: a call's jobs are mostly of
+  -- one tenant, and a call of shiftOf costs Redis hundreds of instructions.
+  local shk, shv = nil, nil
   local n, nw, jx = 0, 0, 0
   o, kx = 0, 1
   for k = 1, M do
@@ -247,8 +248,13 @@ local function many(keys, args, nargv, nkeys)
     -- A slot reserved under another limit is given up: decided again.
     if slot and sid ~= regime1(LI[lo + 1], LI[lo + 2]) then slot, so = false, -1 end
     if not st and slot and K == 3 then
-      SH = SH or {}
-      sh, code = shiftOf(SH, keys[kx + 3])
+      if keys[kx + 3] == shk then
+        sh = shv
+      else
+        SH = SH or {}
+        sh, code = shiftOf(SH, keys[kx + 3])
+        if sh then shk, shv = keys[kx + 3], sh end
+      end
       if sh == nil then st, a1, a2 = shiftRefused(code, kx + 3) else slot = moved(slot, rs, sh) end
     end
     if not st and (slot or own) then st, a1, a3, slot, own = held(own, inc, slot, K, now) end
@@ -288,28 +294,40 @@ local function many(keys, args, nargv, nkeys)
         local charged
         st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, flags >= 2)
         if slot and K == 3 and not sh then
-          SH = SH or {}
-          sh, code = shiftOf(SH, keys[kx + 3])
-          if sh == nil then st, a1, a2, a3, charged = shiftRefused(code, kx + 3) end
+          if keys[kx + 3] == shk then
+            sh = shv
+          else
+            SH = SH or {}
+            sh, code = shiftOf(SH, keys[kx + 3])
+            if sh then shk, shv = keys[kx + 3], sh end
+          end
+          -- Refused: nothing charged; a3 set so that no remaining is
+          -- counted, and put back to 0 below.
+          if sh == nil then st, a1, a2, a3, charged = shiftRefused(code, kx + 3) a3 = 1 end
         end
-        if st == WRONGTYPE or st == INVALID then
-          -- refused: nothing charged
-        elseif charged then
+        if charged then
           B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = a, f, 2, lo
         elseif not u then
           B[bo + 6] = lo -- read in this limit's rate, and kept in it
         end
-        if st ~= WRONGTYPE and st ~= INVALID then
-          if a3 == 0 then a2 = tokens(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 3], now) end
-          if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
-        end
+        if a3 == 0 then a2 = tokens(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 3], now) end
+        if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
       end
     end
     if st == WRONGTYPE or st == INVALID then
-      slot, own = so, oo
+      slot, own, a3 = so, oo, 0
     end
     if slot ~= so then
-      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, slot and resvValue(slot, regime1(LI[lo + 1], LI[lo + 2]), sh), LI[lo + 7]
+      -- resvValue, inlined: a call costs Redis hundreds of instructions.
+      local v = slot
+      if v then
+        if sh and sh > 0 then
+          v = format('%d:%d:%d', slot, regime1(LI[lo + 1], LI[lo + 2]), sh)
+        else
+          v = format('%d:%d', slot, regime1(LI[lo + 1], LI[lo + 2]))
+        end
+      end
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, v, LI[lo + 7]
       nw = nw + 3
       if slot and sh and sh > 0 then
         PX = PX or {}

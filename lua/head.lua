@@ -115,6 +115,18 @@ never over-admitted. A calendar window's N is left out of the regime: its
 reservations are counts in the windows they were placed in, which a
 changed N keeps, so its jobs keep their slots and their order.
 
+OWNER: a job may be moved off its queue (re-published to fire at its slot)
+and the original acked. If the worker dies between the two, both the
+original and the copy exist (and a move redone after a long outage can even
+leave two copies). With K = 2 an incarnation that is admitted records itself
+as the owner (all but a fresh original admitted at once: never decided
+before, it has no copy); any other incarnation that comes later is a
+DUPLICATE. An owner that comes back and is deferred again (its handler
+failed, its worker stopped, or Redis answered too late for the worker to
+hear it was admitted) did not run: it gives ownership up (the owner key is
+deleted), since the worker may move it, and its copy must then be free to
+run.
+
 SHIFT: a settle that charges a job's debt (settle.lua) moves every slot
 the tenant reserved before it later by the time the debt takes to pay
 (the most over the job's buckets), keeping each job's charge and place:

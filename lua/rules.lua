@@ -268,7 +268,7 @@ local function held(own, inc, slot, K, now)
     if K >= 2 then own = inc end
     return ADMITTED, 0, 1, false, own
   end
-  return LIMITED, slot - now, 1, slot, false -- deferred again: see OWNER (decide.lua)
+  return LIMITED, slot - now, 1, slot, false -- deferred again: see OWNER (head.lua)
 end
 
 -- verdict decides a job from the longest wait its charge would leave in
@@ -282,7 +282,7 @@ end
 -- charge stands.
 local function verdict(wait, K, fresh, inc, own, horizon, now, shadow)
   if wait <= 0 or shadow then
-    -- All but a fresh original record themselves as the owner (OWNER, decide.lua).
+    -- All but a fresh original record themselves as the owner (OWNER, head.lua).
     if K >= 2 and fresh == 0 then own = inc end
     if wait <= 0 then return ADMITTED, 0, 0, false, own, true end
     if wait <= horizon then return ADMITTED, wait, 0, false, own, true end
