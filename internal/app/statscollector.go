@@ -85,10 +85,12 @@ func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now f
 	}
 	n := func(v int64) float64 { return float64(v) }
 	const perTenant, total = true, false
-	// settled is one direction of throttler_settled_cost_total, per
-	// tenant: one series per tenant and direction.
+	// settled is one direction of throttler_settled_cost_total: a total
+	// of the worker by default (two series per tenant would take a
+	// tenant past the 8 series it may cost by default), per tenant with
+	// THROTTLER_METRICS_TENANT_DETAIL.
 	settled := func(direction, help string, get func(consumer.TenantStats) float64) tenantCounter {
-		return tenantCounter{name: "throttler_settled_cost_total", get: get, vt: prometheus.CounterValue, perTenant: true,
+		return tenantCounter{name: "throttler_settled_cost_total", get: get, vt: prometheus.CounterValue, perTenant: false,
 			help: "Cost settled after jobs ran (a handler's reported cost, Throttler-Cost), by direction: " +
 				"charged (as debt: jobs reported more than they were charged) or refunded (less).",
 			constLabels: prometheus.Labels{"direction": direction}}
