@@ -98,15 +98,23 @@ func change(ctx context.Context, o Options, tenant, op string, n int64,
 	if o.Now != nil {
 		now = o.Now
 	}
-	if _, err := OpenRecords(ctx, o.JetStream, o.Records, o.Replicas); err != nil {
+	st, err := OpenRecords(ctx, o.JetStream, o.Records, o.Replicas)
+	if err != nil {
+		return Change{}, err
+	}
+	last, err := lastRecord(ctx, st, o.Records, tenant)
+	if err != nil {
 		return Change{}, err
 	}
 	ch, err := apply(ctx, tenant, n)
 	if err != nil {
 		return Change{}, fmt.Errorf("changing %s's credits: %w", tenant, err)
 	}
-	r := Record{Tenant: tenant, Op: op, Amount: n, Before: ch.Before.Balance, BeforeTrusted: ch.Before.Trusted,
-		Balance: ch.After.Balance, At: now().UTC()}
+	// A balance Redis lost (a change recorded, none an operator wrote
+	// held) was not 0: what was left cannot be known, and is not trusted.
+	lost := last != nil && !ch.Before.Funded
+	r := Record{Tenant: tenant, Op: op, Amount: n, Before: ch.Before.Balance, BeforeTrusted: ch.Before.Trusted && !lost,
+		BeforeLost: lost, Balance: ch.After.Balance, At: now().UTC()}
 	id, err := opID()
 	if err != nil {
 		return Change{Record: r}, err
@@ -162,6 +170,8 @@ func Get(ctx context.Context, o Options, tenant string) (Status, error) {
 	if len(h) > 0 {
 		s.Last = &h[len(h)-1]
 		s.Lost = !b.Funded
+		// What was left cannot be known: the 0 Redis reads is not trusted.
+		s.Trusted = s.Trusted && !s.Lost
 	}
 	return s, nil
 }

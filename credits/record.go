@@ -29,6 +29,10 @@ type Record struct {
 	// restarted or failed over) was forfeited.
 	Before        int64 `json:"before"`
 	BeforeTrusted bool  `json:"before_trusted"`
+	// BeforeLost says Redis had lost the balance (it restarted empty, or
+	// failed over to a replica without it): Before, 0, is not what was
+	// left, which cannot be known.
+	BeforeLost bool `json:"before_lost,omitempty"`
 	// Balance is the balance the change left.
 	Balance int64 `json:"balance"`
 	// At is when the change was made.
@@ -80,6 +84,23 @@ func appendRecord(ctx context.Context, js jetstream.JetStream, name, id string, 
 		return fmt.Errorf("recording the change of %s's credits: %w", r.Tenant, err)
 	}
 	return nil
+}
+
+// lastRecord returns tenant t's last record in stream st (named name),
+// nil when there is none.
+func lastRecord(ctx context.Context, st jetstream.Stream, name, t string) (*Record, error) {
+	m, err := st.GetLastMsgForSubject(ctx, subjectOf(name, t))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s's last recorded change of credits: %w", t, err)
+	}
+	var r Record
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("reading %s's last recorded change of credits: not JSON: %w", t, err)
+	}
+	return &r, nil
 }
 
 // History returns tenant t's records in stream name, oldest first; none

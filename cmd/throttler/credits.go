@@ -42,15 +42,18 @@ func creditsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		}
 	}
 	want := map[string]int{"add": 3, "set": 3, "get": 2, "history": 2}
-	if len(rest) == 0 || want[rest[0]] == 0 {
+	if len(rest) == 0 {
 		return fail(exitConfig, "%s", creditsUsage)
+	}
+	if want[rest[0]] == 0 {
+		return fail(exitConfig, "no command %q: want add, set, get or history\n%s", rest[0], creditsUsage)
 	}
 	if want[rest[0]] != len(rest) {
 		args := "TENANT"
 		if want[rest[0]] == 3 {
 			args = "TENANT N"
 		}
-		return fail(exitConfig, "credits %s takes %s, got %d arguments\n%s", rest[0], args, len(rest)-1, creditsUsage)
+		return fail(exitConfig, "credits %s takes %s, got %q\n%s", rest[0], args, strings.Join(rest[1:], " "), creditsUsage)
 	}
 	op, t := rest[0], rest[1]
 	if err := tenant.Validate(t); err != nil {
@@ -115,11 +118,13 @@ func creditsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		out = ch
 		if !asJSON {
 			fmt.Fprintf(stdout, "%s: %d\n", t, ch.Balance)
-			if !ch.BeforeTrusted {
+			if ch.BeforeLost {
+				fmt.Fprintf(stderr, "throttler credits: Redis had lost the balance before (it restarted empty or failed over); what was left is unknown and was replaced\n")
+			} else if !ch.BeforeTrusted {
 				fmt.Fprintf(stderr, "throttler credits: the balance of before (%d) was not trusted (written before Redis last restarted or failed over) and was replaced\n", ch.Before)
 			}
 			if ch.Released > 0 {
-				fmt.Fprintf(stderr, "throttler credits: %s the balance covers brought back in order; they start now\n", jobs(ch.Released))
+				fmt.Fprintf(stderr, "throttler credits: %s the balance covers brought back in order, to start now\n", jobs(ch.Released))
 			}
 		}
 	}
@@ -189,7 +194,10 @@ func printHistory(w io.Writer, t string, h []credits.Record) {
 	}
 	for _, r := range h {
 		note := ""
-		if !r.BeforeTrusted {
+		switch {
+		case r.BeforeLost:
+			note = " (Redis had lost the balance before: what was left is unknown)"
+		case !r.BeforeTrusted:
 			note = " (the untrusted balance before was replaced)"
 		}
 		fmt.Fprintf(w, "%s  %-3s %d  %d -> %d%s\n", r.At.Format(time.RFC3339), r.Op, r.Amount, r.Before, r.Balance, note)

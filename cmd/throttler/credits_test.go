@@ -50,6 +50,15 @@ func TestCreditsCommands(t *testing.T) {
 	s.redis.Restart(t)
 	cli(t, "credits", "get", "acme").want(t, "get after Redis restarted empty", exitOK, []string{"acme: 0\n", "LOST", "add 1 left 1501"}, nil)
 	cli(t, "credits", "history", "acme").want(t, "history after Redis restarted", exitOK, []string{"add 1  1500 -> 1501"}, nil)
+	cli(t, "credits", "get", "acme", "--json").want(t, "get --json of a lost balance", exitOK, []string{`"lost": true`, `"trusted": false`}, nil)
+	cli(t, "inspect", "acme").want(t, "inspect of a lost balance", exitOK,
+		[]string{"a job arriving now waits for credits", "credits: balance 0 (no operator set or added to it"}, nil)
+	t.Setenv("THROTTLER_DEFAULT_LIMIT", "credits")
+	cli(t, "inspect", "acme").want(t, "inspect under credits alone", exitOK, []string{"limits none (no rate limit; credits)"}, nil)
+	t.Setenv("THROTTLER_DEFAULT_LIMIT", "10/s+credits")
+
+	cli(t, "credits", "add", "acme", "7").want(t, "add on a lost balance", exitOK, []string{"acme: 7\n"}, []string{"Redis had lost the balance before"})
+	cli(t, "credits", "history", "acme").want(t, "history of an add on a lost balance", exitOK, []string{"add 7  0 -> 7 (Redis had lost the balance before"}, nil)
 
 	s.redis.Stop(t)
 	cli(t, "credits", "add", "acme", "5").want(t, "add with Redis down", exitFailed, nil, []string{"throttler credits:"})
@@ -65,7 +74,8 @@ func TestCreditsRefuseBadInput(t *testing.T) {
 	}{
 		{[]string{"credits"}, "usage"},
 		{[]string{"credits", "give", "acme", "5"}, "usage"},
-		{[]string{"credits", "add", "acme"}, "takes TENANT N, got 1"},
+		{[]string{"credits", "add", "acme"}, `takes TENANT N, got "acme"`},
+		{[]string{"credits", "frob", "acme"}, `no command "frob"`},
 		{[]string{"credits", "add", "acme", "+5"}, "whole number"},
 		{[]string{"credits", "add", "acme", "0"}, "from 1"},
 		{[]string{"credits", "add", "acme", "-5"}, "from 1"},

@@ -145,7 +145,7 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	case in.Paused != nil && in.Paused.Active:
 		fmt.Fprintf(w, "PAUSED %s (since %s, revision %d): no worker starts its jobs; they wait off the consumer, uncharged, until `throttler resume %s`\n",
 			describePause(in.Paused.Pause), in.Paused.Since.Format(time.RFC3339), in.Paused.Revision, in.Tenant)
-	case in.Credits != nil && (!in.Credits.Trusted || in.Credits.WaitingFrom > 0):
+	case in.Credits != nil && (!in.Credits.Trusted || in.Credits.WaitingFrom > 0 || in.Credits.Balance < 1):
 		fmt.Fprintf(w, "a job arriving now waits for credits: %s\n", describeCredits(in.Credits))
 	case inspectpkg.CapFull(in.Running, in.Cap):
 		fmt.Fprintf(w, "a job arriving now waits for a lease of running cap %d (exact)\n", in.Running)
@@ -192,6 +192,9 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 // describeCredits says what a tenant's balance holds, for people.
 func describeCredits(c *throttle.CreditBalance) string {
 	s := fmt.Sprintf("balance %d", c.Balance)
+	if !c.Funded {
+		s += " (no operator set or added to it since Redis holds it: never funded, or lost with a Redis that restarted empty; see throttler credits get)"
+	}
 	if !c.Trusted {
 		s += " NOT TRUSTED (written before Redis last restarted or failed over; see throttler credits history, then credits set)"
 	}

@@ -88,7 +88,7 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 	}
 
 	r := Report{
-		Tenant: t, At: snap.At.UTC(), Limits: cmp.Or(eff.Policy.Limits.String(), "none (no rate limit)"), Shadow: eff.Policy.Shadow, Source: eff.Source,
+		Tenant: t, At: snap.At.UTC(), Limits: cmp.Or(eff.Policy.Limits.String(), noRate(eff.Policy)), Shadow: eff.Policy.Shadow, Source: eff.Source,
 		WaitSeconds: snap.Wait.Seconds(), Failures: snap.Failures, Running: eff.Policy.Running, Cap: snap.Cap,
 		Paused: paused, Credits: snap.Credits,
 	}
@@ -183,4 +183,13 @@ func traces(r Report, snap throttle.Snapshot, src Sources) []string {
 		seen = append(seen, "limits of its own")
 	}
 	return seen
+}
+
+// noRate says what a policy without rate limits holds to, for its limits
+// line: a tenant under credits alone is not unlimited.
+func noRate(p throttle.Policy) string {
+	if p.Credits != throttle.CreditsOff {
+		return "none (no rate limit; " + throttle.Policy{Credits: p.Credits}.String() + ")"
+	}
+	return "none (no rate limit)"
 }
