@@ -159,6 +159,10 @@ type Params struct {
 	// Unreserver gives up the slots of a paused tenant's jobs (see
 	// Unreserver). Defaults to the Decider, when it is an Unreserver.
 	Unreserver Unreserver
+	// Settler, when set, settles the cost a handler reports after the job
+	// ran (SettleCost) when it differs from what the job was charged;
+	// without one, reports are ignored. *throttle.Limiter satisfies it.
+	Settler Settler
 	// Deferrer puts off limited jobs. Defaults to NakDeferrer.
 	Deferrer Deferrer
 	// Bundles, when set, is the consumer of fired bundles of moved jobs

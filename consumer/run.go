@@ -27,6 +27,7 @@ type handlerRunner struct {
 	// then, or when it ended on an error.
 	stoppedAt atomic.Int64
 	defers    *deferSettler
+	costs     *costSettler // the costs handlers report, settled (settle.go)
 	dlq       *deadLetter
 	obs       Observer
 	rec       *recorder
@@ -35,12 +36,17 @@ type handlerRunner struct {
 }
 
 // run calls the handler, keeps the job alive while it runs, and settles it.
+// A job that succeeded has the cost it reported settled before it is
+// acked: a worker that dies in between leaves it to be delivered again,
+// and the settle is applied once per job however often it is asked for.
 func (r *handlerRunner) run(workCtx context.Context, f *flight, job Job) {
 	r.observeStart(job)
 	began := time.Now()
-	err := r.callHandler(workCtx, job)
+	hctx, report := withCostReport(workCtx)
+	err := r.callHandler(hctx, job)
 	r.obs.ObserveHandler(time.Since(began))
 	if err == nil {
+		r.costs.settle(workCtx, job, f.started, report)
 		if f.settle(func(m jetstream.Msg) error { return m.Ack() }) {
 			r.rec.add(job.Tenant, func(s *TenantStats) { s.Completed++ })
 		}

@@ -70,6 +70,10 @@ type TenantStats struct {
 	HeldBack int64
 	// Paused counts jobs deferred because an operator paused their tenant.
 	Paused int64
+	// SettledCharged sums the cost charged as debt after jobs reported
+	// more than they were charged (SettleCost); SettledRefunded the cost
+	// given back for jobs that reported less.
+	SettledCharged, SettledRefunded int64
 }
 
 // OtherTenants stands in for the tenants counted together once a worker

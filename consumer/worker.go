@@ -103,6 +103,7 @@ func New(p Params) (*Worker, error) {
 	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses,
 		rec: rec, cfg: cfg, log: cfg.Logger}
 	w.runs.defers, w.runs.dlq = w.defers, dlq
+	w.runs.costs = &costSettler{settler: p.Settler, rec: rec, timeout: cfg.RedisTimeout, log: cfg.Logger}
 	redis := newRedisHealth(cfg.Logger, cfg.Now, cfg.OnRedisError)
 	w.decider = &groupDecider{throttle: p.Decider, redis: redis, short: short,
 		pauses: pauses, pull: w.pull, lane: p.Lane, obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}

@@ -2,7 +2,8 @@
 // sends each admitted job to an HTTP endpoint and turns the answer into
 // the worker's outcomes (done, failed, failed for good, or asked to wait).
 // It is split by job: this file builds the client and the request,
-// outcome.go reads the response, retryafter.go reads Retry-After.
+// outcome.go reads the response, retryafter.go reads Retry-After, cost.go
+// reads the cost a job reports (Throttler-Cost).
 package httphandler
 
 import (
@@ -11,10 +12,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/throttler/throttler/config"
@@ -51,13 +54,17 @@ type Options struct {
 	Conns int
 	// Now is the clock Retry-After is read against. Defaults to time.Now.
 	Now func() time.Time
+	// Logger logs a malformed HeaderCost, once per tenant. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Handler sends jobs to an HTTP endpoint through one client that keeps
 // its connections alive. It is safe for concurrent use.
 type Handler struct {
-	opts   Options
-	client *http.Client
+	opts    Options
+	client  *http.Client
+	badCost sync.Map // tenant → true once a malformed HeaderCost of its was logged
 }
 
 // New returns a Handler for opts.
@@ -76,6 +83,9 @@ func New(opts Options) (*Handler, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	dialer := &net.Dialer{Timeout: min(opts.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}
 	transport := &http.Transport{
@@ -105,7 +115,8 @@ func New(opts Options) (*Handler, error) {
 // Close closes the client's idle connections.
 func (h *Handler) Close() { h.client.CloseIdleConnections() }
 
-// Handle sends job, as a consumer.Handler: nil on a 2xx answer; a
+// Handle sends job, as a consumer.Handler: nil on a 2xx answer (whose
+// HeaderCost, if any, reports the job's actual cost); a
 // consumer.Permanent error on another 4xx than 429 (with the status and
 // the start of the answer's body); a *consumer.RetryAfter on 429, or 503
 // with Retry-After; any other error (5xx, 3xx, no connection, timeout) is
@@ -131,7 +142,11 @@ func (h *Handler) Handle(ctx context.Context, job consumer.Job) error {
 		}
 		return fmt.Errorf("%s %s: %w", h.opts.Method, shown, err)
 	}
-	return h.outcome(resp, h.opts.Method+" "+shown)
+	if err := h.outcome(resp, h.opts.Method+" "+shown); err != nil {
+		return err
+	}
+	h.reportCost(ctx, job, resp.Header.Values(HeaderCost))
+	return nil
 }
 
 // hopByHop are headers that belong to one connection, not to the job.

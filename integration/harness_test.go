@@ -60,7 +60,7 @@ type env struct {
 const maxAsyncPublishes = 16384
 
 // setup starts a NATS JetStream server and a redis-server for one test.
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	n := testenv.StartNATS(t, "")
 	r := testenv.StartRedis(t)
@@ -134,7 +134,7 @@ type worker struct {
 
 // stop cancels the worker and waits for its clean shutdown. It may be
 // called more than once.
-func (w *worker) stop(t *testing.T) {
+func (w *worker) stop(t testing.TB) {
 	t.Helper()
 	w.cancel()
 	select {

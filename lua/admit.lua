@@ -4,8 +4,9 @@ admit___VERSION__: decide one job under a running cap.
 KEYS[1]     the cap's lease set
 KEYS[2]     the cap's waiting list
 KEYS[3]     the cap's places hash: the places of the jobs called
-KEYS[4..]   the job's keys for decide: its buckets, reservation and owner
-            (with no limits: its reservation and owner); for the fleet's
+KEYS[4..]   the job's keys for decide: its buckets, reservation and owner,
+            and optionally its tenant's shift key (SHIFT, head.lua; with
+            no limits: its reservation and owner); for the fleet's
             cap, which decides no rate, its fair-queue hash (FAIR)
 ARGV[1]     N, the cap, [1, 1e6]
 ARGV[2]     the run's owner token, 1 to 64 of [0-9a-zA-Z_-]
@@ -65,8 +66,8 @@ local function admit(keys, args)
   if na > 8 then
     if na < 13 then return badcall('admit takes 8 arguments, or 13 and 3 per limit') end
     n = whole(args[13], 0, MAX_LIMITS)
-    if n == nil or na ~= 13 + 3 * n or nk ~= CAPKEYS + 2 + n then
-      return badcall('admit takes 5 keys and 13 arguments, and one key and 3 arguments per limit')
+    if n == nil or na ~= 13 + 3 * n or (nk ~= CAPKEYS + 2 + n and nk ~= CAPKEYS + 3 + n) then
+      return badcall('admit takes 5 or 6 keys and 13 arguments, and one key and 3 arguments per limit')
     end
     if whole(args[9], 0, MAX_HORIZON) == nil then return {INVALID, E_HORIZON, 9, 0} end
     if whole(args[10], 1, MAX_N) == nil then return {INVALID, E_COST, 10, 0} end
@@ -79,7 +80,7 @@ local function admit(keys, args)
       local r, code, at = term(args, x, whole)
       if r == nil then return {INVALID, code, at, 0} end
     end
-    rated, ownerAt = n > 0, nk
+    rated, ownerAt = n > 0, CAPKEYS + n + 2
   elseif nk ~= CAPKEYS + 1 then
     return badcall('admit for the fleet takes 4 keys')
   end

@@ -37,7 +37,7 @@ local CAPPED = 6
 -- The E_* codes whose position names a key (a stored value), not an
 -- argument.
 local STORED = {[E_STATE] = true, [E_STATE_TTL] = true, [E_RESV] = true, [E_RESV_TTL] = true,
-  [E_OWNER] = true, [E_OWNER_TTL] = true, [E_FAILURES] = true}
+  [E_OWNER] = true, [E_OWNER_TTL] = true, [E_FAILURES] = true, [E_SHIFT] = true, [E_SHIFT_TTL] = true}
 local E_CAP, E_TOKEN, E_MEMBER, E_OP = 21, 22, 23, 24
 local MAX_TTL_MS = 31 * 86400000
 -- The KEYS before a job's own in admit: lease set, list, places.
@@ -222,6 +222,14 @@ local function jobCheck(keys, args, n, fresh, t)
     if v == nil then return {WRONGTYPE, y, 0, 0} end
     local slot, code = reserved(v, keys[y])
     if slot == nil then return {INVALID, code, y, 0} end
+  end
+  local y = CAPKEYS + n + 3
+  if keys[y] then
+    local sh, code = shiftRead(keys[y]) -- SHIFT (head.lua)
+    if sh == nil then
+      local st, a1, a2 = shiftRefused(code, y)
+      return {st, a1, a2, 0}
+    end
   end
   return nil
 end

@@ -9,7 +9,9 @@ charge: a tenant without credits never reaches this file.
 Stored (keys built by throttle/keys.go, under the tenant's hash tag):
   balance  a hash with NO TTL (the one documented exception: an
            operator's top-up must not expire):
-             b  the balance, a whole number in [0, 2^53)
+             b  the balance, a whole number in (-2^53, 2^53): below 0
+                only by a settled cost (settle.lua), a debt no job
+                draws on until a top-up covers it
              r  the master_replid of the Redis an operator op last wrote
                 it on (TRUST)
              q  optional: the order of the first job waiting for credits
@@ -101,7 +103,13 @@ local function purse(key)
   end
   local b, r, q, g = v[1], v[2], v[3], v[4]
   if not (b or r or q or g) then return 0, false, false, false, false, false end
-  b = b and whole(b, 0, EXACT - 1)
+  if b and sub(b, 1, 1) == '-' then
+    -- A balance in debt (a settled cost, settle.lua): no job draws on it.
+    b = whole(sub(b, 2), 1, EXACT - 1)
+    if b then b = -b end
+  else
+    b = b and whole(b, 0, EXACT - 1)
+  end
   if q then q = whole(q, 1, EXACT - 1) end
   if g then g = whole(g, 0, EXACT - 1) end
   if b == nil or b == false or q == nil or g == nil then return 0, r, false, false, true, true end

@@ -3,13 +3,15 @@ decide___VERSION__: one atomic decision for each of M jobs, in order, as if
 by M calls: jobs that name the same bucket share it, and a later job sees
 what the earlier ones did. A job that must wait gets a reserved slot (it is
 charged once, and admitted without a second charge when it comes back), and
-a job that may exist as several messages (OWNER below) runs only once.
+a job that may exist as several messages (OWNER, head.lua) runs only once.
 
 KEYS, for each job in order: its L_k state keys (one per limit), then its K
 job keys, the same K for every job of the call:
   K = 0  none: the job has no id; nothing is reserved
   K = 1  its reservation key
   K = 2  its reservation key and its owner key
+  K = 3  its reservation key, its owner key and its tenant's shift key
+         (SHIFT, head.lua)
 K is (#KEYS - sum of L_k) / M. On Redis Cluster a call holds one tenant.
 
 ARGV:
@@ -36,18 +38,6 @@ ARGV:
 
 Reply: the M tuples of 4 integers of head.lua, one after the other. A bad now or
 horizon makes every job INVALID.
-
-OWNER: a job may be moved off its queue (re-published to fire at its slot)
-and the original acked. If the worker dies between the two, both the
-original and the copy exist (and a move redone after a long outage can even
-leave two copies). With K = 2 an incarnation that is admitted records itself
-as the owner (all but a fresh original admitted at once: never decided
-before, it has no copy); any other incarnation that comes later is a
-DUPLICATE. An owner that comes back and is deferred again (its handler
-failed, its worker stopped, or Redis answered too late for the worker to
-hear it was admitted) did not run: it gives ownership up (the owner key is
-deleted), since the worker may move it, and its copy must then be free to
-run.
 ]]
 local function decide(keys, args)
   if not call then bind() end
@@ -55,7 +45,7 @@ local function decide(keys, args)
   if nargv == 5 and nkeys == 1 then
     local reply = one(keys, args, 5, 0)
     if reply then return reply end
-  elseif nargv == 9 and nkeys >= 1 and nkeys <= 3 and args[6] == '1' then
+  elseif nargv == 9 and nkeys >= 1 and nkeys <= 4 and args[6] == '1' then
     local reply = one(keys, args, 9, nkeys - 1)
     if reply then return reply end
   elseif nargv > 9 then
@@ -129,7 +119,7 @@ local function decide(keys, args)
           ne = ne + EW
           byResv[resv] = e
           local ox = false
-          if K == 2 then
+          if K >= 2 then
             nr = nr + 1
             RK[nr] = keys[rk + 1]
             ox = nr
@@ -156,7 +146,7 @@ local function decide(keys, args)
   -- Decide each job in order, in memory; every write is made at the end.
   -- CHG holds, per changed entry, the TTL of its keys (ms, as text) and
   -- whether its slot and its owner changed.
-  local CH, CHG = {}, nil
+  local CH, CHG, SH = {}, nil, nil
   local n = 0
   local lt, lts = nil, nil -- the last TTL, as number and text
   key = 1
@@ -179,8 +169,9 @@ local function decide(keys, args)
         es, slot = WRONGTYPE, rk + 1
       else
         if rx and V[rx] then
-          slot, code = reserved(V[rx], keys[rk])
-          if slot == nil then es, slot = code, rk else EN[e + 7] = code end
+          local rs
+          slot, code, rs = reserved(V[rx], keys[rk])
+          if slot == nil then es, slot = code, rk else EN[e + 7], EN[e + 8] = code, rs end
         end
         if es == 1 and ox and V[ox] then
           own, code = stored(V[ox], keys[rk + 1], E_OWNER, E_OWNER_TTL)
@@ -202,7 +193,18 @@ local function decide(keys, args)
       -- A slot reserved under other limits is given up: decided again.
       if slot and EN[e + 7] ~= regime(LI, lo, L) then slot, so = false, -1 end
       local hz = horizon
-      st, a1, a3, slot, own = held(own, inc, slot, K, now)
+      -- The tenant's shift (SHIFT), once the job holds or gets a slot.
+      local sh, shx = nil, e and EN[e + 1] + 2
+      if slot and K == 3 then
+        SH = SH or {}
+        sh, a2 = shiftOf(SH, keys[shx])
+        if sh ~= nil then a2, slot = 0, moved(slot, EN[e + 8] or 0, sh) end
+      end
+      if slot and K == 3 and sh == nil then
+        st, a1, a2 = shiftRefused(a2, shx)
+      else
+        st, a1, a3, slot, own = held(own, inc, slot, K, now)
+      end
       if not st then
         -- Read each bucket once, and charge the job in every one, on paper
         -- (CH), finding the longest wait and the limit (its position z)
@@ -274,8 +276,19 @@ local function decide(keys, args)
             if not S and wait <= hz then wait = hz + 1 end
           end
           st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, hz, now, flags >= 2)
+          if slot and K == 3 and not sh then
+            SH = SH or {}
+            sh, a2 = shiftOf(SH, keys[shx])
+            if sh == nil then
+              st, a1, a2, a3, charged = shiftRefused(a2, shx)
+              slot, own = so, oo
+            else
+              a2 = 0
+            end
+          end
+          local ok = st ~= INVALID and st ~= WRONGTYPE
           if cal and not S and st == LIMITED then a1 = cw end
-          if a1 > 0 then a3 = a3 + 2 * (wz + 1) end
+          if ok and a1 > 0 then a3 = a3 + 2 * (wz + 1) end
           if charged then
             i, l = 0, lo
             local at = now
@@ -299,7 +312,7 @@ local function decide(keys, args)
               i, l = i + 2, l + LW
             end
           end
-          if a3 % 2 == 0 then
+          if ok and a3 % 2 == 0 then
             -- Remaining: the whole tokens left in the tightest bucket.
             l = lo
             for y = first, last do
@@ -326,7 +339,7 @@ local function decide(keys, args)
         CHG[e + 1] = lts
         if slot ~= so then
           EN[e + 5], CHG[e + 2] = slot, true
-          if slot then EN[e + 7] = regime(LI, lo, L) end
+          if slot then EN[e + 7], EN[e + 8] = regime(LI, lo, L), sh end
         end
         if own ~= oo then EN[e + 6], CHG[e + 3] = own, true end
       end
@@ -367,7 +380,8 @@ local function decide(keys, args)
         local rk = EN[e + 1]
         if CHG[e + 2] then
           if EN[e + 5] then
-            call('SET', keys[rk], format('%d:%d', EN[e + 5], EN[e + 7]), 'PX', ttl)
+            call('SET', keys[rk], resvValue(EN[e + 5], EN[e + 7], EN[e + 8]), 'PX', ttl)
+            if EN[e + 8] and EN[e + 8] > 0 then call('PEXPIRE', keys[rk + 2], ttl, 'GT') end
           else
             call('DEL', keys[rk])
           end

@@ -36,16 +36,24 @@ local function one(keys, args, nargv, K)
   if not r or c > b then return nil end
   now = clock(now)
 
-  -- The job's reservation (unless it is fresh) and owner.
+  -- The job's reservation (unless it is fresh) and owner; the tenant's
+  -- shift (SHIFT) once the job holds or gets a slot.
   local name, resv, okey = keys[1], keys[2], keys[3]
-  local slot, own, code, sid = false, false, nil, nil
+  local slot, own, code, sid, rs, sh = false, false, nil, nil, 0, 0
   if K > 0 and fresh == 0 then
     slot = get(resv)
     if slot == nil then return {WRONGTYPE, 2, 0, 0} end
-    slot, sid = reserved(slot, resv)
+    slot, sid, rs = reserved(slot, resv)
     if slot == nil then return {INVALID, sid, 2, 0} end
+    if slot and K == 3 then
+      sh, code = shiftRead(keys[4])
+      if sh == nil then
+        if code == WRONGTYPE then return {WRONGTYPE, 4, 0, 0} end
+        return {INVALID, code, 4, 0}
+      end
+    end
   end
-  if K == 2 then
+  if K >= 2 then
     own = get(okey)
     if own == nil then return {WRONGTYPE, 3, 0, 0} end
     own, code = stored(own, okey, E_OWNER, E_OWNER_TTL)
@@ -56,6 +64,7 @@ local function one(keys, args, nargv, K)
   if slot and sid ~= regime1(r, p) then slot, so = false, -1 end
   local st, a1, a3
   local a2 = 0
+  if slot and sh > rs then slot = slot + sh - rs end -- moved (SHIFT)
   st, a1, a3, slot, own = held(own, inc, slot, K, now)
   if not st then
     -- The bucket.
@@ -66,6 +75,14 @@ local function one(keys, args, nargv, K)
     local na, nf, wait = charge(a, f, r, p, q, m, c, now)
     local charged
     st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, shadow)
+    if slot and K == 3 and sh == 0 then
+      -- A job given a slot records the shift now (read before any write).
+      sh, code = shiftRead(keys[4])
+      if sh == nil then
+        if code == WRONGTYPE then return {WRONGTYPE, 4, 0, 0} end
+        return {INVALID, code, 4, 0}
+      end
+    end
     if charged then a, f = na, nf end
     if charged or rebased then
       call('SET', name, spack(STATE, a, f, r), 'PX', format('%d', fullIn(a, f, r, q, m, now)))
@@ -76,7 +93,12 @@ local function one(keys, args, nargv, K)
   if slot ~= so or own ~= oo then
     local ttl = format('%d', ceil((horizon + fill) / 1000))
     if slot ~= so then
-      if slot then call('SET', resv, format('%d:%d', slot, regime1(r, p)), 'PX', ttl) else call('DEL', resv) end
+      if slot then
+        call('SET', resv, resvValue(slot, regime1(r, p), sh), 'PX', ttl)
+        if sh > 0 then call('PEXPIRE', keys[4], ttl, 'GT') end
+      else
+        call('DEL', resv)
+      end
     end
     if own ~= oo then
       if own then call('SET', okey, format('%d', own), 'PX', ttl) else call('DEL', okey) end
@@ -111,7 +133,7 @@ local function many(keys, args, nargv, nkeys)
     M = M + 1
   end
   local K = nkeys / M - 1
-  if j ~= nargv + 1 or M > MAX_JOBS or (K ~= 0 and K ~= 1 and K ~= 2) then return nil end
+  if j ~= nargv + 1 or M > MAX_JOBS or (K ~= 0 and K ~= 1 and K ~= 2 and K ~= 3) then return nil end
   local now, horizon = whole(args[1], 0, EXACT - 1), whole(args[2], 0, MAX_HORIZON)
   if not (now and horizon) then return nil end
 
@@ -172,7 +194,7 @@ local function many(keys, args, nargv, nkeys)
         nj = nj + 1
         JK[nj] = resv
       end
-      if K == 2 then
+      if K >= 2 then
         nj = nj + 1
         JK[nj] = keys[kx + 2]
       end
@@ -188,8 +210,12 @@ local function many(keys, args, nargv, nkeys)
 
   -- Decide each job in order, in memory. Writes to job keys are listed in
   -- W (KEYS position, value or false to delete, TTL) and made at the end,
-  -- with the buckets.
-  local reply, W = {}, {}
+  -- with the buckets; SH holds the shifts read (SHIFT), by key, and PX
+  -- the shift keys to keep as long as a reservation recording them.
+  local reply, W, SH, PX = {}, {}, nil, nil
+  -- The last shift key read and its shift: a call's jobs are mostly of
+  -- one tenant, and a call of shiftOf costs Redis hundreds of instructions.
+  local shk, shv = nil, nil
   local n, nw, jx = 0, 0, 0
   o, kx = 0, 1
   for k = 1, M do
@@ -197,17 +223,17 @@ local function many(keys, args, nargv, nkeys)
     local fresh = flags % 2
     o = o + 5
     local st, a1, a2, a3 = nil, 0, 0, 0
-    local slot, own, code, sid = false, false, nil, nil
+    local slot, own, code, sid, rs, sh = false, false, nil, nil, 0, nil
     if K > 0 and fresh == 0 then
       jx = jx + 1
       if jwrong and jwrong[jx] then
         st, a1 = WRONGTYPE, kx + 1
       elseif JV[jx] then
-        slot, sid = reserved(JV[jx], keys[kx + 1])
+        slot, sid, rs = reserved(JV[jx], keys[kx + 1])
         if slot == nil then st, a1, a2, slot = INVALID, sid, kx + 1, false end
       end
     end
-    if K == 2 then
+    if K >= 2 then
       jx = jx + 1
       if st then
         -- refused already
@@ -221,6 +247,16 @@ local function many(keys, args, nargv, nkeys)
     local so, oo = slot, own
     -- A slot reserved under another limit is given up: decided again.
     if slot and sid ~= regime1(LI[lo + 1], LI[lo + 2]) then slot, so = false, -1 end
+    if not st and slot and K == 3 then
+      if keys[kx + 3] == shk then
+        sh = shv
+      else
+        SH = SH or {}
+        sh, code = shiftOf(SH, keys[kx + 3])
+        if sh then shk, shv = keys[kx + 3], sh end
+      end
+      if sh == nil then st, a1, a2 = shiftRefused(code, kx + 3) else slot = moved(slot, rs, sh) end
+    end
     if not st and (slot or own) then st, a1, a3, slot, own = held(own, inc, slot, K, now) end
     if not st then
       local s = B[bo + 5]
@@ -257,6 +293,18 @@ local function many(keys, args, nargv, nkeys)
         local a, f, wait = charge(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
         local charged
         st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, flags >= 2)
+        if slot and K == 3 and not sh then
+          if keys[kx + 3] == shk then
+            sh = shv
+          else
+            SH = SH or {}
+            sh, code = shiftOf(SH, keys[kx + 3])
+            if sh then shk, shv = keys[kx + 3], sh end
+          end
+          -- Refused: nothing charged; a3 set so that no remaining is
+          -- counted, and put back to 0 below.
+          if sh == nil then st, a1, a2, a3, charged = shiftRefused(code, kx + 3) a3 = 1 end
+        end
         if charged then
           B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = a, f, 2, lo
         elseif not u then
@@ -267,11 +315,24 @@ local function many(keys, args, nargv, nkeys)
       end
     end
     if st == WRONGTYPE or st == INVALID then
-      slot, own = so, oo
+      slot, own, a3 = so, oo, 0
     end
     if slot ~= so then
-      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, slot and format('%d:%d', slot, regime1(LI[lo + 1], LI[lo + 2])), LI[lo + 7]
+      -- resvValue, inlined: a call costs Redis hundreds of instructions.
+      local v = slot
+      if v then
+        if sh and sh > 0 then
+          v = format('%d:%d:%d', slot, regime1(LI[lo + 1], LI[lo + 2]), sh)
+        else
+          v = format('%d:%d', slot, regime1(LI[lo + 1], LI[lo + 2]))
+        end
+      end
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, v, LI[lo + 7]
       nw = nw + 3
+      if slot and sh and sh > 0 then
+        PX = PX or {}
+        PX[keys[kx + 3]] = LI[lo + 7]
+      end
     end
     if own ~= oo then
       W[nw + 1], W[nw + 2], W[nw + 3] = kx + 2, own and format('%d', own), LI[lo + 7]
@@ -304,6 +365,9 @@ local function many(keys, args, nargv, nkeys)
     else
       call('DEL', keys[W[w + 1]])
     end
+  end
+  if PX then
+    for name, ttl in pairs(PX) do call('PEXPIRE', name, ttl, 'GT') end
   end
   return reply
 end

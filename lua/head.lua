@@ -20,9 +20,10 @@ uses it (Lua's local functions must be):
   admit.lua     admit
   lease.lua     lease
   credits.lua   credits, refund, balance: a prepaid balance (CREDITS)
+  settle.lua    settle: a job's cost settled after it ran
   register.lua  the functions registered with Redis
 
-Eleven functions, each atomic:
+Twelve functions, each atomic:
 
   decide___VERSION__   decide M jobs against their token buckets and windows
   claim___VERSION__    make an incarnation the owner of a job that has none
@@ -36,6 +37,8 @@ Eleven functions, each atomic:
                        refuse them (UNFUNDED, 7)
   refund___VERSION__   give back the credits of jobs that did not run
   balance___VERSION__  read, add, set a tenant's credits; open the gate
+  settle___VERSION__   settle once the difference between a job's charged
+                       and reported cost on every term it was charged under
 
 __VERSION__ stands for a short hash of this source, put in by package
 throttle before FUNCTION LOAD, so that two versions of the worker running
@@ -77,10 +80,12 @@ Stored values (keys built by throttle/keys.go; a tenant's keys share its
   state        16 bytes, struct.pack('<i8i4i4', Ei, Ef, rate): Ef is in
                units of 1/rate µs of the rate it was stored for; lives
                until the bucket is full again
-  reservation  the job's slot and the regime id of the limits it was
-               reserved under, '<slot µs>:<id>' (at most 16 and 10
-               digits); a slot alone (versions before live limits) is
-               of no regime: stale
+  reservation  the job's slot, the regime id of the limits it was
+               reserved under and the tenant's shift then,
+               '<slot µs>:<id>[:<shift µs>]' (at most 16, 10 and 16
+               digits; no shift: 0); a slot alone (versions before live
+               limits) is of no regime: stale
+  shift        the tenant's shift (SHIFT), µs, decimal (at most 16 digits)
   owner        the incarnation admitted, decimal (at most 16 digits)
   failures     the handler failures counted, decimal (at most 15 digits)
 Reservations and owners live for the horizon plus the longest time to
@@ -109,6 +114,33 @@ charging them again in the buckets that did not change: they wait longer,
 never over-admitted. A calendar window's N is left out of the regime: its
 reservations are counts in the windows they were placed in, which a
 changed N keeps, so its jobs keep their slots and their order.
+
+OWNER: a job may be moved off its queue (re-published to fire at its slot)
+and the original acked. If the worker dies between the two, both the
+original and the copy exist (and a move redone after a long outage can even
+leave two copies). With K = 2 an incarnation that is admitted records itself
+as the owner (all but a fresh original admitted at once: never decided
+before, it has no copy); any other incarnation that comes later is a
+DUPLICATE. An owner that comes back and is deferred again (its handler
+failed, its worker stopped, or Redis answered too late for the worker to
+hear it was admitted) did not run: it gives ownership up (the owner key is
+deleted), since the worker may move it, and its copy must then be free to
+run.
+
+SHIFT: a settle that charges a job's debt (settle.lua) moves every slot
+the tenant reserved before it later by the time the debt takes to pay
+(the most over the job's buckets), keeping each job's charge and place:
+it raises the tenant's shift, a cumulative µs count in a key of its own,
+and every reservation records the shift when it is made. A job back with
+a reservation whose shift is below the tenant's has its slot moved by
+the difference: still ahead, it waits again (LIMITED, reserved, no
+charge) and its reservation is rewritten with the moved slot and the
+shift now; else it is admitted as before. Its buckets' empty times moved
+with the debt, so later jobs are behind already. The shift key comes
+with the job keys (K = 3) and is read only when a job of the call holds
+or gets a slot; a reservation that records a shift above 0 extends the
+key's TTL to its own (PEXPIRE GT), so the key outlives every reservation
+that recorded it.
 
 Replies: every job gets a tuple of 4 integers, one shape whatever its status:
   {1, wait,  remaining, flags}     ADMITTED: run the job now. flags bit 0:
@@ -162,8 +194,10 @@ E_* codes (the same numbers as throttle.Code):
   18 E_TTL          TTL argument out of range
   19 E_GIVE_UP      give-up count not in [1, 1e6]
   20 E_FAILURES     stored failure counter malformed
+  33 E_SHIFT        stored shift malformed (SHIFT)
+  34 E_SHIFT_TTL    stored shift has no TTL
   (21 to 24: the running caps', admit.lua; 25 to 29: the credits',
-  credits.lua)
+  credits.lua; 30 to 32: settle's, settle.lua)
 
 Clock: ARGV now = 0 reads Redis TIME, once per call, after the arguments
 are checked: every worker then shares one clock. Functions replicate their
@@ -187,6 +221,9 @@ several calls, pipelined. Per call:
   credits, refund
            at most MAX_JOBS jobs, one marker key each, and the balance
   balance  one key, no loop
+  settle   one job: at most MAX_LIMITS terms read and written once each
+           (a sliding window as decide reads it, plus one read; a
+           calendar window one field), its marker and the balance
 A sweep that stops at its bound leaves the rest expired in the set, where
 they count for nothing (a lease counts while its score is after now), for
 the next call; a call that left some calls nobody, so that no job passes
@@ -199,6 +236,7 @@ local E_RATE, E_PERIOD, E_BURST, E_OVER_BURST = 6, 7, 8, 9
 local E_STATE, E_STATE_TTL, E_RESV, E_RESV_TTL = 10, 11, 12, 13
 local E_INCARNATION, E_OWNER, E_OWNER_TTL, E_FRESH = 14, 15, 16, 17
 local E_TTL, E_GIVE_UP, E_FAILURES = 18, 19, 20
+local E_SHIFT, E_SHIFT_TTL = 33, 34
 
 local EXACT = 9007199254740992 -- 2^53: Lua numbers hold every integer below
 local DAY = 86400000000

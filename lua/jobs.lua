@@ -20,9 +20,9 @@ local BW = 5
 -- reservation (the owner's is the next), RK positions of both (false when
 -- not read), status (0 not checked, 1 checked, WRONGTYPE or an E_* code),
 -- slot (µs, or false; the KEYS position at fault when bad), owner
--- (incarnation, or false), and the slot's regime id. What changed is kept
--- apart, in CHG.
-local EW = 7
+-- (incarnation, or false), the slot's regime id, and the tenant's shift
+-- it recorded (SHIFT, head.lua). What changed is kept apart, in CHG.
+local EW = 8
 
 -- jobs reads the layout of a decide call and checks every job's
 -- arguments: it returns M, the jobs (J), K, the limits (LI) and the jobs
@@ -120,7 +120,7 @@ local function jobs(keys, args)
   end
   if M == 0 then return nil, 'no job' end
   local K = (#keys - nkeys) / M
-  if (K ~= 0 and K ~= 1 and K ~= 2) or (short and K ~= 0) then
+  if (K ~= 0 and K ~= 1 and K ~= 2 and K ~= 3) or (short and K ~= 0) then
     return nil, 'KEYS do not fit ARGV'
   end
   return M, J, K, LI, BAD

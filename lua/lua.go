@@ -49,6 +49,8 @@ var (
 	lease string
 	//go:embed credits.lua
 	credits string
+	//go:embed settle.lua
+	settle string
 	//go:embed register.lua
 	register string
 )
@@ -62,7 +64,8 @@ type file struct{ name, text string }
 // argument checks), the shared rules, decide's layout, its sliding
 // windows, fast paths and general path, the owner and failure functions, carry, hold, the running
 // caps' sets, admit, lease, the credits (a prepaid balance: its charge,
-// refund and operator's operations), and last the registrations, once
+// refund and operator's operations), the settle of a job's cost after it
+// ran, and last the registrations, once
 // every function they name is defined.
 func files() []file {
 	return []file{
@@ -80,6 +83,7 @@ func files() []file {
 		{"admit.lua", admit},
 		{"lease.lua", lease},
 		{"credits.lua", credits},
+		{"settle.lua", settle},
 		{"register.lua", register},
 	}
 }
@@ -108,8 +112,8 @@ func join() string {
 // Library is the library's source, its files joined in the order of
 // Files: the token-bucket decision, the owner claim and release, the
 // failure count, the carry of a bucket to a new period, the hold of a
-// tenant, the running caps' decision and leases, and the credits' charge,
-// refund and balance, as Redis functions.
+// tenant, the running caps' decision and leases, the credits' charge,
+// refund and balance, and the settle of a job's cost, as Redis functions.
 // The placeholder Version stands, in the library's name and in every
 // function's name, for a version the loader puts in; each bound's
 // placeholder for the bound's value. Source returns it as Redis loads it.

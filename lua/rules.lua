@@ -127,21 +127,36 @@ local function regime(LI, lo, L)
   return id
 end
 
--- reserved reads a stored reservation v (or false) of key name: its slot
--- and regime id ('<slot µs>:<regime id>'), false when absent; or nil and
--- the E_* code when it is malformed or has no TTL. A slot stored without
--- a regime id (by a version before live limits) has regime -1: stale.
+-- reserved reads a stored reservation v (or false) of key name: its slot,
+-- regime id and the tenant's shift when it was made (SHIFT), from
+-- '<slot µs>:<regime id>[:<shift µs>]', false when absent; or nil and the
+-- E_* code when it is malformed or has no TTL. A slot stored without a
+-- regime id (by a version before live limits) has regime -1: stale; one
+-- without a shift (made when the tenant had none, or by a version before
+-- SHIFT) has shift 0.
 local function reserved(v, name)
   if not v then return false end
-  local s, i = match(v, '^(%d+):(%d+)$')
+  local s, i, d = match(v, '^(%d+):(%d+):(%d+)$')
+  if s == nil then
+    s, i = match(v, '^(%d+):(%d+)$')
+    d = '0'
+  end
   if s == nil then
     if #v > 16 or not find(v, '^%d+$') then return nil, E_RESV end
     s, i = v, '-1'
-  elseif #s > 16 or #i > 10 then
+  elseif #s > 16 or #i > 10 or #d > 16 then
     return nil, E_RESV
   end
   if call('PTTL', name) < 0 then return nil, E_RESV_TTL end
-  return tonum(s), tonum(i)
+  return tonum(s), tonum(i), tonum(d)
+end
+
+-- resvValue is the stored reservation of a slot reserved under regime id
+-- and the tenant's shift d (SHIFT): the shift is left out when 0, so a
+-- tenant that never settled a debt writes what versions before SHIFT read.
+local function resvValue(slot, id, d)
+  if d and d > 0 then return format('%d:%d:%d', slot, id, d) end
+  return format('%d:%d', slot, id)
 end
 
 -- isWrongType reports whether err, an error redis.pcall returned, is
@@ -188,6 +203,47 @@ local function getAll(RK, n)
   return V, wrong
 end
 
+-- shiftRead reads the tenant's shift key (SHIFT): its shift, 0 when
+-- absent; or nil and WRONGTYPE or the E_* code when it holds another type,
+-- is malformed or has no TTL.
+local function shiftRead(name)
+  local v = get(name)
+  if v == nil then return nil, WRONGTYPE end
+  if not v then return 0 end
+  if #v > 16 or not find(v, '^%d+$') then return nil, E_SHIFT end
+  if call('PTTL', name) < 0 then return nil, E_SHIFT_TTL end
+  return tonum(v)
+end
+
+-- shiftOf is shiftRead of the shift key name once per call, SH caching
+-- what it read by name: a refusal is kept as its code, negated.
+local function shiftOf(SH, name)
+  local v = SH[name]
+  if v == nil then
+    local code
+    v, code = shiftRead(name)
+    if v == nil then v = -code end
+    SH[name] = v
+  end
+  if v < 0 then return nil, -v end
+  return v
+end
+
+-- shiftRefused is a job's reply tuple's first four values (and no
+-- charge) when its shift key at KEYS position x is refused with code.
+local function shiftRefused(code, x)
+  if code == WRONGTYPE then return WRONGTYPE, x, 0, 0, false end
+  return INVALID, code, x, 0, false
+end
+
+-- moved is a reserved slot moved by the shifts settled since it was
+-- reserved (SHIFT): the tenant's shift now, sh, less the one it recorded,
+-- rs. A shift below the recorded one (the key lost) moves nothing.
+local function moved(slot, rs, sh)
+  if slot and sh > rs then return slot + sh - rs end
+  return slot
+end
+
 -- clock is now, or Redis TIME when now is 0.
 local function clock(now)
   if now ~= 0 then return now end
@@ -209,10 +265,10 @@ local function held(own, inc, slot, K, now)
   end
   if not slot then return nil, 0, 0, slot, own end
   if now >= slot then
-    if K == 2 then own = inc end
+    if K >= 2 then own = inc end
     return ADMITTED, 0, 1, false, own
   end
-  return LIMITED, slot - now, 1, slot, false -- deferred again: see OWNER (decide.lua)
+  return LIMITED, slot - now, 1, slot, false -- deferred again: see OWNER (head.lua)
 end
 
 -- verdict decides a job from the longest wait its charge would leave in
@@ -226,8 +282,8 @@ end
 -- charge stands.
 local function verdict(wait, K, fresh, inc, own, horizon, now, shadow)
   if wait <= 0 or shadow then
-    -- All but a fresh original record themselves as the owner (OWNER, decide.lua).
-    if K == 2 and fresh == 0 then own = inc end
+    -- All but a fresh original record themselves as the owner (OWNER, head.lua).
+    if K >= 2 and fresh == 0 then own = inc end
     if wait <= 0 then return ADMITTED, 0, 0, false, own, true end
     if wait <= horizon then return ADMITTED, wait, 0, false, own, true end
     if horizon > 0 then wait = horizon end

@@ -26,7 +26,7 @@
 # 10^9/s redis_rate's increment is lost to float rounding and it writes
 # nothing, so it would be measured doing a GET only.) --batch counts instead 300 calls of 62 jobs each, as the
 # worker makes them for a pulled group: 62 tenants, one limit each, every
-# job fresh with its reservation and owner keys, and reports the count per
+# job fresh with its reservation, owner and shift keys, and reports the count per
 # job. --reserve counts 300 calls of 64 fresh jobs of one tenant far over
 # its limit (100/s, burst 10), each given a slot: a flood being moved off
 # the consumer. --sliding counts 3,000 lone calls of one job as Allow sends
@@ -77,7 +77,9 @@ instructions() {
 	if [ -n "$eval" ]; then
 		call=(EVALSHA "$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$1")")")
 	else
-		redis-cli -p "$port" FUNCTION LOAD "$(sed "s/__VERSION__/x/g;$bounds" "$1")" >/dev/null
+		# From stdin (-x): the library is longer than one argument may be
+		# (128 KiB).
+		sed "s/__VERSION__/x/g;$bounds" "$1" | redis-cli -p "$port" -x FUNCTION LOAD >/dev/null
 		call=(FCALL "$fn")
 		if [ -n "${prep:-}" ]; then
 			# shellcheck disable=SC2086 # prep is words, split on purpose
@@ -104,7 +106,8 @@ per=1
 unit=call
 # worker_call N PATTERN RATE BURST sets the arguments of a worker's call of
 # N fresh jobs, job i of tenant $(printf PATTERN i), each with its
-# reservation and owner keys, all under one limit of RATE/s with burst BURST.
+# reservation and owner keys and its tenant's shift key (K = 3, SHIFT in
+# lua/head.lua), all under one limit of RATE/s with burst BURST.
 worker_call() {
 	local n=$1 pattern=$2 rate=$3 burst=$4 i t
 	calls=300
@@ -114,10 +117,10 @@ worker_call() {
 	for i in $(seq 0 $((n - 1))); do
 		# shellcheck disable=SC2059 # the pattern is the caller's
 		t=$(printf "$pattern" "$i")
-		keys+=("thr:{$t}:l:1000000" "thr:{$t}:j:$((1000 + i))" "thr:{$t}:o:$((1000 + i))")
+		keys+=("thr:{$t}:l:1000000" "thr:{$t}:j:$((1000 + i))" "thr:{$t}:o:$((1000 + i))" "thr:{$t}:sh")
 		[ "$i" -eq 0 ] || rest+=(1 0 1 0) # cost, incarnation, fresh, L_k = 0: the limit of the job before
 	done
-	args=($((3 * n)) "${keys[@]}" 0 3600000000 1 0 1 1 "$rate" 1000000 "$burst" "${rest[@]}")
+	args=($((4 * n)) "${keys[@]}" 0 3600000000 1 0 1 1 "$rate" 1000000 "$burst" "${rest[@]}")
 }
 case "${1:-}" in
 --batch)

@@ -17,7 +17,7 @@ func (c *RunningCaps) admitCall(p prepared, tenant string) fcall {
 		f.keys = append(f.keys, c.l.keys.fairKey())
 		return f
 	}
-	f.keys = append(append(f.keys, p.limitKeys...), p.resvKey, p.ownerKey)
+	f.keys = append(append(f.keys, p.limitKeys...), p.resvKey, p.ownerKey, p.shiftKey)
 	f.args = append(f.args, c.l.horizonArg, arg(p.cost), arg(p.incarnation), jobFlags[flag(p.fresh)+2*flag(p.shadow)],
 		strconv.Itoa(len(p.limitKeys)))
 	f.args = append(f.args, p.limitArgs...)

@@ -101,6 +101,7 @@ type prepared struct {
 	now, cost   string
 	resvKey     string // reservation key, or ""
 	ownerKey    string // owner key, or "" (a Decider's only)
+	shiftKey    string // the tenant's shift key, with ownerKey (SHIFT, lua/head.lua)
 	incarnation string // with ownerKey
 	fresh       bool
 	shadow      bool // decided against the tenant's shadow buckets, always admitted
@@ -261,7 +262,7 @@ func (l *Limiter) build(c *call) {
 		c.args = append(append(make([]any, 0, 5), arg(first.now), arg(first.cost)), first.limitArgs...)
 		return
 	}
-	perJob := len(first.limitKeys) + 2
+	perJob := len(first.limitKeys) + 3
 	c.keys = make([]string, 0, len(c.parts)*perJob)
 	c.args = make([]any, 0, 2+len(c.parts)*4+len(first.limitArgs))
 	c.args = append(c.args, arg(first.now), l.horizonArg)
@@ -271,7 +272,7 @@ func (l *Limiter) build(c *call) {
 			c.keys = append(c.keys, p.resvKey)
 		}
 		if p.ownerKey != "" {
-			c.keys = append(c.keys, p.ownerKey)
+			c.keys = append(c.keys, p.ownerKey, p.shiftKey)
 		}
 		inc := any("0")
 		if p.incarnation != "" {

@@ -54,6 +54,7 @@ func (d *Decider) prepare(cp Copy) (prepared, error) {
 		return prepared{}, err
 	}
 	p.ownerKey = d.l.keys.owner(p.tag, cp.JobID)
+	p.shiftKey = d.l.keys.shift(p.tag)
 	p.incarnation = strconv.FormatInt(cp.Incarnation, 10)
 	p.fresh = cp.Fresh
 	return p, nil

@@ -16,7 +16,7 @@ var ErrInvalid = errors.New("throttle: invalid input")
 // Such a call may succeed when retried; nothing is known about its outcome.
 var ErrRedis = errors.New("throttle: redis error")
 
-// Code says what was invalid about a call. Codes 2 to 29 are the E_* codes
+// Code says what was invalid about a call. Codes 2 to 34 are the E_* codes
 // of the engine's Redis functions (see lua/head.lua); code 1 is a call
 // the functions refused whole (a BADCALL error reply); codes from 100 are
 // found in Go before any round trip.
@@ -52,6 +52,11 @@ const (
 	CodePaidTTL        Code = 27  // a stored paid marker has no TTL
 	CodeOrder          Code = 28  // a job's order is not in [0, 2^53)
 	CodeAmount         Code = 29  // an amount of credits out of range, or a balance past MaxCredits
+	CodeDirection      Code = 30  // a settle's direction or credits flag is unknown
+	CodeSettled        Code = 31  // a stored settled marker is malformed
+	CodeSettledTTL     Code = 32  // a stored settled marker has no TTL
+	CodeShift          Code = 33  // a tenant's stored shift is malformed
+	CodeShiftTTL       Code = 34  // a tenant's stored shift has no TTL
 	CodeTenant         Code = 100 // tenant empty or too long
 	CodeJobID          Code = 101 // job id too long or not printable ASCII
 	CodeLimits         Code = 102 // the limits themselves do not validate
@@ -85,6 +90,11 @@ var codeText = map[Code]string{
 	CodePaidTTL:        "stored paid marker has no TTL",
 	CodeOrder:          "order out of range",
 	CodeAmount:         "credits out of range",
+	CodeDirection:      "settle direction or credits flag unknown",
+	CodeSettled:        "stored settled marker is malformed",
+	CodeSettledTTL:     "stored settled marker has no TTL",
+	CodeShift:          "stored shift is malformed",
+	CodeShiftTTL:       "stored shift has no TTL",
 }
 
 // String describes c in a few words.

@@ -22,3 +22,7 @@ func CreditsKeys(prefix, tenant, jobID string) (balance, paid string) {
 	tag, _ := k.tag(tenant)
 	return k.credits(tag), k.paid(tag, jobID)
 }
+
+// SettleFunction returns the name of the library's settle function, for
+// tests that call it raw.
+func SettleFunction() string { return newLibrary(nil).settle }

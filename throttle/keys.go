@@ -34,6 +34,7 @@ const MaxJobIDLen = 128
 //	<prefix>:{<tenant>}:o:<job id>             incarnation of a moved job that ran
 //	<prefix>:{<tenant>}:c                      the tenant's credits (a hash, NO TTL)
 //	<prefix>:{<tenant>}:cp:<job id>            credits paid by one job
+//	<prefix>:{<tenant>}:st:<job id>            the settle of one job's cost (Limiter.Settle)
 //	<prefix>:{<tenant>}:r                      leases of the tenant's running cap
 //	<prefix>:{<tenant>}:w                      the cap's waiting list
 //	<prefix>:{<tenant>}:p                      places of the waiting jobs it called
@@ -140,6 +141,18 @@ func (k keyspace) credits(tag string) string {
 // paid returns the key that says jobID was charged its credits.
 func (k keyspace) paid(tag, jobID string) string {
 	return k.prefix + ":" + tag + ":cp:" + jobID
+}
+
+// settled returns the key that says jobID's cost was settled
+// (lua/settle.lua).
+func (k keyspace) settled(tag, jobID string) string {
+	return k.prefix + ":" + tag + ":st:" + jobID
+}
+
+// shift returns the key of the tenant's shift: how far the debts settled
+// after its slots were reserved move them (SHIFT, lua/head.lua).
+func (k keyspace) shift(tag string) string {
+	return k.prefix + ":" + tag + ":sh"
 }
 
 // capKeys returns the lease set and waiting list of tenant's cap, or of

@@ -48,7 +48,7 @@ type library struct {
 	code    string // the source, with the version put in
 	// The functions' names.
 	decide, claim, release, failed, carry, hold, admit, lease string
-	credits, refund, balance                                  string
+	credits, refund, balance, settle                          string
 }
 
 // newLibrary returns the library for rdb.
@@ -73,6 +73,7 @@ func newLibrary(rdb Client) *library {
 		credits: name("credits"),
 		refund:  name("refund"),
 		balance: name("balance"),
+		settle:  name("settle"),
 	}
 }
 

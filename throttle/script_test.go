@@ -114,6 +114,7 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		args      []string
 		code, idx int64
 		owner     bool // add an owner key after the reservation key
+		extra     int  // keys added after those: a shift key, then junk
 		short     bool // the short form: state keys only
 		bad       bool // refused whole: BADCALL
 	}
@@ -216,8 +217,8 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		tc{name: "ARGV header only", keys: 1, args: validArgs()[:2], bad: true},
 		tc{name: "ARGV empty", keys: 1, bad: true},
 		tc{name: "no KEYS", args: validArgs(), bad: true},
-		tc{name: "KEYS two limits for one", keys: 2, args: validArgs(), owner: true, bad: true},
-		tc{name: "KEYS one too many", keys: 2, args: validArgs(), owner: true, bad: true},
+		tc{name: "KEYS two limits for one", keys: 2, args: validArgs(), owner: true, extra: 1, bad: true},
+		tc{name: "KEYS one too many", keys: 1, args: validArgs(), owner: true, extra: 2, bad: true},
 	)
 
 	// run sends case c over the keys of tenant name (or existing state).
@@ -229,6 +230,9 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		}
 		if c.owner {
 			keys = append(keys, owner)
+		}
+		for i := range c.extra {
+			keys = append(keys, resv+"-extra"+strconv.Itoa(i))
 		}
 		if c.bad {
 			badCall(t, e.rdb, c.name, keys, c.args)

@@ -133,6 +133,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		Decider:    engine.decider,
 		Failures:   engine.failures,
 		Holder:     engine.holds,
+		Settler:    limiter,
 		Pauses:     pauses,
 		Leases:     engine.caps,
 		Waker:      st.path.waker(js, cfg),

@@ -34,6 +34,8 @@ type tenantCounter struct {
 	name, help string
 	get        func(consumer.TenantStats) float64
 	vt         prometheus.ValueType
+	// constLabels: labels of its own, fixed (a direction).
+	constLabels prometheus.Labels
 	// perTenant: exported with a tenant label by default; the others are
 	// totals of the worker unless THROTTLER_METRICS_TENANT_DETAIL is set.
 	perTenant bool
@@ -83,6 +85,16 @@ func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now f
 	}
 	n := func(v int64) float64 { return float64(v) }
 	const perTenant, total = true, false
+	// settled is one direction of throttler_settled_cost_total: a total
+	// of the worker by default (two series per tenant would take a
+	// tenant past the 8 series it may cost by default), per tenant with
+	// THROTTLER_METRICS_TENANT_DETAIL.
+	settled := func(direction, help string, get func(consumer.TenantStats) float64) tenantCounter {
+		return tenantCounter{name: "throttler_settled_cost_total", get: get, vt: prometheus.CounterValue, perTenant: false,
+			help: "Cost settled after jobs ran (a handler's reported cost, Throttler-Cost), by direction: " +
+				"charged (as debt: jobs reported more than they were charged) or refunded (less).",
+			constLabels: prometheus.Labels{"direction": direction}}
+	}
 	counters := []tenantCounter{
 		counter("admitted_total", "Admissions: jobs the throttle let through. A job admitted again after a downstream hold, "+
 			"or after a failed run, counts again; jobs that ran are completed_total and failed_total.",
@@ -130,6 +142,8 @@ func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now f
 			func(s consumer.TenantStats) float64 { return n(s.CreditsWaiting) }),
 		counter("paused_total", "Jobs deferred, uncharged, because an operator paused their tenant (throttler pause).",
 			perTenant, func(s consumer.TenantStats) float64 { return n(s.Paused) }),
+		settled("charged", "charged as debt: jobs reported more than they were charged", func(s consumer.TenantStats) float64 { return n(s.SettledCharged) }),
+		settled("refunded", "given back: jobs reported less than they were charged", func(s consumer.TenantStats) float64 { return n(s.SettledRefunded) }),
 	}
 	for i := range counters {
 		c := &counters[i]
@@ -138,7 +152,7 @@ func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now f
 		if c.byTenant {
 			labels = []string{"tenant"}
 		}
-		c.desc = prometheus.NewDesc(c.name, c.help, labels, nil)
+		c.desc = prometheus.NewDesc(c.name, c.help, labels, c.constLabels)
 	}
 	return &statsCollector{
 		src:        src,
