@@ -48,8 +48,13 @@ func capBacklog(t *testing.T) int {
 // globex with 100 jobs and no cap published as they start (behind acme's
 // backlog in the stream, as a neighbour arriving during it would be). At
 // no moment has acme more than 5 requests in flight; while its backlog
-// lasts (its first request to its last request's start) it has 5 in
-// flight at least 90 % of the time; globex runs beside it, more than 5 at
+// lasts (its first request to its last request's start) its cap's room is
+// used, not left idle: 5 in flight at least 80 % of the time (a broken
+// wake leaves parked jobs to their fallback, minutes away, and the cap
+// idle; the figure, 90 %, is BenchmarkCaps', measured alone: a test
+// sharing the cores with other packages' tests read 86–89.6 % in some
+// full runs against 92–94 % alone, at this commit and before); globex
+// runs beside it, more than 5 at
 // once, and is done while acme's backlog still runs. Every job is sent
 // once. The workers count cap deferrals for acme and none for globex, and
 // report acme's running jobs while it runs and none after.
@@ -57,7 +62,7 @@ func TestCapHoldsAcrossFleet(t *testing.T) {
 	const (
 		capAt      = 5
 		globexJobs = 100
-		busyShare  = 0.9
+		busyShare  = 0.8
 	)
 	backlog := capBacklog(t)
 	f := startHTTPFleet(t, downstreamOptions{}, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=running:" + strconv.Itoa(capAt)})
