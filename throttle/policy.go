@@ -60,6 +60,13 @@ func (m CreditsMode) String() string {
 	return "CreditsMode(" + strconv.Itoa(int(m)) + ")"
 }
 
+// WeightTerm starts the term of a policy's spec that scales the tenant's
+// share of a shared limit, as in "50/s+weight:3" (Policy.Weight).
+const WeightTerm = "weight:"
+
+// MaxWeight is the largest Weight a policy may set.
+const MaxWeight = 1000
+
 // MaxRunning is the largest cap a policy's Running may set.
 const MaxRunning = 1_000_000
 
@@ -83,6 +90,10 @@ type Policy struct {
 	// tenant's prepaid balance before its limits decide it (see
 	// Limiter.AddCredits). A policy may have credits and no Limits.
 	Credits CreditsMode
+	// Weight scales the tenant's share of a shared limit (a group's or the
+	// global one, Level) when that limit binds: a tenant of weight 2 is
+	// given twice the turns of a tenant of weight 1. 0 means 1.
+	Weight int64
 }
 
 // Validate reports whether p can be applied.
