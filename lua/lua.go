@@ -51,6 +51,8 @@ var (
 	credits string
 	//go:embed settle.lua
 	settle string
+	//go:embed share.lua
+	share string
 	//go:embed register.lua
 	register string
 )
@@ -84,6 +86,7 @@ func files() []file {
 		{"lease.lua", lease},
 		{"credits.lua", credits},
 		{"settle.lua", settle},
+		{"share.lua", share},
 		{"register.lua", register},
 	}
 }

@@ -40,6 +40,7 @@ const MaxJobIDLen = 128
 //	<prefix>:{<tenant>}:p                      places of the waiting jobs it called
 //	<prefix>:{~}:r, :w, :p                     the same of the fleet's cap
 //	<prefix>:{~}:v                             fair places of the fleet's list
+//	<prefix>:{~.global}:..., {~.g.<group>}:...  a shared level (levelKeys)
 //
 // Every key has a TTL but a tenant's credits: a balance only an operator
 // changes must not expire (lua/credits.lua, CREDITS).
@@ -242,4 +243,21 @@ func (l *Limiter) calendarArg(lim Limit, now time.Time) string {
 		b.WriteString(strconv.FormatInt(s.UnixMicro(), 10))
 	}
 	return b.String()
+}
+
+// levelTag is the hash tag of a shared level: "{~.global}", or
+// "{~.g.<group>}" for a group's. No tenant's tag can be either ('.' is
+// no base64url letter, and a plain tenant has no '~'), nor the fleet's.
+func levelTag(lv Level) string {
+	if lv.Group == "" {
+		return "{~.global}"
+	}
+	return "{~.g." + lv.Group + "}"
+}
+
+// levelKeys returns a shared level's waiting list, fair-queue hash, pass
+// set and scratch key (lua/share.lua, SHARED LEVELS).
+func (k keyspace) levelKeys(lv Level) (list, fair, passes, scratch string) {
+	base := k.prefix + ":" + levelTag(lv)
+	return base + ":lw", base + ":lv", base + ":lp", base + ":lx"
 }

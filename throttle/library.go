@@ -49,6 +49,7 @@ type library struct {
 	// The functions' names.
 	decide, claim, release, failed, carry, hold, admit, lease string
 	credits, refund, balance, settle                          string
+	share, unshare                                            string
 }
 
 // newLibrary returns the library for rdb.
@@ -74,6 +75,8 @@ func newLibrary(rdb Client) *library {
 		refund:  name("refund"),
 		balance: name("balance"),
 		settle:  name("settle"),
+		share:   name("share"),
+		unshare: name("unshare"),
 	}
 }
 

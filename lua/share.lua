@@ -1,0 +1,266 @@
+--[[
+SHARED LEVELS: share___VERSION__ and unshare___VERSION__ decide jobs
+under a limit above the tenant (a group's or the global one), shared by
+many tenants' jobs, and share it among them in turns (SHARE in
+docs/design.md).
+
+A level is its terms (token buckets, sliding and calendar windows, decided
+by decide's own function), a waiting list, a fair-queue hash and a pass
+set. A job is granted the level when its terms give it a slot within a
+short lookahead of now and no other flow's job waits ahead of it in fair
+order: it is charged, and its slot, when in the future or to be kept, is
+recorded in the pass set (member -> slot). Otherwise it joins the waiting
+list, uncharged, at a fair place (start-time fair queueing, as the fleet's
+running cap, caps.lua FAIR): max(V, F[flow]) + cost / weight, V the place
+of the job called last, F[flow] the place of its flow's job that joined
+last. A flow is a tenant, or a group at the global level. Every call then
+*calls* the head of the list while the terms give it a slot within the
+call lookahead: charged, recorded in the pass set, and returned for the
+caller to wake. Back, the job finds its pass and goes on.
+
+A flow that asks for less than its share finds no job of another flow
+ahead of it and is granted at once; a flow with a backlog waits in the
+list and is called in turn with the others, each flow's jobs in the order
+they joined.
+
+A list member is '<cost>/<tenant>/<job id>': the call step reads the
+head's cost from it, the waker the tenant and job id.
+]]
+
+-- The statuses of share's jobs: passed or granted (run at now + wait), or
+-- waiting in the list (parked, uncharged).
+local SHARED, SHARE_WAIT = 1, 6
+local MAX_LOOKAHEAD = 60000000 -- 60 s, µs
+
+-- shareTerms checks n terms from ARGV position x and returns decide's
+-- limit arguments for them, or nil, an E_* code and its position.
+local function shareTerms(args, x, n)
+  local out = {}
+  for z = 0, n - 1 do
+    local y = x + 3 * z
+    local r, code, at = term(args, y, whole)
+    if r == nil then return nil, code, at end
+    out[#out + 1], out[#out + 2], out[#out + 3] = args[y], args[y + 1], args[y + 2]
+  end
+  return out
+end
+
+-- shareRead reads a key of the level's own with a command: false when
+-- it holds another type, else true and the reply.
+local function shareRead(...)
+  local v = pcallr(...)
+  if type(v) == 'table' and v.err then
+    if isWrongType(v) then return false end
+    error(v.err)
+  end
+  return true, v
+end
+
+-- grant decides one job of cost c on the level's terms, reserving within
+-- horizon µs: its wait (0: now) when granted and charged, false when its
+-- slot lies past the horizon (nothing charged), or nil and decide's tuple
+-- when it is invalid.
+local function grant(TK, TA, c, horizon, t)
+  local da = {format('%d', t), format('%d', horizon), format('%d', c), '0', '1', format('%d', #TA / 3)}
+  for i = 1, #TA do da[6 + i] = TA[i] end
+  local r = decide(TK, da)
+  if r.err then return nil, {INVALID, 0, 0, 0} end
+  if r[1] == ADMITTED then return 0 end
+  if r[1] == LIMITED then
+    if r[4] % 2 == 1 then return r[2] end
+    return false
+  end
+  return nil, {r[1], r[2], r[3], r[4]}
+end
+
+local function share(keys, args)
+  if not call then bind() end
+  local na, nk = #args, #keys
+  if na < 5 then return badcall('share takes at least 5 arguments') end
+  local n = whole(args[5], 1, MAX_LIMITS)
+  if n == nil then return {INVALID, E_RATE, 5, 0} end
+  local first = 6 + 3 * n
+  local M = (na - first + 1) / 5
+  if M % 1 ~= 0 or M < 0 or M > MAX_JOBS or nk ~= 4 + n then
+    return badcall('share takes 4 keys and 1 per term, 5 + 3 per term arguments and 5 per job')
+  end
+  local now = whole(args[1], 0, EXACT - 1)
+  if now == nil then return {INVALID, E_NOW, 1, 0} end
+  local callAhead = whole(args[2], 0, MAX_LOOKAHEAD)
+  if callAhead == nil then return {INVALID, E_HORIZON, 2, 0} end
+  local direct = whole(args[3], callAhead, MAX_LOOKAHEAD)
+  if direct == nil then return {INVALID, E_HORIZON, 3, 0} end
+  local ttl = whole(args[4], 1, MAX_TTL_MS)
+  if ttl == nil then return {INVALID, E_TTL, 4, 0} end
+  local TA, code, at = shareTerms(args, 6, n)
+  if TA == nil then return {INVALID, code, at, 0} end
+  local J = {}
+  for j = 0, M - 1 do
+    local x = first + 5 * j
+    local member, flow = args[x], args[x + 1]
+    local c = whole(member and match(member, '^(%d+)/[^/]+/.') or nil, 1, MAX_N)
+    if c == nil or not validMember(member) then return {INVALID, E_MEMBER, x, 0} end
+    if not validMember(flow) then return {INVALID, E_MEMBER, x + 1, 0} end
+    if whole(args[x + 2], 1, MAX_N) ~= c then return {INVALID, E_COST, x + 2, 0} end
+    local w = whole(args[x + 3], 1, 1000)
+    if w == nil then return {INVALID, E_COST, x + 3, 0} end
+    local mode = args[x + 4]
+    if mode ~= '0' and mode ~= '1' and mode ~= '2' then return {INVALID, E_FRESH, x + 4, 0} end
+    J[j + 1] = {member, flow, c, w, mode}
+  end
+  local W, V, P, X = keys[1], keys[2], keys[3], keys[4]
+  local TK = {unpk(keys, 5, nk)}
+  TK[n + 1] = X
+  -- Every stored value the call reads, checked before the first write.
+  if not shareRead('ZCARD', W) then return {WRONGTYPE, 1, 0, 0} end
+  local ok, vv = shareRead('HGET', V, '')
+  if not ok then return {WRONGTYPE, 2, 0, 0} end
+  if not shareRead('ZCARD', P) then return {WRONGTYPE, 3, 0, 0} end
+  local t = clock(now)
+  local ttlUs = ttl * 1000
+  call('ZREMRANGEBYSCORE', P, '-inf', format('(%d', t - ttlUs))
+  local Vn = tonum(vv or 0) or 0
+  local reply = {}
+  for j = 1, M do
+    local member, flow, c, w, mode = unpk(J[j])
+    local o = 4 * (j - 1)
+    reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = SHARED, 0, 0, 0
+    if mode == '2' then
+      -- Shadow: decided on the shadow buckets alone, never waiting.
+      local da = {format('%d', t), format('%d', direct), format('%d', c), '0', '3', format('%d', n)}
+      for i = 1, #TA do da[6 + i] = TA[i] end
+      local TS = {unpk(keys, 5, nk)}
+      local r = decide(TS, da)
+      if r.err then return r end
+      reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = r[1], r[2], r[3], r[4]
+      if r[1] == ADMITTED then reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = SHARED, 0, 0, r[2] end
+    else
+      local s = call('ZSCORE', P, member)
+      if s then
+        -- It holds a pass: granted or called before.
+        local wait = tonum(s) - t
+        if wait < 0 then wait = 0 end
+        if wait == 0 and mode == '0' then call('ZREM', P, member) end
+        reply[o + 2], reply[o + 3] = wait, 1
+      else
+        local rank = call('ZRANK', W, member)
+        local place, ahead
+        if rank then
+          place, ahead = tonum(call('ZSCORE', W, member)), rank
+        else
+          local f = tonum(call('HGET', V, flow) or 0) or 0
+          if f < Vn then f = Vn end
+          place = f + c / w
+          ahead = call('ZCOUNT', W, '-inf', '(' .. format('%.17g', place))
+        end
+        local wait, bad = false, nil
+        if ahead == 0 then wait, bad = grant(TK, TA, c, direct, t) end
+        if bad then
+          reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = unpk(bad)
+        elseif wait then
+          if rank then call('ZREM', W, member) end
+          if place > Vn then Vn = place end
+          if not rank then call('HSET', V, flow, format('%.17g', place)) end
+          if wait > 0 or mode == '1' then call('ZADD', P, format('%d', t + wait), member) end
+          reply[o + 2] = wait
+        else
+          if not rank then
+            call('ZADD', W, format('%.17g', place), member)
+            call('HSET', V, flow, format('%.17g', place))
+          end
+          reply[o + 1], reply[o + 2] = SHARE_WAIT, ahead
+        end
+      end
+    end
+  end
+  -- The call step: the head of the list, while the terms give it a slot
+  -- within the call lookahead.
+  local called = {}
+  for _ = 1, MAX_CALLS do
+    local head = call('ZRANGE', W, 0, 0, 'WITHSCORES')
+    if not head[1] then break end
+    local c = tonum(match(head[1], '^(%d+)/')) or 1
+    local wait, bad = grant(TK, TA, c, callAhead, t)
+    if wait == false then break end
+    call('ZREM', W, head[1])
+    if not bad then
+      call('ZADD', P, format('%d', t + wait), head[1])
+      local pl = tonum(head[2])
+      if pl > Vn then Vn = pl end
+    end
+    -- An invalid head (its cost past a lowered burst) is woken too: back,
+    -- it is decided again, and refused for the worker to dead-letter.
+    called[#called + 1] = head[1]
+  end
+  call('DEL', X)
+  call('HSET', V, '', format('%.17g', Vn))
+  call('PEXPIRE', W, ttl)
+  call('PEXPIRE', V, ttl)
+  call('PEXPIRE', P, ttl)
+  for i = 1, #called do reply[4 * M + i] = called[i] end
+  return reply
+end
+
+--[[
+unshare___VERSION__: give back what share granted jobs that then did not
+run (a later level or the tenant's own limits made them wait), or forget
+the passes kept for jobs that ran.
+
+KEYS: [1] fair-queue hash, [2] pass set, [3] scratch, [4..] term keys
+ARGV: [1] now (0 = Redis TIME), [2] n terms, 3n term arguments, then per
+job: member, flow, cost, weight, the slot it was granted (µs), and 1 to
+give back its charge or 0 to forget its pass only.
+Reply: the number of jobs given back.
+]]
+local function unshare(keys, args)
+  if not call then bind() end
+  local na, nk = #args, #keys
+  local n = whole(args[2], 0, MAX_LIMITS)
+  if n == nil or nk ~= 3 + n then return badcall('unshare takes 3 keys and 1 per term') end
+  local first = 3 + 3 * n
+  local M = (na - first + 1) / 6
+  if M % 1 ~= 0 or M < 0 or M > MAX_JOBS then return badcall('unshare takes 2 + 3 per term arguments and 6 per job') end
+  local now = whole(args[1], 0, EXACT - 1)
+  if now == nil then return {INVALID, E_NOW, 1, 0} end
+  local TA, code, at = shareTerms(args, 3, n)
+  if TA == nil then return {INVALID, code, at, 0} end
+  for j = 0, M - 1 do
+    local x = first + 6 * j
+    if not validMember(args[x]) or not validMember(args[x + 1]) then return {INVALID, E_MEMBER, x, 0} end
+    if whole(args[x + 2], 1, MAX_N) == nil then return {INVALID, E_COST, x + 2, 0} end
+    if whole(args[x + 3], 1, 1000) == nil then return {INVALID, E_COST, x + 3, 0} end
+    if whole(args[x + 4], 0, EXACT - 1) == nil then return {INVALID, E_NOW, x + 4, 0} end
+    if args[x + 5] ~= '0' and args[x + 5] ~= '1' then return {INVALID, E_FRESH, x + 5, 0} end
+  end
+  local V, P, X = keys[1], keys[2], keys[3]
+  local ok, vv = shareRead('HGET', V, '')
+  if not ok then return {WRONGTYPE, 1, 0, 0} end
+  if not shareRead('ZCARD', P) then return {WRONGTYPE, 2, 0, 0} end
+  local t = clock(now)
+  local Vn = tonum(vv or 0) or 0
+  local SK = {X, unpk(keys, 4, nk)}
+  local given = 0
+  for j = 0, M - 1 do
+    local x = first + 6 * j
+    local member, flow, c, w = args[x], args[x + 1], args[x + 2] + 0, args[x + 3] + 0
+    call('ZREM', P, member)
+    if args[x + 5] == '1' and n > 0 then
+      call('DEL', X)
+      local sa = {format('%d', t), '1000', '2', format('%d', c), args[x + 4], '0', '0'}
+      for i = 1, #TA do sa[7 + i] = TA[i] end
+      local r = settle(SK, sa)
+      if not r.err and r[1] == 1 then given = given + 1 end
+      local f = tonum(call('HGET', V, flow) or 0)
+      if f then
+        f = f - c / w
+        if f < Vn then
+          call('HDEL', V, flow)
+        else
+          call('HSET', V, flow, format('%.17g', f))
+        end
+      end
+    end
+  end
+  call('DEL', X)
+  return given
+end

@@ -1,0 +1,143 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// newShared returns shared levels over a fresh limiter whose global
+// level is global.
+func newShared(t *testing.T, global throttle.Limits, o throttle.SharedOptions) (*throttle.Shared, env) {
+	t.Helper()
+	e := setup(t)
+	l := newLimiter(t, e.rdb, e.prefix, time.Minute, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}})
+	s, err := throttle.NewShared(l, throttle.LevelRules{GlobalPolicy: throttle.Policy{Limits: global}}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, e
+}
+
+// levelJobs returns n jobs of tenant at the global level.
+func levelJobs(tenant string, from, n int) ([]throttle.Level, []throttle.LevelJob) {
+	lv := make([]throttle.Level, n)
+	js := make([]throttle.LevelJob, n)
+	for i := range js {
+		lv[i] = throttle.Global
+		js[i] = throttle.LevelJob{Tenant: tenant, JobID: fmt.Sprintf("s:%d", from+i), Flow: tenant, Cost: 1, Weight: 1}
+	}
+	return lv, js
+}
+
+func TestSharedLevelTakesTurns(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newShared(t, throttle.Limits{{Rate: 100, Period: time.Second, Burst: 1}},
+		throttle.SharedOptions{Lookahead: 30 * time.Millisecond, Direct: 40 * time.Millisecond})
+	lv, js := levelJobs("a", 1, 40)
+	ds, errs, _ := s.Decide(ctx, lv, js)
+	passed := 0
+	for i, d := range ds {
+		if errs[i] != nil {
+			t.Fatalf("job %d: %v", i, errs[i])
+		}
+		if d.Passed {
+			passed++
+			if d.Wait > 40*time.Millisecond {
+				t.Errorf("job %d granted a wait of %s, past the direct lookahead", i, d.Wait)
+			}
+		}
+	}
+	if passed < 1 || passed > 6 {
+		t.Fatalf("%d of a's 40 jobs passed at once, want 1 to 6 (a slot each 10ms within 40ms)", passed)
+	}
+	lv, jb := levelJobs("b", 1, 5)
+	if _, errs, _ := s.Decide(ctx, lv, jb); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	// Poke until every job of b was called: a's backlog must not keep
+	// them waiting behind all of it.
+	var order []string
+	deadline := time.Now().Add(10 * time.Second)
+	bs := 0
+	for bs < 5 && time.Now().Before(deadline) {
+		ws, err := s.Poke(ctx, []throttle.Level{throttle.Global})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			order = append(order, w.Tenant)
+			if w.Tenant == "b" {
+				bs++
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if bs < 5 {
+		t.Fatalf("only %d of b's jobs called before the deadline: %v", bs, order)
+	}
+	// b's 5 jobs alternate with a's: all called within the first 11.
+	if len(order) > 11 {
+		t.Errorf("b's last job was call %d, want at most 11 (in turns with a): %v", len(order), order)
+	}
+}
+
+func TestSharedPassIsUsedOnce(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newShared(t, throttle.Limits{{Rate: 10, Period: time.Second, Burst: 1}},
+		throttle.SharedOptions{Lookahead: 50 * time.Millisecond, Direct: 150 * time.Millisecond})
+	lv, js := levelJobs("a", 1, 2)
+	ds, errs, _ := s.Decide(ctx, lv, js)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	if !ds[0].Passed || ds[0].Wait != 0 {
+		t.Fatalf("first job: %+v, want passed now", ds[0])
+	}
+	if !ds[1].Passed || ds[1].Wait <= 0 {
+		t.Fatalf("second job: %+v, want granted a slot ahead (100ms)", ds[1])
+	}
+	// Back at once: it holds its pass, and its wait is what is left.
+	again, errs, _ := s.Decide(ctx, lv[1:], js[1:])
+	if errs[0] != nil || !again[0].Passed || again[0].Wait <= 0 || again[0].Wait > ds[1].Wait {
+		t.Fatalf("second job back early: %+v, %v; want passed with the rest of %s", again[0], errs[0], ds[1].Wait)
+	}
+	time.Sleep(ds[1].Wait)
+	again, _, _ = s.Decide(ctx, lv[1:], js[1:])
+	if !again[0].Passed || again[0].Wait != 0 {
+		t.Fatalf("second job at its slot: %+v, want passed now", again[0])
+	}
+	// Its pass is used: decided a third time it is a new job, charged.
+	again, _, _ = s.Decide(ctx, lv[1:], js[1:])
+	if again[0].Passed && again[0].Wait == 0 {
+		t.Fatalf("second job passed twice on one grant: %+v", again[0])
+	}
+}
+
+func TestSharedGiveBackReturnsTheCharge(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newShared(t, throttle.Limits{{Rate: 1, Period: time.Second, Burst: 1}},
+		throttle.SharedOptions{Lookahead: 50 * time.Millisecond, Direct: 100 * time.Millisecond})
+	lv, js := levelJobs("a", 1, 1)
+	ds, errs, _ := s.Decide(ctx, lv, js)
+	if errs[0] != nil || !ds[0].Passed || ds[0].Wait != 0 {
+		t.Fatalf("first job: %+v %v", ds[0], errs[0])
+	}
+	lv2, jb := levelJobs("b", 1, 1)
+	if ds, _, _ := s.Decide(ctx, lv2, jb); ds[0].Passed {
+		t.Fatalf("b's job passed a bucket a emptied: %+v", ds[0])
+	}
+	if err := s.GiveBack(ctx, []throttle.Grant{{Level: throttle.Global, Job: js[0], Slot: time.Now(), Refund: true}}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := s.Poke(ctx, []throttle.Level{throttle.Global})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 1 || ws[0].Tenant != "b" {
+		t.Fatalf("poke after the give-back called %v, want b's job", ws)
+	}
+}
