@@ -28,8 +28,9 @@ import (
 //
 // A Decider is safe for concurrent use by many goroutines.
 type Decider struct {
-	l    *Limiter
-	caps *RunningCaps
+	l      *Limiter
+	caps   *RunningCaps
+	shared *Shared // nil: no levels above the tenant
 }
 
 // NewDecider returns the Decider of l's jobs, deciding under caps. Nil
@@ -80,6 +81,14 @@ func (d *Decider) Decide(ctx context.Context, cp Copy) (Decision, error) {
 // decided and whichever incarnation comes back. A tenant with credits and
 // no limits (and no cap) has its copies admitted once charged.
 func (d *Decider) DecideBatch(ctx context.Context, copies []Copy) []Result {
+	if d.shared != nil {
+		return d.decideLevels(ctx, copies)
+	}
+	return d.decideTenants(ctx, copies)
+}
+
+// decideTenants is DecideBatch past the levels above the tenant.
+func (d *Decider) decideTenants(ctx context.Context, copies []Copy) []Result {
 	capped, credits := d.scan(copies)
 	if credits {
 		return d.decideWithCredits(ctx, copies, capped)

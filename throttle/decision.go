@@ -50,6 +50,10 @@ type Copy struct {
 	// tenant's other jobs, whose turns its tenant's cap, whose place it
 	// holds, would refuse meanwhile.
 	Woken bool
+	// Group is the job's group (an organisation, a plan, an endpoint),
+	// whose limit it shares with the group's other tenants' jobs; empty
+	// for none. Only a Decider built WithLevels reads it.
+	Group string
 	// Released says the copy was brought back by a top-up's release of the
 	// jobs waiting for credits (Limiter.AddCredits): it passes the gate
 	// that holds every other job back until the release is done
@@ -87,6 +91,12 @@ const (
 	// release is under way: the gate holds new jobs back); with none, wait
 	// for a top-up (or, when Decision.CreditsDeadLetter, dead-letter it).
 	Unfunded
+	// Queued: wait for a turn under a limit above the tenant
+	// (Decision.LevelName: a group's or the global one, Shared). The job
+	// joined the level's waiting list, behind Decision.Ahead others, and
+	// nothing was charged. It is woken in its turn: another call names it
+	// in Result.Called. Only a Decider built WithLevels decides this.
+	Queued
 )
 
 // String names o.
@@ -104,6 +114,8 @@ func (o Outcome) String() string {
 		return "capped"
 	case Unfunded:
 		return "unfunded"
+	case Queued:
+		return "queued"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -189,6 +201,10 @@ type Decision struct {
 	// ShadowUnfunded, in shadow mode, says enforcing the tenant's credits
 	// would have refused the job (it was not charged).
 	ShadowUnfunded bool
+	// LevelName names the limit above the tenant (Level.String) that set
+	// Wait or queued the job, or, with ShadowWait, that would have; empty
+	// when the tenant's own limits decided.
+	LevelName string
 }
 
 // Leases returns the leases d holds, the tenant's first.
@@ -211,6 +227,9 @@ type Result struct {
 	// Wake names the jobs waiting for a lease whose turn this decision
 	// made (a Decider's only): the caller must wake them, whatever Err says.
 	Wake []Waiter
+	// Called names the jobs waiting under a shared level (Queued) whose
+	// turn this decision's calls made: the caller must wake them too.
+	Called []Waiter
 }
 
 // Lease is one run's place under a running cap, held from its admission

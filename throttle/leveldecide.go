@@ -1,0 +1,138 @@
+package throttle
+
+import (
+	"context"
+	"time"
+)
+
+// WithLevels returns a Decider like d that first decides each copy at the
+// limits above its tenant (Shared): its group's (Copy.Group), then the
+// global one. A copy passes a level, or waits for its slot there
+// (Reserved, uncharged by its tenant), or waits in the level's list for
+// its turn (Queued). Only a copy that passed every level now is decided
+// by its tenant's limits, caps and credits; when they make it wait, the
+// levels' grants are given back (Shared.GiveBack).
+func (d *Decider) WithLevels(s *Shared) *Decider {
+	c := *d
+	c.shared = s
+	return &c
+}
+
+// levelPlan is what the levels decide of one copy.
+type levelPlan struct {
+	levels  []Level
+	granted []Grant // the levels it passed in this call, for GiveBack
+	shadow  time.Duration
+	level   string // the level of shadow
+}
+
+// plan returns the levels cp is decided at, in order: its group's and
+// the global, those with limits.
+func (d *Decider) plan(cp Copy) []Level {
+	var out []Level
+	if cp.Group != "" {
+		if lv := (Level{Group: cp.Group}); len(d.shared.Policy(lv).Limits) > 0 {
+			out = append(out, lv)
+		}
+	}
+	if len(d.shared.Policy(Global).Limits) > 0 {
+		out = append(out, Global)
+	}
+	return out
+}
+
+// levelJob is cp as a job at level k of its plan.
+func (d *Decider) levelJob(cp Copy, levels []Level, k int) LevelJob {
+	j := LevelJob{Tenant: cp.Tenant, JobID: cp.JobID, Flow: cp.Tenant, Cost: max(cp.Cost, 1), Weight: 1,
+		Keep: k < len(levels)-1}
+	if levels[k].Group == "" && cp.Group != "" {
+		j.Flow = cp.Group
+	} else if w := d.l.policies.Policy(cp.Tenant).Weight; w > 1 {
+		j.Weight = w
+	}
+	return j
+}
+
+// decideLevels is DecideBatch with levels above the tenant.
+func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
+	out := make([]Result, len(copies))
+	plans := make([]levelPlan, len(copies))
+	done := make([]bool, len(copies))
+	var called []Waiter
+	for stage := 0; ; stage++ {
+		var idx []int
+		var lvs []Level
+		var js []LevelJob
+		for i, cp := range copies {
+			if stage == 0 {
+				plans[i].levels = d.plan(cp)
+			}
+			if done[i] || stage >= len(plans[i].levels) {
+				continue
+			}
+			idx = append(idx, i)
+			lvs = append(lvs, plans[i].levels[stage])
+			js = append(js, d.levelJob(cp, plans[i].levels, stage))
+		}
+		if len(idx) == 0 {
+			break
+		}
+		ds, errs, c := d.shared.Decide(ctx, lvs, js)
+		called = append(called, c...)
+		now := time.Now()
+		for k, i := range idx {
+			p := &plans[i]
+			name := lvs[k].String()
+			switch {
+			case errs[k] != nil:
+				out[i].Err, done[i] = errs[k], true
+			case !ds[k].Passed:
+				out[i].Decision, done[i] = Decision{Outcome: Queued, Ahead: ds[k].Ahead, LevelName: name}, true
+			case ds[k].Wait > 0:
+				out[i].Decision, done[i] = Decision{Outcome: Reserved, Wait: ds[k].Wait, LevelName: name}, true
+			default:
+				p.granted = append(p.granted, Grant{Level: lvs[k], Job: js[k], Slot: now, Refund: true})
+				if ds[k].ShadowWait > p.shadow {
+					p.shadow, p.level = ds[k].ShadowWait, name
+				}
+			}
+		}
+	}
+	var pass []int
+	for i := range copies {
+		if !done[i] {
+			pass = append(pass, i)
+		}
+	}
+	var back []Grant
+	if len(pass) > 0 {
+		sub := make([]Copy, len(pass))
+		for k, i := range pass {
+			sub[k] = copies[i]
+		}
+		rs := d.decideTenants(ctx, sub)
+		for k, i := range pass {
+			out[i] = rs[k]
+			p := plans[i]
+			ran := rs[k].Err == nil && rs[k].Outcome == Admitted
+			if ran && p.shadow > out[i].ShadowWait {
+				out[i].ShadowWait, out[i].LevelName = p.shadow, p.level
+			}
+			for _, g := range p.granted {
+				if !ran {
+					back = append(back, g)
+				} else if g.Job.Keep {
+					g.Refund = false // its pass was kept: forget it
+					back = append(back, g)
+				}
+			}
+		}
+	}
+	// Given back in a round trip of its own; a failure leaves the charges
+	// spent: the levels admit less for a moment, never more.
+	_ = d.shared.GiveBack(ctx, back)
+	if len(called) > 0 && len(out) > 0 {
+		out[0].Called = append(out[0].Called, called...)
+	}
+	return out
+}
