@@ -195,6 +195,10 @@ type Params struct {
 	// throttle.Decider.DecideBatch); *throttle.RunningCaps satisfies it.
 	// Defaults to the Decider, when it is a Leaser.
 	Leases Leaser
+	// Levels, when set, calls the jobs waiting for a turn under shared
+	// levels (throttle.Queued); *throttle.Shared satisfies it. Defaults to
+	// none: a queued job comes back after Config.ParkFor.
+	Levels LevelPoker
 	// Waker, when set, brings back a parked job (one the Decider told to
 	// wait for a lease) when its turn comes. Without one, a parked job
 	// comes back after Config.ParkFor and finds its turn held if it came.

@@ -24,6 +24,7 @@ import (
 //  1. claimed by the fast lane?  the lane settles it (laneAdapter)
 //  2. a duplicate?               acked unrun (settle)
 //  3. capped?                    parked until woken (capKeeper.park)
+//     queued under a level?      parked until its turn (levelKeeper.park)
 //     unfunded?                  parked for a top-up, or a dead letter
 //  4. rate: admitted?            a flight, started below
 //     slot close at hand?        kept for it in the worker (shortWait)
@@ -51,6 +52,7 @@ type lifecycle struct {
 	pauses *pauseGate       // paused tenants (pause.go)
 	holds  *downstreamHolds // held tenants (holds.go)
 	caps   *capKeeper       // parking, leases, wakes (caps.go)
+	levels *levelKeeper     // turns under shared levels (levels.go)
 	dlq    *deadLetter      // dead letters (deadletter.go)
 	defers *deferSettler    // deferrals settled (deferloop.go)
 	runs   *handlerRunner   // handlers run, and their jobs settled (run.go)
@@ -93,11 +95,12 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 		redisFailed int   // jobs Redis failed to decide
 		redisErr    error // the first such failure
 	)
-	var wake []throttle.Waiter
+	var wake, called []throttle.Waiter
 	for k, i := range g.idx {
 		it := &items[i]
 		res := g.results[k]
 		wake = append(wake, res.Wake...)
+		called = append(called, res.Called...)
 		l.rec.add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
 		case res.Err == nil && res.Outcome == throttle.Duplicate && fastcopy.IsCopy(res.Owner):
@@ -109,6 +112,9 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 		case res.Err == nil && res.Outcome == throttle.Capped:
 			// 3.
 			deferrals = append(deferrals, l.caps.park(it, res.Decision))
+		case res.Err == nil && res.Outcome == throttle.Queued:
+			// 3c. Waiting for its turn under a shared level (levels.go).
+			deferrals = append(deferrals, l.levels.park(it, res.Decision))
 		case res.Err == nil && res.Outcome == throttle.Unfunded:
 			// 3b. Its tenant's credits cannot cover it (credits.go).
 			if d, ok := l.unfunded(it, res.Decision); ok {
@@ -177,6 +183,7 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 		l.hand.flights.Store(flights[i], struct{}{})
 	}
 	l.caps.wake(workCtx, wake)
+	l.levels.wake(workCtx, called)
 	for i, it := range order {
 		l.start(ctx, workCtx, flights[i], it.job)
 	}
@@ -260,6 +267,9 @@ func (l *lifecycle) settle(msg jetstream.Msg, f func(jetstream.Msg) error) {
 
 // waitReason says what held a limited job, for HeaderWaitReason.
 func waitReason(d throttle.Decision) string {
+	if d.LevelName != "" {
+		return "shared limit " + d.LevelName
+	}
 	if d.Binding == (throttle.Limit{}) {
 		return "the slot it holds"
 	}

@@ -55,6 +55,9 @@ type TenantStats struct {
 	DownstreamHolds int64
 	// CapDeferred counts jobs parked to wait for a lease of a running cap.
 	CapDeferred int64
+	// LevelQueued counts jobs parked to wait for a turn under a shared
+	// level (a group's or the global limit).
+	LevelQueued int64
 	// CreditsWaiting counts jobs parked because their tenant's credits
 	// could not cover them.
 	CreditsWaiting int64

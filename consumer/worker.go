@@ -29,6 +29,7 @@ type Worker struct {
 	decider   *groupDecider    // the decide stage (decide.go)
 	lifecycle *lifecycle       // a decided job's stages, in their order (lifecycle.go)
 	caps      *capKeeper       // parking, leases and wakes of running caps (caps.go)
+	levels    *levelKeeper     // parking, pokes and wakes under shared levels (levels.go)
 	holds     *downstreamHolds // the holds downstreams asked for, and the Holder (holds.go)
 	unbundle  *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
 	top       *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
@@ -94,6 +95,7 @@ func New(p Params) (*Worker, error) {
 	short := newShortWait(cfg, &w.hand.pulled)
 	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, rec: rec,
 		handlers: &w.runs.handlers, inflight: &w.hand.flights}
+	w.levels = &levelKeeper{poker: p.Levels, waker: p.Waker, cfg: cfg, log: cfg.Logger, rec: rec, handlers: &w.runs.handlers}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
 	dlq := &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers,
@@ -108,7 +110,7 @@ func New(p Params) (*Worker, error) {
 	w.decider = &groupDecider{throttle: p.Decider, redis: redis, short: short,
 		pauses: pauses, pull: w.pull, lane: p.Lane, obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.lifecycle = &lifecycle{pull: w.pull, hand: w.hand, short: short, redis: redis, pauses: pauses, holds: w.holds,
-		caps: w.caps, dlq: dlq, defers: w.defers, runs: w.runs, obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
+		caps: w.caps, levels: w.levels, dlq: dlq, defers: w.defers, runs: w.runs, obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
 		hand: w.hand, start: w.lifecycle.start, settle: w.lifecycle.settle, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.lifecycle.fast = w.fast
@@ -172,6 +174,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopKeepAlive()
 	stopLeases := w.caps.startLeaseLoop(work)
 	defer stopLeases()
+	stopPokes := w.levels.start(work)
+	defer stopPokes()
 	stopHolds := w.holds.listen()
 	defer stopHolds()
 	stopTop := w.top.listen()

@@ -1,0 +1,121 @@
+package consumer
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// LevelPoker hands the room time made under shared levels (a group's or
+// the global limit) to the jobs waiting in their lists;
+// *throttle.Shared satisfies it.
+type LevelPoker interface {
+	Poke(ctx context.Context, levels []throttle.Level) ([]throttle.Waiter, error)
+}
+
+// LevelReason starts the HeaderWaitReason of a job parked for its turn
+// under a shared level, followed by the level's name.
+const LevelReason = "waiting for a turn under "
+
+// levelPokeEvery is how often the worker calls the jobs waiting under
+// the levels it parked jobs under: the room of a rate comes with time,
+// not with a release, so someone must ask. Each call reserves slots a
+// lookahead ahead (throttle.SharedOptions), longer than this.
+const levelPokeEvery = 40 * time.Millisecond
+
+// levelKeeper runs the worker's side of shared levels: it parks the jobs
+// a level queued, pokes the levels it parked jobs under, and wakes the
+// jobs whose turn came.
+type levelKeeper struct {
+	poker    LevelPoker // nil without one
+	waker    Waker      // nil without one
+	parked   latestTimes
+	cfg      Config
+	log      *slog.Logger
+	rec      *recorder
+	handlers *sync.WaitGroup // the worker's: a wake is waited for as a handler
+}
+
+// park defers a job a level queued: moved off the consumer until woken,
+// or until ParkFor if its call is lost.
+func (k *levelKeeper) park(it *item, d throttle.Decision) Deferral {
+	k.rec.add(it.job.Tenant, func(s *TenantStats) { s.LevelQueued++ })
+	k.parked.record(d.LevelName, k.cfg.Now())
+	return Deferral{Msg: it.msg, Job: it.job, Wait: k.cfg.ParkFor, Park: true, Reason: LevelReason + d.LevelName}
+}
+
+// levelOf reads a level's name (throttle.Level.String).
+func levelOf(name string) (throttle.Level, bool) {
+	if name == throttle.GlobalKey {
+		return throttle.Global, true
+	}
+	g, ok := strings.CutPrefix(name, throttle.GroupKeyPrefix)
+	return throttle.Level{Group: g}, ok && g != ""
+}
+
+// wake brings back each job whose turn came, in goroutines of its own. A
+// job that cannot be woken comes back at its fallback time; the slot it
+// was called for is left unused, never given twice.
+func (k *levelKeeper) wake(ctx context.Context, ws []throttle.Waiter) {
+	if len(ws) == 0 || k.waker == nil {
+		return
+	}
+	for _, wt := range ws {
+		k.handlers.Add(1)
+		go func() {
+			defer k.handlers.Done()
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RedisTimeout+3*time.Second)
+			defer cancel()
+			found, err := k.waker.Wake(lctx, wt.Tenant, wt.JobID)
+			if err != nil {
+				k.log.Warn("waking a job queued under a shared level failed; it comes back by itself", "tenant", wt.Tenant, "job", wt.JobID, "err", err)
+			}
+			if found {
+				k.rec.add(wt.Tenant, func(s *TenantStats) { s.Woken++ })
+			}
+		}()
+	}
+}
+
+// pokeLoop pokes, every levelPokeEvery, the levels this worker parked
+// jobs under within ParkFor, and wakes the jobs called, until done.
+func (k *levelKeeper) pokeLoop(ctx context.Context, done <-chan struct{}) {
+	tick := time.NewTicker(levelPokeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		var levels []throttle.Level
+		for _, name := range k.parked.since(k.cfg.Now().Add(-k.cfg.ParkFor)) {
+			if lv, ok := levelOf(name); ok {
+				levels = append(levels, lv)
+			}
+		}
+		if len(levels) == 0 {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RedisTimeout)
+		ws, err := k.poker.Poke(lctx, levels)
+		cancel()
+		if err != nil {
+			k.log.Debug("poking shared levels failed", "err", err)
+		}
+		k.wake(ctx, ws)
+	}
+}
+
+// start runs pokeLoop, when the worker has a LevelPoker, until stop is
+// called.
+func (k *levelKeeper) start(ctx context.Context) (stop func()) {
+	if k.poker == nil {
+		return func() {}
+	}
+	return startLoop(func(done <-chan struct{}) { k.pokeLoop(ctx, done) })
+}
