@@ -189,6 +189,7 @@ func (f *httpFleet) publish(tenant string, n int) []string {
 type pacedPublisher struct {
 	mu   sync.Mutex
 	ids  map[string][]string // per tenant
+	at   map[string]time.Time // when each id was published (its ack)
 	err  error
 	done chan struct{}
 }
@@ -196,7 +197,7 @@ type pacedPublisher struct {
 // publishPaced publishes perSecond jobs a second of each tenant for d, in
 // 20 ms ticks, and returns at once; wait returns the ids.
 func (f *httpFleet) publishPaced(perSecond map[string]int, d time.Duration) *pacedPublisher {
-	p := &pacedPublisher{ids: map[string][]string{}, done: make(chan struct{})}
+	p := &pacedPublisher{ids: map[string][]string{}, at: map[string]time.Time{}, done: make(chan struct{})}
 	const tick = 20 * time.Millisecond
 	go func() {
 		defer close(p.done)
@@ -215,7 +216,9 @@ func (f *httpFleet) publishPaced(perSecond map[string]int, d time.Duration) *pac
 						p.mu.Unlock()
 						return
 					}
-					p.ids[tenant] = append(p.ids[tenant], jobID(f.cfg.Stream, ack.Sequence))
+					id := jobID(f.cfg.Stream, ack.Sequence)
+					p.ids[tenant] = append(p.ids[tenant], id)
+					p.at[id] = time.Now()
 					p.mu.Unlock()
 					sent[tenant]++
 				}
