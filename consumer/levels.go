@@ -34,6 +34,7 @@ type levelKeeper struct {
 	poker    LevelPoker // nil without one
 	waker    Waker      // nil without one
 	parked   latestTimes
+	counts   levelCounts
 	cfg      Config
 	log      *slog.Logger
 	rec      *recorder
@@ -45,6 +46,7 @@ type levelKeeper struct {
 func (k *levelKeeper) park(it *item, d throttle.Decision) Deferral {
 	k.rec.add(it.job.Tenant, func(s *TenantStats) { s.LevelQueued++ })
 	k.parked.record(d.LevelName, k.cfg.Now())
+	k.counts.add(d.LevelName, func(s *LevelStats) { s.Queued++ })
 	return Deferral{Msg: it.msg, Job: it.job, Wait: k.cfg.ParkFor, Park: true, Reason: LevelReason + d.LevelName}
 }
 
@@ -118,4 +120,62 @@ func (k *levelKeeper) start(ctx context.Context) (stop func()) {
 		return func() {}
 	}
 	return startLoop(func(done <-chan struct{}) { k.pokeLoop(ctx, done) })
+}
+
+// LevelStats counts what one shared level did to this worker's jobs.
+type LevelStats struct {
+	// Queued counts jobs parked to wait for their turn under the level.
+	Queued int64
+	// Slotted counts jobs the level gave a slot ahead, which waited for it.
+	Slotted int64
+	// ShadowWaited counts jobs a level in shadow mode would have made wait.
+	ShadowWaited int64
+}
+
+// levelCounts holds LevelStats by level name. Safe for concurrent use;
+// the zero value is ready. Levels are few (the global one and the
+// groups with limits), so every one is kept.
+type levelCounts struct {
+	mu sync.Mutex
+	m  map[string]*LevelStats
+}
+
+// add applies f to level's counts.
+func (c *levelCounts) add(level string, f func(*LevelStats)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]*LevelStats{}
+	}
+	s := c.m[level]
+	if s == nil {
+		s = &LevelStats{}
+		c.m[level] = s
+	}
+	f(s)
+}
+
+// snapshot copies the counts.
+func (c *levelCounts) snapshot() map[string]LevelStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]LevelStats, len(c.m))
+	for k, v := range c.m {
+		out[k] = *v
+	}
+	return out
+}
+
+// decided counts what a decision of the levels did to a job that was not
+// queued: a slot ahead to wait for, or a wait a shadow level spared.
+func (k *levelKeeper) decided(d throttle.Decision) {
+	if d.LevelName == "" {
+		return
+	}
+	switch {
+	case d.Outcome == throttle.Reserved:
+		k.counts.add(d.LevelName, func(s *LevelStats) { s.Slotted++ })
+	case d.Outcome == throttle.Admitted && d.ShadowWait > 0:
+		k.counts.add(d.LevelName, func(s *LevelStats) { s.ShadowWaited++ })
+	}
 }

@@ -101,6 +101,9 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 		res := g.results[k]
 		wake = append(wake, res.Wake...)
 		called = append(called, res.Called...)
+		if res.Err == nil {
+			l.levels.decided(res.Decision)
+		}
 		l.rec.add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
 		switch {
 		case res.Err == nil && res.Outcome == throttle.Duplicate && fastcopy.IsCopy(res.Owner):

@@ -134,6 +134,10 @@ func (w *Worker) HeldDownstream(now time.Time) []string { return w.holds.keys(no
 // fleet's jobs in hand is the jobs NAK'd to come back later.
 func (w *Worker) InHand() int { return w.hand.count() }
 
+// Levels returns what each shared level (throttle.Level.String) did to
+// this worker's jobs.
+func (w *Worker) Levels() map[string]LevelStats { return w.levels.counts.snapshot() }
+
 // ParkedUnder returns the caps ("" for the fleet's, else a tenant) this
 // worker parked jobs under at or after from.
 func (w *Worker) ParkedUnder(from time.Time) []string { return w.caps.parked.keys(from) }

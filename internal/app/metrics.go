@@ -57,6 +57,11 @@ func (m *metrics) watch(src statsSource) error {
 	if err := m.reg.Register(newStatsCollector(src, m.tenantDetail, m.warmUp, now)); err != nil {
 		return fmt.Errorf("registering the worker's counters: %w", err)
 	}
+	if src.levels != nil {
+		if err := m.reg.Register(newLevelCollector(src.levels)); err != nil {
+			return fmt.Errorf("registering the levels' counters: %w", err)
+		}
+	}
 	return nil
 }
 

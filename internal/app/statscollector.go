@@ -26,6 +26,8 @@ type statsSource struct {
 	// waiting returns the fleet's waiting jobs by kind as last counted,
 	// and false when there is no fresh count; nil when nothing counts.
 	waiting func() (map[string]int64, bool)
+	// levels returns what each shared level did; nil when nothing counts.
+	levels func() map[string]consumer.LevelStats
 }
 
 // tenantCounter is one per-tenant counter (or gauge) of
