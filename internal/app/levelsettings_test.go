@@ -1,11 +1,18 @@
 package app
 
 import (
+	"context"
 	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/limits"
 	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
@@ -112,5 +119,59 @@ func TestWorkerConfigGroup(t *testing.T) {
 	wc = WorkerConfig(mustSettle(t, map[string]string{"THROTTLER_GROUP_FROM": "header:X-Org", "THROTTLER_GROUP_REQUIRED": "true"}), log)
 	if wc.Group != tenant.FromHeader("X-Org") || !wc.GroupRequired {
 		t.Errorf("the worker reads group %+v, required %v; want header X-Org, required", wc.Group, wc.GroupRequired)
+	}
+}
+
+// The worker's levels are the limits bucket's _global and group keys over
+// the environment's, and the environment's alone with the bucket off; a
+// bad level value is counted as a bad tenant value is.
+func TestLivePoliciesLevels(t *testing.T) {
+	t.Parallel()
+	n := testenv.StartNATS(t, "")
+	r := testenv.StartRedis(t)
+	nc := n.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vars := map[string]string{"THROTTLER_GLOBAL_LIMIT": "500/s", "THROTTLER_GROUP_FROM": "header:Org",
+		"THROTTLER_GROUP_LIMITS": "org-1=100/s,org-2=60/s", "THROTTLER_DEFAULT_GROUP_LIMIT": "10/s"}
+	cfg := mustSettle(t, vars)
+	kv, err := limits.OpenBucket(ctx, js, cfg.LimitsBucket, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, value := range map[string]string{"_global": "250/s", "group.org-1": "40/s", "group.org-2": "60/s+running:1"} {
+		if _, err := kv.PutString(ctx, key, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stats := consumer.NewStats(100)
+	tenants, levels := livePolicies(ctx, nc, js, r.Client(t), cfg, 1, stats, slog.New(slog.DiscardHandler))
+	if tenants == nil || levels == nil {
+		t.Fatal("livePolicies returned no policies")
+	}
+	for name, c := range map[string]struct {
+		got  throttle.Policy
+		want string
+	}{
+		"global": {levels.Global(), "250/s:250"},
+		"org-1":  {levels.Group("org-1"), "40/s:40"},
+		"org-2":  {levels.Group("org-2"), "60/s:60"},
+		"org-3":  {levels.Group("org-3"), "10/s:10"},
+	} {
+		if c.got.String() != c.want {
+			t.Errorf("live %s level %q, want %q", name, c.got, c.want)
+		}
+	}
+	if bad := stats.Snapshot()["group.org-2"].BadLimits; bad != 1 {
+		t.Errorf("group.org-2's bad value counted %d times, want 1", bad)
+	}
+
+	vars["THROTTLER_LIMITS_BUCKET"] = "off"
+	if _, levels := livePolicies(ctx, nc, js, r.Client(t), mustSettle(t, vars), 1, stats, slog.New(slog.DiscardHandler)); levels.Global().String() != "500/s:500" {
+		t.Errorf("with the bucket off, global %q, want the environment's 500/s:500", levels.Global())
 	}
 }
