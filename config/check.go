@@ -79,9 +79,10 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck.name("THROTTLER_STREAM", c.Stream, 255-len("_FORWARD"))
 	ck.name("THROTTLER_CONSUMER", c.Consumer, 255-len("_arrivals"))
 	c.Subjects = ck.subjects(c.SubjectsSpec)
-	c.TenantFromToken, c.TenantFromHeader = ck.tenantFrom(c.TenantFromSpec)
+	c.TenantFromToken, c.TenantFromHeader = ck.source("THROTTLER_TENANT_FROM", c.TenantFromSpec)
 	ck.intIn("THROTTLER_DEFAULT_BURST", c.DefaultBurst)
-	c.TenantLimitSpecs = ck.tenantLimits(c.TenantLimits)
+	c.TenantLimitSpecs = ck.limitEntries("THROTTLER_TENANT_LIMITS", "tenant", "acme=50/s:100+10000/d,globex=5/m", c.TenantLimits)
+	ck.levels(c)
 	if c.LimitsBucket != LimitsOff {
 		ck.bucket("THROTTLER_LIMITS_BUCKET", c.LimitsBucket)
 	}
@@ -269,9 +270,9 @@ func (ck *checker) subjects(s string) []string {
 	return out
 }
 
-// tenantFrom reads THROTTLER_TENANT_FROM: subject:N or header:NAME.
-func (ck *checker) tenantFrom(s string) (token int, header string) {
-	const name = "THROTTLER_TENANT_FROM"
+// source reads variable name, which says where a job's tenant or group
+// comes from: subject:N or header:NAME.
+func (ck *checker) source(name, s string) (token int, header string) {
 	kind, arg, _ := strings.Cut(s, ":")
 	switch kind {
 	case "subject":
@@ -292,31 +293,32 @@ func (ck *checker) tenantFrom(s string) (token int, header string) {
 	return 0, ""
 }
 
-// tenantLimits splits THROTTLER_TENANT_LIMITS into its TENANT=LIMITS
-// entries. What a tenant and a limit may be is checked by internal/app,
-// with the rules of packages tenant and throttle.
-func (ck *checker) tenantLimits(s string) map[string]string {
-	const name = "THROTTLER_TENANT_LIMITS"
+// limitEntries splits variable name, entries of what (tenant or group)
+// such as example, into its NAME=LIMITS entries. What a name and a limit
+// may be is checked by internal/app, with the rules of packages tenant
+// and throttle.
+func (ck *checker) limitEntries(name, what, example, s string) map[string]string {
 	out := map[string]string{}
 	if strings.TrimSpace(s) == "" {
 		return out
 	}
+	want := fmt.Sprintf("must be %s=LIMITS entries separated by commas, such as %s", strings.ToUpper(what), example)
 	for _, entry := range strings.Split(s, ",") {
 		if strings.TrimSpace(entry) == "" {
-			ck.addf(name, "must be TENANT=LIMITS entries separated by commas, such as acme=50/s:100+10000/d,globex=5/m, got an empty entry in %q", s)
+			ck.addf(name, "%s, got an empty entry in %q", want, s)
 			continue
 		}
-		tenant, spec, ok := strings.Cut(entry, "=")
-		tenant = strings.TrimSpace(tenant)
-		if !ok || tenant == "" {
-			ck.addf(name, "must be TENANT=LIMITS entries separated by commas, such as acme=50/s:100+10000/d: entry %q has no TENANT=", entry)
+		key, spec, ok := strings.Cut(entry, "=")
+		key = strings.TrimSpace(key)
+		if !ok || key == "" {
+			ck.addf(name, "%s: entry %q has no %s=", want, entry, strings.ToUpper(what))
 			continue
 		}
-		if _, dup := out[tenant]; dup {
-			ck.addf(name, "tenant %q given twice", tenant)
+		if _, dup := out[key]; dup {
+			ck.addf(name, "%s %q given twice", what, key)
 			continue
 		}
-		out[tenant] = strings.TrimSpace(spec)
+		out[key] = strings.TrimSpace(spec)
 	}
 	return out
 }

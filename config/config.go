@@ -1,8 +1,9 @@
 // Package config reads the worker's settings from environment variables
 // into one flat struct, checks each variable on its own terms (syntax,
 // range, choices) and prints the effective configuration with secrets
-// masked. It is split by job: this file holds the settings, load.go reads
-// them, check.go checks them, print.go prints them.
+// masked. It is split by job: this file holds the settings, values.go the
+// values some of them take, load.go reads them, check.go checks them (with
+// levels.go for the limits above the tenant), print.go prints them.
 //
 // config imports no package of this module. What a limit spec, a tenant or
 // a subject means is each defined once, in the packages that act on it
@@ -98,8 +99,9 @@ type Config struct {
 	DefaultLimit string `env:"THROTTLER_DEFAULT_LIMIT" envDefault:"100/s"`
 
 	// DefaultBurst is the burst of every limit written without :BURST, in
-	// DefaultLimit and TenantLimits; 0 gives each such limit a burst equal to
-	// its own rate. Defaults to 0.
+	// DefaultLimit, TenantLimits, GlobalLimit, GroupLimits and
+	// DefaultGroupLimit; 0 gives each such limit a burst equal to its own
+	// rate. Defaults to 0.
 	DefaultBurst int64 `env:"THROTTLER_DEFAULT_BURST" envDefault:"0"`
 
 	// TenantLimits holds per-tenant limits replacing DefaultLimit, such as
@@ -107,9 +109,41 @@ type Config struct {
 	// Defaults to empty (no per-tenant limits).
 	TenantLimits string `env:"THROTTLER_TENANT_LIMITS"`
 
-	// LimitsBucket is the NATS key-value bucket whose keys (tenants, and
-	// _default) hold limits that replace those above while the worker
-	// runs; the worker creates it when missing. "off" reads none.
+	// GlobalLimit is the limit of all tenants' jobs together, such as
+	// 500/s or 500/s:1000+window:1000000/d: rate and window terms and
+	// shadow, no running:N, credits or weight:N, which are a tenant's.
+	// The key _global of LimitsBucket replaces it. Defaults to empty (no
+	// global limit).
+	GlobalLimit string `env:"THROTTLER_GLOBAL_LIMIT"`
+
+	// GroupFromSpec says where a job's group comes from (an organisation,
+	// a plan, a downstream endpoint), as TenantFromSpec says it of the
+	// tenant: subject:N or header:NAME. A group is named as a tenant is.
+	// GroupFromToken and GroupFromHeader hold it parsed. Defaults to empty
+	// (jobs have no group).
+	GroupFromSpec string `env:"THROTTLER_GROUP_FROM"`
+
+	// GroupLimits holds per-group limits replacing DefaultGroupLimit,
+	// written as GlobalLimit, such as org-1=1000/s,org-2=200/s; needs
+	// GroupFromSpec. GroupLimitSpecs holds it split. Defaults to empty
+	// (no per-group limits).
+	GroupLimits string `env:"THROTTLER_GROUP_LIMITS"`
+
+	// DefaultGroupLimit is the limit of every group not in GroupLimits,
+	// written as GlobalLimit; needs GroupFromSpec. The key group.NAME of
+	// LimitsBucket replaces a group's. Defaults to empty (such a group has
+	// no limit).
+	DefaultGroupLimit string `env:"THROTTLER_DEFAULT_GROUP_LIMIT"`
+
+	// GroupRequired dead-letters a job that carries no group, with the
+	// reason; without it such a job has no group limit. Needs
+	// GroupFromSpec. Defaults to false.
+	GroupRequired bool `env:"THROTTLER_GROUP_REQUIRED" envDefault:"false"`
+
+	// LimitsBucket is the NATS key-value bucket whose keys (tenants,
+	// _default, _global and group.NAME) hold limits that replace those
+	// above while the worker runs; the worker creates it when missing.
+	// "off" reads none.
 	// Defaults to throttler_limits.
 	LimitsBucket string `env:"THROTTLER_LIMITS_BUCKET" envDefault:"throttler_limits"`
 
@@ -326,63 +360,15 @@ type Config struct {
 	// TenantLimitSpecs holds TenantLimits split: each tenant's limits as
 	// written, not yet parsed. Filled by Load.
 	TenantLimitSpecs map[string]string
-}
 
-// The values of THROTTLER_ON_REDIS_ERROR.
-const (
-	// OnRedisErrorDefer defers the job as if it were limited.
-	OnRedisErrorDefer = "defer"
-	// OnRedisErrorAllow handles the job without throttling it.
-	OnRedisErrorAllow = "allow"
-)
+	// GroupFromToken is N of GroupFromSpec subject:N, or 0. Filled by Load.
+	GroupFromToken int
 
-// DeferMode says how a job that must wait is deferred.
-type DeferMode string
+	// GroupFromHeader is NAME of GroupFromSpec header:NAME, or "". Filled
+	// by Load.
+	GroupFromHeader string
 
-// The values of THROTTLER_DEFER.
-const (
-	// DeferAuto schedules waits of at least ScheduleAfter and naks shorter ones.
-	DeferAuto DeferMode = "auto"
-	// DeferNak always uses NakWithDelay.
-	DeferNak DeferMode = "nak"
-	// DeferSchedule always moves the job out of the consumer.
-	DeferSchedule DeferMode = "schedule"
-)
-
-// FastLaneMode says whether the fast lane runs.
-type FastLaneMode string
-
-// The values of THROTTLER_FAST_LANE.
-const (
-	// FastLaneAuto runs the lane wherever the jobs stream allows it.
-	FastLaneAuto FastLaneMode = "auto"
-	// FastLaneOff never runs the lane.
-	FastLaneOff FastLaneMode = "off"
-)
-
-// The values of THROTTLER_HANDLER.
-const (
-	// HandlerForward publishes each admitted job to ForwardSubject.
-	HandlerForward = "forward"
-	// HandlerHTTP sends each admitted job to HTTPURL.
-	HandlerHTTP = "http"
-)
-
-// HeaderField is one static header of THROTTLER_HTTP_HEADERS.
-type HeaderField struct {
-	// Name is the header's name, Value its value.
-	Name, Value string
-}
-
-// LimitsOff is the THROTTLER_LIMITS_BUCKET that reads no limits from NATS.
-const LimitsOff = "off"
-
-// Location is TimeZone loaded; UTC when it does not load (Validate
-// refuses it first).
-func (c Config) Location() *time.Location {
-	loc, err := time.LoadLocation(c.TimeZone)
-	if err != nil {
-		return time.UTC
-	}
-	return loc
+	// GroupLimitSpecs holds GroupLimits split: each group's limits as
+	// written, not yet parsed. Filled by Load.
+	GroupLimitSpecs map[string]string
 }

@@ -93,6 +93,7 @@ func TestDefaults(t *testing.T) {
 		Subjects:         []string{"jobs.>"},
 		TenantFromToken:  2,
 		TenantLimitSpecs: map[string]string{},
+		GroupLimitSpecs:  map[string]string{},
 	}
 	if !reflect.DeepEqual(*c, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", *c, want)

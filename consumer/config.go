@@ -15,6 +15,13 @@ import (
 type Config struct {
 	// Tenant says where a job's tenant comes from. Defaults to subject token 2.
 	Tenant tenant.Source
+	// Group says where a job's group comes from (Job.Group), read with
+	// the tenant's rule. Defaults to the zero Source: jobs have no group.
+	Group tenant.Source
+	// GroupRequired dead-letters a job that carries no group, with the
+	// reason; without it such a job has none (Job.Group ""). It applies
+	// only with Group set. Defaults to false.
+	GroupRequired bool
 	// CostHeader names the header carrying a job's cost. Defaults to "Job-Cost".
 	CostHeader string
 	// Concurrency caps the jobs whose handler runs at once. Defaults to 16.

@@ -105,7 +105,7 @@ func (gd *groupDecider) readGroup(group []jetstream.Msg) []item {
 	var last jetstream.Msg // the jobs consumer's furthest delivery
 	var lastSeq uint64
 	for _, m := range group {
-		job, err := readJob(m, gd.cfg.Tenant, gd.cfg.CostHeader)
+		job, err := readJob(m, gd.cfg)
 		if gd.lane != nil && job.Sequence > lastSeq && m.Headers().Get(fastcopy.Header) == "" && m.Headers().Get(HeaderWoken) == "" {
 			last, lastSeq = m, job.Sequence
 		}

@@ -71,6 +71,10 @@ type Job struct {
 	ID string
 	// Tenant owns the job.
 	Tenant string
+	// Group is the job's group, the level above its tenant whose limit
+	// it shares (throttle.Level), read where Config.Group says; "" when
+	// the job has none.
+	Group string
 	// Subject is the subject the job was published to.
 	Subject string
 	// Data is the message body.
@@ -183,8 +187,9 @@ type badJobError struct {
 
 func (e *badJobError) Error() string { return e.reason }
 
-// readJob builds the Job of a delivered message.
-func readJob(msg jetstream.Msg, src tenant.Source, costHeader string) (Job, error) {
+// readJob builds the Job of a delivered message, reading its tenant,
+// group and cost where cfg says.
+func readJob(msg jetstream.Msg, cfg Config) (Job, error) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return Job{}, fmt.Errorf("message metadata: %w", err)
@@ -210,15 +215,34 @@ func readJob(msg jetstream.Msg, src tenant.Source, costHeader string) (Job, erro
 			job.Published = ts
 		}
 	}
-	t, err := src.Of(job.Subject, h)
+	t, err := cfg.Tenant.Of(job.Subject, h)
 	if err != nil {
 		return job, &badJobError{reason: err.Error()}
 	}
 	job.Tenant = t
-	cost, err := ParseCost(h, costHeader)
+	if job.Group, err = readGroup(job.Subject, h, cfg); err != nil {
+		return job, &badJobError{tenant: t, reason: err.Error()}
+	}
+	cost, err := ParseCost(h, cfg.CostHeader)
 	if err != nil {
 		return job, &badJobError{tenant: t, reason: err.Error()}
 	}
 	job.Cost = cost
 	return job, nil
+}
+
+// readGroup returns the group of a message published to subject with
+// headers h, where cfg.Group says: "" when cfg names no source, or when
+// the message carries no group and cfg.GroupRequired is not set. A
+// malformed group is an error, as a malformed tenant is: the job would
+// otherwise escape its group's limit.
+func readGroup(subject string, h nats.Header, cfg Config) (string, error) {
+	if cfg.Group == (tenant.Source{}) {
+		return "", nil
+	}
+	g, err := cfg.Group.GroupOf(subject, h)
+	if errors.Is(err, tenant.ErrMissing) && !cfg.GroupRequired {
+		return "", nil
+	}
+	return g, err
 }

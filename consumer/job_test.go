@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -176,5 +177,100 @@ func matchErr(t *testing.T, err error, wantErr string) {
 		t.Fatalf("got no error, want one containing %q", wantErr)
 	case wantErr != "" && !strings.Contains(err.Error(), wantErr):
 		t.Fatalf("error %q does not contain %q", err, wantErr)
+	}
+}
+
+// A job's group is read where Config.Group says; a missing one is no
+// group unless it is required, a malformed one is always an error.
+func TestReadGroup(t *testing.T) {
+	org := tenant.FromHeader("Org")
+	tests := []struct {
+		name    string
+		cfg     Config
+		subject string
+		header  nats.Header
+		want    string
+		wantErr string
+	}{
+		{name: "no source", cfg: Config{}, subject: "jobs.acme", header: nats.Header{"Org": {"a.b"}}},
+		{name: "no source, required", cfg: Config{GroupRequired: true}, subject: "jobs.acme"},
+		{name: "header", cfg: Config{Group: org}, subject: "jobs.acme", header: nats.Header{"Org": {"org-1"}}, want: "org-1"},
+		{name: "token", cfg: Config{Group: tenant.FromSubject(3)}, subject: "jobs.acme.org-2", want: "org-2"},
+		{name: "missing", cfg: Config{Group: org}, subject: "jobs.acme"},
+		{name: "empty", cfg: Config{Group: org}, subject: "jobs.acme", header: nats.Header{"Org": {""}}},
+		{name: "missing token", cfg: Config{Group: tenant.FromSubject(3)}, subject: "jobs.acme"},
+		{name: "missing, required", cfg: Config{Group: org, GroupRequired: true}, subject: "jobs.acme",
+			wantErr: "missing group: no Org header"},
+		{name: "missing token, required", cfg: Config{Group: tenant.FromSubject(3), GroupRequired: true}, subject: "jobs.acme",
+			wantErr: "missing group"},
+		{name: "malformed", cfg: Config{Group: org}, subject: "jobs.acme", header: nats.Header{"Org": {"org 1"}},
+			wantErr: "malformed group"},
+		{name: "two headers", cfg: Config{Group: org}, subject: "jobs.acme", header: nats.Header{"Org": {"a", "b"}},
+			wantErr: "malformed group: 2 Org headers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := readGroup(tt.subject, tt.header, tt.cfg)
+			matchErr(t, err, tt.wantErr)
+			if got != tt.want {
+				t.Fatalf("readGroup = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// A job's group reaches its handler; a job whose group is malformed, or
+// missing when Config.GroupRequired, is dead-lettered under its tenant
+// with the reason, never decided nor run, as a job with a bad tenant is.
+func TestJobGroup(t *testing.T) {
+	tests := []struct {
+		name     string
+		required bool
+		msg      func() *fakeMsg
+		group    string // the group the handler sees
+		reason   string // in Throttler-Reason; "" when the job runs
+	}{
+		{name: "group", msg: func() *fakeMsg { return newMsg(9, "jobs.acme", "Org", "org-1") }, group: "org-1"},
+		{name: "no group", msg: func() *fakeMsg { return newMsg(9, "jobs.acme") }},
+		{name: "no group, required", required: true, msg: func() *fakeMsg { return newMsg(9, "jobs.acme", "X-Trace", "t9") },
+			reason: "missing group: no Org header"},
+		{name: "malformed group", msg: func() *fakeMsg { return newMsg(9, "jobs.acme", "Org", "org.1") }, reason: "malformed group"},
+		{name: "two groups", required: true, msg: func() *fakeMsg { return newMsg(9, "jobs.acme", "Org", "a", "Org", "b") },
+			reason: "malformed group: 2 Org headers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := setup(t)
+			e.params.Config.Group = tenant.FromHeader("Org")
+			e.params.Config.GroupRequired = tt.required
+			e.start()
+			m := tt.msg()
+			e.push(m)
+			e.waitSettled(m)
+			e.stop()
+
+			dls := e.js.deadLetters()
+			if tt.reason == "" {
+				wantSettled(t, m, ack)
+				if jobs := e.ran.all(); len(dls) != 0 || len(jobs) != 1 || jobs[0].Group != tt.group {
+					t.Fatalf("ran %+v with %d dead letters, want the job run with group %q", jobs, len(dls), tt.group)
+				}
+				return
+			}
+			if len(dls) != 1 {
+				t.Fatalf("%d dead letters, want 1", len(dls))
+			}
+			wantDeadLetter(t, dls[0], m, "dlq.acme", map[string]string{HeaderReason: tt.reason, HeaderTenant: "acme", HeaderFailures: ""})
+			wantSettled(t, m, settlement{kind: "term"})
+			if got := e.ran.ids(); len(got) != 0 {
+				t.Errorf("handler ran %v, want none", got)
+			}
+			if n := len(e.decider.asked()); n != 0 {
+				t.Errorf("decider asked about %d jobs, want none", n)
+			}
+			if s := e.stats("acme"); s.DeadLettered != 1 {
+				t.Errorf("stats of acme %+v, want one dead-lettered", s)
+			}
+		})
 	}
 }

@@ -86,7 +86,7 @@ func (l *laneAdapter) startPreAdmitted(ctx, work context.Context, msg jetstream.
 	if msg.Headers().Get(fastcopy.Header) != fastcopy.Admitted {
 		return false
 	}
-	job, err := readJob(msg, l.cfg.Tenant, l.cfg.CostHeader)
+	job, err := readJob(msg, l.cfg)
 	if err != nil || job.Delivered != 1 {
 		return false
 	}

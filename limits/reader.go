@@ -24,10 +24,25 @@ type Reader struct {
 // see when a job ends.
 var ErrCapNeedsHTTP = errors.New("running:N needs THROTTLER_HANDLER=http: a forwarded job ends when it is published, so the worker cannot see how many run")
 
-// Read checks key and reads value as a worker does. A value it refuses is
-// one every worker of the environment ignores: the tenant keeps the limit
-// it had.
+// Read checks key and reads value as a worker does: a tenant's (or
+// DefaultKey's), or a level's (LevelKey), which holds only what
+// throttle.Policy.ValidateShared accepts. A value it refuses is one every
+// worker of the environment ignores: the tenant, or the level, keeps the
+// limit it had.
 func (r Reader) Read(key, value string) (throttle.Policy, error) {
+	if _, ok, err := LevelKey(key); ok {
+		if err != nil {
+			return throttle.Policy{}, err
+		}
+		p, err := Spec(value, r.DefaultBurst, r.ShadowAll)
+		if err != nil {
+			return throttle.Policy{}, err
+		}
+		if err := p.ValidateShared(); err != nil {
+			return throttle.Policy{}, err
+		}
+		return p, nil
+	}
 	if err := CheckKey(key); err != nil {
 		return throttle.Policy{}, err
 	}

@@ -2,7 +2,9 @@
 // environment (THROTTLER_DEFAULT_LIMIT, THROTTLER_TENANT_LIMITS), replaced
 // key by key by the values of a NATS key-value bucket that every worker
 // watches, so that a tenant's limit changes on every worker within moments
-// of a write and without a restart.
+// of a write and without a restart. It holds the live policies of the
+// levels above the tenant (the global limit, the groups') the same way,
+// from keys of their own (Levels, levels.go).
 //
 // A key is a tenant, or DefaultKey for every tenant without a policy of its
 // own; its value is a spec as throttle.ParsePolicy reads it, in plain text
@@ -36,11 +38,15 @@ func Spec(value string, defaultBurst int64, shadowAll bool) (throttle.Policy, er
 	return p, nil
 }
 
-// CheckKey reports whether key can name a policy: DefaultKey, or a tenant
-// as the worker accepts tenants.
+// CheckKey reports whether key can name a tenant's policy: DefaultKey, or
+// a tenant as the worker accepts tenants, but throttle.GlobalKey, which is
+// the global limit's (LevelKey).
 func CheckKey(key string) error {
 	if key == DefaultKey {
 		return nil
+	}
+	if key == throttle.GlobalKey {
+		return fmt.Errorf("key %q is the global limit's, not a tenant's", key)
 	}
 	if err := tenant.Validate(key); err != nil {
 		return fmt.Errorf("key %q is not a tenant: %w", key, err)

@@ -13,10 +13,14 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// Watcher keeps a Store up to date with a bucket.
+// Watcher keeps a Store, and Levels, up to date with a bucket.
 type Watcher struct {
-	// Store receives what the bucket holds.
+	// Store receives what the bucket holds for the tenants.
 	Store *Store
+	// Levels, if set, receives what the bucket holds for the levels above
+	// the tenant (LevelKey); without it their keys are passed over. They
+	// never reach Store.
+	Levels *Levels
 	// Bucket is the key-value bucket of limits.
 	Bucket jetstream.KeyValue
 	// DefaultBurst and ShadowAll read values as Spec does.
@@ -28,7 +32,8 @@ type Watcher struct {
 	// Log receives a line per change, and one per bad value.
 	Log *slog.Logger
 	// OnBad, if set, counts a value that could not be read: key is its
-	// tenant (or DefaultKey, or the key itself when it names no tenant).
+	// tenant (or DefaultKey, or a level's key, or the key itself when it
+	// names no tenant).
 	OnBad func(key string)
 	// BeforeChange, if set, is called with a tenant's policy and the one
 	// replacing it, before the store applies it (not for the values read
@@ -68,7 +73,11 @@ func (w *Watcher) Run(ctx context.Context) {
 			}
 		},
 		func() {
-			w.Log.Info("limits loaded", "bucket", w.Bucket.Bucket(), "values", loaded, "bad", bad, "tenants", w.Store.Overrides())
+			levels := 0
+			if w.Levels != nil {
+				levels = w.Levels.Overrides()
+			}
+			w.Log.Info("limits loaded", "bucket", w.Bucket.Bucket(), "values", loaded, "bad", bad, "tenants", w.Store.Overrides(), "levels", levels)
 			close(w.ready)
 		})
 }
@@ -77,6 +86,9 @@ func (w *Watcher) Run(ctx context.Context) {
 // in. It reports whether the entry could be read.
 func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry, initial bool) bool {
 	key := e.Key()
+	if _, ok, _ := LevelKey(key); ok {
+		return w.applyLevel(ctx, e, initial)
+	}
 	if e.Operation() == jetstream.KeyValueDelete || e.Operation() == jetstream.KeyValuePurge {
 		if !initial {
 			w.beforeChange(ctx, key, w.Store.Fallback(key))
@@ -94,9 +106,9 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry, initial 
 		if w.OnBad != nil {
 			w.OnBad(key)
 		}
-		if initial {
+		if initial && CheckKey(key) == nil {
 			// The limit the tenant had before is the latest good value.
-			w.lastGood(ctx, key)
+			w.lastGood(ctx, key, func(spec string, p throttle.Policy) { w.Store.Set(key, spec, p) })
 		}
 		return false
 	}
@@ -124,12 +136,9 @@ func (w *Watcher) read(key, value string) (throttle.Policy, error) {
 	return Reader{DefaultBurst: w.DefaultBurst, ShadowAll: w.ShadowAll, NoCaps: w.NoCaps}.Read(key, value)
 }
 
-// lastGood applies the latest value of key that can be read, from its
-// history, if it has one.
-func (w *Watcher) lastGood(ctx context.Context, key string) {
-	if CheckKey(key) != nil {
-		return
-	}
+// lastGood applies, with set, the latest value of key that can be read,
+// from its history, if it has one.
+func (w *Watcher) lastGood(ctx context.Context, key string, set func(spec string, p throttle.Policy)) {
 	hist, err := w.Bucket.History(ctx, key)
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -143,7 +152,7 @@ func (w *Watcher) lastGood(ctx context.Context, key string) {
 			return
 		}
 		if p, err := w.read(key, string(e.Value())); err == nil {
-			w.Store.Set(key, string(e.Value()), p)
+			set(string(e.Value()), p)
 			w.Log.Info("applying the latest good value of a bad key", "key", key, "spec", p.String(), "revision", e.Revision())
 			return
 		}

@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -128,5 +129,41 @@ func TestSourceString(t *testing.T) {
 		if got := tt.src.String(); got != tt.want {
 			t.Fatalf("%#v.String() = %q, want %q", tt.src, got, tt.want)
 		}
+	}
+}
+
+// A group is read as a tenant is, with errors that name the group, and a
+// missing group is told apart from a malformed one: a job may lack a
+// group, never carry a bad one.
+func TestSourceGroupOf(t *testing.T) {
+	tests := []struct {
+		name    string
+		src     Source
+		subject string
+		header  nats.Header
+		want    string
+		missing bool   // the error wraps ErrMissing
+		wantErr string // substring of the error; "" means none
+	}{
+		{name: "header", src: FromHeader("Org"), subject: "jobs.acme", header: nats.Header{"Org": {"org-1"}}, want: "org-1"},
+		{name: "token", src: FromSubject(2), subject: "jobs.org-1.acme", want: "org-1"},
+		{name: "no header", src: FromHeader("Org"), subject: "jobs.acme", missing: true, wantErr: "missing group: no Org header"},
+		{name: "empty header", src: FromHeader("Org"), subject: "jobs.acme", header: nats.Header{"Org": {""}}, missing: true, wantErr: "missing group: empty"},
+		{name: "no token", src: FromSubject(3), subject: "jobs.acme", missing: true, wantErr: "missing group: subject"},
+		{name: "two headers", src: FromHeader("Org"), subject: "jobs.acme", header: nats.Header{"Org": {"a", "b"}}, wantErr: "malformed group: 2 Org headers"},
+		{name: "malformed", src: FromHeader("Org"), subject: "jobs.acme", header: nats.Header{"Org": {"a.b"}}, wantErr: "malformed group"},
+		{name: "oversized", src: FromSubject(2), subject: "jobs." + strings.Repeat("g", MaxLen+1), wantErr: "oversized group"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.src.GroupOf(tt.subject, tt.header)
+			matchErr(t, err, tt.wantErr)
+			if got != tt.want || errors.Is(err, ErrMissing) != tt.missing {
+				t.Fatalf("GroupOf(%q) = %q, %v; want %q, missing %v", tt.subject, got, err, tt.want, tt.missing)
+			}
+		})
+	}
+	if err := ValidateGroup("a b"); err == nil || !strings.Contains(err.Error(), "malformed group") {
+		t.Fatalf("ValidateGroup(%q) = %v, want a malformed group", "a b", err)
 	}
 }

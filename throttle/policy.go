@@ -104,6 +104,9 @@ func (p Policy) Validate() error {
 	if p.Credits < CreditsOff || p.Credits > CreditsDeadLetter {
 		return fmt.Errorf("credits mode %d unknown", int(p.Credits))
 	}
+	if p.Weight < 0 || p.Weight > MaxWeight {
+		return fmt.Errorf("weight %d out of range [1, %d]", p.Weight, MaxWeight)
+	}
 	if len(p.Limits) == 0 && (p.Running > 0 || p.Credits != CreditsOff) {
 		return nil
 	}
@@ -111,7 +114,8 @@ func (p Policy) Validate() error {
 }
 
 // String formats p the way ParsePolicy reads it, e.g.
-// "100/s:200+credits+running:5+shadow".
+// "100/s:200+credits+running:5+weight:3+shadow". A weight of 1 is the
+// default and is not written.
 func (p Policy) String() string {
 	var terms []string
 	if len(p.Limits) > 0 {
@@ -123,6 +127,9 @@ func (p Policy) String() string {
 	if p.Running > 0 {
 		terms = append(terms, RunningTerm+strconv.FormatInt(p.Running, 10))
 	}
+	if p.Weight > 1 {
+		terms = append(terms, WeightTerm+strconv.FormatInt(p.Weight, 10))
+	}
 	if p.Shadow {
 		terms = append(terms, ShadowTerm)
 	}
@@ -132,10 +139,12 @@ func (p Policy) String() string {
 // ParsePolicy reads a tenant's spec: limits joined by "+" as ParseLimits
 // reads them, sliding windows "sliding:N/DURATION" (ParseSliding), and
 // optionally the terms "credits" or "credits:dlq" (a prepaid balance),
-// "running:N" (a cap on the jobs running at once) and "shadow" among
-// them, such as "50/s:100+10000/d", "50/s:100+sliding:500/1m",
-// "10/s+credits", "credits:dlq", "50/s:100+running:5", "running:2" or
-// "50/s:100+shadow".
+// "running:N" (a cap on the jobs running at once), "weight:N" (the
+// tenant's share of a shared limit) and "shadow" among them, such as
+// "50/s:100+10000/d", "50/s:100+sliding:500/1m", "10/s+credits",
+// "credits:dlq", "50/s:100+running:5", "running:2", "50/s+weight:3" or
+// "50/s:100+shadow". A weight is not a limit: a spec of a weight alone
+// is refused as one without limits.
 func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 	if strings.TrimSpace(s) == "" {
 		return Policy{}, errors.New("empty limit")
@@ -172,6 +181,17 @@ func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 				return Policy{}, fmt.Errorf("%q: want running:N, N a whole number from 1 to %d", part, MaxRunning)
 			}
 			p.Running = v
+			continue
+		}
+		if n, ok := strings.CutPrefix(strings.TrimSpace(part), WeightTerm); ok {
+			if p.Weight > 0 {
+				return Policy{}, fmt.Errorf("%q given twice", WeightTerm+"N")
+			}
+			v, err := parseCount(n)
+			if err != nil || v > MaxWeight {
+				return Policy{}, fmt.Errorf("%q: want weight:N, N a whole number from 1 to %d", part, MaxWeight)
+			}
+			p.Weight = v
 			continue
 		}
 		if w, ok := strings.CutPrefix(strings.TrimSpace(part), CalendarTerm); ok {

@@ -47,3 +47,18 @@ func TestUnknownTimeZoneExits2(t *testing.T) {
 		cli(t, args...).want(t, strings.Join(args, " "), exitConfig, nil, []string{"THROTTLER_TIMEZONE", "Mars/Olympus"})
 	}
 }
+
+// TestGroupLimitsWithoutGroupFromExits2 checks that a group's limit set
+// without THROTTLER_GROUP_FROM fails check-config and the worker with
+// exit 2, naming the variable, before the worker connects to anything;
+// set together, check-config prints the levels' variables.
+func TestGroupLimitsWithoutGroupFromExits2(t *testing.T) {
+	t.Setenv("THROTTLER_GROUP_LIMITS", "org-1=1000/s")
+	for _, args := range [][]string{{"check-config"}, {"run"}} {
+		cli(t, args...).want(t, strings.Join(args, " "), exitConfig, nil, []string{"THROTTLER_GROUP_LIMITS: needs THROTTLER_GROUP_FROM"})
+	}
+	t.Setenv("THROTTLER_GROUP_FROM", "header:X-Org")
+	t.Setenv("THROTTLER_GLOBAL_LIMIT", "500/s")
+	cli(t, "check-config").want(t, "check-config", exitOK,
+		[]string{"THROTTLER_GLOBAL_LIMIT=500/s\n", "THROTTLER_GROUP_FROM=header:X-Org\n", "THROTTLER_GROUP_LIMITS=org-1=1000/s\n", "THROTTLER_GROUP_REQUIRED=false\n"}, nil)
+}

@@ -13,7 +13,7 @@ import (
 var commands = [][2]string{
 	{"run", "run the worker until SIGTERM or SIGINT (the default)"},
 	{"check-config", "validate the environment, print the effective configuration (secrets masked)"},
-	{"limits set|get|list|rm|history", "change and read tenants' limits, live"},
+	{"limits set|get|list|rm|history", "change and read tenants' limits, live; _global and --group NAME for those above them"},
 	{"inspect TENANT [--json]", "why a tenant's jobs wait, from what NATS and Redis hold"},
 	{"purge TENANT [--older-than D] --yes", "remove a tenant's waiting jobs (without --yes, count them)"},
 	{"dlq list|show|replay|purge", "the dead letters: list, show one, publish again, remove"},

@@ -21,9 +21,12 @@ import (
 // limitsUsage is the usage of `throttler limits`.
 const limitsUsage = `usage: throttler limits set TENANT SPEC   set a tenant's limits (or _default's), e.g. 50/s:100+10000/d
        throttler limits get TENANT        the limits that apply to a tenant, and where they come from
-       throttler limits list [PREFIX]     the tenants with limits of their own
+       throttler limits list [PREFIX]     the tenants with limits of their own, then the limits above them
        throttler limits rm TENANT         remove a tenant's limits from the bucket
-       throttler limits history TENANT    the values a tenant's key held, with times`
+       throttler limits history TENANT    the values a tenant's key held, with times
+TENANT may be _global, the limit of all tenants' jobs together, or, with --group NAME
+in its place, a group's limit (set --group org-1 1000/s); list --group [PREFIX] lists
+the global limit and the groups alone. Their specs hold rate and window terms and shadow.`
 
 // cliTimeout bounds each command's talk with NATS.
 const cliTimeout = 10 * time.Second
@@ -35,6 +38,7 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return status
 	}
 	want := map[string]int{"set": 2, "get": 1, "list": -1, "rm": 1, "history": 1}
+	args, group := stripFlag(args, "--group")
 	if len(args) == 0 {
 		return fail(exitConfig, "no command\n%s", limitsUsage)
 	}
@@ -50,15 +54,17 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return fail(exitConfig, "THROTTLER_LIMITS_BUCKET is off: the workers read no limits from NATS")
 	}
 	announce(stderr, quiet, cfg.Config, uses{nats: true})
+	var target limitsTarget
 	if args[0] != "list" {
-		if err := limits.CheckKey(args[1]); err != nil {
+		var err error
+		if target, err = parseTarget(args[1], group); err != nil {
 			return fail(exitConfig, "%v", err)
 		}
 	}
 	if args[0] == "set" {
 		// What the workers of this environment would do with the value,
 		// before anything is written: a value they ignore is refused.
-		if _, err := reader(cfg).Read(args[1], args[2]); err != nil {
+		if _, err := reader(cfg).Read(target.key, args[2]); err != nil {
 			hint := ""
 			if errors.Is(err, limits.ErrCapNeedsHTTP) {
 				hint = fmt.Sprintf(" (this environment's THROTTLER_HANDLER is %s; run the command with the workers' environment)", cfg.Handler)
@@ -81,19 +87,19 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	c := limitsCLI{cfg: cfg, kv: kv, out: stdout}
 	switch args[0] {
 	case "set":
-		err = c.set(ctx, args[1], args[2])
+		err = c.set(ctx, target.key, args[2])
 	case "get":
-		err = c.get(ctx, args[1])
+		err = c.get(ctx, target)
 	case "list":
 		prefix := ""
 		if len(args) == 2 {
 			prefix = args[1]
 		}
-		err = c.list(ctx, prefix)
+		err = c.list(ctx, prefix, group)
 	case "rm":
-		err = c.rm(ctx, args[1])
+		err = c.rm(ctx, target)
 	case "history":
-		err = c.history(ctx, args[1])
+		err = c.history(ctx, target.key)
 	}
 	if err != nil {
 		return fail(exitFailed, "%v", err)
@@ -136,13 +142,14 @@ func (c limitsCLI) set(ctx context.Context, tenant, spec string) error {
 	return nil
 }
 
-// get prints the limits that apply to tenant and where they come from.
-func (c limitsCLI) get(ctx context.Context, tenant string) error {
-	e, err := limits.Resolve(ctx, c.kv, c.cfg.Rules, reader(c.cfg), tenant)
+// get prints the limits that apply to t's tenant, or level, and where
+// they come from.
+func (c limitsCLI) get(ctx context.Context, t limitsTarget) error {
+	e, err := c.resolve(ctx, t)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "%s: %s from %s\n", tenant, e.Policy, describe(e.Source))
+	fmt.Fprintf(c.out, "%s: %s from %s\n", t.key, specOrNone(e.Policy), describe(e.Source))
 	if note := envNote(e.Source); note != "" {
 		fmt.Fprintf(c.out, "  %s\n", note)
 	}
@@ -153,16 +160,25 @@ func (c limitsCLI) get(ctx context.Context, tenant string) error {
 }
 
 // envNote warns, for a limit read from this shell's environment, when the
-// shell sets no limits at all: the workers' environment may well set
-// some, and the command cannot see theirs.
+// shell sets none of the variables it could come from: the workers'
+// environment may well set some, and the command cannot see theirs.
 func envNote(src limits.Source) string {
-	if src.Where != "THROTTLER_DEFAULT_LIMIT" && src.Where != "THROTTLER_TENANT_LIMITS" {
+	vars := []string{"THROTTLER_DEFAULT_LIMIT", "THROTTLER_TENANT_LIMITS"}
+	if slices.Contains(levelVars, src.Where) {
+		vars = levelVars
+	} else if !slices.Contains(vars, src.Where) {
 		return ""
 	}
-	if os.Getenv("THROTTLER_DEFAULT_LIMIT") != "" || os.Getenv("THROTTLER_TENANT_LIMITS") != "" {
-		return ""
+	for _, v := range vars {
+		if os.Getenv(v) != "" {
+			return ""
+		}
 	}
-	return "read from this shell's environment, which sets neither THROTTLER_DEFAULT_LIMIT nor THROTTLER_TENANT_LIMITS; " +
+	which := "neither " + strings.Join(vars, " nor ")
+	if len(vars) > 2 {
+		which = "none of " + strings.Join(vars, ", ")
+	}
+	return "read from this shell's environment, which sets " + which + "; " +
 		"if the workers set them, run the command with the workers' settings (or keep limits in the bucket: limits set)"
 }
 
@@ -179,71 +195,11 @@ func describe(s limits.Source) string {
 	return fmt.Sprintf("%s (revision %d, written %s)", s.Where, s.Revision, s.Written.UTC().Format(time.RFC3339))
 }
 
-// list prints each tenant whose name starts with prefix and that has limits
-// of its own, in the bucket or in THROTTLER_TENANT_LIMITS, and the defaults.
-func (c limitsCLI) list(ctx context.Context, prefix string) error {
-	type row struct{ key, spec, source string }
-	rows := map[string]row{}
-	for t, p := range c.cfg.Rules.Tenants {
-		rows[t] = row{t, p.String(), "THROTTLER_TENANT_LIMITS"}
-	}
-	rows[limits.DefaultKey] = row{limits.DefaultKey, c.cfg.Rules.Default.String(), "THROTTLER_DEFAULT_LIMIT"}
-	if c.kv != nil {
-		// One watch reads every key's latest value in one pass.
-		w, err := c.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-		if err != nil {
-			return fmt.Errorf("reading the limits bucket: %w", err)
-		}
-		defer w.Stop()
-		for e := range w.Updates() {
-			if e == nil {
-				break
-			}
-			spec, source := string(e.Value()), fmt.Sprintf("bucket (revision %d)", e.Revision())
-			if p, err := reader(c.cfg).Read(e.Key(), spec); err == nil {
-				spec = p.String()
-			} else {
-				source += ", IGNORED by the workers: " + err.Error() + c.applied(ctx, e.Key())
-			}
-			rows[e.Key()] = row{e.Key(), spec, source}
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("reading the limits bucket: %w", ctx.Err())
-		}
-	}
-	keys := make([]string, 0, len(rows))
-	for k := range rows {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tLIMITS\tSOURCE")
-	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", rows[k].key, rows[k].spec, rows[k].source)
-	}
-	return tw.Flush()
-}
-
-// applied says what the workers apply to key's tenant instead of its
-// ignored value, as "; they apply SPEC from SOURCE", or "" for a key that
-// names no tenant.
-func (c limitsCLI) applied(ctx context.Context, key string) string {
-	if limits.CheckKey(key) != nil {
-		return ""
-	}
-	e, err := limits.Resolve(ctx, c.kv, c.cfg.Rules, reader(c.cfg), key)
-	if err != nil {
-		return ""
-	}
-	return fmt.Sprintf("; they apply %s from %s", e.Policy, describe(e.Source))
-}
-
-// rm deletes tenant's key, and says what applies now. A tenant without a
-// key of its own is told so and nothing is written: a delete marker would
-// be one more revision in the key's history, for nothing.
-func (c limitsCLI) rm(ctx context.Context, tenant string) error {
+// rm deletes t's key, and says what applies now. A tenant (or level)
+// without a key of its own is told so and nothing is written: a delete
+// marker would be one more revision in the key's history, for nothing.
+func (c limitsCLI) rm(ctx context.Context, t limitsTarget) error {
+	tenant := t.key
 	var cur jetstream.KeyValueEntry
 	var err error
 	if c.kv != nil {
@@ -251,7 +207,7 @@ func (c limitsCLI) rm(ctx context.Context, tenant string) error {
 	}
 	if c.kv == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
 		fmt.Fprintf(c.out, "%s: no limits of its own in the bucket; nothing removed\n", tenant)
-		return c.get(ctx, tenant)
+		return c.get(ctx, t)
 	}
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", tenant, err)
@@ -261,7 +217,7 @@ func (c limitsCLI) rm(ctx context.Context, tenant string) error {
 		return fmt.Errorf("removing %s (revision %d; if it changed meanwhile, run the command again): %w", tenant, cur.Revision(), err)
 	}
 	fmt.Fprintf(c.out, "%s: removed from the bucket (was %q, revision %d)\n", tenant, cur.Value(), cur.Revision())
-	return c.get(ctx, tenant)
+	return c.get(ctx, t)
 }
 
 // history prints the values tenant's key held, oldest first.

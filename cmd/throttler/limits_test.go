@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +85,70 @@ func TestLimitsFromAnEnvironmentWithoutLimits(t *testing.T) {
 	if contains(r.stdout, "sets neither") {
 		t.Fatalf("a shell with limits is told it has none:\n%s", r.stdout)
 	}
+}
+
+// TestLimitsOfLevels sets, reads, lists and removes the limits above the
+// tenants: _global, and a group's with --group. A tenant's term in their
+// spec, or a bad group name, exits 2 before anything is written, before
+// any connection even; list shows them in a table of their own.
+func TestLimitsOfLevels(t *testing.T) {
+	setup(t)
+	cli(t, "limits", "set", "_global", "500/s").want(t, "set _global", exitOK, []string{"_global: 500/s:500 (revision 1)"}, nil)
+	cli(t, "limits", "set", "--group", "org-1", "100/s").want(t, "set --group", exitOK, []string{"group.org-1: 100/s:100 (revision 2)"}, nil)
+	cli(t, "limits", "set", "acme", "5/s+weight:3").want(t, "a tenant's weight", exitOK, []string{"acme: 5/s:5+weight:3 (revision 3)"}, nil)
+
+	t.Run("refused before connecting", func(t *testing.T) {
+		t.Setenv("NATS_URL", "nats://127.0.0.1:1") // nothing listens there: a connection would fail with exit 1
+		cli(t, "limits", "set", "_global", "500/s+running:2").want(t, "a running cap on _global", exitConfig, nil,
+			[]string{"the workers would ignore it", "a tenant's terms", "nothing written"})
+		cli(t, "limits", "set", "--group", "org-1", "5/s+weight:2").want(t, "a weight on a group", exitConfig, nil, []string{"weight:N"})
+		cli(t, "limits", "set", "--group", "org.1", "5/s").want(t, "a bad group", exitConfig, nil, []string{"malformed group"})
+		cli(t, "limits", "get", "group.a b").want(t, "a bad group key", exitConfig, nil, []string{"names no group"})
+	})
+
+	cli(t, "limits", "get", "_global").want(t, "get _global", exitOK, []string{"_global: 500/s:500 from bucket (revision 1"}, nil)
+	cli(t, "limits", "get", "--group", "org-2").want(t, "get a group without a limit", exitOK,
+		[]string{"group.org-2: no limit from THROTTLER_DEFAULT_GROUP_LIMIT", "sets none of THROTTLER_GLOBAL_LIMIT"}, nil)
+	cli(t, "limits", "history", "--group", "org-1").want(t, "history --group", exitOK, []string{"2  ", "put        100/s"}, nil)
+
+	r := cli(t, "limits", "list")
+	r.want(t, "list", exitOK, []string{"TENANT", "LEVEL"}, nil)
+	tenants, levels, _ := strings.Cut(r.stdout, "\n\n")
+	if contains(tenants, "_global") || contains(tenants, "group.") || !hasRow(tenants, "acme", "5/s:5+weight:3") ||
+		!hasRow(levels, "_global", "500/s:500") || !hasRow(levels, "group.org-1", "100/s:100") {
+		t.Fatalf("list does not keep the levels apart from the tenants:\n%s", r.stdout)
+	}
+	r = cli(t, "limits", "list", "--group", "org")
+	r.want(t, "list --group", exitOK, []string{"LEVEL", "group.org-1"}, nil)
+	if contains(r.stdout, "TENANT") || contains(r.stdout, "_global") || contains(r.stdout, "acme") {
+		t.Fatalf("list --group org lists more than the groups org*:\n%s", r.stdout)
+	}
+
+	cli(t, "limits", "rm", "--group", "org-1").want(t, "rm --group", exitOK,
+		[]string{`group.org-1: removed from the bucket (was "100/s", revision 2)`, "group.org-1: no limit from THROTTLER_DEFAULT_GROUP_LIMIT"}, nil)
+	t.Setenv("THROTTLER_GROUP_FROM", "header:Org")
+	t.Setenv("THROTTLER_GROUP_LIMITS", "org-1=50/s")
+	t.Setenv("THROTTLER_DEFAULT_GROUP_LIMIT", "10/s")
+	r = cli(t, "limits", "get", "--group", "org-1")
+	r.want(t, "get a group of the environment", exitOK, []string{"group.org-1: 50/s:50 from THROTTLER_GROUP_LIMITS"}, nil)
+	if contains(r.stdout, "sets none") {
+		t.Fatalf("a shell with group limits is told it has none:\n%s", r.stdout)
+	}
+	r = cli(t, "limits", "list", "--group")
+	r.want(t, "list --group with the environment's", exitOK, nil, nil)
+	if !hasRow(r.stdout, "group.*", "10/s:10", "THROTTLER_DEFAULT_GROUP_LIMIT") || !hasRow(r.stdout, "group.org-1", "50/s:50", "THROTTLER_GROUP_LIMITS") ||
+		!hasRow(r.stdout, "_global", "500/s:500", "bucket") {
+		t.Fatalf("list --group does not show the environment's group limits under the bucket's global one:\n%s", r.stdout)
+	}
+}
+
+// hasRow reports whether a table printed by the command has a line whose
+// first columns are cols.
+func hasRow(table string, cols ...string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		if f := strings.Fields(line); len(f) >= len(cols) && slices.Equal(f[:len(cols)], cols) {
+			return true
+		}
+	}
+	return false
 }

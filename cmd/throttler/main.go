@@ -7,7 +7,7 @@
 //	throttler                run the worker (configured by environment variables)
 //	throttler check-config   validate the environment and print the effective configuration
 //	throttler demo           run an embedded NATS server, the worker and a three-tenant workload
-//	throttler limits ...     set, read, list, remove tenants' limits held in NATS (see limits.go)
+//	throttler limits ...     set, read, list, remove tenants' limits, and the global and group limits, held in NATS (see limits.go)
 //	throttler inspect TENANT why a tenant's jobs wait, from what NATS and Redis hold (see inspect.go)
 //	throttler purge TENANT   remove a tenant's waiting jobs (see purge.go)
 //	throttler dlq ...        list, show, replay and purge dead letters (see dlq.go)

@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	}
 
 	stats := consumer.NewStats(cfg.MetricsTenants)
-	policies := livePolicies(ctx, opts.NATS, js, opts.Redis, cfg, st.stream.CachedInfo().Config.Replicas, stats, log)
+	policies, levels := livePolicies(ctx, opts.NATS, js, opts.Redis, cfg, st.stream.CachedInfo().Config.Replicas, stats, log)
 	if policies == nil {
 		return nil // stopped before the limits were in: nothing in flight
 	}
@@ -95,6 +95,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if err != nil {
 		return err
 	}
+	engine.levels = levels
 	lctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
 	if err := limiter.Load(lctx); err != nil {
 		// Calls load the library themselves once Redis answers.

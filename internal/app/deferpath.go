@@ -138,6 +138,8 @@ func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 	fetch := min(cfg.FetchBatch, max(1, cfg.MaxAckPending/8))
 	return consumer.Config{
 		Tenant:          cfg.TenantFrom,
+		Group:           cfg.GroupFrom,
+		GroupRequired:   cfg.GroupRequired,
 		CostHeader:      cfg.CostHeader,
 		Concurrency:     cfg.Concurrency,
 		FetchBatch:      fetch,

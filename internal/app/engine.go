@@ -19,6 +19,11 @@ type engine struct {
 	failures    *throttle.Failures
 	caps        *throttle.RunningCaps
 	holds       *throttle.Holds
+	// levels are the live policies of the limits above the tenant (the
+	// global one, the groups'): THROTTLER_GLOBAL_LIMIT and the group
+	// variables, replaced by the limits bucket's _global and group.NAME
+	// keys while the worker runs.
+	levels throttle.LevelPolicies
 }
 
 // newEngine builds the components over limiter, with the running caps

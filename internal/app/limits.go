@@ -14,23 +14,24 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// livePolicies returns the policies the limiter applies: with the limits
-// bucket on, the environment's replaced by the bucket's, watched until ctx
-// ends, once the bucket's values are in (a worker that decided before
-// would apply the environment's limits to tenants with limits of their
-// own); with it off, the environment's. It returns nil when ctx ends
-// first.
-func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rdb throttle.Client, cfg *Settings, replicas int, stats *consumer.Stats, log *slog.Logger) throttle.Policies {
+// livePolicies returns the policies the limiter applies, the tenants' and
+// the levels' above them: with the limits bucket on, the environment's
+// replaced by the bucket's, watched until ctx ends, once the bucket's
+// values are in (a worker that decided before would apply the
+// environment's limits to tenants with limits of their own); with it off,
+// the environment's. It returns nils when ctx ends first.
+func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rdb throttle.Client, cfg *Settings, replicas int, stats *consumer.Stats, log *slog.Logger) (throttle.Policies, throttle.LevelPolicies) {
 	if cfg.LimitsBucket == config.LimitsOff {
-		return cfg.Rules
+		return cfg.Rules, cfg.Levels
 	}
 	kv, ok := openBucket(ctx, "limits", cfg.LimitsBucket, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return limits.OpenBucket(ctx, js, cfg.LimitsBucket, replicas)
 	}, log)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	store := limits.NewStore(cfg.Rules)
+	levels := limits.NewLevels(cfg.Levels)
 	// Carries a tenant's buckets over to limits of other periods; it needs
 	// the function library and the key prefix, no policies of its own.
 	carrier, err := throttle.New(rdb, throttle.Options{Policies: cfg.Rules, Prefix: cfg.KeyPrefix, TimeZone: cfg.Location()})
@@ -39,6 +40,7 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rd
 	}
 	w := &limits.Watcher{
 		Store:        store,
+		Levels:       levels,
 		Bucket:       kv,
 		DefaultBurst: cfg.DefaultBurst,
 		ShadowAll:    cfg.Shadow,
@@ -60,8 +62,8 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rd
 	go w.Run(ctx)
 	select {
 	case <-w.Ready():
-		return store
+		return store, levels
 	case <-ctx.Done():
-		return nil
+		return nil, nil
 	}
 }

@@ -23,6 +23,14 @@ type Settings struct {
 	Rules throttle.Rules
 	// TenantFrom is where a job's tenant comes from.
 	TenantFrom tenant.Source
+	// Levels holds GlobalLimit, DefaultGroupLimit and GroupLimits parsed
+	// (with DefaultBurst): the limits above the tenant as configured,
+	// which the keys _global and group.NAME of the limits bucket replace.
+	// A policy without Limits is no limit.
+	Levels throttle.LevelRules
+	// GroupFrom is where a job's group comes from; the zero Source when
+	// THROTTLER_GROUP_FROM is unset: jobs then have no group.
+	GroupFrom tenant.Source
 	// Forward and DLQ are the forward and dead-letter subject templates.
 	Forward, DLQ subject.Template
 	// Schedules names the subjects moved jobs are kept on.
@@ -74,20 +82,11 @@ func settle(cfg *config.Config, failed config.Problems) (*Settings, config.Probl
 		subjects = append(subjects, subj)
 	}
 
-	switch {
-	case cfg.TenantFromHeader != "":
-		s.TenantFrom = tenant.FromHeader(cfg.TenantFromHeader)
-	case cfg.TenantFromToken > 0:
-		s.TenantFrom = tenant.FromSubject(cfg.TenantFromToken)
-		for _, subj := range subjects {
-			if !subject.HasToken(subj, cfg.TenantFromToken) {
-				add("THROTTLER_TENANT_FROM", fmt.Sprintf("%q names token %d, but subject %q in THROTTLER_SUBJECTS has only %d tokens",
-					cfg.TenantFromSpec, cfg.TenantFromToken, subj, strings.Count(subj, ".")+1))
-			}
-		}
-	}
+	s.TenantFrom = source("THROTTLER_TENANT_FROM", cfg.TenantFromSpec, cfg.TenantFromToken, cfg.TenantFromHeader, subjects, add)
+	s.GroupFrom = source("THROTTLER_GROUP_FROM", cfg.GroupFromSpec, cfg.GroupFromToken, cfg.GroupFromHeader, subjects, add)
 
 	s.Rules = rules(cfg, add, failed.Has("THROTTLER_DEFAULT_BURST"))
+	s.Levels = levelRules(cfg, add, failed.Has("THROTTLER_DEFAULT_BURST"))
 	if cfg.Handler == config.HandlerForward {
 		const why = "running:N needs THROTTLER_HANDLER=http: a forwarded job ends when it is published, so the worker cannot see how many run"
 		if s.Rules.Default.Running > 0 {
@@ -101,6 +100,25 @@ func settle(cfg *config.Config, failed config.Problems) (*Settings, config.Probl
 	}
 	s.Forward, s.DLQ = outputs(cfg, subjects, add)
 	return s, ps
+}
+
+// source is where variable name (spec, parsed as token or header) says a
+// job's tenant or group comes from; a subject token must be one every
+// subject in subjects has. Neither set gives the zero Source.
+func source(name, spec string, token int, header string, subjects []string, add func(name, text string)) tenant.Source {
+	switch {
+	case header != "":
+		return tenant.FromHeader(header)
+	case token > 0:
+		for _, subj := range subjects {
+			if !subject.HasToken(subj, token) {
+				add(name, fmt.Sprintf("%q names token %d, but subject %q in THROTTLER_SUBJECTS has only %d tokens",
+					spec, token, subj, strings.Count(subj, ".")+1))
+			}
+		}
+		return tenant.FromSubject(token)
+	}
+	return tenant.Source{}
 }
 
 // reservedSubject returns the subjects NATS keeps for itself (its
