@@ -189,7 +189,7 @@ func (gd *groupDecider) decide(ctx context.Context, group []jetstream.Msg) decid
 		if !fresh {
 			inc = incarnation(it.job)
 		}
-		reqs = append(reqs, throttle.Copy{Request: throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost},
+		reqs = append(reqs, throttle.Copy{Request: throttle.Request{Tenant: it.job.Tenant, JobID: it.job.ID, Cost: it.job.Cost}, Group: it.job.Group,
 			Incarnation: inc, Fresh: fresh, Order: fastcopy.Ordinary(it.job.OriginalSequence()),
 			Woken: it.job.Header.Get(HeaderWoken) != "", Released: releasedByTopUp(it.job, gd.cfg.Now())})
 		g.idx = append(g.idx, i)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -95,7 +96,9 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if err != nil {
 		return err
 	}
-	engine.levels = levels
+	if err := engine.withLevels(limiter, levels); err != nil {
+		return err
+	}
 	lctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
 	if err := limiter.Load(lctx); err != nil {
 		// Calls load the library themselves once Redis answers.
@@ -114,7 +117,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 			}
 		}
 		p := policies.Policy(tenant)
-		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow)
+		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow) || underLevels(cfg, levels)
 	}
 	lane, claims, err := st.lane(js, cfg, engine, leaveToWorker, stats, log)
 	if err != nil {
@@ -137,6 +140,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		Settler:    limiter,
 		Pauses:     pauses,
 		Leases:     engine.caps,
+		Levels:     engine.levelPoker(),
 		Waker:      st.path.waker(js, cfg),
 		Woken:      st.woken,
 		Handler:    handler,
@@ -217,4 +221,15 @@ func setUpWithRetry(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		return nil, err
 	}
 	return st, nil
+}
+
+// underLevels reports whether jobs may be decided under limits above
+// their tenants: a global limit in force, or groups read. The fast lane
+// reads no group, so it leaves such jobs to the worker, whose decision
+// queues them for their turn.
+func underLevels(cfg *Settings, levels throttle.LevelPolicies) bool {
+	if cfg.GroupFrom != (tenant.Source{}) {
+		return true
+	}
+	return levels != nil && len(levels.Global().Limits) > 0
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"time"
 
+	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -24,6 +25,8 @@ type engine struct {
 	// variables, replaced by the limits bucket's _global and group.NAME
 	// keys while the worker runs.
 	levels throttle.LevelPolicies
+	// shared decides the jobs at those levels; nil without levels.
+	shared *throttle.Shared
 }
 
 // newEngine builds the components over limiter, with the running caps
@@ -50,4 +53,30 @@ func newEngine(limiter *throttle.Limiter, cfg *Settings, failureTTL time.Duratio
 		return nil, err
 	}
 	return &e, nil
+}
+
+// withLevels makes the deciders decide every job at the limits above its
+// tenant first (levels: the global one, and its group's), sharing each in
+// turns (throttle.Shared).
+func (e *engine) withLevels(limiter *throttle.Limiter, levels throttle.LevelPolicies) error {
+	e.levels = levels
+	if levels == nil {
+		return nil
+	}
+	shared, err := throttle.NewShared(limiter, levels, throttle.SharedOptions{})
+	if err != nil {
+		return err
+	}
+	e.shared = shared
+	e.decider = e.decider.WithLevels(shared)
+	e.laneDecider = e.laneDecider.WithLevels(shared)
+	return nil
+}
+
+// levelPoker is the worker's poker of the shared levels, or nil.
+func (e *engine) levelPoker() consumer.LevelPoker {
+	if e.shared == nil {
+		return nil
+	}
+	return e.shared
 }
