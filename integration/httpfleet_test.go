@@ -188,7 +188,7 @@ func (f *httpFleet) publish(tenant string, n int) []string {
 // goroutine of its own.
 type pacedPublisher struct {
 	mu   sync.Mutex
-	ids  map[string][]string // per tenant
+	ids  map[string][]string  // per tenant
 	at   map[string]time.Time // when each id was published (its ack)
 	err  error
 	done chan struct{}
