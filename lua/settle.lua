@@ -51,8 +51,9 @@ Refund d (the job cost d less):
   sliding   when the job's slot still lies in the span (at > now - span),
             the oldest min(d, units in the span) units that count leave it:
             their admissions become one admission at now - span (counted
-            no more), the one cut in two split, the numbering kept. The
-            units freed leave at or before those of the job would have.
+            no more), the one cut in two split, the numbering kept; a set
+            left with nothing else is deleted. The units freed leave at or
+            before those of the job would have.
   calendar  min(d, count) units off the window holding at, unless ended
   credits   the balance raised by d (at most 2^53 - 1), only when it
             exists and is trusted (as refund)
@@ -145,7 +146,11 @@ local function settleSliding(keys, k, t, charging, d, at, now)
   end
   local from = now - w.p
   if from < 0 then from = 0 end
-  return {kind = 4, w = w, lo = lo, hi = hi, cut = cut, from = from}
+  -- Nothing left before or after the units freed: the set is emptied
+  -- (ZREMRANGEBYSCORE deletes it), and no admission is written for them,
+  -- which would make it again without a TTL.
+  local empty = w.old == 0 and not nx[1]
+  return {kind = 4, w = w, lo = lo, hi = hi, cut = cut, from = from, empty = empty}
 end
 
 -- settleCalendar reads the calendar window of term t (its starts in t[5])
@@ -312,7 +317,7 @@ local function settle(keys, args)
         call('ZREM', name, c[1])
         call('ZADD', name, c[2], c[3] .. ':' .. format('%d', plan.hi + 1))
       end
-      call('ZADD', name, format('%d', plan.hi), format('%d:%d', plan.from, plan.lo))
+      if not plan.empty then call('ZADD', name, format('%d', plan.hi), format('%d:%d', plan.from, plan.lo)) end
     elseif kind == 5 then
       if plan.n > 0 then
         call('HSET', plan.name, plan.field, format('%d', plan.n))

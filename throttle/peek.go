@@ -77,11 +77,13 @@ type Snapshot struct {
 	// Credits is the tenant's balance of credits, when its policy draws
 	// on one (read as Limiter.Credits does, at Redis' moment).
 	Credits *CreditBalance `json:"credits,omitempty"`
+	// Debt is how much later settled debts make its reserved jobs run, nil without a shift.
+	Debt *SettleDebt `json:"settle_debt,omitempty"`
 }
 
 // Peek reads what the limiter holds for tenant: its buckets, as the next
 // decision would find them, the wait a new job would get, the slots its
-// jobs hold and its handler failures, its running cap and its credits.
+// jobs hold (and settled debts' shift), failures, running cap and credits.
 // It only reads: nothing is charged or written. at sets the moment; the
 // zero time reads Redis TIME (the credits' gate is read at Redis TIME). Its scans read the whole keyspace of the tenant's node:
 // an operator's tool, not for every job.
@@ -125,6 +127,9 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 		return Snapshot{}, err
 	}
 	if s.Failures, err = readFailures(ctx, node, l.keys.failures(tag, "*")); err != nil {
+		return Snapshot{}, err
+	}
+	if s.Debt, err = peekDebt(ctx, node, l.keys, tag); err != nil {
 		return Snapshot{}, err
 	}
 	if s.Policy.Running > 0 {

@@ -144,6 +144,38 @@ func TestSettleSliding(t *testing.T) {
 	}
 }
 
+// A refund of every unit a sliding window counts empties it: the set is
+// gone, and the next job decides on a window of its own, not on a set
+// left without a TTL (which refused the tenant's every job as invalid).
+func TestSettleSlidingRefundEmpties(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	l := newLimiter(t, e.rdb, e.prefix, time.Hour, throttle.Limits{throttle.SlidingWindow(100, time.Minute)})
+	key := e.prefix + ":{acme}:z:60000000"
+	for _, old := range []bool{false, true} {
+		at := t0
+		if old {
+			// An admission that left the span leads the set: it stays,
+			// with its TTL, and the refund's own leaves with it.
+			decide(t, l, throttle.Request{Tenant: "acme", JobID: "early", Cost: 10, At: t0.Add(-61 * time.Second)})
+		}
+		id := fmt.Sprint("j", old)
+		if d := decide(t, l, throttle.Request{Tenant: "acme", JobID: id, Cost: 50, At: at}); d.Outcome != throttle.Admitted {
+			t.Fatalf("old %v: a job of 50: %+v, want admitted", old, d)
+		}
+		settle(t, l, throttle.Settlement{Tenant: "acme", JobID: id, Charged: 50, Cost: 0, Slot: at, At: at.Add(time.Second)})
+		if ttl := e.rdb.PTTL(ctx, key).Val(); ttl == -1 {
+			t.Fatalf("old %v: the window after the refund has no TTL: %v", old, e.rdb.ZRangeWithScores(ctx, key, 0, -1).Val())
+		}
+		if d := decide(t, l, throttle.Request{Tenant: "acme", JobID: "x" + id, Cost: 100, At: at.Add(time.Second)}); d.Outcome != throttle.Admitted {
+			t.Fatalf("old %v: a job of 100 after the refund: %+v, want admitted (the window is empty)", old, d)
+		}
+		if err := e.rdb.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A calendar window: the window holding the job's slot counts the
 // difference, more or less, and a window that ended is left.
 func TestSettleCalendar(t *testing.T) {

@@ -21,7 +21,7 @@ const inspectUsage = "usage: throttler inspect TENANT [--json]"
 // seenRule is how inspect tells a tenant it has never seen, for the
 // output and the docs: no trace anywhere of the places a tenant's jobs
 // leave one.
-const seenRule = "no bucket state, reserved slot, handler failure or lease in Redis (bucket states expire once full again), " +
+const seenRule = "no bucket state, reserved slot, settled debt's shift, handler failure or lease in Redis (bucket states expire once full again), " +
 	"no job in the jobs stream, none moved off the consumer, no limits of its own"
 
 // inspectCmd runs `throttler inspect ARGS` and returns the exit status.
@@ -113,7 +113,7 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(in.Buckets) > 0 {
-		fmt.Fprintln(tw, "LIMIT\tTOKENS\tFULL AGAIN\tRESERVED UNTIL\tA NEW JOB WAITS")
+		fmt.Fprintln(tw, "LIMIT\tTOKENS\tFULL AGAIN\tIN DEBT UNTIL\tA NEW JOB WAITS")
 	}
 	for _, b := range in.Buckets {
 		until := "-"
@@ -163,6 +163,9 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	}
 	fmt.Fprintf(w, "jobs waiting: %d holding a reserved slot (exact), %d moved off the consumer into schedules (exact), about %d NAK'd on the consumer (estimate)\n",
 		in.Jobs.Reserved.N, in.Jobs.Moved.N, in.Jobs.Naked.N)
+	if in.Debt != nil {
+		fmt.Fprintf(w, "debt from settled cost: %s\n", describeDebt(in.Debt, in.At))
+	}
 	if in.Credits != nil {
 		fmt.Fprintf(w, "credits: %s\n", describeCredits(in.Credits))
 	}
@@ -187,6 +190,22 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	for _, id := range ids {
 		fmt.Fprintf(w, "  %s failed %d times\n", id, in.Failures[id])
 	}
+}
+
+// describeDebt says what the debt of costs settled above their charge
+// holds at, for people.
+func describeDebt(d *inspectpkg.Debt, at time.Time) string {
+	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)).Round(time.Millisecond) }
+	s := "no reserved job left to move"
+	if d.PendingJobs > 0 {
+		s = fmt.Sprintf("reserved jobs run up to %s later than their slots (%d of them, moved when they come back; exact)",
+			secs(d.LaterSeconds), d.PendingJobs)
+	}
+	if d.InDebtUntil != nil {
+		s += fmt.Sprintf("; buckets in debt until %s (in %s): new jobs wait until then", d.InDebtUntil.Format(time.RFC3339Nano),
+			d.InDebtUntil.Sub(at).Round(time.Millisecond))
+	}
+	return s + fmt.Sprintf("; all the debts together moved the slots reserved before them %s", secs(d.ShiftSeconds))
 }
 
 // describeCredits says what a tenant's balance holds, for people.

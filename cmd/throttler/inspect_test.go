@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	inspectpkg "github.com/throttler/throttler/internal/inspect"
 	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/throttle"
 )
 
 // TestInspectShowsTheLimitsTheWorkersApply stores a running cap for a
@@ -113,5 +116,59 @@ func TestCommandsSayWhichServersTheyUse(t *testing.T) {
 	announce(&b, false, cfg.Config, uses{nats: true})
 	if want := "throttler: NATS nats://127.0.0.1:4222 (NATS_URL is unset: the default)\n"; b.String() != want {
 		t.Fatalf("announce with NATS_URL unset: %q, want %q", b.String(), want)
+	}
+}
+
+// TestInspectShowsSettleDebt: acme at 10/s:1 runs j0 and reserves slots
+// for j1, j2 and j3; j0 then reports a cost of 51 for its 1. inspect
+// shows the debt: its bucket 50 tokens below the slots, in debt about
+// 5.3 s, and the three reserved jobs to run 5 s later than their slots.
+func TestInspectShowsSettleDebt(t *testing.T) {
+	s := setup(t)
+	t.Setenv("THROTTLER_DEFAULT_LIMIT", "10/s:1")
+	t.Setenv("THROTTLER_KEY_PREFIX", "thr")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lim, err := throttle.New(s.redis.Client(t), throttle.Options{Prefix: "thr", Horizon: 10 * time.Minute,
+		Policies: throttle.Rules{Default: throttle.Enforce(throttle.PerSecond(10, 1))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps, err := throttle.NewRunningCaps(lim, throttle.CapOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := throttle.NewDecider(lim, caps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli(t, "inspect", "acme").want(t, "inspect before any debt", exitOK, []string{"IN DEBT UNTIL"}, nil)
+	for i, want := range []throttle.Outcome{throttle.Admitted, throttle.Reserved, throttle.Reserved, throttle.Reserved} {
+		cp := throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: fmt.Sprint("j", i)}, Incarnation: int64(i + 1), Fresh: true}
+		if d, err := dec.Decide(ctx, cp); err != nil || d.Outcome != want {
+			t.Fatalf("j%d: %+v, %v; want %v", i, d, err, want)
+		}
+	}
+	if r := cli(t, "inspect", "acme"); r.code != exitOK || strings.Contains(r.stdout, "debt from settled cost") {
+		t.Fatalf("inspect before the settle: exit %d, a debt from settled cost shown:\n%s", r.code, r.stdout)
+	}
+	out, err := lim.Settle(ctx, throttle.Settlement{Tenant: "acme", JobID: "j0", Charged: 1, Cost: 51})
+	if err != nil || out.Shift != 5*time.Second {
+		t.Fatalf("settle: %+v, %v; want a shift of 5s", out, err)
+	}
+	cli(t, "inspect", "acme").want(t, "inspect after the settle", exitOK, []string{
+		"debt from settled cost: reserved jobs run up to 5s later than their slots (3 of them, moved when they come back; exact); buckets in debt until ",
+		"all the debts together moved the slots reserved before them 5s",
+	}, nil)
+	r := cli(t, "inspect", "acme", "--json")
+	var in inspectpkg.Report
+	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil || r.code != exitOK {
+		t.Fatalf("inspect --json: exit %d, %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	d, b := in.Debt, in.Buckets
+	if d == nil || d.PendingJobs != 3 || d.LaterSeconds != 5 || d.ShiftSeconds != 5 || d.InDebtUntil == nil || len(b) != 1 ||
+		b[0].Tokens > -50 || b[0].Tokens < -53 || b[0].ReservedUntil == nil || !b[0].ReservedUntil.Equal(*d.InDebtUntil) ||
+		d.InDebtUntil.Sub(in.At) < 5*time.Second || d.InDebtUntil.Sub(in.At) > 5300*time.Millisecond || !slices.Contains(in.Seen, "the shift of a settled debt") {
+		t.Fatalf("inspect --json after the settle: debt %+v, buckets %+v, seen %q\n%s", d, b, in.Seen, r.stdout)
 	}
 }

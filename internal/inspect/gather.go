@@ -129,6 +129,15 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 			return Report{}, err
 		}
 	}
+	if d := snap.Debt; d != nil {
+		r.Debt = &Debt{LaterSeconds: d.Later.Seconds(), PendingJobs: d.Pending, ShiftSeconds: d.Shift.Seconds()}
+		for _, b := range r.Buckets {
+			// A token bucket's: a window's debt is its count, shown as such.
+			if !b.Sliding && !b.Calendar && b.Tokens < 0 && b.ReservedUntil != nil && (r.Debt.InDebtUntil == nil || b.ReservedUntil.After(*r.Debt.InDebtUntil)) {
+				r.Debt.InDebtUntil = b.ReservedUntil
+			}
+		}
+	}
 	r.WaitsForLease = CapFull(r.Running, r.Cap) || CapFull(r.MaxRunning, r.Fleet)
 	moved, err := ops.WaitingFor(ctx, src.JetStream, src.Stream, src.Schedules, t)
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -166,6 +175,9 @@ func traces(r Report, snap throttle.Snapshot, src Sources) []string {
 	}
 	if snap.Reserved > 0 {
 		seen = append(seen, "reserved slots")
+	}
+	if snap.Debt != nil {
+		seen = append(seen, "the shift of a settled debt")
 	}
 	if len(snap.Failures) > 0 {
 		seen = append(seen, "handler failures")

@@ -42,6 +42,9 @@ type Report struct {
 	// Credits is the tenant's prepaid balance (the term credits), nil
 	// when its policy has none.
 	Credits *throttle.CreditBalance `json:"credits,omitempty"`
+	// Debt is what costs settled above their charge left the tenant
+	// owing, nil when no such debt moved its reserved slots lately.
+	Debt *Debt `json:"settle_debt,omitempty"`
 	// Paused is the tenant's pause (throttler pause), nil when it has
 	// none; a pause whose --until has passed is shown with Active false.
 	Paused *Paused `json:"paused,omitempty"`
@@ -69,10 +72,13 @@ type Paused struct {
 
 // Bucket is one of the tenant's buckets.
 type Bucket struct {
-	Limit         string     `json:"limit"`
-	Tokens        float64    `json:"tokens"`
-	Burst         int64      `json:"burst"`
-	FullAt        time.Time  `json:"full_at"`
+	Limit  string    `json:"limit"`
+	Tokens float64   `json:"tokens"`
+	Burst  int64     `json:"burst"`
+	FullAt time.Time `json:"full_at"`
+	// ReservedUntil is the bucket's empty time when it lies ahead: the
+	// bucket is in debt (Tokens below 0) until then, for the slots
+	// reserved and the costs settled above their charge.
 	ReservedUntil *time.Time `json:"reserved_until,omitempty"`
 	WaitSeconds   float64    `json:"wait_seconds"`
 	StoredRate    int64      `json:"stored_rate,omitempty"`
@@ -91,6 +97,25 @@ type Bucket struct {
 	InWindow    int64      `json:"in_window,omitempty"`
 	WindowStart *time.Time `json:"window_start,omitempty"`
 	ResetsAt    *time.Time `json:"resets_at,omitempty"`
+}
+
+// Debt is the debt of costs settled above their charge (a job's
+// Throttler-Cost, consumer.SettleCost), as inspect shows it: the debt
+// itself is in the buckets (tokens below 0, ReservedUntil ahead), which
+// new jobs wait out; a debt also moves the slots reserved before it.
+type Debt struct {
+	// LaterSeconds is how much later than its slot the most moved of the
+	// reserved jobs runs when it comes back; PendingJobs counts the
+	// reserved jobs a debt has still to move (exact).
+	LaterSeconds float64 `json:"reserved_jobs_run_later_seconds"`
+	PendingJobs  int     `json:"reserved_jobs_to_move"`
+	// ShiftSeconds is the tenant's shift, the sum of what its debts moved
+	// the slots reserved before them, while its key lives.
+	ShiftSeconds float64 `json:"shift_seconds"`
+	// InDebtUntil is when the last of the token buckets below 0 tokens is
+	// paid (empty, no longer in debt), nil when none is: a new job waits
+	// until then at least. A window's debt is its count.
+	InDebtUntil *time.Time `json:"in_debt_until,omitempty"`
 }
 
 // JobCounts are the tenant's waiting jobs, each count saying whether it is
