@@ -108,8 +108,13 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 
 	ackPending := consumer.NewAckPending(st.jobs, 250*time.Millisecond)
 	// The lane leaves to the jobs consumer the jobs of tenants under a
-	// running cap (the worker's decision takes their leases) and of paused
-	// tenants (the worker parks them, uncharged).
+	// running cap (the worker's decision takes their leases), of paused
+	// tenants (the worker parks them, uncharged), and every job while
+	// groups are read: the lane reads no group, and would decide a job
+	// past its group's limit. Under the global limit alone its decisions
+	// meet the level as the worker's do, so a quiet tenant's job still
+	// passes a flood's backlog in the stream.
+	groupsRead := cfg.GroupFrom != (tenant.Source{})
 	leaveToWorker := func(tenant string) bool {
 		if pauses != nil {
 			if _, _, paused := pauses.Paused(tenant, time.Now()); paused {
@@ -117,7 +122,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 			}
 		}
 		p := policies.Policy(tenant)
-		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow) || underLevels(cfg, levels)
+		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow) || groupsRead
 	}
 	lane, claims, err := st.lane(js, cfg, engine, leaveToWorker, stats, log)
 	if err != nil {
@@ -223,13 +228,3 @@ func setUpWithRetry(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	return st, nil
 }
 
-// underLevels reports whether jobs may be decided under limits above
-// their tenants: a global limit in force, or groups read. The fast lane
-// reads no group, so it leaves such jobs to the worker, whose decision
-// queues them for their turn.
-func underLevels(cfg *Settings, levels throttle.LevelPolicies) bool {
-	if cfg.GroupFrom != (tenant.Source{}) {
-		return true
-	}
-	return levels != nil && len(levels.Global().Limits) > 0
-}
