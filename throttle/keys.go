@@ -261,3 +261,32 @@ func (k keyspace) levelKeys(lv Level) (list, fair, passes, scratch string) {
 	base := k.prefix + ":" + levelTag(lv)
 	return base + ":lw", base + ":lv", base + ":lp", base + ":lx"
 }
+
+// termKey returns the key of the state of term lim under tag: a tenant's
+// ("{tenant}") or a shared level's (levelTag), in shadow mode or not.
+func (l *Limiter) termKey(tag string, lim Limit, shadow bool) string {
+	if lim.Unit != "" {
+		return l.keys.prefix + ":" + tag + l.calendarSuffix(lim, shadow)
+	}
+	return l.keys.prefix + ":" + tag + limitKeySuffix(lim, shadow)
+}
+
+// levelListPattern matches the waiting list of every shared level
+// (levelKeys), for SCAN: no tenant's key and no fleet key ends so.
+func (k keyspace) levelListPattern() string { return k.prefix + ":{~.*}:lw" }
+
+// levelOfList reads the level whose waiting list is key (levelKeys).
+func (k keyspace) levelOfList(key string) (Level, bool) {
+	inner, ok := strings.CutPrefix(key, k.prefix+":{~.")
+	if !ok {
+		return Level{}, false
+	}
+	if inner, ok = strings.CutSuffix(inner, "}:lw"); !ok || strings.ContainsAny(inner, "{}") {
+		return Level{}, false
+	}
+	if inner == "global" {
+		return Global, true
+	}
+	g, ok := strings.CutPrefix(inner, "g.")
+	return Level{Group: g}, ok && g != ""
+}

@@ -103,25 +103,8 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 		}
 	}
 	now := s.At.UnixMicro()
-	for _, lim := range s.Policy.Limits {
-		var b Bucket
-		if lim.Unit != "" {
-			b, err = l.peekCalendar(ctx, node, l.keys.prefix+":"+tag+l.calendarSuffix(lim, s.Policy.Shadow), lim, s.At)
-		} else {
-			key := l.keys.prefix + ":" + tag + limitKeySuffix(lim, s.Policy.Shadow)
-			peek := peekBucket
-			if lim.Sliding {
-				peek = peekWindow
-			}
-			b, err = peek(ctx, node, key, lim, now)
-		}
-		if err != nil {
-			return Snapshot{}, err
-		}
-		if b.Wait > s.Wait {
-			s.Wait, s.Binding = b.Wait, lim
-		}
-		s.Buckets = append(s.Buckets, b)
+	if s.Buckets, s.Wait, s.Binding, err = l.peekTerms(ctx, node, tag, s.Policy, s.At); err != nil {
+		return Snapshot{}, err
 	}
 	if s.Reserved, err = countKeys(ctx, node, l.keys.reservation(tag, "*")); err != nil {
 		return Snapshot{}, err
@@ -147,24 +130,30 @@ func (l *Limiter) Peek(ctx context.Context, tenant string, at time.Time) (Snapsh
 	return s, nil
 }
 
-// nodeOf returns the Redis node that holds tenant's keys. A client of a
-// master behind Sentinel (redis.NewFailoverClient) is a *redis.Client.
-func (l *Limiter) nodeOf(ctx context.Context, tenant string) (redis.Cmdable, error) {
-	switch c := l.lib.rdb.(type) {
-	case *redis.Client:
-		return c, nil
-	case *redis.ClusterClient:
-		tag, err := l.keys.tag(tenant)
-		if err != nil {
-			return nil, err
+// peekTerms reads the terms of pol under tag (a tenant's or a shared
+// level's) at at, as Peek shows them: each one's bucket, and the longest
+// wait a job of cost 1 would get, with the term that sets it.
+func (l *Limiter) peekTerms(ctx context.Context, node redis.Cmdable, tag string, pol Policy, at time.Time) (bs []Bucket, wait time.Duration, binding Limit, err error) {
+	for _, lim := range pol.Limits {
+		key := l.termKey(tag, lim, pol.Shadow)
+		var b Bucket
+		switch {
+		case lim.Unit != "":
+			b, err = l.peekCalendar(ctx, node, key, lim, at)
+		case lim.Sliding:
+			b, err = peekWindow(ctx, node, key, lim, at.UnixMicro())
+		default:
+			b, err = peekBucket(ctx, node, key, lim, at.UnixMicro())
 		}
-		n, err := c.MasterForKey(ctx, tag)
 		if err != nil {
-			return nil, &RedisError{Op: "CLUSTER SLOTS", Err: err}
+			return nil, 0, Limit{}, err
 		}
-		return n, nil
+		if b.Wait > wait {
+			wait, binding = b.Wait, lim
+		}
+		bs = append(bs, b)
 	}
-	return nil, fmt.Errorf("throttle: Peek needs a *redis.Client or a *redis.ClusterClient, not %T", l.lib.rdb)
+	return bs, wait, binding, nil
 }
 
 // peekBucket reads the bucket of lim at key at now (µs), as the function

@@ -105,16 +105,15 @@ type LevelDecision struct {
 // under pol at now.
 func (s *Shared) levelCall(lv Level, pol Policy, now time.Time) (keys []string, terms []any) {
 	w, v, p, x := s.l.keys.levelKeys(lv)
-	base := s.l.keys.prefix + ":" + levelTag(lv)
+	tag := levelTag(lv)
 	keys = []string{w, v, p, x}
 	terms = []any{strconv.Itoa(len(pol.Limits))}
 	for _, lim := range pol.Limits {
+		keys = append(keys, s.l.termKey(tag, lim, pol.Shadow))
 		if lim.Unit != "" {
-			keys = append(keys, base+s.l.calendarSuffix(lim, pol.Shadow))
 			terms = append(terms, strconv.FormatInt(lim.Rate, 10), strconv.FormatInt(lim.periodMicros(), 10), s.l.calendarArg(lim, now))
 			continue
 		}
-		keys = append(keys, base+limitKeySuffix(lim, pol.Shadow))
 		r := s.l.render(lim)
 		terms = append(terms, r.args[:]...)
 	}

@@ -1,0 +1,142 @@
+package throttle
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// levelHoldScans bounds how many steps of ZSCAN (about 1000 jobs each)
+// Holding reads of one level's list.
+const levelHoldScans = 100
+
+// LevelHold is a shared level's hold on one tenant's jobs: those waiting
+// in its list for a turn (Shared.Holding).
+type LevelHold struct {
+	Level Level
+	// Jobs counts the tenant's jobs in the list. Exact is false when the
+	// list was too long to read whole (about levelHoldScans thousand
+	// jobs): Jobs then counts those read, and Ahead is as they say.
+	Jobs  int
+	Exact bool
+	// Ahead counts the jobs of the list placed before the tenant's
+	// first, to be called before it; Queued every job in the list.
+	Ahead, Queued int64
+}
+
+// Holding finds the shared levels whose lists hold jobs of tenant waiting
+// for a turn: the global level first, then the groups by name. It only
+// reads. It scans the keyspace of every master for the levels' lists, and
+// each list found for the tenant's jobs: an operator's tool, as Peek.
+func (s *Shared) Holding(ctx context.Context, tenant string) ([]LevelHold, error) {
+	var mu sync.Mutex
+	found := map[Level]bool{}
+	err := s.l.eachMaster(ctx, func(ctx context.Context, node redis.Cmdable) error {
+		return scan(ctx, node, s.l.keys.levelListPattern(), func(key string) error {
+			if lv, ok := s.l.keys.levelOfList(key); ok {
+				mu.Lock()
+				found[lv] = true
+				mu.Unlock()
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	levels := make([]Level, 0, len(found))
+	for lv := range found {
+		levels = append(levels, lv)
+	}
+	slices.SortFunc(levels, func(a, b Level) int { return cmp.Compare(a.Group, b.Group) }) // "" (global) first
+	var out []LevelHold
+	for _, lv := range levels {
+		node, err := s.l.nodeFor(ctx, levelTag(lv))
+		if err != nil {
+			return nil, err
+		}
+		list, _, _, _ := s.l.keys.levelKeys(lv)
+		h, err := holdOf(ctx, node, list, tenant)
+		if err != nil {
+			return nil, err
+		}
+		if h.Jobs > 0 {
+			h.Level = lv
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// holdOf reads tenant's jobs in a level's list (members cost/tenant/job
+// id), in steps of ZSCAN, at most levelHoldScans.
+func holdOf(ctx context.Context, node redis.Cmdable, list, tenant string) (LevelHold, error) {
+	h := LevelHold{}
+	pattern := "*/" + globEscape(tenant) + "/*"
+	var first float64
+	var firstMember string
+	var cursor uint64
+	for step := 0; ; step++ {
+		kv, next, err := node.ZScan(ctx, list, cursor, pattern, 1000).Result()
+		if err != nil {
+			return h, &RedisError{Op: "ZSCAN " + list, Err: err}
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			// The pattern also matches a job id holding "/tenant/".
+			if w, ok := parseLevelMember(kv[i]); !ok || w.Tenant != tenant {
+				continue
+			}
+			place, err := strconv.ParseFloat(kv[i+1], 64)
+			if err != nil {
+				return h, &InvalidError{Code: CodeState, Detail: list + " holds the place " + strconv.Quote(kv[i+1])}
+			}
+			// The list is called in order of place, then of member.
+			if h.Jobs == 0 || place < first || (place == first && kv[i] < firstMember) {
+				first, firstMember = place, kv[i]
+			}
+			h.Jobs++
+		}
+		if cursor = next; cursor == 0 {
+			h.Exact = true
+			break
+		}
+		if step+1 >= levelHoldScans {
+			break
+		}
+	}
+	var err error
+	if h.Queued, err = node.ZCard(ctx, list).Result(); err != nil {
+		return h, &RedisError{Op: "ZCARD " + list, Err: err}
+	}
+	if h.Jobs > 0 {
+		switch rank, err := node.ZRank(ctx, list, firstMember).Result(); {
+		case errors.Is(err, redis.Nil): // called since the scan
+		case err != nil:
+			return h, &RedisError{Op: "ZRANK " + list, Err: err}
+		default:
+			h.Ahead = rank
+		}
+	}
+	return h, nil
+}
+
+// globEscape escapes the characters SCAN's MATCH reads as a pattern.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
