@@ -14,7 +14,7 @@ var commands = [][2]string{
 	{"run", "run the worker until SIGTERM or SIGINT (the default)"},
 	{"check-config", "validate the environment, print the effective configuration (secrets masked)"},
 	{"limits set|get|list|rm|history", "change and read tenants' limits, live; _global and --group NAME for those above them"},
-	{"inspect TENANT [--json]", "why a tenant's jobs wait, from what NATS and Redis hold"},
+	{"inspect TENANT|--global|--group NAME [--json]", "why a tenant's jobs wait, or what a level above it holds, from NATS and Redis"},
 	{"purge TENANT [--older-than D] --yes", "remove a tenant's waiting jobs (without --yes, count them)"},
 	{"dlq list|show|replay|purge", "the dead letters: list, show one, publish again, remove"},
 	{"pause TENANT [--until T|--for D] [--reason R]", "stop every worker starting a tenant's jobs (they wait, uncharged)"},

@@ -16,7 +16,9 @@ import (
 )
 
 // inspectUsage is the usage of `throttler inspect`.
-const inspectUsage = "usage: throttler inspect TENANT [--json]"
+const inspectUsage = `usage: throttler inspect TENANT [--json]      why a tenant's jobs wait
+       throttler inspect --global [--json]     the global limit: its buckets, the jobs waiting for a turn
+       throttler inspect --group NAME [--json] a group's limit, the same`
 
 // seenRule is how inspect tells a tenant it has never seen, for the
 // output and the docs: no trace anywhere of the places a tenant's jobs
@@ -30,21 +32,40 @@ func inspectCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "throttler inspect: "+format+"\n", a...)
 		return status
 	}
-	asJSON := false
+	asJSON, global, group := false, false, false
 	var rest []string
 	for _, a := range args {
-		if a == "--json" {
+		switch a {
+		case "--json":
 			asJSON = true
-			continue
+		case "--global":
+			global = true
+		case "--group":
+			group = true
+		default:
+			rest = append(rest, a)
 		}
-		rest = append(rest, a)
 	}
-	if len(rest) != 1 {
+	want := 1
+	if global {
+		want = 0
+	}
+	if len(rest) != want || (global && group) {
 		return fail(exitConfig, "%s", inspectUsage)
 	}
-	t := rest[0]
-	if err := tenant.Validate(t); err != nil {
-		return fail(exitConfig, "%v", err)
+	var level *throttle.Level
+	switch {
+	case global:
+		level = &throttle.Global
+	case group:
+		if err := tenant.ValidateGroup(rest[0]); err != nil {
+			return fail(exitConfig, "%v", err)
+		}
+		level = &throttle.Level{Group: rest[0]}
+	default:
+		if err := tenant.Validate(rest[0]); err != nil {
+			return fail(exitConfig, "%v", err)
+		}
 	}
 	cfg, ok := loadConfig(stderr)
 	if !ok {
@@ -53,7 +74,13 @@ func inspectCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	announce(stderr, quiet, cfg.Config, uses{nats: true, redis: true})
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
-	in, err := inspect(ctx, cfg, t)
+	var in any
+	var err error
+	if level != nil {
+		in, err = inspectLevel(ctx, cfg, *level)
+	} else {
+		in, err = inspect(ctx, cfg, rest[0])
+	}
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
@@ -65,23 +92,38 @@ func inspectCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	printInspection(stdout, in)
+	switch in := in.(type) {
+	case inspectpkg.Report:
+		printInspection(stdout, in)
+	case inspectpkg.LevelReport:
+		printLevel(stdout, in)
+	}
 	return exitOK
+}
+
+// inspectSources connects to the servers cfg names, for inspect to read,
+// and returns a function that closes the connections.
+func inspectSources(cfg *app.Settings) (inspectpkg.Sources, func(), error) {
+	nc, js, err := connectJetStream(cfg, "inspect")
+	if err != nil {
+		return inspectpkg.Sources{}, nil, err
+	}
+	rdb, err := app.NewRedis(cfg.Config, 1)
+	if err != nil {
+		nc.Close()
+		return inspectpkg.Sources{}, nil, err
+	}
+	return cfg.InspectSources(js, rdb), func() { _ = rdb.Close(); nc.Close() }, nil
 }
 
 // inspect gathers what the servers hold about tenant t. It only reads.
 func inspect(ctx context.Context, cfg *app.Settings, t string) (inspectpkg.Report, error) {
-	nc, js, err := connectJetStream(cfg, "inspect")
+	src, done, err := inspectSources(cfg)
 	if err != nil {
 		return inspectpkg.Report{}, err
 	}
-	defer nc.Close()
-	rdb, err := app.NewRedis(cfg.Config, 1)
-	if err != nil {
-		return inspectpkg.Report{}, err
-	}
-	defer rdb.Close()
-	in, err := inspectpkg.Tenant(ctx, cfg.InspectSources(js, rdb), t)
+	defer done()
+	in, err := inspectpkg.Tenant(ctx, src, t)
 	if err != nil {
 		return inspectpkg.Report{}, err
 	}
@@ -111,36 +153,7 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	if in.Source.Ignored != nil {
 		fmt.Fprintf(w, "  not applied: %s\n", in.Source.Ignored)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if len(in.Buckets) > 0 {
-		fmt.Fprintln(tw, "LIMIT\tTOKENS\tFULL AGAIN\tIN DEBT UNTIL\tA NEW JOB WAITS")
-	}
-	for _, b := range in.Buckets {
-		until := "-"
-		if b.ReservedUntil != nil {
-			until = fmt.Sprintf("in %s", b.ReservedUntil.Sub(in.At).Round(time.Millisecond))
-		}
-		tokens := fmt.Sprintf("%.2f of %d", b.Tokens, b.Burst)
-		if b.Sliding {
-			tokens = fmt.Sprintf("%d of %d in the span", b.InSpan-b.Ahead, b.Burst)
-			if b.Ahead > 0 {
-				tokens += fmt.Sprintf(", %d reserved ahead", b.Ahead)
-			}
-			if b.NextLeaves != nil {
-				tokens += fmt.Sprintf(", the next leaves in %s", b.NextLeaves.Sub(in.At).Round(time.Millisecond))
-			}
-		}
-		if b.Calendar && b.ResetsAt != nil {
-			tokens = fmt.Sprintf("%d counted in the window of %d, resets in %s (at %s)", b.InWindow, b.Burst,
-				b.ResetsAt.Sub(in.At).Round(time.Millisecond), b.ResetsAt.Format(time.RFC3339))
-		}
-		if b.StoredRate != 0 {
-			tokens += fmt.Sprintf(" (stored at %d per period; carried over at the next decision)", b.StoredRate)
-		}
-		fmt.Fprintf(tw, "%s\t%s\tin %s\t%s\t%s\n", b.Limit, tokens, b.FullAt.Sub(in.At).Round(time.Millisecond), until,
-			(time.Duration(b.WaitSeconds * float64(time.Second))).Round(time.Microsecond))
-	}
-	_ = tw.Flush()
+	printBuckets(w, in.At, in.Buckets)
 	switch {
 	case in.Paused != nil && in.Paused.Active:
 		fmt.Fprintf(w, "PAUSED %s (since %s, revision %d): no worker starts its jobs; they wait off the consumer, uncharged, until `throttler resume %s`\n",
@@ -154,6 +167,10 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	case in.WaitSeconds > 0:
 		fmt.Fprintf(w, "a job arriving now waits %s, held by %s (exact)\n",
 			time.Duration(in.WaitSeconds*float64(time.Second)).Round(time.Microsecond), in.Binding)
+	case in.Levels != nil && len(in.Levels.Holding) > 0:
+		h := in.Levels.Holding[0]
+		fmt.Fprintf(w, "a job arriving now passes its own limits at once (exact); %d of its jobs wait for a turn under %s, and a new one of the same flow takes its turn after them\n",
+			h.Jobs.N, h.Level)
 	default:
 		fmt.Fprintln(w, "a job arriving now runs at once (exact)")
 	}
@@ -163,6 +180,9 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	}
 	fmt.Fprintf(w, "jobs waiting: %d holding a reserved slot (exact), %d moved off the consumer into schedules (exact), about %d NAK'd on the consumer (estimate)\n",
 		in.Jobs.Reserved.N, in.Jobs.Moved.N, in.Jobs.Naked.N)
+	if in.Levels != nil {
+		printTenantLevels(w, in.Levels)
+	}
 	if in.Debt != nil {
 		fmt.Fprintf(w, "debt from settled cost: %s\n", describeDebt(in.Debt, in.At))
 	}
@@ -190,6 +210,40 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	for _, id := range ids {
 		fmt.Fprintf(w, "  %s failed %d times\n", id, in.Failures[id])
 	}
+}
+
+// printBuckets writes a table of buckets at at, for people.
+func printBuckets(w io.Writer, at time.Time, buckets []inspectpkg.Bucket) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if len(buckets) > 0 {
+		fmt.Fprintln(tw, "LIMIT\tTOKENS\tFULL AGAIN\tIN DEBT UNTIL\tA NEW JOB WAITS")
+	}
+	for _, b := range buckets {
+		until := "-"
+		if b.ReservedUntil != nil {
+			until = fmt.Sprintf("in %s", b.ReservedUntil.Sub(at).Round(time.Millisecond))
+		}
+		tokens := fmt.Sprintf("%.2f of %d", b.Tokens, b.Burst)
+		if b.Sliding {
+			tokens = fmt.Sprintf("%d of %d in the span", b.InSpan-b.Ahead, b.Burst)
+			if b.Ahead > 0 {
+				tokens += fmt.Sprintf(", %d reserved ahead", b.Ahead)
+			}
+			if b.NextLeaves != nil {
+				tokens += fmt.Sprintf(", the next leaves in %s", b.NextLeaves.Sub(at).Round(time.Millisecond))
+			}
+		}
+		if b.Calendar && b.ResetsAt != nil {
+			tokens = fmt.Sprintf("%d counted in the window of %d, resets in %s (at %s)", b.InWindow, b.Burst,
+				b.ResetsAt.Sub(at).Round(time.Millisecond), b.ResetsAt.Format(time.RFC3339))
+		}
+		if b.StoredRate != 0 {
+			tokens += fmt.Sprintf(" (stored at %d per period; carried over at the next decision)", b.StoredRate)
+		}
+		fmt.Fprintf(tw, "%s\t%s\tin %s\t%s\t%s\n", b.Limit, tokens, b.FullAt.Sub(at).Round(time.Millisecond), until,
+			(time.Duration(b.WaitSeconds * float64(time.Second))).Round(time.Microsecond))
+	}
+	_ = tw.Flush()
 }
 
 // describeDebt says what the debt of costs settled above their charge

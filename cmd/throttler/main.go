@@ -8,7 +8,7 @@
 //	throttler check-config   validate the environment and print the effective configuration
 //	throttler demo           run an embedded NATS server, the worker and a three-tenant workload
 //	throttler limits ...     set, read, list, remove tenants' limits, and the global and group limits, held in NATS (see limits.go)
-//	throttler inspect TENANT why a tenant's jobs wait, from what NATS and Redis hold (see inspect.go)
+//	throttler inspect TENANT why a tenant's jobs wait, from what NATS and Redis hold; --global, --group NAME a level above it (see inspect.go)
 //	throttler purge TENANT   remove a tenant's waiting jobs (see purge.go)
 //	throttler dlq ...        list, show, replay and purge dead letters (see dlq.go)
 //	throttler pub, sub       publish jobs, watch what comes out (see pubsub.go)

@@ -47,21 +47,20 @@ type Sources struct {
 	// token holding the tenant (0 when a header holds it).
 	Subjects        []string
 	TenantFromToken int
+	// Levels are the environment's policies of the limits above the
+	// tenant (THROTTLER_GLOBAL_LIMIT, THROTTLER_GROUP_LIMITS,
+	// THROTTLER_DEFAULT_GROUP_LIMIT); GroupFrom is THROTTLER_GROUP_FROM,
+	// "" when jobs have no group.
+	Levels    throttle.LevelRules
+	GroupFrom string
 }
 
 // Tenant gathers what the servers hold about tenant t. It only reads; t
 // must be valid (tenant.Validate).
 func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
-	var kv jetstream.KeyValue
-	if src.LimitsBucket != "" {
-		var err error
-		kv, err = src.JetStream.KeyValue(ctx, src.LimitsBucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			kv, err = nil, nil
-		}
-		if err != nil {
-			return Report{}, fmt.Errorf("the limits bucket: %w", err)
-		}
+	kv, err := limitsBucket(ctx, src)
+	if err != nil {
+		return Report{}, err
 	}
 	eff, err := limits.Resolve(ctx, kv, src.Rules, src.Reader, t)
 	if err != nil {
@@ -103,26 +102,7 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 	if snap.Wait > 0 {
 		r.Binding = snap.Binding.String()
 	}
-	for _, b := range snap.Buckets {
-		v := Bucket{Limit: b.Limit.String(), Tokens: b.Tokens, Burst: b.Limit.Burst, FullAt: b.FullAt.UTC(),
-			WaitSeconds: b.Wait.Seconds(), StoredRate: b.StoredRate}
-		if !b.ReservedUntil.IsZero() {
-			until := b.ReservedUntil.UTC()
-			v.ReservedUntil = &until
-		}
-		if b.Limit.Sliding {
-			v.Sliding, v.InSpan, v.Ahead = true, b.InSpan, b.Ahead
-			if !b.NextLeaves.IsZero() {
-				next := b.NextLeaves.UTC()
-				v.NextLeaves = &next
-			}
-		}
-		if b.Limit.Unit != "" {
-			start, resets := b.WindowStart.UTC(), b.ResetsAt.UTC()
-			v.Calendar, v.InWindow, v.WindowStart, v.ResetsAt = true, b.InWindow, &start, &resets
-		}
-		r.Buckets = append(r.Buckets, v)
-	}
+	r.Buckets = bucketsOf(snap.Buckets)
 	if src.MaxRunning > 0 {
 		r.MaxRunning = src.MaxRunning
 		if r.Fleet, err = lim.PeekFleetFor(ctx, t, snap.At); err != nil {
@@ -160,8 +140,52 @@ func Tenant(ctx context.Context, src Sources, t string) (Report, error) {
 			}
 		}
 	}
+	if r.Levels, err = tenantLevels(ctx, src, kv, t); err != nil {
+		return Report{}, err
+	}
 	r.Seen = traces(r, snap, src)
 	return r, nil
+}
+
+// limitsBucket opens the limits bucket, nil when it is off or missing.
+func limitsBucket(ctx context.Context, src Sources) (jetstream.KeyValue, error) {
+	if src.LimitsBucket == "" {
+		return nil, nil
+	}
+	kv, err := src.JetStream.KeyValue(ctx, src.LimitsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the limits bucket: %w", err)
+	}
+	return kv, nil
+}
+
+// bucketsOf writes buckets as a report shows them.
+func bucketsOf(buckets []throttle.Bucket) []Bucket {
+	var out []Bucket
+	for _, b := range buckets {
+		v := Bucket{Limit: b.Limit.String(), Tokens: b.Tokens, Burst: b.Limit.Burst, FullAt: b.FullAt.UTC(),
+			WaitSeconds: b.Wait.Seconds(), StoredRate: b.StoredRate}
+		if !b.ReservedUntil.IsZero() {
+			until := b.ReservedUntil.UTC()
+			v.ReservedUntil = &until
+		}
+		if b.Limit.Sliding {
+			v.Sliding, v.InSpan, v.Ahead = true, b.InSpan, b.Ahead
+			if !b.NextLeaves.IsZero() {
+				next := b.NextLeaves.UTC()
+				v.NextLeaves = &next
+			}
+		}
+		if b.Limit.Unit != "" {
+			start, resets := b.WindowStart.UTC(), b.ResetsAt.UTC()
+			v.Calendar, v.InWindow, v.WindowStart, v.ResetsAt = true, b.InWindow, &start, &resets
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // traces lists what the servers hold of tenant r's jobs and limits.
@@ -190,6 +214,9 @@ func traces(r Report, snap throttle.Snapshot, src Sources) []string {
 	}
 	if r.Jobs.Moved.N > 0 {
 		seen = append(seen, "jobs moved off the consumer")
+	}
+	if r.Levels != nil && len(r.Levels.Holding) > 0 {
+		seen = append(seen, "jobs waiting for a turn under a shared limit")
 	}
 	if _, ok := src.Rules.Tenants[r.Tenant]; ok || r.Source.Where == "bucket" || (r.Source.Ignored != nil && r.Source.Ignored.Key == r.Tenant) {
 		seen = append(seen, "limits of its own")

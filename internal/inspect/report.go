@@ -1,8 +1,10 @@
 // Package inspect says why a tenant's jobs wait, from what NATS and Redis
 // hold: its effective limits and where they come from, its buckets, the
-// wait a new job would get and which limit sets it, its jobs waiting and
-// its caps. It only reads. `throttler inspect` prints a Report; the admin
-// API (GET /api/v1/tenants/{tenant}) serves one as JSON.
+// wait a new job would get and which limit sets it, its jobs waiting, its
+// caps and the shared limits above it holding its jobs; and what a shared
+// limit (the global one, a group's) holds. It only reads. `throttler
+// inspect` prints a Report or a LevelReport; the admin API (GET
+// /api/v1/tenants/{tenant}, /api/v1/levels/{level}) serves them as JSON.
 package inspect
 
 import (
@@ -51,6 +53,10 @@ type Report struct {
 	// Failures maps each job whose handler failed, and that has not run
 	// since, to its failures.
 	Failures map[string]int64 `json:"handler_failures,omitempty"`
+	// Levels are the limits above the tenant that apply to its jobs (the
+	// global limit, groups) and the levels holding its jobs waiting for
+	// a turn; nil when there are none of either.
+	Levels *TenantLevels `json:"levels,omitempty"`
 	// Note warns that the limits come from an environment that sets none;
 	// the CLI sets it, as only it reads another process's settings.
 	Note string `json:"note,omitempty"`
