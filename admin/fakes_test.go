@@ -10,6 +10,8 @@ import (
 	"github.com/throttler/throttler/admin"
 	"github.com/throttler/throttler/internal/inspect"
 	"github.com/throttler/throttler/internal/rollcall"
+	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/throttle"
 )
 
 // fakeFleet implements every port in memory, recording what it was asked
@@ -37,6 +39,12 @@ func (f *fakeFleet) Top(context.Context) (admin.TopView, error) {
 
 func (f *fakeFleet) Inspect(_ context.Context, t string) (inspect.Report, error) {
 	return inspect.Report{Tenant: t, At: time.Unix(1000, 0).UTC(), Limits: "5/s:5", Buckets: []inspect.Bucket{{Limit: "5/s:5", Tokens: 2, Burst: 5}}}, nil
+}
+
+func (f *fakeFleet) InspectLevel(_ context.Context, lv throttle.Level) (inspect.LevelReport, error) {
+	return inspect.LevelReport{Level: lv.String(), At: time.Unix(1000, 0).UTC(), Limits: "500/s:500", Source: limits.Source{Where: "THROTTLER_GLOBAL_LIMIT"},
+		Buckets: []inspect.Bucket{{Limit: "500/s:500", Tokens: 2, Burst: 500}}, Queued: 7, Flows: 2, FlowsExact: true,
+		NextInLine: []throttle.TenantJobs{{Tenant: "acme", Jobs: 5}, {Tenant: "globex", Jobs: 2}}, HeadRead: 7}, nil
 }
 
 func (f *fakeFleet) Get(_ context.Context, t string) (admin.LimitsView, error) {

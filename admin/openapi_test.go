@@ -91,6 +91,9 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 		switch {
 		case strings.Contains(pattern, "{tenant}"):
 			cases = append(cases, struct{ path, body string }{strings.Replace(path, "acme", "a%20b", 1), body})
+		case strings.Contains(pattern, "{level}"):
+			cases = append(cases, struct{ path, body string }{strings.Replace(path, "_global", "acme", 1), body},
+				struct{ path, body string }{strings.Replace(path, "_global", "group.a%20b", 1), body})
 		case strings.Contains(pattern, "{id}"):
 			cases = append(cases, struct{ path, body string }{strings.Replace(path, "/7", "/x", 1), body}, struct{ path, body string }{strings.Replace(path, "/7", "/8", 1), body})
 		case method == "POST":

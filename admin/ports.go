@@ -7,6 +7,7 @@ import (
 
 	"github.com/throttler/throttler/internal/inspect"
 	"github.com/throttler/throttler/internal/rollcall"
+	"github.com/throttler/throttler/throttle"
 )
 
 // The ports below are what the API asks of the fleet. Each is small, so
@@ -63,9 +64,12 @@ type TenantRow struct {
 // Waiting is the row's jobs waiting, of every kind.
 func (r TenantRow) Waiting() int64 { return r.Naked + r.Moved + r.Parked + r.Paused }
 
-// Inspector says why one tenant's jobs wait (`throttler inspect`).
+// Inspector says why one tenant's jobs wait (`throttler inspect`), and
+// what a limit above the tenants holds (`throttler inspect --global`,
+// `--group NAME`).
 type Inspector interface {
 	Inspect(ctx context.Context, tenant string) (inspect.Report, error)
+	InspectLevel(ctx context.Context, level throttle.Level) (inspect.LevelReport, error)
 }
 
 // Limits reads and writes tenants' limits in the limits bucket.

@@ -96,6 +96,7 @@ func (s *Server) apiRoutes() []route {
 		{"POST", "/tenants/{tenant}/pause", s.pause},
 		{"POST", "/tenants/{tenant}/resume", s.resume},
 		{"POST", "/tenants/{tenant}/purge", s.purge},
+		{"GET", "/levels/{level}", s.inspectLevel},
 		{"GET", "/dlq", s.listDeadLetters},
 		{"GET", "/dlq/{id}", s.showDeadLetter},
 		{"POST", "/dlq/replay", s.replayDeadLetters},
@@ -106,7 +107,7 @@ func (s *Server) apiRoutes() []route {
 }
 
 // Routes lists the API's routes, "METHOD /api/v1/PATH" each, in the
-// patterns of net/http ({tenant}, {id}).
+// patterns of net/http ({tenant}, {level}, {id}).
 func (s *Server) Routes() []string {
 	var out []string
 	for _, rt := range s.apiRoutes() {

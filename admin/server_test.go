@@ -23,7 +23,7 @@ const token = "test-token-0123456789"
 // handler accepts.
 func sample(route string) (method, path, body string) {
 	method, path, _ = strings.Cut(route, " ")
-	path = strings.NewReplacer("{tenant}", "acme", "{id}", "7").Replace(path)
+	path = strings.NewReplacer("{tenant}", "acme", "{level}", "_global", "{id}", "7").Replace(path)
 	switch {
 	case strings.HasSuffix(path, "/limits") && method == "PUT":
 		body = `{"spec": "50/s:100"}`

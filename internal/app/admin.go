@@ -95,6 +95,11 @@ func (i inspector) Inspect(ctx context.Context, tenant string) (inspect.Report, 
 	return inspect.Tenant(ctx, i.src, tenant)
 }
 
+// InspectLevel implements admin.Inspector.
+func (i inspector) InspectLevel(ctx context.Context, level throttle.Level) (inspect.LevelReport, error) {
+	return inspect.Level(ctx, i.src, level)
+}
+
 // workers is the admin API's Workers: a roll call of the fleet.
 type workers struct {
 	nc      *nats.Conn

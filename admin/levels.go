@@ -1,0 +1,30 @@
+package admin
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/throttler/throttler/limits"
+)
+
+// inspectLevel answers GET /levels/{level}, {level} being "_global" or
+// "group.NAME" (the level's key in the limits bucket): throttler inspect
+// --global's or --group NAME's report.
+func (s *Server) inspectLevel(w http.ResponseWriter, r *http.Request) error {
+	key := r.PathValue("level")
+	lv, ok, err := limits.LevelKey(key)
+	if !ok {
+		err = fmt.Errorf("%q names no level: want _global or group.NAME", key)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	if s.cfg.Inspector == nil {
+		return fmt.Errorf("inspect: %w", errUnavailable)
+	}
+	rep, err := s.cfg.Inspector.InspectLevel(r.Context(), lv)
+	if err != nil {
+		return fmt.Errorf("inspecting %s: %w", key, err)
+	}
+	return writeJSON(w, http.StatusOK, rep)
+}
