@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -172,5 +173,49 @@ func TestLevelWeightScalesTheShare(t *testing.T) {
 	}
 	if count["heavy"] < 20 || count["heavy"] > 28 {
 		t.Fatalf("called heavy %d times while light was called %d, want about 24 (weight 3 to 1)", count["heavy"], count["light"])
+	}
+}
+
+// TestLevelsCostNothingWithoutALevel: a Decider with levels deciding
+// jobs that have none (no global limit, no group) makes the calls a
+// Decider without levels makes: one FCALL for the batch, no more.
+func TestLevelsCostNothingWithoutALevel(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	l := newLimiter(t, e.rdb, e.prefix, time.Minute, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}})
+	s, err := throttle.NewShared(l, throttle.LevelRules{Groups: map[string]throttle.Policy{
+		"org": {Limits: throttle.Limits{{Rate: 1, Period: time.Second, Burst: 1}}}}}, throttle.SharedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := throttle.NewDecider(l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leveled := plain.WithLevels(s)
+	fcalls := func(d *throttle.Decider, from int) int64 {
+		before, err := testenv.CommandStats(ctx, e.rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copies := make([]throttle.Copy, 20)
+		for i := range copies {
+			copies[i] = levelCopy(fmt.Sprintf("t%d", i%5), "", from+i)
+		}
+		for i, r := range d.DecideBatch(ctx, copies) {
+			if r.Err != nil || r.Outcome != throttle.Admitted {
+				t.Fatalf("job %d: %+v", i, r)
+			}
+		}
+		after, err := testenv.CommandStats(ctx, e.rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return after["fcall"].Calls - before["fcall"].Calls
+	}
+	fcalls(plain, 1000) // the library loaded
+	want, got := fcalls(plain, 1), fcalls(leveled, 100)
+	if got != want {
+		t.Fatalf("a batch without levels took %d FCALLs through a Decider with levels, %d without", got, want)
 	}
 }
