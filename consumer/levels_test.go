@@ -73,17 +73,3 @@ func TestQueuedJobIsParkedAndItsLevelPoked(t *testing.T) {
 		t.Errorf("handled %v, want nothing", got)
 	}
 }
-
-// levelOf reads the names Level.String writes, and no other.
-func TestLevelOf(t *testing.T) {
-	for _, lv := range []throttle.Level{throttle.Global, {Group: "org-1"}} {
-		if got, ok := levelOf(lv.String()); !ok || got != lv {
-			t.Errorf("levelOf(%q) = %v, %v", lv.String(), got, ok)
-		}
-	}
-	for _, bad := range []string{"", "group.", "acme", "_default"} {
-		if _, ok := levelOf(bad); ok {
-			t.Errorf("levelOf(%q) accepted", bad)
-		}
-	}
-}
