@@ -227,4 +227,3 @@ func setUpWithRetry(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	}
 	return st, nil
 }
-
