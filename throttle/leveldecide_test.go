@@ -2,7 +2,9 @@ package throttle_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,5 +219,21 @@ func TestLevelsCostNothingWithoutALevel(t *testing.T) {
 	want, got := fcalls(plain, 1), fcalls(leveled, 100)
 	if got != want {
 		t.Fatalf("a batch without levels took %d FCALLs through a Decider with levels, %d without", got, want)
+	}
+}
+
+// TestLevelRefusesACostOverItsBurst: a job whose cost no burst of its
+// level can hold is invalid, naming the level, and charged nowhere.
+func TestLevelRefusesACostOverItsBurst(t *testing.T) {
+	d, s := levelDecider(t, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}},
+		throttle.LevelRules{GlobalPolicy: throttle.Policy{Limits: throttle.Limits{{Rate: 5, Period: time.Second, Burst: 5}}}})
+	cp := levelCopy("acme", "", 1)
+	cp.Cost = 6
+	_, err := d.Decide(context.Background(), cp)
+	if !errors.Is(err, throttle.ErrInvalid) || !strings.Contains(err.Error(), "_global") {
+		t.Fatalf("a cost of 6 under a burst of 5: %v, want invalid naming _global", err)
+	}
+	if n := passAtOnce(t, s, throttle.Global, 6); n != 5 {
+		t.Fatalf("%d jobs passed the global level at once, want its 5: nothing charged", n)
 	}
 }
