@@ -109,7 +109,9 @@ func (gd *groupDecider) readGroup(group []jetstream.Msg) []item {
 		if gd.lane != nil && job.Sequence > lastSeq && m.Headers().Get(fastcopy.Header) == "" && m.Headers().Get(HeaderWoken) == "" {
 			last, lastSeq = m, job.Sequence
 		}
-		gd.rec.arrived(job)
+		if !gd.short.readBefore(m) {
+			gd.rec.arrived(job)
+		}
 		var bad *badJobError
 		switch {
 		case errors.As(err, &bad):

@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -50,15 +49,6 @@ func (k *levelKeeper) park(it *item, d throttle.Decision) Deferral {
 	return Deferral{Msg: it.msg, Job: it.job, Wait: k.cfg.ParkFor, Park: true, Reason: LevelReason + d.LevelName}
 }
 
-// levelOf reads a level's name (throttle.Level.String).
-func levelOf(name string) (throttle.Level, bool) {
-	if name == throttle.GlobalKey {
-		return throttle.Global, true
-	}
-	g, ok := strings.CutPrefix(name, throttle.GroupKeyPrefix)
-	return throttle.Level{Group: g}, ok && g != ""
-}
-
 // wake brings back each job whose turn came, in goroutines of its own. A
 // job that cannot be woken comes back at its fallback time; the slot it
 // was called for is left unused, never given twice.
@@ -96,7 +86,7 @@ func (k *levelKeeper) pokeLoop(ctx context.Context, done <-chan struct{}) {
 		}
 		var levels []throttle.Level
 		for _, name := range k.parked.since(k.cfg.Now().Add(-k.cfg.ParkFor)) {
-			if lv, ok := levelOf(name); ok {
+			if lv, ok := throttle.ParseLevel(name); ok {
 				levels = append(levels, lv)
 			}
 		}

@@ -52,6 +52,9 @@ type shortWait struct {
 	// again holds the messages kept since they were last decided: decided
 	// again, they are not fresh (they hold their reservation).
 	again   map[jetstream.Msg]struct{}
+	// read holds the jobs kept for their slot once decided
+	// (keepReserved): read again, they are no new delivery.
+	read map[jetstream.Msg]struct{}
 	ready   []jetstream.Msg
 	waiting sync.WaitGroup // one per job kept and not yet ready or stopped
 }
@@ -60,7 +63,8 @@ type shortWait struct {
 // whose kept jobs join pulled.
 func newShortWait(cfg Config, pulled *pulledMsgs) *shortWait {
 	return &shortWait{now: cfg.Now, within: cfg.ShortWait, pulled: pulled, due: make(chan struct{}, 1),
-		timers: map[jetstream.Msg]*time.Timer{}, again: map[jetstream.Msg]struct{}{}}
+		timers: map[jetstream.Msg]*time.Timer{}, again: map[jetstream.Msg]struct{}{},
+		read: map[jetstream.Msg]struct{}{}}
 }
 
 // slotOf reads the slot of a moved copy from its header; false for other
@@ -108,6 +112,7 @@ func (e *shortWait) keepAs(m jetstream.Msg, wait time.Duration, reserved bool) b
 	}
 	if reserved {
 		e.reserved++
+		e.read[m] = struct{}{}
 	}
 	e.again[m] = struct{}{}
 	e.waiting.Add(1)
@@ -126,6 +131,17 @@ func (e *shortWait) keepAs(m jetstream.Msg, wait time.Duration, reserved bool) b
 		e.waiting.Done()
 	})
 	return true
+}
+
+// readBefore reports whether m was read and decided before it was kept
+// for its slot, and forgets it: read again, it is no new delivery, and
+// counts as none (TenantStats.Delivered).
+func (e *shortWait) readBefore(m jetstream.Msg) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.read[m]
+	delete(e.read, m)
+	return ok
 }
 
 // decidedAgain reports whether m was kept since it was last decided, and
@@ -167,6 +183,7 @@ func (e *shortWait) stop() []jetstream.Msg {
 	left = append(left, e.Ready()...)
 	e.mu.Lock()
 	clear(e.again)
+	clear(e.read)
 	e.mu.Unlock()
 	return left
 }

@@ -137,4 +137,8 @@ func TestShortWaitIsKeptInTheWorker(t *testing.T) {
 	if got := e.ran.ids(); len(got) != 1 {
 		t.Errorf("ran %v, want the job", got)
 	}
+	// Decided twice, delivered once.
+	if s := e.stats("acme"); s.Delivered != 1 {
+		t.Errorf("%d deliveries counted, want 1: a job kept for its slot is no new delivery", s.Delivered)
+	}
 }

@@ -138,6 +138,10 @@ func (w *Worker) InHand() int { return w.hand.count() }
 // this worker's jobs.
 func (w *Worker) Levels() map[string]LevelStats { return w.levels.counts.snapshot() }
 
+// QueuedUnder returns the shared levels (throttle.Level.String) this
+// worker queued jobs under at or after from.
+func (w *Worker) QueuedUnder(from time.Time) []string { return w.levels.parked.keys(from) }
+
 // ParkedUnder returns the caps ("" for the fleet's, else a tenant) this
 // worker parked jobs under at or after from.
 func (w *Worker) ParkedUnder(from time.Time) []string { return w.caps.parked.keys(from) }

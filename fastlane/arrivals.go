@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/tenant"
 )
 
 // The lane sees jobs arrive through a consumer of its own on the jobs
@@ -132,6 +133,7 @@ func (l *Lane) arrivalsConsumer(ctx context.Context) (jetstream.Consumer, error)
 // arrival is a job the lane takes.
 type arrival struct {
 	id, tenant, subject string
+	group               string // "" for none
 	seq                 uint64
 	cost                int64
 	at                  time.Time // when it arrived
@@ -157,6 +159,12 @@ func (l *Lane) onArrival(m jetstream.Msg) {
 	if err != nil {
 		return
 	}
+	var group string
+	if l.cfg.Group != (tenant.Source{}) {
+		if group, err = l.cfg.Group.GroupOf(m.Subject(), h); err != nil && (l.cfg.GroupRequired || !errors.Is(err, tenant.ErrMissing)) {
+			return // the jobs consumer dead-letters it
+		}
+	}
 	seq := meta.Sequence.Stream
 	if l.cfg.Capped != nil && l.cfg.Capped(t) {
 		// A job under a running cap runs only holding a lease, which the
@@ -174,7 +182,7 @@ func (l *Lane) onArrival(m jetstream.Msg) {
 	if !l.backlog.book(t, seq, l.cfg.Backlog, l.cfg.TenantShare, now) {
 		return
 	}
-	a := arrival{id: meta.Stream + ":" + strconv.FormatUint(seq, 10), tenant: t, subject: m.Subject(), seq: seq, cost: cost, at: now}
+	a := arrival{id: meta.Stream + ":" + strconv.FormatUint(seq, 10), tenant: t, group: group, subject: m.Subject(), seq: seq, cost: cost, at: now}
 	select {
 	case l.work <- a:
 	default:

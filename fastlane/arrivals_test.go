@@ -76,6 +76,33 @@ func TestLaneOnArrival(t *testing.T) {
 			t.Fatalf("handed %+v, want b's job on jobs.any of cost 1", a)
 		}
 	})
+	t.Run("group from a header", func(t *testing.T) {
+		for _, g := range []struct {
+			name     string
+			kv       []string
+			required bool
+			want     string // the group handed to Run; "-": none handed
+		}{
+			{"read", []string{"Org", "org-1"}, false, "org-1"},
+			{"missing, not required", nil, false, ""},
+			{"missing, required", nil, true, "-"},
+			{"malformed", []string{"Org", "org 1"}, false, "-"},
+			{"twice", []string{"Org", "a", "Org", "b"}, false, "-"},
+		} {
+			l := newTestLane(t, 5000, func(c *Config) { c.Group, c.GroupRequired = tenant.FromHeader("Org"), g.required })
+			l.onArrival(arrivalMsg("jobs.b", 1001, l.clock.Now(), g.kv...))
+			switch {
+			case g.want == "-" && len(l.work) != 0:
+				t.Errorf("%s: handed %+v to Run, want it left to the jobs consumer", g.name, <-l.work)
+			case g.want != "-" && len(l.work) != 1:
+				t.Errorf("%s: %d jobs handed to Run, want 1", g.name, len(l.work))
+			case g.want != "-":
+				if a := <-l.work; a.group != g.want {
+					t.Errorf("%s: group %q, want %q", g.name, a.group, g.want)
+				}
+			}
+		}
+	})
 	t.Run("left to the jobs consumer", func(t *testing.T) {
 		l := newTestLane(t, 50) // under the backlog threshold of 100
 		l.onArrival(arrivalMsg("jobs.b", 1001, l.clock.Now()))

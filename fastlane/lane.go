@@ -86,6 +86,14 @@ type Config struct {
 	Subjects subject.Schedules
 	// Tenant says where a job's tenant comes from. Required.
 	Tenant tenant.Source
+	// Group says where a job's group comes from, as the worker reads it
+	// (consumer.Config.Group); the zero Source for none. A job whose group
+	// the worker would refuse, or must have and lacks (GroupRequired), is
+	// left to the jobs consumer, which dead-letters it.
+	Group tenant.Source
+	// GroupRequired, with Group, leaves a job without a group to the jobs
+	// consumer.
+	GroupRequired bool
 	// CostHeader names the header carrying a job's cost. Required.
 	CostHeader string
 	// Decider decides jobs for their copies, without a fleet-wide running

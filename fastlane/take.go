@@ -75,7 +75,7 @@ func (l *Lane) passBacklog(ctx context.Context, batch []arrival) {
 func (l *Lane) claim(ctx context.Context, batch []arrival) []int {
 	copies := make([]throttle.Copy, len(batch))
 	for i, a := range batch {
-		copies[i] = throttle.Copy{Request: throttle.Request{Tenant: a.tenant, JobID: a.id, Cost: a.cost},
+		copies[i] = throttle.Copy{Request: throttle.Request{Tenant: a.tenant, JobID: a.id, Cost: a.cost}, Group: a.group,
 			Incarnation: fastcopy.Incarnation(a.seq)}
 	}
 	results := l.cfg.Decider.DecideBatch(ctx, copies)

@@ -121,9 +121,8 @@ func (v levelRun) run(b *testing.B) {
 			line += fmt.Sprintf(" (wait p50 %s, p99 %s)", ws[len(ws)/2].Round(time.Millisecond), p99.Round(time.Millisecond))
 		}
 	}
-	// NATS deliveries, of the jobs consumer and of the woken jobs'
-	// (throttler_delivered_total also counts a job kept in the worker for
-	// its slot when it is decided again there).
+	// NATS deliveries, of the jobs consumer and of the woken jobs',
+	// counted by the server.
 	f.waitSettled(time.Minute)
 	delivered := f.e.consumerInfo(f.cfg.Stream, f.cfg.Consumer).Delivered.Consumer +
 		f.e.consumerInfo(f.cfg.Stream, f.cfg.Consumer+"_woken").Delivered.Consumer

@@ -126,8 +126,10 @@ local function share(keys, args)
     local o = 4 * (j - 1)
     reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = SHARED, 0, 0, 0
     if mode == '2' then
-      -- Shadow: decided on the shadow buckets alone, never waiting.
-      local da = {format('%d', t), format('%d', direct), format('%d', c), '0', '3', format('%d', n)}
+      -- Shadow: decided on the shadow buckets alone, never waiting, and
+      -- charged whatever the wait, which is what the level would have
+      -- held the job for in all (ahead of it, every job charged).
+      local da = {format('%d', t), format('%d', MAX_HORIZON), format('%d', c), '0', '3', format('%d', n)}
       for i = 1, #TA do da[6 + i] = TA[i] end
       local TS = {unpk(keys, 5, nk)}
       local r = decide(TS, da)

@@ -22,6 +22,7 @@ import (
 // Its keys share the fleet's cap's hash tag:
 //
 //	<prefix>:{~}:census:parkers   set of the tenants that parked jobs lately
+//	<prefix>:{~}:census:queuers   set of the shared levels that queued jobs lately
 //	<prefix>:{~}:census:hands     hash worker → "jobs in hand, unix ms"
 //	<prefix>:{~}:census:counts    hash kind → jobs, and "at" (unix ms)
 //	<prefix>:{~}:census:counter   the counter's lease: its worker's id

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -68,6 +69,14 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 				plans[i].levels = d.plan(cp)
 			}
 			if done[i] || stage >= len(plans[i].levels) {
+				continue
+			}
+			lv := plans[i].levels[stage]
+			if most := d.shared.Policy(lv).Limits.MinBurst(); max(cp.Cost, 1) > most {
+				// Never admissible there: refused before any call, naming
+				// the level, as a tenant's limit refuses it.
+				out[i].Err = &InvalidError{Code: CodeCostOverBurst, Detail: fmt.Sprintf("cost %d, smallest burst %d of %s", max(cp.Cost, 1), most, lv)}
+				done[i] = true
 				continue
 			}
 			idx = append(idx, i)

@@ -141,3 +141,54 @@ func TestSharedGiveBackReturnsTheCharge(t *testing.T) {
 		t.Fatalf("poke after the give-back called %v, want b's job", ws)
 	}
 }
+
+// TestShareRefusesBadArgumentsBeforeAnyWrite: every argument of share is
+// checked before the first write; a refusal names the position and
+// writes nothing, apart from a Redis error or a job that must wait.
+func TestShareRefusesBadArgumentsBeforeAnyWrite(t *testing.T) {
+	e := setup(t)
+	decide := decideFn()
+	share := "share" + decide[len("decide"):]
+	p := e.prefix + ":{~.global}"
+	keys := []string{p + ":lw", p + ":lv", p + ":lp", p + ":lx", p + ":l:1000000"}
+	good := []string{"0", "100000", "250000", "60000", "1", "10", "1000000", "10", "1/acme/s:1", "acme", "1", "1", "0"}
+	cases := []struct {
+		name string
+		at   int    // ARGV position (1-based) to replace
+		val  string // its bad value
+		code int64
+	}{
+		{"now", 1, "-1", 2},
+		{"lookahead", 2, "61000000", 4},
+		{"direct below lookahead", 3, "5", 4},
+		{"ttl", 4, "0", 18},
+		{"rate", 6, "0", 6},
+		{"burst", 8, "x", 8},
+		{"member without a cost", 9, "acme/s:1", 23},
+		{"flow", 10, "a b", 23},
+		{"cost unlike the member's", 11, "2", 3},
+		{"weight", 12, "1001", 3},
+		{"mode", 13, "7", 17},
+	}
+	for _, c := range cases {
+		args := append([]string(nil), good...)
+		args[c.at-1] = c.val
+		got := fcallRaw(t, e.rdb, share, keys, args)
+		if got[0] != 3 || got[1] != c.code || got[2] != int64(c.at) {
+			t.Errorf("%s: reply %v, want {3, %d, %d, 0}", c.name, got, c.code, c.at)
+		}
+		if ks := keysOf(t, e, p); len(ks) != 0 {
+			t.Fatalf("%s: refused call wrote %v", c.name, ks)
+		}
+	}
+	got := fcallRaw(t, e.rdb, share, keys, good)
+	if got[0] != 1 || got[1] != 0 {
+		t.Fatalf("good call: %v, want the job passed now", got)
+	}
+}
+
+// keysOf lists the keys under prefix p.
+func keysOf(t *testing.T, e env, p string) []string {
+	t.Helper()
+	return keys(t, e.rdb, p)
+}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
-	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -108,13 +107,10 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 
 	ackPending := consumer.NewAckPending(st.jobs, 250*time.Millisecond)
 	// The lane leaves to the jobs consumer the jobs of tenants under a
-	// running cap (the worker's decision takes their leases), of paused
-	// tenants (the worker parks them, uncharged), and every job while
-	// groups are read: the lane reads no group, and would decide a job
-	// past its group's limit. Under the global limit alone its decisions
-	// meet the level as the worker's do, so a quiet tenant's job still
-	// passes a flood's backlog in the stream.
-	groupsRead := cfg.GroupFrom != (tenant.Source{})
+	// running cap (the worker's decision takes their leases) and of paused
+	// tenants (the worker parks them, uncharged). Its decisions meet the
+	// levels above the tenant as the worker's do, so a quiet tenant's job
+	// still passes a flood's backlog in the stream.
 	leaveToWorker := func(tenant string) bool {
 		if pauses != nil {
 			if _, _, paused := pauses.Paused(tenant, time.Now()); paused {
@@ -122,7 +118,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 			}
 		}
 		p := policies.Policy(tenant)
-		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow) || groupsRead
+		return cfg.MaxRunning > 0 || (p.Running > 0 && !p.Shadow)
 	}
 	lane, claims, err := st.lane(js, cfg, engine, leaveToWorker, stats, log)
 	if err != nil {
@@ -227,4 +223,3 @@ func setUpWithRetry(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	}
 	return st, nil
 }
-

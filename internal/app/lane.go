@@ -92,18 +92,20 @@ func (st *jobStreams) lane(js jetstream.JetStream, cfg *Settings, e *engine, cap
 		moveRate = -1 // THROTTLER_LANE_MOVE_RATE=0: no cap
 	}
 	l, err := fastlane.New(fastlane.Config{
-		JetStream:   js,
-		Stream:      st.stream,
-		Jobs:        st.jobs,
-		Copies:      st.copies,
-		Arrivals:    arrivalsConsumer(cfg),
-		JobSubjects: cfg.Subjects,
-		Subjects:    cfg.Schedules,
-		Tenant:      cfg.TenantFrom,
-		CostHeader:  cfg.CostHeader,
-		Decider:     e.laneDecider,
-		Owners:      e.owners,
-		Capped:      capped,
+		JetStream:     js,
+		Stream:        st.stream,
+		Jobs:          st.jobs,
+		Copies:        st.copies,
+		Arrivals:      arrivalsConsumer(cfg),
+		JobSubjects:   cfg.Subjects,
+		Subjects:      cfg.Schedules,
+		Tenant:        cfg.TenantFrom,
+		Group:         cfg.GroupFrom,
+		GroupRequired: cfg.GroupRequired,
+		CostHeader:    cfg.CostHeader,
+		Decider:       e.laneDecider,
+		Owners:        e.owners,
+		Capped:        capped,
 		OtherReaders: func(ctx context.Context) (string, error) {
 			return otherJobsConsumer(ctx, st.stream, cfg)
 		},

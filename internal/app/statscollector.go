@@ -115,7 +115,7 @@ func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now f
 		{name: "throttler_running", help: "Jobs this worker runs, or keeps waiting for a handler slot, under a running cap.",
 			get: func(s consumer.TenantStats) float64 { return n(s.Running) }, vt: prometheus.GaugeValue, perTenant: perTenant},
 
-		counter("delivered_total", "Deliveries received.", total, func(s consumer.TenantStats) float64 { return n(s.Delivered) }),
+		counter("delivered_total", "Deliveries received from NATS (a job kept in the worker for its slot and decided again there counts once).", total, func(s consumer.TenantStats) float64 { return n(s.Delivered) }),
 		counter("moved_total", "Deferrals that moved the job off the consumer.", total, func(s consumer.TenantStats) float64 { return n(s.Moved) }),
 		counter("redis_errors_total", "Decisions that failed because of Redis.", total, func(s consumer.TenantStats) float64 { return n(s.RedisErrors) }),
 		counter("allowed_on_redis_error_total", "Jobs admitted by policy while Redis failed.", total,

@@ -24,6 +24,9 @@ const (
 	waitingScheduled = "scheduled"
 	// waitingParked: jobs waiting for a lease of a running cap.
 	waitingParked = "parked"
+	// waitingQueued: jobs waiting for their turn under a limit above the
+	// tenant (a group's or the global one).
+	waitingQueued = "queued"
 	// waitingPaused: moved jobs of tenants an operator paused.
 	waitingPaused = "paused"
 	// waitingHeld: moved jobs of tenants whose downstream asked to wait.
@@ -59,6 +62,9 @@ type waitingCounter struct {
 	// and ParkedUnder).
 	inHand      func() int
 	parkedUnder func(from time.Time) []string
+	// queuedUnder reads the levels the worker queued jobs under
+	// (consumer.Worker's QueuedUnder); nil for none.
+	queuedUnder func(from time.Time) []string
 	// ackPending is the jobs consumer's ack-pending count as last read,
 	// -1 before the first read.
 	ackPending func() int
@@ -99,7 +105,7 @@ func newWaitingCounter(srv *server, limiter *throttle.Limiter, w *consumer.Worke
 		return nil, err
 	}
 	return &waitingCounter{census: limiter.Census(), id: id, every: every, now: time.Now, log: log,
-		inHand: w.InHand, parkedUnder: w.ParkedUnder, ackPending: ackPending.Count, copies: copies,
+		inHand: w.InHand, parkedUnder: w.ParkedUnder, queuedUnder: w.QueuedUnder, ackPending: ackPending.Count, copies: copies,
 		copiesOf: copiesOf, paused: paused, held: w.HeldDownstream}, nil
 }
 
@@ -129,6 +135,11 @@ func (c *waitingCounter) tick(ctx context.Context) {
 	}
 	if err := c.census.NoteParked(ctx, c.parkedUnder(now.Add(-2*c.every))); err != nil {
 		c.log.Debug("noting the caps jobs were parked under failed", "err", err)
+	}
+	if c.queuedUnder != nil {
+		if err := c.census.NoteQueued(ctx, c.queuedUnder(now.Add(-2*c.every))); err != nil {
+			c.log.Debug("noting the levels jobs were queued under failed", "err", err)
+		}
 	}
 	counter, err := c.census.TakeCounter(ctx, c.id, 3*c.every)
 	if err != nil {
@@ -164,6 +175,10 @@ func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	queued, err := c.census.Queued(ctx)
+	if err != nil {
+		return err
+	}
 	inHand, err := c.census.InHand(ctx, now.Add(-3*c.every))
 	if err != nil {
 		return err
@@ -175,13 +190,13 @@ func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		scheduled = int64(n) - parked
+		scheduled = int64(n) - parked - queued
 	} else {
-		nak -= parked
+		nak -= parked + queued
 	}
 	// Every kind, 0 included: a kind with nothing waiting is a series at 0,
 	// not a series gone or stuck at its last value.
-	counts := map[string]int64{waitingParked: parked, waitingPaused: 0, waitingHeld: 0}
+	counts := map[string]int64{waitingParked: parked, waitingQueued: queued, waitingPaused: 0, waitingHeld: 0}
 	if c.copiesOf != nil {
 		paused := c.tenants(c.paused, now, nil)
 		for kind, tenants := range map[string][]string{waitingPaused: paused, waitingHeld: c.tenants(c.held, now, paused)} {

@@ -22,9 +22,10 @@ type waitingEnv struct {
 
 // newWaitingEnv returns counters a and b of one fleet: each holds inHand
 // jobs, the consumer's ack-pending is ack, the schedules hold copies
-// moved jobs (nil: jobs are never moved), and acme's cap has parked jobs
-// waiting in its list, noted by a.
-func newWaitingEnv(t *testing.T, ack, copies, parked int, moved bool) *waitingEnv {
+// moved jobs (nil: jobs are never moved), acme's cap has parked jobs
+// waiting in its list, noted by a, and the global level queued jobs
+// waiting for their turn, noted by b.
+func newWaitingEnv(t *testing.T, ack, copies, parked, queued int, moved bool) *waitingEnv {
 	t.Helper()
 	rdb := testenv.StartRedis(t).Client(t)
 	lim, err := throttle.New(rdb, throttle.Options{Policies: throttle.Rules{Default: throttle.Policy{Running: 1}}, Prefix: "w"})
@@ -37,17 +38,23 @@ func newWaitingEnv(t *testing.T, ack, copies, parked int, moved bool) *waitingEn
 			t.Fatal(err)
 		}
 	}
+	for i := range queued {
+		// The global level's list (<prefix>:{~.global}:lw).
+		if err := rdb.ZAdd(context.Background(), "w:{~.global}:lw", redis.Z{Score: float64(i), Member: fmt.Sprintf("1/acme/q%d", i)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e := &waitingEnv{clock: &testClock{t: time.Now()}}
-	counter := func(id string, inHand int, parkedUnder []string) *waitingCounter {
+	counter := func(id string, inHand int, parkedUnder, queuedUnder []string) *waitingCounter {
 		c := &waitingCounter{census: lim.Census(), id: id, every: 10 * time.Second, now: e.clock.now, log: slog.New(slog.DiscardHandler),
 			inHand: func() int { return inHand }, parkedUnder: func(time.Time) []string { return parkedUnder },
-			ackPending: func() int { return ack }}
+			queuedUnder: func(time.Time) []string { return queuedUnder }, ackPending: func() int { return ack }}
 		if moved {
 			c.copies = func(context.Context) (int, error) { return copies, nil }
 		}
 		return c
 	}
-	e.a, e.b = counter("a", 5, []string{"acme"}), counter("b", 3, nil)
+	e.a, e.b = counter("a", 5, []string{"acme"}, nil), counter("b", 3, nil, []string{"_global"})
 	return e
 }
 
@@ -55,23 +62,24 @@ func newWaitingEnv(t *testing.T, ack, copies, parked int, moved bool) *waitingEn
 // serve its counts: NAK'd jobs are the ack-pending less the jobs in the
 // workers' hands, scheduled ones the moved copies less the parked ones
 // (parked jobs are moved copies too), or, when nothing is moved, the
-// parked ones are NAK'd and come out of the NAK'd count.
+// parked ones are NAK'd and come out of the NAK'd count; jobs queued
+// under a shared level likewise.
 func TestWaitingCounterCounts(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		moved, holds bool
 		want         map[string]int64
 	}{
-		{"moved", true, false, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7, waitingParked: 7,
-			waitingPaused: 0, waitingHeld: 0}},
-		{"nak only", false, false, map[string]int64{waitingNak: 20 - 8 - 7, waitingScheduled: 0, waitingParked: 7,
-			waitingPaused: 0, waitingHeld: 0}},
+		{"moved", true, false, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7 - 3, waitingParked: 7,
+			waitingQueued: 3, waitingPaused: 0, waitingHeld: 0}},
+		{"nak only", false, false, map[string]int64{waitingNak: 20 - 8 - 7 - 3, waitingScheduled: 0, waitingParked: 7,
+			waitingQueued: 3, waitingPaused: 0, waitingHeld: 0}},
 		// zeta is paused and held: its jobs count as paused, once.
-		{"paused and held", true, true, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7 - 6 - 4,
-			waitingParked: 7, waitingPaused: 6, waitingHeld: 4}},
+		{"paused and held", true, true, map[string]int64{waitingNak: 20 - 8, waitingScheduled: 50 - 7 - 3 - 6 - 4,
+			waitingParked: 7, waitingQueued: 3, waitingPaused: 6, waitingHeld: 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newWaitingEnv(t, 20, 50, 7, tc.moved)
+			e := newWaitingEnv(t, 20, 50, 7, 3, tc.moved)
 			if tc.holds {
 				moved := map[string]int{"zeta": 6, "globex": 4, "initech": 0}
 				for _, c := range []*waitingCounter{e.a, e.b} {
@@ -104,7 +112,7 @@ func TestWaitingCounterCounts(t *testing.T) {
 // TestWaitingCounterClearsAKindGone: a kind counted once and then with
 // nothing waiting (a tenant resumed) reads 0, not its last count.
 func TestWaitingCounterClearsAKindGone(t *testing.T) {
-	e := newWaitingEnv(t, 20, 50, 0, true)
+	e := newWaitingEnv(t, 20, 50, 0, 0, true)
 	paused := []string{"zeta"}
 	e.a.copiesOf = func(context.Context, string) (int, error) { return 7, nil }
 	e.a.paused = func(time.Time) []string { return paused }
@@ -124,7 +132,7 @@ func TestWaitingCounterClearsAKindGone(t *testing.T) {
 // TestWaitingCounterStale: counts older than three intervals (the counter
 // gone) are not served.
 func TestWaitingCounterStale(t *testing.T) {
-	e := newWaitingEnv(t, 20, 50, 0, true)
+	e := newWaitingEnv(t, 20, 50, 0, 0, true)
 	e.a.tick(context.Background())
 	if _, ok := e.a.waiting(); !ok {
 		t.Fatal("no counts served after a count")
