@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,7 +14,13 @@ import (
 // the global limit) to the jobs waiting in their lists;
 // *throttle.Shared satisfies it.
 type LevelPoker interface {
+	// Poke calls the jobs whose turn came under each level, or every job
+	// queued under a level that no longer holds jobs back.
 	Poke(ctx context.Context, levels []throttle.Level) ([]throttle.Waiter, error)
+	// NoteQueuing tells the fleet this worker queued jobs under levels;
+	// Queuing returns the levels any worker noted.
+	NoteQueuing(ctx context.Context, levels []throttle.Level) error
+	Queuing(ctx context.Context) ([]throttle.Level, error)
 }
 
 // LevelReason starts the HeaderWaitReason of a job parked for its turn
@@ -25,6 +32,12 @@ const LevelReason = "waiting for a turn under "
 // not with a release, so someone must ask. Each call reserves slots a
 // lookahead ahead (throttle.SharedOptions), longer than this.
 const levelPokeEvery = 40 * time.Millisecond
+
+// levelNoteEvery is how often the worker notes the levels it queued jobs
+// under for the fleet, and reads those the fleet noted, to poke them too:
+// a worker restarted since its jobs were queued, or another's, still
+// hands their turns on (or hands them back, when the level's limit went).
+const levelNoteEvery = time.Second
 
 // levelKeeper runs the worker's side of shared levels: it parks the jobs
 // a level queued, pokes the levels it parked jobs under, and wakes the
@@ -78,16 +91,28 @@ func (k *levelKeeper) wake(ctx context.Context, ws []throttle.Waiter) {
 func (k *levelKeeper) pokeLoop(ctx context.Context, done <-chan struct{}) {
 	tick := time.NewTicker(levelPokeEvery)
 	defer tick.Stop()
+	var fleet []throttle.Level // the levels the fleet noted, read each levelNoteEvery
+	var noted time.Time
 	for {
 		select {
 		case <-done:
 			return
 		case <-tick.C:
 		}
-		var levels []throttle.Level
+		var mine []throttle.Level
 		for _, name := range k.parked.since(k.cfg.Now().Add(-k.cfg.ParkFor)) {
 			if lv, ok := throttle.ParseLevel(name); ok {
-				levels = append(levels, lv)
+				mine = append(mine, lv)
+			}
+		}
+		levels := mine
+		if now := k.cfg.Now(); now.Sub(noted) >= levelNoteEvery {
+			noted = now
+			fleet = k.noteAndRead(ctx, mine)
+			for _, lv := range fleet {
+				if !slices.Contains(levels, lv) {
+					levels = append(levels, lv)
+				}
 			}
 		}
 		if len(levels) == 0 {
@@ -101,6 +126,24 @@ func (k *levelKeeper) pokeLoop(ctx context.Context, done <-chan struct{}) {
 		}
 		k.wake(ctx, ws)
 	}
+}
+
+// noteAndRead notes the levels this worker queued jobs under and returns
+// those the fleet noted; a failure is logged, and the worker pokes its
+// own levels meanwhile.
+func (k *levelKeeper) noteAndRead(ctx context.Context, mine []throttle.Level) []throttle.Level {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RedisTimeout)
+	defer cancel()
+	if len(mine) > 0 {
+		if err := k.poker.NoteQueuing(lctx, mine); err != nil {
+			k.log.Debug("noting the levels jobs were queued under failed", "err", err)
+		}
+	}
+	fleet, err := k.poker.Queuing(lctx)
+	if err != nil {
+		k.log.Debug("reading the levels the fleet queued jobs under failed", "err", err)
+	}
+	return fleet
 }
 
 // start runs pokeLoop, when the worker has a LevelPoker, until stop is

@@ -31,6 +31,10 @@ func (p *fakePoker) Poke(_ context.Context, levels []throttle.Level) ([]throttle
 	return w, nil
 }
 
+func (p *fakePoker) NoteQueuing(context.Context, []throttle.Level) error { return nil }
+
+func (p *fakePoker) Queuing(context.Context) ([]throttle.Level, error) { return nil, nil }
+
 func (p *fakePoker) levels() [][]throttle.Level {
 	p.mu.Lock()
 	defer p.mu.Unlock()

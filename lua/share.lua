@@ -77,7 +77,7 @@ local function share(keys, args)
   if not call then bind() end
   local na, nk = #args, #keys
   if na < 5 then return badcall('share takes at least 5 arguments') end
-  local n = whole(args[5], 1, MAX_LIMITS)
+  local n = whole(args[5], 0, MAX_LIMITS)
   if n == nil then return {INVALID, E_RATE, 5, 0} end
   local first = 6 + 3 * n
   local M = (na - first + 1) / 5
@@ -125,7 +125,15 @@ local function share(keys, args)
     local member, flow, c, w, mode = unpk(J[j])
     local o = 4 * (j - 1)
     reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = SHARED, 0, 0, 0
-    if mode == '2' then
+    if n == 0 or mode == '2' then
+      -- No limit, or one in shadow mode: the level holds no job back;
+      -- one queued before leaves the list.
+      call('ZREM', W, member)
+      call('ZREM', P, member)
+    end
+    if n == 0 then
+      reply[o + 2] = 0
+    elseif mode == '2' then
       -- Shadow: decided on the shadow buckets alone, never waiting, and
       -- charged whatever the wait, which is what the level would have
       -- held the job for in all (ahead of it, every job charged).
@@ -176,16 +184,22 @@ local function share(keys, args)
     end
   end
   -- The call step: the head of the list, while the terms give it a slot
-  -- within the call lookahead.
+  -- within the call lookahead. A level without limits, or in shadow mode
+  -- (the caller then names no term), hands every job queued back, to be
+  -- woken: none of them waits for a turn any more.
   local called = {}
+  local enforced = n > 0 and not (M > 0 and J[1][5] == '2')
   for _ = 1, MAX_CALLS do
     local head = call('ZRANGE', W, 0, 0, 'WITHSCORES')
     if not head[1] then break end
-    local c = tonum(match(head[1], '^(%d+)/')) or 1
-    local wait, bad = grant(TK, TA, c, callAhead, t)
-    if wait == false then break end
+    local wait, bad = 0, nil
+    if enforced then
+      local c = tonum(match(head[1], '^(%d+)/')) or 1
+      wait, bad = grant(TK, TA, c, callAhead, t)
+      if wait == false then break end
+    end
     call('ZREM', W, head[1])
-    if not bad then
+    if enforced and not bad then
       call('ZADD', P, format('%d', t + wait), head[1])
       local pl = tonum(head[2])
       if pl > Vn then Vn = pl end

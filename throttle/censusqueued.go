@@ -42,45 +42,79 @@ func (c *Census) NoteQueued(ctx context.Context, levels []string) error {
 // Queued counts the jobs waiting for their turn in the lists of every
 // level noted as queuing, and forgets the levels whose list is empty.
 func (c *Census) Queued(ctx context.Context) (int64, error) {
-	key := c.keys.censusKey("queuers")
-	pipe := c.rdb.Pipeline()
+	_, counts, err := queuing(ctx, c.rdb, c.keys)
+	var n int64
+	for _, x := range counts {
+		n += x
+	}
+	return n, err
+}
+
+// queuing reads the levels noted as queuing and the jobs in each one's
+// list, and forgets the levels whose list is empty (noted again when they
+// queue again): it returns the others with their counts.
+func queuing(ctx context.Context, rdb Client, keys keyspace) ([]Level, []int64, error) {
+	key := keys.censusKey("queuers")
+	pipe := rdb.Pipeline()
 	members := pipe.SMembers(ctx, key)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, fmt.Errorf("throttle: reading levels with queued jobs: %w", err)
+		return nil, nil, fmt.Errorf("throttle: reading levels with queued jobs: %w", err)
 	}
-	names := members.Val()
-	pipe = c.rdb.Pipeline()
-	cards := make([]*redis.IntCmd, 0, len(names))
-	var read []string
-	var bad []any
-	for _, name := range names {
+	pipe = rdb.Pipeline()
+	var cards []*redis.IntCmd
+	var read []Level
+	var gone []any
+	for _, name := range members.Val() {
 		lv, ok := ParseLevel(name)
 		if !ok {
-			bad = append(bad, name)
+			gone = append(gone, name)
 			continue
 		}
-		list, _, _, _ := c.keys.levelKeys(lv)
+		list, _, _, _ := keys.levelKeys(lv)
 		cards = append(cards, pipe.ZCard(ctx, list))
-		read = append(read, name)
+		read = append(read, lv)
 	}
 	if len(cards) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return 0, fmt.Errorf("throttle: counting queued jobs: %w", err)
+			return nil, nil, fmt.Errorf("throttle: counting queued jobs: %w", err)
 		}
 	}
-	var n int64
+	var out []Level
+	var counts []int64
 	for i, card := range cards {
-		n += card.Val()
 		if card.Val() == 0 {
-			bad = append(bad, read[i])
+			gone = append(gone, read[i].String())
+			continue
 		}
+		out, counts = append(out, read[i]), append(counts, card.Val())
 	}
-	if len(bad) > 0 {
-		pipe = c.rdb.Pipeline()
-		pipe.SRem(ctx, key, bad...)
+	if len(gone) > 0 {
+		pipe = rdb.Pipeline()
+		pipe.SRem(ctx, key, gone...)
 		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, fmt.Errorf("throttle: forgetting levels without queued jobs: %w", err)
+			return nil, nil, fmt.Errorf("throttle: forgetting levels without queued jobs: %w", err)
 		}
 	}
-	return n, nil
+	return out, counts, nil
+}
+
+// Queuing returns the levels with jobs queued, noted by any worker of the
+// fleet (NoteQueuing): a worker that did not queue a job there itself (it
+// restarted since) still pokes them, so that a level whose limit went
+// away, or whose jobs' wakers died, hands its jobs on.
+func (s *Shared) Queuing(ctx context.Context) ([]Level, error) {
+	out, _, err := queuing(ctx, s.l.lib.rdb, s.l.keys)
+	if err != nil {
+		return nil, &RedisError{Op: "reading the levels with queued jobs", Err: err}
+	}
+	return out, nil
+}
+
+// NoteQueuing notes levels as queuing jobs, for Queuing and the census.
+func (s *Shared) NoteQueuing(ctx context.Context, levels []Level) error {
+	names := make([]string, len(levels))
+	for i, lv := range levels {
+		names[i] = lv.String()
+	}
+	return s.l.Census().NoteQueued(ctx, names)
 }

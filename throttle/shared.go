@@ -133,7 +133,11 @@ type shareCall struct {
 // buildShare prepares the share calls deciding jobs at lv (idx their
 // indices in js), at most lua.MaxJobs each; no jobs is a poke.
 func (s *Shared) buildShare(lv Level, js []LevelJob, idx []int) []shareCall {
-	pol := s.Policy(lv)
+	return s.buildShareUnder(lv, s.Policy(lv), js, idx)
+}
+
+// buildShareUnder is buildShare under pol.
+func (s *Shared) buildShareUnder(lv Level, pol Policy, js []LevelJob, idx []int) []shareCall {
 	keys, terms := s.levelCall(lv, pol, time.Now())
 	head := append([]any{"0", usText(s.o.Lookahead), usText(s.o.Direct), strconv.FormatInt(s.o.TTL.Milliseconds(), 10)}, terms...)
 	var out []shareCall
@@ -253,13 +257,17 @@ func (s *Shared) runShare(ctx context.Context, calls []shareCall, out []LevelDec
 
 // Poke hands each level's room that time made to the jobs waiting in its
 // list, in one round trip, and returns the jobs called, for the caller to
-// wake. A level without limits now is skipped.
+// wake. A level without limits now, or in shadow mode, hands back every
+// job still queued there (at most lua.MaxCalls a call): it holds none
+// back any more.
 func (s *Shared) Poke(ctx context.Context, levels []Level) ([]Waiter, error) {
 	var calls []shareCall
 	for _, lv := range levels {
-		if pol := s.Policy(lv); len(pol.Limits) > 0 && !pol.Shadow {
-			calls = append(calls, s.buildShare(lv, nil, nil)...)
+		pol := s.Policy(lv)
+		if len(pol.Limits) == 0 || pol.Shadow {
+			pol = Policy{}
 		}
+		calls = append(calls, s.buildShareUnder(lv, pol, nil, nil)...)
 	}
 	called := s.runShare(ctx, calls, nil, nil)
 	var errs []error

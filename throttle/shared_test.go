@@ -3,6 +3,8 @@ package throttle_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,4 +193,68 @@ func TestShareRefusesBadArgumentsBeforeAnyWrite(t *testing.T) {
 func keysOf(t *testing.T, e env, p string) []string {
 	t.Helper()
 	return keys(t, e.rdb, p)
+}
+
+// switchable is LevelPolicies whose global policy a test changes.
+type switchable struct {
+	mu     sync.Mutex
+	global throttle.Policy
+}
+
+func (s *switchable) Global() throttle.Policy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.global
+}
+
+func (s *switchable) Group(string) throttle.Policy { return throttle.Policy{} }
+
+func (s *switchable) set(p throttle.Policy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.global = p
+}
+
+// TestSharedLevelWithoutLimitHandsBackItsQueue: jobs queued under a
+// level whose limit then goes away, or turns to shadow mode, are all
+// handed back by the next pokes, uncharged, and the list is left empty;
+// a poke of the fleet's noted levels finds them.
+func TestSharedLevelWithoutLimitHandsBackItsQueue(t *testing.T) {
+	for _, after := range []throttle.Policy{{}, {Limits: throttle.Limits{{Rate: 1, Period: time.Minute, Burst: 1}}, Shadow: true}} {
+		ctx := context.Background()
+		e := setup(t)
+		l := newLimiter(t, e.rdb, e.prefix+strconv.FormatBool(after.Shadow), time.Minute, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}})
+		pol := &switchable{global: throttle.Policy{Limits: throttle.Limits{{Rate: 1, Period: time.Minute, Burst: 1}}}}
+		s, err := throttle.NewShared(l, pol, throttle.SharedOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lv, js := levelJobs("a", 1, 100)
+		ds, _, _ := s.Decide(ctx, lv, js)
+		if ds[0].Passed != true || ds[99].Passed {
+			t.Fatalf("first job %+v, last %+v: want the first passed, the others queued", ds[0], ds[99])
+		}
+		if err := s.NoteQueuing(ctx, []throttle.Level{throttle.Global}); err != nil {
+			t.Fatal(err)
+		}
+		pol.set(after)
+		queuing, err := s.Queuing(ctx)
+		if err != nil || len(queuing) != 1 || queuing[0] != throttle.Global {
+			t.Fatalf("levels queuing %v, %v; want the global one", queuing, err)
+		}
+		called := 0
+		for range 3 {
+			ws, err := s.Poke(ctx, queuing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			called += len(ws)
+		}
+		if called != 99 {
+			t.Fatalf("%+v: %d jobs handed back, want the 99 queued", after, called)
+		}
+		if queuing, _ := s.Queuing(ctx); len(queuing) != 0 {
+			t.Errorf("%+v: levels still queuing %v once the list is empty", after, queuing)
+		}
+	}
 }
