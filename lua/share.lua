@@ -56,6 +56,45 @@ local function shareRead(...)
   return true, v
 end
 
+--[[
+GROUPS AT THE GLOBAL LEVEL: there a job of a group takes its group's
+turn (the flow is the group), and within the group its tenant's: the
+tenant's place is kept under '<group>/<tenant>' in the fair hash, and
+its step is cost * k / weight, k the group's tenants with jobs placed
+ahead of V (their last place past it), this one included. The group's
+tenants thus share one flow's turns among them, each in turn: a tenant
+of a group that asks for less than its part passes the group's flood,
+and a group of three tenants gets what a group of one gets. The
+group's tenants and their last places are kept in the field
+'#<group>', at most MAX_ACTIVE of them (k counts no more).
+]]
+local MAX_ACTIVE = 64
+
+-- groupStep returns k for tenant ten of group g (GROUPS AT THE GLOBAL
+-- LEVEL) with V at Vn, and the group's active tenants as read, by name.
+local function groupStep(V, g, ten, Vn)
+  local act, k = {}, 1
+  local v = call('HGET', V, '#' .. g)
+  if v then
+    for name, f in string.gmatch(v, '([^ =]+)=([^ ]+)') do
+      f = tonum(f)
+      if f and f > Vn and name ~= ten and k < MAX_ACTIVE then
+        act[name], k = f, k + 1
+      end
+    end
+  end
+  return k, act
+end
+
+-- groupPlaced records that tenant ten of group g placed a job at place.
+local function groupPlaced(V, g, ten, act, place)
+  act[ten] = place
+  local parts = {}
+  for name, f in pairs(act) do parts[#parts + 1] = name .. '=' .. format('%.17g', f) end
+  call('HSET', V, '#' .. g, concat(parts, ' '))
+  call('HSET', V, g .. '/' .. ten, format('%.17g', place))
+end
+
 -- grant decides one job of cost c on the level's terms, reserving within
 -- horizon µs: its wait (0: now) when granted and charged, false when its
 -- slot lies past the horizon (nothing charged), or nil and decide's tuple
@@ -154,14 +193,29 @@ local function share(keys, args)
         reply[o + 2], reply[o + 3] = wait, 1
       else
         local rank = call('ZRANK', W, member)
-        local place, ahead
+        local ten = match(member, '^%d+/([^/]+)/')
+        local grouped = flow ~= ten
+        local place, ahead, act
         if rank then
           place, ahead = tonum(call('ZSCORE', W, member)), rank
         else
-          local f = tonum(call('HGET', V, flow) or 0) or 0
+          local f, k = nil, 1
+          if grouped then
+            k, act = groupStep(V, flow, ten, Vn)
+            f = tonum(call('HGET', V, flow .. '/' .. ten) or 0) or 0
+          else
+            f = tonum(call('HGET', V, flow) or 0) or 0
+          end
           if f < Vn then f = Vn end
-          place = f + c / w
+          place = f + c * k / w
           ahead = call('ZCOUNT', W, '-inf', '(' .. format('%.17g', place))
+        end
+        local placed = function()
+          if grouped then
+            groupPlaced(V, flow, ten, act, place)
+          else
+            call('HSET', V, flow, format('%.17g', place))
+          end
         end
         local wait, bad = false, nil
         if ahead == 0 then wait, bad = grant(TK, TA, c, direct, t) end
@@ -170,13 +224,13 @@ local function share(keys, args)
         elseif wait then
           if rank then call('ZREM', W, member) end
           if place > Vn then Vn = place end
-          if not rank then call('HSET', V, flow, format('%.17g', place)) end
+          if not rank then placed() end
           if wait > 0 or mode == '1' then call('ZADD', P, format('%d', t + wait), member) end
           reply[o + 2] = wait
         else
           if not rank then
             call('ZADD', W, format('%.17g', place), member)
-            call('HSET', V, flow, format('%.17g', place))
+            placed()
           end
           reply[o + 1], reply[o + 2] = SHARE_WAIT, ahead
         end
@@ -266,13 +320,16 @@ local function unshare(keys, args)
       for i = 1, #TA do sa[7 + i] = TA[i] end
       local r = settle(SK, sa)
       if not r.err and r[1] == 1 then given = given + 1 end
-      local f = tonum(call('HGET', V, flow) or 0)
+      local ten = match(member, '^%d+/([^/]+)/')
+      local fk = flow
+      if ten and ten ~= flow then fk = flow .. '/' .. ten end
+      local f = tonum(call('HGET', V, fk) or 0)
       if f then
         f = f - c / w
         if f < Vn then
-          call('HDEL', V, flow)
+          call('HDEL', V, fk)
         else
-          call('HSET', V, flow, format('%.17g', f))
+          call('HSET', V, fk, format('%.17g', f))
         end
       end
     end

@@ -47,8 +47,12 @@ func (d *Decider) levelJob(cp Copy, levels []Level, k int) LevelJob {
 	j := LevelJob{Tenant: cp.Tenant, JobID: cp.JobID, Flow: cp.Tenant, Cost: max(cp.Cost, 1), Weight: 1,
 		Keep: k < len(levels)-1}
 	if levels[k].Group == "" && cp.Group != "" {
+		// At the global level the group takes turns, and its tenants
+		// take the group's in turn (lua/share.lua, GROUPS AT THE GLOBAL
+		// LEVEL).
 		j.Flow = cp.Group
-	} else if w := d.l.policies.Policy(cp.Tenant).Weight; w > 1 {
+	}
+	if w := d.l.policies.Policy(cp.Tenant).Weight; w > 1 {
 		j.Weight = w
 	}
 	return j

@@ -237,3 +237,60 @@ func TestLevelRefusesACostOverItsBurst(t *testing.T) {
 		t.Fatalf("%d jobs passed the global level at once, want its 5: nothing charged", n)
 	}
 }
+
+// TestLevelGroupsTenantsTakeTurnsAtTheGlobalLevel: at the global level a
+// group takes turns with other flows, and within it its tenants take the
+// group's turns in turn: a light tenant of a group passes its group's
+// flood instead of waiting behind all of it.
+func TestLevelGroupsTenantsTakeTurnsAtTheGlobalLevel(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newShared(t, throttle.Limits{{Rate: 200, Period: time.Second, Burst: 1}},
+		throttle.SharedOptions{Lookahead: 20 * time.Millisecond, Direct: 25 * time.Millisecond})
+	job := func(tenant, group string, n int) (throttle.Level, throttle.LevelJob) {
+		flow := tenant
+		if group != "" {
+			flow = group
+		}
+		return throttle.Global, throttle.LevelJob{Tenant: tenant, JobID: fmt.Sprintf("s:%d", n), Flow: flow, Cost: 1, Weight: 1}
+	}
+	var lvs []throttle.Level
+	var js []throttle.LevelJob
+	add := func(tenant, group string, from, n int) {
+		for i := range n {
+			lv, j := job(tenant, group, from+i)
+			lvs, js = append(lvs, lv), append(js, j)
+		}
+	}
+	add("y1", "org-1", 0, 60)
+	if _, errs, _ := s.Decide(ctx, lvs, js); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	lvs, js = nil, nil
+	add("y2", "org-1", 100, 5)
+	add("y3", "", 200, 5)
+	if _, errs, _ := s.Decide(ctx, lvs, js); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	var order []string
+	at := map[string]int{}
+	deadline := time.Now().Add(5 * time.Second)
+	for at["y2"] < 5 && time.Now().Before(deadline) {
+		ws, err := s.Poke(ctx, []throttle.Level{throttle.Global})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			order = append(order, w.Tenant)
+			at[w.Tenant]++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if at["y2"] < 5 {
+		t.Fatalf("y2 called %d times of 5 before the deadline: %v", at["y2"], order)
+	}
+	// y2 shares org-1's turns with y1, and org-1 shares the level with
+	// y3: y2's five come within the first 25 calls, not after y1's 60.
+	if len(order) > 25 {
+		t.Errorf("y2's fifth job was call %d: %v", len(order), order)
+	}
+}

@@ -83,6 +83,21 @@ type LevelJob struct {
 	Keep bool
 }
 
+// validate checks what names j in a level's keys: its tenant and flow
+// as plain names (a worker's tenants and groups are), its job id.
+func (j LevelJob) validate() error {
+	if j.Tenant == "" || !plainTenant(j.Tenant) || j.Flow == "" || !plainTenant(j.Flow) {
+		return &InvalidError{Code: CodeTenant, Detail: fmt.Sprintf("tenant %q or flow %q not a plain name at a shared level", j.Tenant, j.Flow)}
+	}
+	if j.JobID == "" {
+		return &InvalidError{Code: CodeJobID, Detail: "empty job id"}
+	}
+	if j.Cost < 0 || j.Cost > MaxBurst || j.Weight < 0 || j.Weight > MaxWeight {
+		return &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("cost %d or weight %d out of range", j.Cost, j.Weight)}
+	}
+	return validJobID(j.JobID)
+}
+
 // member names j in a level's list and pass set.
 func (j LevelJob) member() string {
 	return strconv.FormatInt(max(j.Cost, 1), 10) + "/" + j.Tenant + "/" + j.JobID
@@ -227,6 +242,9 @@ func (s *Shared) Decide(ctx context.Context, levels []Level, js []LevelJob) ([]L
 	byLevel := map[Level][]int{}
 	var order []Level
 	for i := range js {
+		if errs[i] = js[i].validate(); errs[i] != nil {
+			continue
+		}
 		lv := levels[i]
 		if _, ok := byLevel[lv]; !ok {
 			order = append(order, lv)
