@@ -98,6 +98,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if err := engine.withLevels(limiter, levels); err != nil {
 		return err
 	}
+	logLevels(cfg, levels, log)
 	lctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
 	if err := limiter.Load(lctx); err != nil {
 		// Calls load the library themselves once Redis answers.

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/throttler/throttler/config"
@@ -56,4 +57,35 @@ func levelRules(cfg *config.Config, add func(name, text string), badBurst bool) 
 		r.Groups[name] = p
 	}
 	return r
+}
+
+// logLevels says at start-up which limits above the tenant apply, and
+// when the limits bucket's _global replaces THROTTLER_GLOBAL_LIMIT (a key
+// left from an earlier change would otherwise override the environment
+// unseen).
+func logLevels(cfg *Settings, levels throttle.LevelPolicies, log *slog.Logger) {
+	if levels == nil {
+		return
+	}
+	spec := func(p throttle.Policy) string {
+		if len(p.Limits) == 0 {
+			return "none"
+		}
+		return p.String()
+	}
+	global := levels.Global()
+	groups := cfg.GroupFrom != (tenant.Source{})
+	if len(global.Limits) == 0 && !groups {
+		return
+	}
+	from := "none"
+	if groups {
+		from = cfg.GroupFrom.String()
+	}
+	log.Info("limits above the tenant", "global", spec(global), "group_from", from,
+		"groups_configured", len(cfg.Levels.Groups), "default_group", spec(cfg.Levels.DefaultGroup))
+	if env := spec(cfg.Levels.GlobalPolicy); spec(global) != env {
+		log.Warn("the limits bucket's _global replaces THROTTLER_GLOBAL_LIMIT; throttler limits rm _global restores it",
+			"bucket", spec(global), "THROTTLER_GLOBAL_LIMIT", env)
+	}
 }

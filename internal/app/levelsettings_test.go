@@ -175,3 +175,32 @@ func TestLivePoliciesLevels(t *testing.T) {
 		t.Errorf("with the bucket off, global %q, want the environment's 500/s:500", levels.Global())
 	}
 }
+
+// TestLogLevelsSaysWhatApplies: the start-up log names the global limit
+// that applies, and warns when the limits bucket's _global replaces the
+// environment's; without levels it says nothing.
+func TestLogLevelsSaysWhatApplies(t *testing.T) {
+	env := throttle.Policy{Limits: throttle.Limits{{Rate: 50, Period: time.Second, Burst: 50}}}
+	bucket := throttle.Policy{Limits: throttle.Limits{{Rate: 20, Period: time.Second, Burst: 20}}}
+	for _, tc := range []struct {
+		name       string
+		env, live  throttle.Policy
+		want, warn string
+	}{
+		{"none", throttle.Policy{}, throttle.Policy{}, "", ""},
+		{"from the environment", env, env, "global=50/s", ""},
+		{"replaced by the bucket", env, bucket, "global=20/s", "replaces THROTTLER_GLOBAL_LIMIT"},
+	} {
+		var out strings.Builder
+		log := slog.New(slog.NewTextHandler(&out, nil))
+		cfg := &Settings{Levels: throttle.LevelRules{GlobalPolicy: tc.env}}
+		logLevels(cfg, throttle.LevelRules{GlobalPolicy: tc.live}, log)
+		got := out.String()
+		if tc.want == "" && got != "" {
+			t.Errorf("%s: logged %q, want nothing", tc.name, got)
+		}
+		if !strings.Contains(got, tc.want) || (tc.warn != "") != strings.Contains(got, "WARN") || !strings.Contains(got, tc.warn) {
+			t.Errorf("%s: logged %q, want %q and a warning %q", tc.name, got, tc.want, tc.warn)
+		}
+	}
+}
