@@ -21,6 +21,9 @@ type LevelPoker interface {
 	// Queuing returns the levels any worker noted.
 	NoteQueuing(ctx context.Context, levels []throttle.Level) error
 	Queuing(ctx context.Context) ([]throttle.Level, error)
+	// Forfeit gives back the turn of a called job that could not be
+	// woken, unless it used it meanwhile.
+	Forfeit(ctx context.Context, w throttle.Waiter) error
 }
 
 // LevelReason starts the HeaderWaitReason of a job parked for its turn
@@ -76,11 +79,17 @@ func (k *levelKeeper) wake(ctx context.Context, ws []throttle.Waiter) {
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RedisTimeout+3*time.Second)
 			defer cancel()
 			found, err := k.waker.Wake(lctx, wt.Tenant, wt.JobID)
-			if err != nil {
+			switch {
+			case err != nil:
 				k.log.Warn("waking a job queued under a shared level failed; it comes back by itself", "tenant", wt.Tenant, "job", wt.JobID, "err", err)
-			}
-			if found {
+			case found:
 				k.rec.add(wt.Tenant, func(s *TenantStats) { s.Woken++ })
+			case k.poker != nil:
+				// No parked copy: the job came back by itself, or was
+				// purged. Its turn goes to the next, unless it used it.
+				if err := k.poker.Forfeit(lctx, wt); err != nil {
+					k.log.Debug("giving back the turn of a job without a parked copy failed", "tenant", wt.Tenant, "job", wt.JobID, "err", err)
+				}
 			}
 		}()
 	}

@@ -15,8 +15,9 @@ import (
 // records the levels poked.
 type fakePoker struct {
 	mu      sync.Mutex
-	answers [][]throttle.Waiter
-	poked   [][]throttle.Level
+	answers   [][]throttle.Waiter
+	poked     [][]throttle.Level
+	forfeited []throttle.Waiter
 }
 
 func (p *fakePoker) Poke(_ context.Context, levels []throttle.Level) ([]throttle.Waiter, error) {
@@ -35,6 +36,13 @@ func (p *fakePoker) NoteQueuing(context.Context, []throttle.Level) error { retur
 
 func (p *fakePoker) Queuing(context.Context) ([]throttle.Level, error) { return nil, nil }
 
+func (p *fakePoker) Forfeit(_ context.Context, w throttle.Waiter) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.forfeited = append(p.forfeited, w)
+	return nil
+}
+
 func (p *fakePoker) levels() [][]throttle.Level {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -43,23 +51,29 @@ func (p *fakePoker) levels() [][]throttle.Level {
 
 // A job a shared level queues is parked for ParkFor with the level in its
 // reason and counted by level; the worker then pokes that level, wakes
-// the jobs its pokes call and those the decision called.
+// the jobs its pokes call and those the decision called, and gives back
+// the turn of one whose parked copy is gone.
 func TestQueuedJobIsParkedAndItsLevelPoked(t *testing.T) {
 	e := setup(t)
 	deferrer := &fakeDeferrer{}
 	poker := &fakePoker{answers: [][]throttle.Waiter{{{Tenant: "acme", JobID: "JOBS:7"}}}}
-	waker := &fakeWaker{parked: map[string]bool{"JOBS:7": true, "JOBS:8": true}}
+	waker := &fakeWaker{parked: map[string]bool{"JOBS:7": true, "JOBS:8": true}} // JOBS:9's copy is gone
 	e.params.Deferrer, e.params.Levels, e.params.Waker = deferrer, poker, waker
 	e.params.Config.ParkFor = 90 * time.Second
 	e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
 		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Queued, LevelName: "group.org-1", Ahead: 3},
-			Called: []throttle.Waiter{{Tenant: "globex", JobID: "JOBS:8"}}}
+			Called: []throttle.Waiter{{Tenant: "globex", JobID: "JOBS:8"}, {Tenant: "globex", JobID: "JOBS:9", Level: "group.org-1", Cost: 1}}}
 	}
 	e.start()
 	m := newMsg(5, "jobs.acme")
 	e.push(m)
 	e.waitSettled(m)
-	testenv.Eventually(t, 5*time.Second, "the called jobs woken", func() bool { return len(waker.woken()) == 2 })
+	testenv.Eventually(t, 5*time.Second, "the called jobs woken", func() bool { return len(waker.woken()) == 3 })
+	testenv.Eventually(t, 5*time.Second, "the turn of the job without a copy given back", func() bool {
+		poker.mu.Lock()
+		defer poker.mu.Unlock()
+		return len(poker.forfeited) == 1 && poker.forfeited[0].JobID == "JOBS:9"
+	})
 	e.stop()
 
 	ds := deferrer.deferred()

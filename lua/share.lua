@@ -279,7 +279,9 @@ the passes kept for jobs that ran.
 KEYS: [1] fair-queue hash, [2] pass set, [3] scratch, [4..] term keys
 ARGV: [1] now (0 = Redis TIME), [2] n terms, 3n term arguments, then per
 job: member, flow, cost, weight, the slot it was granted (µs), and 1 to
-give back its charge or 0 to forget its pass only.
+give back its charge, 2 to give it back only if its pass is still unused
+(a called job that could not be woken: one that ran used it), or 0 to
+forget its pass only.
 Reply: the number of jobs given back.
 ]]
 local function unshare(keys, args)
@@ -300,7 +302,8 @@ local function unshare(keys, args)
     if whole(args[x + 2], 1, MAX_N) == nil then return {INVALID, E_COST, x + 2, 0} end
     if whole(args[x + 3], 1, 1000) == nil then return {INVALID, E_COST, x + 3, 0} end
     if whole(args[x + 4], 0, EXACT - 1) == nil then return {INVALID, E_NOW, x + 4, 0} end
-    if args[x + 5] ~= '0' and args[x + 5] ~= '1' then return {INVALID, E_FRESH, x + 5, 0} end
+    local how = args[x + 5]
+    if how ~= '0' and how ~= '1' and how ~= '2' then return {INVALID, E_FRESH, x + 5, 0} end
   end
   local V, P, X = keys[1], keys[2], keys[3]
   local ok, vv = shareRead('HGET', V, '')
@@ -313,8 +316,8 @@ local function unshare(keys, args)
   for j = 0, M - 1 do
     local x = first + 6 * j
     local member, flow, c, w = args[x], args[x + 1], args[x + 2] + 0, args[x + 3] + 0
-    call('ZREM', P, member)
-    if args[x + 5] == '1' and n > 0 then
+    local unused = call('ZREM', P, member) == 1
+    if n > 0 and (args[x + 5] == '1' or (args[x + 5] == '2' and unused)) then
       call('DEL', X)
       local sa = {format('%d', t), '1000', '2', format('%d', c), args[x + 4], '0', '0'}
       for i = 1, #TA do sa[7 + i] = TA[i] end

@@ -250,4 +250,9 @@ type Lease struct {
 type Waiter struct {
 	Tenant string
 	JobID  string
+	// Level and Cost, for a job a shared level called: the level's name
+	// (Level.String) and the job's cost, to give its turn back
+	// (Shared.Forfeit); empty and 0 for a running cap's.
+	Level string
+	Cost  int64
 }

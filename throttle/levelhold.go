@@ -89,7 +89,7 @@ func holdOf(ctx context.Context, node redis.Cmdable, list, tenant string) (Level
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
 			// The pattern also matches a job id holding "/tenant/".
-			if w, ok := parseLevelMember(kv[i]); !ok || w.Tenant != tenant {
+			if w, ok := parseLevelMember(Global, kv[i]); !ok || w.Tenant != tenant {
 				continue
 			}
 			place, err := strconv.ParseFloat(kv[i+1], 64)

@@ -175,7 +175,7 @@ func headByTenant(ctx context.Context, node redis.Cmdable, list string) ([]Tenan
 	counts := map[string]int{}
 	var order []string // by first place in the list, to break ties
 	for _, m := range ms {
-		w, ok := parseLevelMember(m)
+		w, ok := parseLevelMember(Global, m)
 		if !ok {
 			continue
 		}

@@ -212,7 +212,7 @@ func readShare(c shareCall, out []LevelDecision, errs []error) []Waiter {
 	var called []Waiter
 	for _, e := range v[4*len(c.jobs):] {
 		m, _ := e.(string)
-		if w, ok := parseLevelMember(m); ok {
+		if w, ok := parseLevelMember(c.lv, m); ok {
 			called = append(called, w)
 		}
 	}
@@ -222,14 +222,15 @@ func readShare(c shareCall, out []LevelDecision, errs []error) []Waiter {
 // shareWaiting is share's status of a job that joined the level's list.
 const shareWaiting = 6
 
-// parseLevelMember reads a member of a level's list: cost/tenant/job id.
-func parseLevelMember(m string) (Waiter, bool) {
-	_, rest, ok := strings.Cut(m, "/")
+// parseLevelMember reads a member of lv's list: cost/tenant/job id.
+func parseLevelMember(lv Level, m string) (Waiter, bool) {
+	c, rest, ok := strings.Cut(m, "/")
 	if !ok {
 		return Waiter{}, false
 	}
+	cost, err := strconv.ParseInt(c, 10, 64)
 	t, id, ok := strings.Cut(rest, "/")
-	return Waiter{Tenant: t, JobID: id}, ok && t != "" && id != ""
+	return Waiter{Tenant: t, JobID: id, Level: lv.String(), Cost: cost}, ok && err == nil && t != "" && id != ""
 }
 
 // Decide decides jobs at the levels given for each (levels[i] for

@@ -258,3 +258,48 @@ func TestSharedLevelWithoutLimitHandsBackItsQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedForfeitGivesBackOnlyAnUnusedTurn: a called job that cannot be
+// woken gives its turn back to the next, unless it came back and used it.
+func TestSharedForfeitGivesBackOnlyAnUnusedTurn(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newShared(t, throttle.Limits{{Rate: 1, Period: time.Minute, Burst: 1}}, throttle.SharedOptions{})
+	lv, js := levelJobs("a", 1, 3)
+	ds, _, called := s.Decide(ctx, lv, js)
+	if !ds[0].Passed || ds[1].Passed || len(called) != 0 {
+		t.Fatalf("decisions %+v, called %v: want the first passed, the others queued", ds, called)
+	}
+	// The first job gives its grant back as its tenant's limit would:
+	// the next is called.
+	if err := s.GiveBack(ctx, []throttle.Grant{{Level: throttle.Global, Job: js[0], Slot: time.Now(), Refund: true}}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := s.Poke(ctx, []throttle.Level{throttle.Global})
+	if err != nil || len(ws) != 1 || ws[0].JobID != "s:2" || ws[0].Level != "_global" || ws[0].Cost != 1 {
+		t.Fatalf("poke called %+v, %v; want s:2 under _global", ws, err)
+	}
+	// s:2 came back by itself and used its pass: a forfeit gives nothing.
+	if d, _, _ := s.Decide(ctx, lv[1:2], js[1:2]); !d[0].Passed {
+		t.Fatalf("s:2 back with its pass: %+v", d[0])
+	}
+	if err := s.Forfeit(ctx, ws[0]); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := s.Poke(ctx, []throttle.Level{throttle.Global}); len(ws) != 0 {
+		t.Fatalf("a forfeit of a used turn gave it again: called %+v", ws)
+	}
+	// Given a turn it never used, s:3 hands it on.
+	if err := s.GiveBack(ctx, []throttle.Grant{{Level: throttle.Global, Job: js[1], Slot: time.Now(), Refund: true}}); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ = s.Poke(ctx, []throttle.Level{throttle.Global})
+	if len(ws) != 1 || ws[0].JobID != "s:3" {
+		t.Fatalf("poke called %+v, want s:3", ws)
+	}
+	if err := s.Forfeit(ctx, ws[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n := passAtOnce(t, s, throttle.Global, 2); n != 1 {
+		t.Fatalf("%d jobs passed after s:3 forfeited its unused turn, want 1", n)
+	}
+}

@@ -18,6 +18,9 @@ type Grant struct {
 	// Refund gives the charge back; false only forgets a pass kept for a
 	// job that then ran (LevelJob.Keep).
 	Refund bool
+	// OnlyUnused gives it back only while the pass is unused: a called
+	// job that could not be woken may have come back by itself and run.
+	OnlyUnused bool
 }
 
 // GiveBack returns the charges of grants that were not used, or forgets
@@ -46,7 +49,10 @@ func (s *Shared) GiveBack(ctx context.Context, gs []Grant) error {
 			args := append([]any{"0"}, terms...)
 			for _, g := range rest[:n] {
 				refund := "0"
-				if g.Refund && !pol.Shadow {
+				switch {
+				case g.Refund && g.OnlyUnused && !pol.Shadow:
+					refund = "2"
+				case g.Refund && !pol.Shadow:
 					refund = "1"
 				}
 				args = append(args, g.Job.member(), g.Job.Flow, strconv.FormatInt(max(g.Job.Cost, 1), 10),
@@ -67,4 +73,16 @@ func (s *Shared) GiveBack(ctx context.Context, gs []Grant) error {
 		return &RedisError{Op: "giving back shared grants", Err: errors.Join(errs...)}
 	}
 	return nil
+}
+
+// Forfeit gives back the turn a level's call gave w, a job that could not
+// be woken (its parked copy gone: it came back by itself, or was purged),
+// unless the job used it meanwhile: the level's room goes to the next.
+func (s *Shared) Forfeit(ctx context.Context, w Waiter) error {
+	lv, ok := ParseLevel(w.Level)
+	if !ok {
+		return nil // a running cap's waiter: nothing of a level's to give back
+	}
+	j := LevelJob{Tenant: w.Tenant, JobID: w.JobID, Flow: w.Tenant, Cost: max(w.Cost, 1), Weight: 1}
+	return s.GiveBack(ctx, []Grant{{Level: lv, Job: j, Slot: time.Now(), Refund: true, OnlyUnused: true}})
 }
