@@ -25,6 +25,27 @@ they joined.
 
 A list member is '<cost>/<tenant>/<job id>': the call step reads the
 head's cost from it, the waker the tenant and job id.
+
+KEYS: [1] the waiting list, [2] the fair-queue hash, [3] the pass set,
+[4] a scratch key (decide's reservation, never read), [5..] one state key
+per term, as decide's.
+ARGV:
+  [1]  now: µs since the Unix epoch; 0 = Redis TIME
+  [2]  the call lookahead, µs, [0, 60 s]; 'n' for no call step (a caller
+       that cannot wake the jobs called, the fast lane)
+  [3]  the direct lookahead, µs, [call lookahead, 60 s]
+  [4]  the TTL of the list, hash and passes, and how long a pass lasts
+       past its slot, ms, [1, 31 days]
+  [5]  n, the terms, [0, MAX_LIMITS]: 0 for a level without a limit now,
+       whose queued jobs are all handed back; then 3n terms as decide's
+  then for each job (at most MAX_JOBS): its member, its flow (its tenant,
+  or at the global level its group), its cost (the member's), its
+  weight [1, 1000], and its mode: 0 use its pass, 1 keep its pass for a
+  later level, 2 shadow (the terms are shadow keys; never queued).
+Reply: for each job {1, wait, held, shadow wait}: passed (held 1: by the
+pass it held) or granted, to run after wait µs; {6, ahead, 0, 0}: queued
+behind `ahead` jobs; or decide's INVALID and WRONGTYPE tuples; then the
+members called, to be woken.
 ]]
 
 -- The statuses of share's jobs: passed or granted (run at now + wait), or
@@ -125,7 +146,9 @@ local function share(keys, args)
   end
   local now = whole(args[1], 0, EXACT - 1)
   if now == nil then return {INVALID, E_NOW, 1, 0} end
-  local callAhead = whole(args[2], 0, MAX_LOOKAHEAD)
+  local noCalls = args[2] == 'n'
+  local callAhead = 0
+  if not noCalls then callAhead = whole(args[2], 0, MAX_LOOKAHEAD) end
   if callAhead == nil then return {INVALID, E_HORIZON, 2, 0} end
   local direct = whole(args[3], callAhead, MAX_LOOKAHEAD)
   if direct == nil then return {INVALID, E_HORIZON, 3, 0} end
@@ -243,7 +266,7 @@ local function share(keys, args)
   -- woken: none of them waits for a turn any more.
   local called = {}
   local enforced = n > 0 and not (M > 0 and J[1][5] == '2')
-  for _ = 1, MAX_CALLS do
+  for _ = 1, noCalls and 0 or MAX_CALLS do
     local head = call('ZRANGE', W, 0, 0, 'WITHSCORES')
     if not head[1] then break end
     local wait, bad = 0, nil

@@ -38,6 +38,17 @@ type Shared struct {
 	l      *Limiter
 	levels LevelPolicies
 	o      SharedOptions
+	// noCalls: this Shared's decisions call no queued job (WithoutCalls).
+	noCalls bool
+}
+
+// WithoutCalls returns a Shared like s whose decisions call no waiting
+// job: for a caller that cannot wake the jobs called (the fast lane).
+// The workers' pokes call them.
+func (s *Shared) WithoutCalls() *Shared {
+	c := *s
+	c.noCalls = true
+	return &c
 }
 
 // NewShared returns the shared levels of l's jobs, their policies given
@@ -154,7 +165,11 @@ func (s *Shared) buildShare(lv Level, js []LevelJob, idx []int) []shareCall {
 // buildShareUnder is buildShare under pol.
 func (s *Shared) buildShareUnder(lv Level, pol Policy, js []LevelJob, idx []int) []shareCall {
 	keys, terms := s.levelCall(lv, pol, time.Now())
-	head := append([]any{"0", usText(s.o.Lookahead), usText(s.o.Direct), strconv.FormatInt(s.o.TTL.Milliseconds(), 10)}, terms...)
+	ahead := usText(s.o.Lookahead)
+	if s.noCalls && len(js) > 0 {
+		ahead = "n"
+	}
+	head := append([]any{"0", ahead, usText(s.o.Direct), strconv.FormatInt(s.o.TTL.Milliseconds(), 10)}, terms...)
 	var out []shareCall
 	for len(idx) > 0 || len(out) == 0 {
 		n := min(len(idx), lua.MaxJobs)

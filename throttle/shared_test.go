@@ -303,3 +303,26 @@ func TestSharedForfeitGivesBackOnlyAnUnusedTurn(t *testing.T) {
 		t.Fatalf("%d jobs passed after s:3 forfeited its unused turn, want 1", n)
 	}
 }
+
+// TestSharedWithoutCallsLeavesTheCallsToPokes: decisions of a Shared
+// WithoutCalls call no queued job, however much room time made; a poke
+// does.
+func TestSharedWithoutCallsLeavesTheCallsToPokes(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newShared(t, throttle.Limits{{Rate: 100, Period: time.Second, Burst: 1}},
+		throttle.SharedOptions{Lookahead: 20 * time.Millisecond, Direct: 30 * time.Millisecond})
+	lane := s.WithoutCalls()
+	lv, js := levelJobs("a", 1, 20)
+	if _, _, called := lane.Decide(ctx, lv, js); len(called) != 0 {
+		t.Fatalf("the lane's decision called %v", called)
+	}
+	time.Sleep(100 * time.Millisecond) // room for about 10
+	lv, js = levelJobs("b", 100, 1)
+	if _, _, called := lane.Decide(ctx, lv, js); len(called) != 0 {
+		t.Fatalf("the lane's decision called %v", called)
+	}
+	ws, err := s.Poke(ctx, []throttle.Level{throttle.Global})
+	if err != nil || len(ws) == 0 {
+		t.Fatalf("a poke called %v, %v; want the jobs time made room for", ws, err)
+	}
+}

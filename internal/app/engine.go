@@ -69,7 +69,9 @@ func (e *engine) withLevels(limiter *throttle.Limiter, levels throttle.LevelPoli
 	}
 	e.shared = shared
 	e.decider = e.decider.WithLevels(shared)
-	e.laneDecider = e.laneDecider.WithLevels(shared)
+	// The lane wakes no job: its decisions leave the calls to the
+	// workers' pokes.
+	e.laneDecider = e.laneDecider.WithLevels(shared.WithoutCalls())
 	return nil
 }
 
