@@ -50,6 +50,9 @@ type levelKeeper struct {
 	waker    Waker      // nil without one
 	parked   latestTimes
 	counts   levelCounts
+	// stopping is closed when the worker stops pulling: a wake waits for
+	// no more retries then.
+	stopping <-chan struct{}
 	cfg      Config
 	log      *slog.Logger
 	rec      *recorder
@@ -76,9 +79,9 @@ func (k *levelKeeper) wake(ctx context.Context, ws []throttle.Waiter) {
 		k.handlers.Add(1)
 		go func() {
 			defer k.handlers.Done()
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RedisTimeout+3*time.Second)
+			found, err := k.wakeOne(ctx, wt)
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RedisTimeout)
 			defer cancel()
-			found, err := k.waker.Wake(lctx, wt.Tenant, wt.JobID)
 			switch {
 			case err != nil:
 				k.log.Warn("waking a job queued under a shared level failed; it comes back by itself", "tenant", wt.Tenant, "job", wt.JobID, "err", err)
@@ -92,6 +95,33 @@ func (k *levelKeeper) wake(ctx context.Context, ws []throttle.Waiter) {
 				}
 			}
 		}()
+	}
+}
+
+// levelWakeRetries are the pauses before a level's called job is looked
+// for again when its parked copy was not found: a job called the moment
+// it was queued may have its copy stored only once its worker's defer
+// loop gets to it, seconds later under a flood. A turn is given back only
+// after them.
+var levelWakeRetries = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}
+
+// wakeOne wakes wt, looking for its parked copy again after each of
+// levelWakeRetries while the worker is not stopping.
+func (k *levelKeeper) wakeOne(ctx context.Context, wt throttle.Waiter) (bool, error) {
+	for i := 0; ; i++ {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RedisTimeout+3*time.Second)
+		found, err := k.waker.Wake(lctx, wt.Tenant, wt.JobID)
+		cancel()
+		if found || err != nil || i == len(levelWakeRetries) {
+			return found, err
+		}
+		select {
+		case <-time.After(levelWakeRetries[i]):
+		case <-k.stopping:
+			return false, nil
+		case <-ctx.Done():
+			return false, nil
+		}
 	}
 }
 
@@ -156,8 +186,9 @@ func (k *levelKeeper) noteAndRead(ctx context.Context, mine []throttle.Level) []
 }
 
 // start runs pokeLoop, when the worker has a LevelPoker, until stop is
-// called.
-func (k *levelKeeper) start(ctx context.Context) (stop func()) {
+// called; stopping is closed when the worker stops pulling.
+func (k *levelKeeper) start(ctx context.Context, stopping <-chan struct{}) (stop func()) {
+	k.stopping = stopping
 	if k.poker == nil {
 		return func() {}
 	}

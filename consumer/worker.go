@@ -182,7 +182,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopKeepAlive()
 	stopLeases := w.caps.startLeaseLoop(work)
 	defer stopLeases()
-	stopPokes := w.levels.start(work)
+	stopPokes := w.levels.start(work, ctx.Done())
 	defer stopPokes()
 	stopHolds := w.holds.listen()
 	defer stopHolds()
