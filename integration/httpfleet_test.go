@@ -157,16 +157,36 @@ func (f *httpFleet) tenantMetric(name, tenant string) float64 {
 	return f.metric(name + `{tenant="` + tenant + `"}`)
 }
 
+// redisClusterVars starts a Redis Cluster of three masters for the test
+// and returns the variables that point a worker at it (cluster mode, and
+// every master in REDIS_URL), and the cluster. Given to startHTTPFleet,
+// they put its workers on the cluster; the fleet's single Redis then
+// stands unused.
+func redisClusterVars(t testing.TB) (map[string]string, *testenv.Cluster) {
+	t.Helper()
+	c := testenv.StartRedisCluster(t, 3)
+	return map[string]string{
+		"THROTTLER_REDIS_MODE": "cluster",
+		"REDIS_URL":            "redis://" + c.Addrs[0] + "?addr=" + strings.Join(c.Addrs[1:], "&addr="),
+	}, c
+}
+
 // publish publishes n jobs of tenant at once (asynchronously, waiting for
 // every ack) and returns their ids, the Idempotency-Key each is sent with.
 func (f *httpFleet) publish(tenant string, n int) []string {
+	f.t.Helper()
+	return f.publishWith(tenant, nil, n)
+}
+
+// publishWith is publish with headers hdr on every job.
+func (f *httpFleet) publishWith(tenant string, hdr nats.Header, n int) []string {
 	f.t.Helper()
 	const chunk = 1000
 	ids := make([]string, 0, n)
 	for from := 0; from < n; from += chunk {
 		futures := make([]jetstream.PubAckFuture, 0, chunk)
 		for range min(chunk, n-from) {
-			fut, err := f.e.js.PublishMsgAsync(&nats.Msg{Subject: "jobs." + tenant, Data: []byte("job")})
+			fut, err := f.e.js.PublishMsgAsync(&nats.Msg{Subject: "jobs." + tenant, Header: hdr, Data: []byte("job")})
 			must(f.t, err, "publish to %s", tenant)
 			futures = append(futures, fut)
 		}

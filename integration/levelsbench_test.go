@@ -3,8 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,23 +30,35 @@ import (
 //   - groups-global-binding: the same groups, t4 offered 50/s, under a
 //     global 60/s.
 //
-// Every job is then waited for: nothing is lost. Run it with
+// Each variant runs on a single Redis (VARIANT/single) and on a Redis
+// Cluster of three masters (VARIANT/cluster), where each level's keys
+// and each tenant's live in slots of their own. Every run also reports,
+// for each level, the most its jobs reached the downstream beyond its
+// rate over any span of the whole run (levelCheck), and fails when that
+// passes the level's burst: a level over-admitted. Every job is then
+// waited for: nothing is lost. Run one variant on the cluster with
 //
-//	go test -run '^$' -bench GlobalLimit -benchtime 1x -timeout 30m ./integration/
+//	go test -run '^$' -bench 'GlobalLimit/^global$/cluster' -benchtime 1x -timeout 40m ./integration/
+//
+// ('GlobalLimit//single' for every variant on a single Redis; each run
+// takes 3 to 4 minutes).
 func BenchmarkGlobalLimit(b *testing.B) {
+	orgs := map[string]string{"t1": "org-1", "t2": "org-1", "t3": "org-1", "t4": "org-2"}
 	for _, v := range []levelRun{
-		{name: "global", vars: map[string]string{"THROTTLER_GLOBAL_LIMIT": "100/s", "THROTTLER_TENANT_LIMITS": "globex=50/s,initech=50/s"},
+		{name: "global", global: 100, vars: map[string]string{"THROTTLER_TENANT_LIMITS": "globex=50/s,initech=50/s"},
 			backlog: map[string]int{"acme": 20000}, paced: map[string]int{"globex": 10, "initech": 10}},
-		{name: "groups", vars: map[string]string{"THROTTLER_GLOBAL_LIMIT": "100/s", "THROTTLER_GROUP_FROM": "header:Org",
-			"THROTTLER_GROUP_LIMITS": "org-1=60/s,org-2=60/s"},
-			paced: map[string]int{"t1": 50, "t2": 50, "t3": 50, "t4": 10}, groups: map[string]string{"t1": "org-1", "t2": "org-1", "t3": "org-1", "t4": "org-2"}},
-		{name: "groups-global-binding", vars: map[string]string{"THROTTLER_GLOBAL_LIMIT": "60/s", "THROTTLER_GROUP_FROM": "header:Org",
-			"THROTTLER_GROUP_LIMITS": "org-1=60/s,org-2=60/s"},
-			paced: map[string]int{"t1": 50, "t2": 50, "t3": 50, "t4": 50}, groups: map[string]string{"t1": "org-1", "t2": "org-1", "t3": "org-1", "t4": "org-2"}},
+		{name: "groups", global: 100, groupLimits: map[string]float64{"org-1": 60, "org-2": 60},
+			paced: map[string]int{"t1": 50, "t2": 50, "t3": 50, "t4": 10}, groups: orgs},
+		{name: "groups-global-binding", global: 60, groupLimits: map[string]float64{"org-1": 60, "org-2": 60},
+			paced: map[string]int{"t1": 50, "t2": 50, "t3": 50, "t4": 50}, groups: orgs},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			for range b.N {
-				v.run(b)
+			for _, redis := range []string{"single", "cluster"} {
+				b.Run(redis, func(b *testing.B) {
+					for range b.N {
+						v.run(b, redis == "cluster")
+					}
+				})
 			}
 		})
 	}
@@ -52,20 +66,57 @@ func BenchmarkGlobalLimit(b *testing.B) {
 
 // levelRun is one variant of BenchmarkGlobalLimit.
 type levelRun struct {
-	name    string
-	vars    map[string]string
-	backlog map[string]int    // jobs published before the workers start
-	paced   map[string]int    // jobs a second published for the window
-	groups  map[string]string // a tenant's group, sent in the Org header
+	name        string
+	global      float64            // THROTTLER_GLOBAL_LIMIT, jobs a second
+	groupLimits map[string]float64 // THROTTLER_GROUP_LIMITS, jobs a second
+	vars        map[string]string  // the workers' other variables
+	backlog     map[string]int     // jobs published before the workers start
+	paced       map[string]int     // jobs a second published for the window
+	groups      map[string]string  // a tenant's group, sent in the Org header
+}
+
+// settings are the workers' variables of the run: its levels, read from
+// the Org header when it has groups, over its own vars.
+func (v levelRun) settings() map[string]string {
+	vars := map[string]string{"THROTTLER_DEFAULT_LIMIT": "100000/s", "THROTTLER_GLOBAL_LIMIT": fmt.Sprintf("%g/s", v.global)}
+	if len(v.groupLimits) > 0 {
+		var specs []string
+		for g, r := range v.groupLimits {
+			specs = append(specs, fmt.Sprintf("%s=%g/s", g, r))
+		}
+		sort.Strings(specs)
+		vars["THROTTLER_GROUP_FROM"], vars["THROTTLER_GROUP_LIMITS"] = "header:Org", strings.Join(specs, ",")
+	}
+	for k, x := range v.vars {
+		vars[k] = x
+	}
+	return vars
+}
+
+// bounds are the run's levels as the downstream sees them.
+func (v levelRun) bounds() []levelBound {
+	out := []levelBound{{name: "_global", rate: v.global}}
+	for g, r := range v.groupLimits {
+		lb := levelBound{name: "group." + g, rate: r}
+		for tenant, tg := range v.groups {
+			if tg == g {
+				lb.tenants = append(lb.tenants, tenant)
+			}
+		}
+		out = append(out, lb)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
 }
 
 // levelWindow is how long a run publishes and is measured.
 const levelWindow = 60 * time.Second
 
-func (v levelRun) run(b *testing.B) {
-	vars := map[string]string{"THROTTLER_DEFAULT_LIMIT": "100000/s"}
-	for k, x := range v.vars {
-		vars[k] = x
+func (v levelRun) run(b *testing.B, cluster bool) {
+	vars := v.settings()
+	if cluster {
+		cv, _ := redisClusterVars(b)
+		maps.Copy(vars, cv)
 	}
 	f := startHTTPFleet(b, downstreamOptions{Took: map[string]time.Duration{allTenants: 5 * time.Millisecond}}, vars)
 	f.e.ensureStream(f.cfg)
@@ -109,7 +160,7 @@ func (v levelRun) run(b *testing.B) {
 		tenants = append(tenants, t)
 	}
 	sort.Strings(tenants)
-	line := fmt.Sprintf("%s: %.1f/s in all;", v.name, float64(total)/secs)
+	line := fmt.Sprintf("%s: %.1f/s in all;", b.Name(), float64(total)/secs)
 	for _, t := range tenants {
 		r := float64(per[t]) / secs
 		b.ReportMetric(r, t+"/s")
@@ -129,6 +180,14 @@ func (v levelRun) run(b *testing.B) {
 	d := float64(delivered) / float64(len(all))
 	b.ReportMetric(d, "deliveries/job")
 	line += fmt.Sprintf("; %.3f NATS deliveries a job (%d for %d jobs)", d, delivered, len(all))
+	for _, lb := range v.bounds() {
+		c := checkLevel(calls, lb)
+		b.ReportMetric(c.over, lb.name+"-over-rate")
+		line += "; " + c.String()
+		if !c.ok() {
+			b.Errorf("%s over-admitted: %s", lb.name, c)
+		}
+	}
 	if dups := f.ds.duplicates(); len(dups) != 0 {
 		b.Errorf("keys sent more than once: %d", len(dups))
 	}
@@ -145,7 +204,7 @@ type groupPublisher struct {
 // publishWithGroups publishes perSecond jobs a second of each tenant for
 // d, in 20 ms ticks, each with its tenant's group in the Org header, and
 // returns once done.
-func publishWithGroups(b *testing.B, f *httpFleet, perSecond map[string]int, groups map[string]string, d time.Duration) groupPublisher {
+func publishWithGroups(b testing.TB, f *httpFleet, perSecond map[string]int, groups map[string]string, d time.Duration) groupPublisher {
 	out := groupPublisher{at: map[string]time.Time{}}
 	var mu sync.Mutex
 	const tick = 20 * time.Millisecond
