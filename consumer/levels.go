@@ -46,10 +46,10 @@ const levelNoteEvery = time.Second
 // a level queued, pokes the levels it parked jobs under, and wakes the
 // jobs whose turn came.
 type levelKeeper struct {
-	poker    LevelPoker // nil without one
-	waker    Waker      // nil without one
-	parked   latestTimes
-	counts   levelCounts
+	poker  LevelPoker // nil without one
+	waker  Waker      // nil without one
+	parked latestTimes
+	counts levelCounts
 	// stopping is closed when the worker stops pulling: a wake waits for
 	// no more retries then.
 	stopping <-chan struct{}

@@ -14,7 +14,7 @@ import (
 // fakePoker answers each Poke with the waiters of its next answer, and
 // records the levels poked.
 type fakePoker struct {
-	mu      sync.Mutex
+	mu        sync.Mutex
 	answers   [][]throttle.Waiter
 	poked     [][]throttle.Level
 	forfeited []throttle.Waiter

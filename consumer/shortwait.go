@@ -51,10 +51,10 @@ type shortWait struct {
 	reserved int // jobs kept by keepReserved
 	// again holds the messages kept since they were last decided: decided
 	// again, they are not fresh (they hold their reservation).
-	again   map[jetstream.Msg]struct{}
+	again map[jetstream.Msg]struct{}
 	// read holds the jobs kept for their slot once decided
 	// (keepReserved): read again, they are no new delivery.
-	read map[jetstream.Msg]struct{}
+	read    map[jetstream.Msg]struct{}
 	ready   []jetstream.Msg
 	waiting sync.WaitGroup // one per job kept and not yet ready or stopped
 }
