@@ -64,6 +64,7 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 	plans := make([]levelPlan, len(copies))
 	done := make([]bool, len(copies))
 	var called []Waiter
+	var waiting []int // the copies a level made wait
 	for stage := 0; ; stage++ {
 		var idx []int
 		var lvs []Level
@@ -101,8 +102,10 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 				out[i].Err, done[i] = errs[k], true
 			case !ds[k].Passed:
 				out[i].Decision, done[i] = Decision{Outcome: Queued, Ahead: ds[k].Ahead, LevelName: name}, true
+				waiting = append(waiting, i)
 			case ds[k].Wait > 0:
 				out[i].Decision, done[i] = Decision{Outcome: Reserved, Wait: ds[k].Wait, LevelName: name}, true
+				waiting = append(waiting, i)
 			default:
 				p.granted = append(p.granted, Grant{Level: lvs[k], Job: js[k], Slot: now, Refund: true})
 				if ds[k].ShadowWait > p.shadow {
@@ -111,6 +114,9 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 			}
 		}
 	}
+	// Parked or moved, a copy that waits at a level is carried on by
+	// another incarnation: its own owner record, if any, must go.
+	giveUpOwners(ctx, d.l, copies, out, waiting)
 	var pass []int
 	for i := range copies {
 		if !done[i] {

@@ -62,17 +62,33 @@ func (o *Owners) Release(ctx context.Context, tenant, jobID string, incarnation 
 }
 
 // giveUpCapped gives up the owner record of each copy the fleet's cap
-// made wait, if the record names the copy's incarnation, in one round
-// trip, as admit does for a tenant's cap (the fleet's call cannot: the
-// record lies in the tenant's slot). The copy did not run, and the copy
-// its park makes must be free to: an incarnation redelivered after its
-// worker died, say. A copy whose record could not be given up gets the
-// error instead of Capped, so that it is not parked.
+// made wait, as admit does for a tenant's cap (the fleet's call cannot:
+// the record lies in the tenant's slot): see giveUpOwners.
 func giveUpCapped(ctx context.Context, l *Limiter, copies []Copy, results []Result) {
-	var calls []fcall
 	var idx []int
-	for i, cp := range copies {
-		if results[i].Err != nil || results[i].Outcome != Capped || cp.Fresh {
+	for i := range copies {
+		if results[i].Err == nil && results[i].Outcome == Capped {
+			idx = append(idx, i)
+		}
+	}
+	giveUpOwners(ctx, l, copies, results, idx)
+}
+
+// giveUpOwners gives up the owner record of each copy of idx that is not
+// fresh, if the record names the copy's incarnation, in one round trip
+// (none when there is none): a limit decided outside its tenant's call
+// made it wait, so it did not run, and the copy its park or move makes
+// must be free to, as decide gives ownership up when it defers an owner
+// (OWNER in lua/head.lua). Such an owner is a fast lane's copy, whose
+// claim names it, or an incarnation redelivered after its worker died. A
+// copy whose record could not be given up gets the error instead of its
+// decision, so that it is not parked.
+func giveUpOwners(ctx context.Context, l *Limiter, copies []Copy, results []Result, idx []int) {
+	var calls []fcall
+	var of []int
+	for _, i := range idx {
+		cp := copies[i]
+		if cp.Fresh {
 			continue
 		}
 		key, err := ownerKey(l.keys, cp.Tenant, cp.JobID, cp.Incarnation)
@@ -81,7 +97,7 @@ func giveUpCapped(ctx context.Context, l *Limiter, copies []Copy, results []Resu
 			continue
 		}
 		calls = append(calls, fcall{fn: l.lib.release, keys: []string{key}, args: []any{strconv.FormatInt(cp.Incarnation, 10)}})
-		idx = append(idx, i)
+		of = append(of, i)
 	}
 	if len(calls) == 0 {
 		return
@@ -93,7 +109,7 @@ func giveUpCapped(ctx context.Context, l *Limiter, copies []Copy, results []Resu
 			err = replyStatus(f.fn, f.keys[0], v)
 		}
 		if err != nil {
-			results[idx[k]].Decision, results[idx[k]].Err = Decision{}, err
+			results[of[k]].Decision, results[of[k]].Err = Decision{}, err
 		}
 	}
 }
