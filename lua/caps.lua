@@ -189,6 +189,32 @@ local function capCheck(L, W, P, V, t)
   return live
 end
 
+-- termCheck checks one term (its arguments from ARGV x, its bucket
+-- KEYS[y]) as decide would read it for a job of cost c at t, before any
+-- write: the cost against its burst, and its stored state. It returns
+-- nil, or the reply that refuses the job.
+local function termCheck(keys, y, args, x, c, t)
+  local r, p, b, q, m, fill = term(args, x, num)
+  if c > b then return {INVALID, E_OVER_BURST, x + 2, 0} end
+  if q < 0 then
+    -- A sliding window (WINDOWS, window.lua).
+    local s
+    if q == -2 then
+      s = calRead({name = keys[y], W = m}, t) -- CALENDAR
+    else
+      s = windowRead({name = keys[y], p = p}, t)
+    end
+    if s == WRONGTYPE then return {WRONGTYPE, y, 0, 0} end
+    if s ~= 1 then return {INVALID, s, y, 0} end
+    return nil
+  end
+  local v = get(keys[y])
+  if v == nil then return {WRONGTYPE, y, 0, 0} end
+  local a, code = state(v, keys[y], r, p, b, fill, t)
+  if a == nil then return {INVALID, code, y, 0} end
+  return nil
+end
+
 -- jobCheck checks what decide would read of admit's one job, before any
 -- write: its cost against each burst, its buckets' states and its
 -- reservation (unless fresh). n limits from ARGV[14], buckets from
@@ -197,24 +223,8 @@ local function jobCheck(keys, args, n, fresh, t)
   local c = args[10] + 0
   for k = 1, n do
     local x, y = 11 + 3 * k, CAPKEYS + k
-    local r, p, b, q, m, fill = term(args, x, num)
-    if c > b then return {INVALID, E_OVER_BURST, x + 2, 0} end
-    if q < 0 then
-      -- A sliding window (WINDOWS, window.lua).
-      local s
-      if q == -2 then
-        s = calRead({name = keys[y], W = m}, t) -- CALENDAR
-      else
-        s = windowRead({name = keys[y], p = p}, t)
-      end
-      if s == WRONGTYPE then return {WRONGTYPE, y, 0, 0} end
-      if s ~= 1 then return {INVALID, s, y, 0} end
-    else
-      local v = get(keys[y])
-      if v == nil then return {WRONGTYPE, y, 0, 0} end
-      local a, code = state(v, keys[y], r, p, b, fill, t)
-      if a == nil then return {INVALID, code, y, 0} end
-    end
+    local refused = termCheck(keys, y, args, x, c, t)
+    if refused then return refused end
   end
   if not fresh then
     local y = CAPKEYS + n + 1

@@ -179,6 +179,11 @@ local function share(keys, args)
   if not ok then return {WRONGTYPE, 2, 0, 0} end
   if not shareRead('ZCARD', P) then return {WRONGTYPE, 3, 0, 0} end
   local t = clock(now)
+  -- And the terms' buckets, which every job and the call step read.
+  for k = 1, n do
+    local refused = termCheck(keys, 4 + k, args, 3 + 3 * k, 0, t)
+    if refused then return refused end
+  end
   local ttlUs = ttl * 1000
   call('ZREMRANGEBYSCORE', P, '-inf', format('(%d', t - ttlUs))
   local Vn = tonum(vv or 0) or 0
@@ -333,6 +338,10 @@ local function unshare(keys, args)
   if not ok then return {WRONGTYPE, 1, 0, 0} end
   if not shareRead('ZCARD', P) then return {WRONGTYPE, 2, 0, 0} end
   local t = clock(now)
+  for k = 1, n do
+    local refused = termCheck(keys, 3 + k, args, 3 * k, 0, t)
+    if refused then return refused end
+  end
   local Vn = tonum(vv or 0) or 0
   local SK = {X, unpk(keys, 4, nk)}
   local given = 0

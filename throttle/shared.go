@@ -196,6 +196,17 @@ func (s *Shared) buildShareUnder(lv Level, pol Policy, js []LevelJob, idx []int)
 // indices) and returns the jobs it called.
 func readShare(c shareCall, out []LevelDecision, errs []error) []Waiter {
 	v, err := c.cmd.Slice()
+	if err == nil && len(v) == 4 && len(c.jobs) > 1 {
+		// The level's stored state refused the whole call before its
+		// first write: every job of it is refused alike.
+		if t, _ := v[0].(int64); t == statusInvalid || t == statusWrongType {
+			err := refusal(c.fcall, v)
+			for _, i := range c.jobs {
+				errs[i] = err
+			}
+			return nil
+		}
+	}
 	if err == nil && len(v) < 4*len(c.jobs) {
 		err = fmt.Errorf("reply %v for %d jobs", v, len(c.jobs))
 	}

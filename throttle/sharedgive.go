@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -72,7 +73,29 @@ func (s *Shared) GiveBack(ctx context.Context, gs []Grant) error {
 	if len(errs) > 0 {
 		return &RedisError{Op: "giving back shared grants", Err: errors.Join(errs...)}
 	}
+	for _, c := range calls {
+		// A level whose stored state is malformed refuses the whole call
+		// before its first write: nothing was given back.
+		if t, ok := c.cmd.Val().([]any); ok {
+			if refused := refusal(c, t); refused != nil {
+				return fmt.Errorf("giving back shared grants: %w", refused)
+			}
+		}
+	}
 	return nil
+}
+
+// refusal is the error of a reply tuple that refuses a whole call:
+// INVALID or WRONGTYPE.
+func refusal(c fcall, t []any) error {
+	v := make([]int64, 4)
+	for i := range min(len(t), len(v)) {
+		v[i], _ = t[i].(int64)
+	}
+	if v[0] == statusWrongType {
+		return wrongType(c, v[1])
+	}
+	return replyStatus(c.fn, "", v)
 }
 
 // Forfeit gives back the turn a level's call gave w, a job that could not
