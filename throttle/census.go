@@ -26,6 +26,10 @@ import (
 //	<prefix>:{~}:census:hands     hash worker → "jobs in hand, unix ms"
 //	<prefix>:{~}:census:counts    hash kind → jobs, and "at" (unix ms)
 //	<prefix>:{~}:census:counter   the counter's lease: its worker's id
+//
+// Every write renews its key's TTL (censusTTL), and the counter renews
+// the sets it reads: the keys go with the fleet, a day after its last
+// worker stopped.
 type Census struct {
 	rdb  Client
 	keys keyspace
@@ -33,6 +37,9 @@ type Census struct {
 
 // Census returns the Census of l's fleet (same Redis, same key prefix).
 func (l *Limiter) Census() *Census { return &Census{rdb: l.lib.rdb, keys: l.keys} }
+
+// censusTTL is how long the Census' keys outlive the fleet's last write.
+const censusTTL = 24 * time.Hour
 
 // censusKey names one of the Census' keys.
 func (k keyspace) censusKey(name string) string {
@@ -57,6 +64,7 @@ func (c *Census) NoteParked(ctx context.Context, tenants []string) error {
 	}
 	pipe := c.rdb.Pipeline()
 	pipe.SAdd(ctx, c.keys.censusKey("parkers"), members...)
+	pipe.PExpire(ctx, c.keys.censusKey("parkers"), censusTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("throttle: noting parked tenants: %w", err)
 	}
@@ -93,9 +101,16 @@ func (c *Census) Parked(ctx context.Context) (int64, error) {
 			empty = append(empty, tenants[i])
 		}
 	}
+	// The tenants still parking keep their set alive while they do, noted
+	// again or not.
+	pipe = c.rdb.Pipeline()
 	if len(empty) > 0 {
-		pipe = c.rdb.Pipeline()
 		pipe.SRem(ctx, c.keys.censusKey("parkers"), empty...)
+	}
+	if len(tenants)-1 > len(empty) {
+		pipe.PExpire(ctx, c.keys.censusKey("parkers"), censusTTL)
+	}
+	if pipe.Len() > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
 			return 0, fmt.Errorf("throttle: forgetting tenants without parked jobs: %w", err)
 		}
@@ -108,6 +123,7 @@ func (c *Census) Parked(ctx context.Context) (int64, error) {
 func (c *Census) ReportInHand(ctx context.Context, worker string, n int, at time.Time) error {
 	pipe := c.rdb.Pipeline()
 	pipe.HSet(ctx, c.keys.censusKey("hands"), worker, strconv.Itoa(n)+" "+strconv.FormatInt(at.UnixMilli(), 10))
+	pipe.PExpire(ctx, c.keys.censusKey("hands"), censusTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("throttle: reporting jobs in hand: %w", err)
 	}
@@ -185,7 +201,7 @@ func (c *Census) Publish(ctx context.Context, counts map[string]int64, at time.T
 	key := c.keys.censusKey("counts")
 	pipe := c.rdb.Pipeline()
 	pipe.HSet(ctx, key, fields...)
-	pipe.PExpire(ctx, key, 24*time.Hour)
+	pipe.PExpire(ctx, key, censusTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("throttle: publishing the counts of waiting jobs: %w", err)
 	}

@@ -114,3 +114,30 @@ func TestCensusInHandAndCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestCensusKeysExpireWithTheFleet: every key the census writes carries a
+// TTL, so that a fleet that stops leaves nothing behind for ever; the
+// counter renews the sets of tenants and levels still waiting.
+func TestCensusKeysExpireWithTheFleet(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	census := newLimiter(t, e.rdb, e.prefix, time.Minute, throttle.Limits{throttle.PerMinute(1, 1)}).Census()
+	if err := census.NoteParked(ctx, []string{"acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := census.NoteQueued(ctx, []string{"_global"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := census.ReportInHand(ctx, "a", 3, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := census.Publish(ctx, map[string]int64{"nak": 1}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"parkers", "queuers", "hands", "counts"} {
+		key := e.prefix + ":{~}:census:" + k
+		if ttl, err := e.rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 {
+			t.Errorf("%s: TTL %v (%v); want one", key, ttl, err)
+		}
+	}
+}

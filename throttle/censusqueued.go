@@ -33,6 +33,7 @@ func (c *Census) NoteQueued(ctx context.Context, levels []string) error {
 	}
 	pipe := c.rdb.Pipeline()
 	pipe.SAdd(ctx, c.keys.censusKey("queuers"), members...)
+	pipe.PExpire(ctx, c.keys.censusKey("queuers"), censusTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("throttle: noting levels with queued jobs: %w", err)
 	}
@@ -88,9 +89,15 @@ func queuing(ctx context.Context, rdb Client, keys keyspace) ([]Level, []int64, 
 		}
 		out, counts = append(out, read[i]), append(counts, card.Val())
 	}
+	// The levels still queuing keep their set alive while they do.
+	pipe = rdb.Pipeline()
 	if len(gone) > 0 {
-		pipe = rdb.Pipeline()
 		pipe.SRem(ctx, key, gone...)
+	}
+	if len(out) > 0 {
+		pipe.PExpire(ctx, key, censusTTL)
+	}
+	if pipe.Len() > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, nil, fmt.Errorf("throttle: forgetting levels without queued jobs: %w", err)
 		}
