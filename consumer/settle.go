@@ -21,7 +21,8 @@ var ErrNoCostReport = errors.New("consumer: SettleCost called outside a worker's
 // it before the handler returns nil; the last call wins. Once the handler
 // succeeds, the worker settles the difference from the cost the job was
 // charged (Job.Cost) on every term of its tenant's policy
-// (throttle.Limiter.Settle): more is charged as debt, which the tenant's
+// (throttle.Limiter.Settle), and of the levels above it (a global or group
+// limit: throttle.Decider.Settle): more is charged as debt, which the tenant's
 // jobs decided after it wait out, and which moves the slots reserved
 // before it later, each keeping its charge; less is given back. Jobs
 // already admitted start (docs/design.md, "Settle"). A
@@ -65,8 +66,9 @@ func withCostReport(ctx context.Context) (context.Context, *costReport) {
 	return context.WithValue(ctx, costKey{}, rep), rep
 }
 
-// Settler settles a job's cost after it ran (throttle.Limiter.Settle);
-// *throttle.Limiter satisfies it.
+// Settler settles a job's cost after it ran (throttle.Decider.Settle: its
+// tenant's terms and its levels'); *throttle.Limiter (the tenant's alone)
+// and *throttle.Decider satisfy it.
 type Settler interface {
 	// Settle settles the difference between the cost a job was charged
 	// and the one it reports, once per job id.
@@ -95,7 +97,7 @@ func (c *costSettler) settle(ctx context.Context, job Job, admitted time.Time, r
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	out, err := c.settler.Settle(sctx, throttle.Settlement{Tenant: job.Tenant, JobID: job.ID, Charged: charged, Cost: cost, Slot: admitted})
+	out, err := c.settler.Settle(sctx, throttle.Settlement{Tenant: job.Tenant, JobID: job.ID, Charged: charged, Cost: cost, Slot: admitted, Group: job.Group})
 	if err != nil {
 		// Lost: a debt admits more, a refund less (docs/design.md, SETTLE).
 		c.rec.add(job.Tenant, func(s *TenantStats) { s.RedisErrors++ })

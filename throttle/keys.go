@@ -262,6 +262,12 @@ func (k keyspace) levelKeys(lv Level) (list, fair, passes, scratch string) {
 	return base + ":lw", base + ":lv", base + ":lp", base + ":lx"
 }
 
+// levelSettled returns the key of the marker of a job's cost settled at
+// level lv (Decider.Settle), as settled is a tenant's.
+func (k keyspace) levelSettled(lv Level, jobID string) string {
+	return k.prefix + ":" + levelTag(lv) + ":st:" + jobID
+}
+
 // termKey returns the key of the state of term lim under tag: a tenant's
 // ("{tenant}") or a shared level's (levelTag), in shadow mode or not.
 func (l *Limiter) termKey(tag string, lim Limit, shadow bool) string {

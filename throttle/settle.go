@@ -30,6 +30,9 @@ type Settlement struct {
 	// Limits are the job's own limits when it was decided with some
 	// (Request.Limits); nil means its tenant's policy.
 	Limits Limits
+	// Group is the job's group (Copy.Group), whose level Decider.Settle
+	// settles too; "" for none. Limiter.Settle ignores it.
+	Group string
 }
 
 // Settled says what a settle did.

@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		Decider:    engine.decider,
 		Failures:   engine.failures,
 		Holder:     engine.holds,
-		Settler:    limiter,
+		Settler:    engine.decider,
 		Pauses:     pauses,
 		Leases:     engine.caps,
 		Levels:     engine.levelPoker(),
