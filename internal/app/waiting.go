@@ -39,9 +39,18 @@ const (
 const maxTenantsCounted = 64
 
 // censusEvery is how often each worker reports its jobs in hand and reads
-// the fleet's counts, and how often the counter counts: a count costs a
-// few Redis calls and one stream info listing the schedules' subjects.
-const censusEvery = 10 * time.Second
+// the fleet's counts, and how often the counter counts, so that the counts
+// a scrape reads are about a second old: a worker's part costs a Redis
+// round trip or two; a count a few Redis calls and one stream info listing
+// the schedules' subjects, one per moved job, which the counter paces
+// (censusSlowest).
+const censusEvery = time.Second
+
+// censusSlowest bounds how far apart the counter's counts get: it counts
+// no more than a twentieth of the time (a count that took 100 ms waits 2 s
+// for the next), and at least this often. Counts older than three times
+// this are stale: no worker serves them.
+const censusSlowest = 10 * time.Second
 
 // waitingCounter is the worker's part in the fleet's count of waiting
 // jobs (throttle.Census): every censusEvery it reports the jobs in its
@@ -76,6 +85,11 @@ type waitingCounter struct {
 	// paused and held name the tenants paused, and held by their
 	// downstream, at now; nil for none.
 	paused, held func(now time.Time) []string
+
+	// counted is when the counter last counted, and took how long
+	// (censusSlowest).
+	counted time.Time
+	took    time.Duration
 
 	mu     sync.Mutex
 	counts map[string]int64
@@ -126,8 +140,8 @@ func (c *waitingCounter) run(ctx context.Context) {
 // tick is one round: report, count if the counter, read the counts. A
 // failure is logged at debug level and leaves the last counts, which go
 // stale (and out of /metrics) if failures last.
-func (c *waitingCounter) tick(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, c.every)
+func (c *waitingCounter) tick(parent context.Context) {
+	ctx, cancel := context.WithTimeout(parent, c.every)
 	defer cancel()
 	now := c.now()
 	if err := c.census.ReportInHand(ctx, c.id, c.inHand(), now); err != nil {
@@ -145,8 +159,14 @@ func (c *waitingCounter) tick(ctx context.Context) {
 	if err != nil {
 		c.log.Debug("taking the census counter failed", "err", err)
 	}
-	if counter {
-		if err := c.count(ctx, now); err != nil {
+	if counter && c.due(now) {
+		// A count may take longer than a tick (a stream info listing many
+		// moved jobs): it has the longest interval between counts.
+		cctx, ccancel := context.WithTimeout(parent, censusSlowest)
+		err := c.count(cctx, now)
+		ccancel()
+		c.counted, c.took = now, c.now().Sub(now)
+		if err != nil {
 			c.log.Warn("counting the waiting jobs failed; throttler_waiting_jobs keeps the last counts", "err", err)
 		}
 	}
@@ -214,6 +234,16 @@ func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
 	return c.census.Publish(ctx, counts, now)
 }
 
+// due reports whether the counter counts at now: every tick, unless the
+// last count took more than a twentieth of a tick; then once twenty times
+// its duration passed, and at least every censusSlowest.
+func (c *waitingCounter) due(now time.Time) bool {
+	if c.counted.IsZero() || 20*c.took <= c.every {
+		return true
+	}
+	return now.Sub(c.counted) >= min(20*c.took, censusSlowest)
+}
+
 // tenants returns at most maxTenantsCounted of the tenants of, at now,
 // leaving out those in but.
 func (c *waitingCounter) tenants(of func(time.Time) []string, now time.Time, but []string) []string {
@@ -230,12 +260,12 @@ func (c *waitingCounter) tenants(of func(time.Time) []string, now time.Time, but
 }
 
 // waiting returns the counts last read, unless they are missing or older
-// than three intervals (the counter gone or failing): a stale count would
-// read as jobs that may have run long since.
+// than three of the longest intervals between counts (the counter gone or
+// failing): a stale count would read as jobs that may have run long since.
 func (c *waitingCounter) waiting() (map[string]int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.counts == nil || c.at.Before(c.now().Add(-3*c.every)) {
+	if c.counts == nil || c.at.Before(c.now().Add(-3*max(c.every, censusSlowest))) {
 		return nil, false
 	}
 	return c.counts, true

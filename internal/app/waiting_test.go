@@ -142,3 +142,31 @@ func TestWaitingCounterStale(t *testing.T) {
 		t.Errorf("counts %v served %s after they were counted", got, 3*e.a.every+time.Second)
 	}
 }
+
+// TestWaitingCounterPacesSlowCounts: the counter counts every tick while a
+// count is cheap, and no more than a twentieth of the time once counts
+// take long (a stream listing many moved jobs), at least every
+// censusSlowest.
+func TestWaitingCounterPacesSlowCounts(t *testing.T) {
+	at := time.Now()
+	for _, tc := range []struct {
+		took  time.Duration
+		after time.Duration
+		due   bool
+	}{
+		{took: 0, after: time.Second, due: true},
+		{took: 50 * time.Millisecond, after: time.Second, due: true},
+		{took: 200 * time.Millisecond, after: time.Second, due: false},
+		{took: 200 * time.Millisecond, after: 4 * time.Second, due: true},
+		{took: 2 * time.Second, after: 9 * time.Second, due: false},
+		{took: 2 * time.Second, after: censusSlowest, due: true},
+	} {
+		c := &waitingCounter{every: time.Second, counted: at, took: tc.took}
+		if got := c.due(at.Add(tc.after)); got != tc.due {
+			t.Errorf("a count that took %s, %s later: due %v, want %v", tc.took, tc.after, got, tc.due)
+		}
+	}
+	if !(&waitingCounter{every: time.Second}).due(at) {
+		t.Errorf("the first count is not due")
+	}
+}
