@@ -52,7 +52,7 @@ func checkExported(t *testing.T, exported map[string]*dto.MetricFamily) {
 }
 
 // parseMetrics parses a /metrics text with Prometheus' text parser.
-func parseMetrics(t *testing.T, body []byte) map[string]*dto.MetricFamily {
+func parseMetrics(t testing.TB, body []byte) map[string]*dto.MetricFamily {
 	t.Helper()
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(body))

@@ -28,7 +28,7 @@ type manifests struct {
 }
 
 // loadManifests decodes every manifest of kubeDir.
-func loadManifests(t *testing.T) *manifests {
+func loadManifests(t testing.TB) *manifests {
 	t.Helper()
 	m := &manifests{}
 	decodeStrict(t, filepath.Join(kubeDir, "deployment.yaml"), "apps/v1", "Deployment", &m.deployment)
@@ -44,7 +44,7 @@ func loadManifests(t *testing.T) *manifests {
 // DisallowUnknownFields, as the API server's strict field validation
 // does), on a value of the wrong type, and on an apiVersion or kind other
 // than those given.
-func decodeStrict(t *testing.T, path, apiVersion, kind string, obj runtime.Object) {
+func decodeStrict(t testing.TB, path, apiVersion, kind string, obj runtime.Object) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -39,6 +39,7 @@ const (
 	tenantCapped  = "capped"  // running:1 and a request that hangs: one runs, the rest are parked
 	tenantHeld    = "held"    // its first requests answered 429: held, then run
 	tenantFailing = "failing" // answered 500: failed, retried, dead-lettered
+	tenantPaced   = "paced"   // running:1 and 50 ms requests: its parked jobs run one by one
 )
 
 // destination is the HTTP server the workers send jobs to, answering per
@@ -49,13 +50,15 @@ type destination struct {
 	held    atomic.Int64  // the held tenant's requests so far
 }
 
-func newDestination(t *testing.T) *destination {
+func newDestination(t testing.TB) *destination {
 	d := &destination{release: make(chan struct{})}
 	d.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		switch strings.TrimPrefix(r.URL.Path, "/") {
 		case tenantFast:
 			time.Sleep(100 * time.Millisecond)
+		case tenantPaced:
+			time.Sleep(50 * time.Millisecond)
 		case tenantCapped:
 			select {
 			case <-d.release:
@@ -88,8 +91,10 @@ type liveFleet struct {
 
 // startLiveFleet starts NATS, Redis, the destination, two workers with
 // the ConfigMap's settings (and the tenants' limits) and a real
-// Prometheus scraping them every second and evaluating alerts.yaml.
-func startLiveFleet(t *testing.T) *liveFleet {
+// Prometheus scraping them every second and evaluating alerts.yaml. The
+// workers take part in the census of waiting jobs every censusEvery (0:
+// the default).
+func startLiveFleet(t testing.TB, censusEvery time.Duration) *liveFleet {
 	t.Helper()
 	prometheusBin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -111,7 +116,7 @@ func startLiveFleet(t *testing.T) *liveFleet {
 			"THROTTLER_HANDLER":          "http",
 			"THROTTLER_HTTP_URL":         dest.srv.URL + "/{tenant}",
 			"THROTTLER_HTTP_TIMEOUT":     "2m",
-			"THROTTLER_TENANT_LIMITS":    tenantSlow + "=1/m:1," + tenantCapped + "=100/s+running:1",
+			"THROTTLER_TENANT_LIMITS":    tenantSlow + "=1/m:1," + tenantCapped + "=100/s+running:1," + tenantPaced + "=100/s+running:1",
 			"THROTTLER_MAX_FAILURES":     "2",
 			// Prometheus scrapes every second here.
 			"THROTTLER_METRICS_FIRST_HOLD": "2s",
@@ -132,7 +137,7 @@ func startLiveFleet(t *testing.T) *liveFleet {
 			}
 		}
 		runWorker(t, cfg, app.Options{NATS: n.Connect(t), Redis: rdb, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			CensusEvery: time.Second})
+			CensusEvery: censusEvery})
 	}
 	// Cleanups run last first: the hanging requests end before the
 	// workers are stopped.
@@ -145,7 +150,7 @@ func startLiveFleet(t *testing.T) *liveFleet {
 }
 
 // runWorker runs app.Run until the test ends.
-func runWorker(t *testing.T, cfg *app.Settings, opts app.Options) {
+func runWorker(t testing.TB, cfg *app.Settings, opts app.Options) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -166,7 +171,7 @@ func runWorker(t *testing.T, cfg *app.Settings, opts app.Options) {
 // startPrometheus runs prometheus on a free port with a configuration
 // scraping targets every second as job "throttler" and evaluating
 // alerts.yaml every second; it returns its base URL once ready.
-func startPrometheus(t *testing.T, bin string, targets []string) string {
+func startPrometheus(t testing.TB, bin string, targets []string) string {
 	t.Helper()
 	dir := t.TempDir()
 	rules, err := filepath.Abs(alertsFile)
@@ -231,7 +236,7 @@ type promResult struct {
 }
 
 // query evaluates expr now; it fails t if Prometheus refuses it.
-func (f *liveFleet) query(t *testing.T, expr string) promResult {
+func (f *liveFleet) query(t testing.TB, expr string) promResult {
 	t.Helper()
 	resp, err := http.Get(f.prom + "/api/v1/query?query=" + url.QueryEscape(expr))
 	if err != nil {
@@ -249,7 +254,7 @@ func (f *liveFleet) query(t *testing.T, expr string) promResult {
 }
 
 // scalar returns the value of a query's one series, or -1.
-func (f *liveFleet) scalar(t *testing.T, expr string) float64 {
+func (f *liveFleet) scalar(t testing.TB, expr string) float64 {
 	t.Helper()
 	res := f.query(t, expr)
 	if len(res.Data.Result) != 1 {
@@ -264,7 +269,7 @@ func (f *liveFleet) scalar(t *testing.T, expr string) float64 {
 }
 
 // publish publishes n jobs of tenant, with header hdr.
-func (f *liveFleet) publish(t *testing.T, tenant string, n int, hdr nats.Header) {
+func (f *liveFleet) publish(t testing.TB, tenant string, n int, hdr nats.Header) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -284,7 +289,7 @@ func (f *liveFleet) publish(t *testing.T, tenant string, n int, hdr nats.Header)
 // select (but Prometheus' own up) and passes promtool's check.
 func TestPrometheusLive(t *testing.T) {
 	t.Parallel()
-	f := startLiveFleet(t)
+	f := startLiveFleet(t, 0)
 	testenv.Eventually(t, 30*time.Second, "prometheus to scrape both workers ready", func() bool {
 		return f.scalar(t, `sum(throttler_ready{job="throttler"})`) == 2
 	})

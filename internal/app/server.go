@@ -60,7 +60,7 @@ func (s *server) running(w *consumer.Worker, ackPending *consumer.AckPending, jo
 		return nil
 	}
 	src := statsSource{stats: w.Stats, pulled: w.Pulled, ackPending: ackPending.Count,
-		consumerPending: ackPending.Pending, maxAckPending: ackPending.MaxAckPending, waiting: waiting.waiting,
+		consumerPending: ackPending.Pending, maxAckPending: ackPending.MaxAckPending, waiting: waiting.served,
 		levels: w.Levels}
 	if err := s.metrics.watch(src); err != nil {
 		return err

@@ -90,6 +90,8 @@ type waitingCounter struct {
 	// (censusSlowest).
 	counted time.Time
 	took    time.Duration
+	// scrape counts for the scrapes (served).
+	scrape scrapeCount
 
 	mu     sync.Mutex
 	counts map[string]int64
@@ -187,28 +189,38 @@ func (c *waitingCounter) tick(parent context.Context) {
 // tenants and of tenants held by their downstream: a tenant's count is
 // one stream info, read for at most maxTenantsCounted of each.
 func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
+	counts, err := c.tally(ctx, now)
+	if err != nil || counts == nil {
+		return err
+	}
+	return c.census.Publish(ctx, counts, now)
+}
+
+// tally counts the fleet's waiting jobs by kind (count), or returns nil
+// before the consumer's ack-pending was first read.
+func (c *waitingCounter) tally(ctx context.Context, now time.Time) (map[string]int64, error) {
 	ack := c.ackPending()
 	if ack < 0 {
-		return nil // the consumer not read yet: nothing to count NAK'd jobs with
+		return nil, nil // the consumer not read yet: nothing to count NAK'd jobs with
 	}
 	parked, err := c.census.Parked(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	queued, err := c.census.Queued(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	inHand, err := c.census.InHand(ctx, now.Add(-3*c.every))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nak := int64(ack) - inHand
 	var scheduled int64
 	if c.copies != nil {
 		n, err := c.copies(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		scheduled = int64(n) - parked - queued
 	} else {
@@ -223,7 +235,7 @@ func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
 			for _, t := range tenants {
 				n, err := c.copiesOf(ctx, t)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				counts[kind] += int64(n)
 				scheduled -= int64(n)
@@ -231,17 +243,21 @@ func (c *waitingCounter) count(ctx context.Context, now time.Time) error {
 		}
 	}
 	counts[waitingNak], counts[waitingScheduled] = max(0, nak), max(0, scheduled)
-	return c.census.Publish(ctx, counts, now)
+	return counts, nil
 }
 
-// due reports whether the counter counts at now: every tick, unless the
-// last count took more than a twentieth of a tick; then once twenty times
-// its duration passed, and at least every censusSlowest.
-func (c *waitingCounter) due(now time.Time) bool {
-	if c.counted.IsZero() || 20*c.took <= c.every {
+// due reports whether the counter counts at now (paced).
+func (c *waitingCounter) due(now time.Time) bool { return paced(c.counted, c.took, c.every, now) }
+
+// paced reports whether a count is due at now, the last one made at
+// counted and taking took: every interval, unless the last count took
+// more than a twentieth of one; then once twenty times its duration
+// passed, and at least every censusSlowest.
+func paced(counted time.Time, took, every time.Duration, now time.Time) bool {
+	if counted.IsZero() || 20*took <= every {
 		return true
 	}
-	return now.Sub(c.counted) >= min(20*c.took, censusSlowest)
+	return now.Sub(counted) >= min(20*took, censusSlowest)
 }
 
 // tenants returns at most maxTenantsCounted of the tenants of, at now,
