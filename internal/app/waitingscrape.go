@@ -10,7 +10,7 @@ import (
 // older, the scrape counts afresh (served), so that the gauge reads what
 // the servers hold when Prometheus reads it, not a second before. Scrapes
 // closer together than this (two Prometheus servers) share a count.
-const scrapeFresh = 50 * time.Millisecond
+const scrapeFresh = 10 * time.Millisecond
 
 // scrapeCountTimeout bounds a count made for a scrape: past it, or when
 // it fails, the scrape serves the census' last counts.
