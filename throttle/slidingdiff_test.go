@@ -227,14 +227,17 @@ func TestSlidingSameMicrosecond(t *testing.T) {
 	}
 }
 
-// Two limiters deciding at once on one Redis never admit more than N in
-// any span of the window, measured at every admission.
+// Two limiters deciding in turn on one Redis never admit more than N in
+// any span of the window, measured at every admission. Each call takes
+// its time and decides under one lock: the engine's now (Redis TIME in
+// production) never goes back, which two goroutines taking times before
+// racing to Redis would not guarantee.
 func TestSlidingBoundWithTwoDeciders(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	w := throttle.SlidingWindow(10, 100*ms)
 	var clock atomic.Int64
-	var mu sync.Mutex
+	var mu, turn sync.Mutex
 	var admitted []time.Time
 	var wg sync.WaitGroup
 	for g := range 2 {
@@ -244,8 +247,10 @@ func TestSlidingBoundWithTwoDeciders(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 2))
 			for range 600 {
+				turn.Lock()
 				at := t0.Add(time.Duration(clock.Add(rng.Int64N(600))) * time.Microsecond)
 				d, err := l.Decide(ctx, throttle.Request{Tenant: "acme", At: at})
+				turn.Unlock()
 				if err != nil {
 					t.Errorf("decider %d: %v", g, err)
 					return
