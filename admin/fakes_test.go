@@ -47,6 +47,11 @@ func (f *fakeFleet) InspectLevel(_ context.Context, lv throttle.Level) (inspect.
 		NextInLine: []throttle.TenantJobs{{Tenant: "acme", Jobs: 5}, {Tenant: "globex", Jobs: 2}}, HeadRead: 7}, nil
 }
 
+func (f *fakeFleet) InspectLevels(ctx context.Context) ([]inspect.LevelReport, error) {
+	r, err := f.InspectLevel(ctx, throttle.Global)
+	return []inspect.LevelReport{r}, err
+}
+
 func (f *fakeFleet) Get(_ context.Context, t string) (admin.LimitsView, error) {
 	return admin.LimitsView{Tenant: t, Limits: "5/s:5", Where: "bucket", Revision: 3}, nil
 }

@@ -38,3 +38,26 @@ func TestInspectLevel(t *testing.T) {
 		t.Errorf("without an inspector: %d, want 501", rec.Code)
 	}
 }
+
+// TestListLevels: GET /levels answers every level the fleet reports, under
+// "levels"; without an inspector, 501.
+func TestListLevels(t *testing.T) {
+	t.Parallel()
+	f := &fakeFleet{}
+	srv := admin.New(f.config(token))
+	rec := do(t, srv, "GET", "/api/v1/levels", "", "Bearer "+token)
+	var got struct {
+		Levels []inspect.LevelReport `json:"levels"`
+	}
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
+		t.Fatalf("GET /levels: %d %s", rec.Code, rec.Body)
+	}
+	if len(got.Levels) != 1 || got.Levels[0].Level != "_global" || got.Levels[0].Queued != 7 {
+		t.Errorf("GET /levels: %+v, want the global level's report", got)
+	}
+	cfg := f.config(token)
+	cfg.Inspector = nil
+	if rec := do(t, admin.New(cfg), "GET", "/api/v1/levels", "", "Bearer "+token); rec.Code != http.StatusNotImplemented {
+		t.Errorf("without an inspector: %d, want 501", rec.Code)
+	}
+}

@@ -70,6 +70,9 @@ func (r TenantRow) Waiting() int64 { return r.Naked + r.Moved + r.Parked + r.Pau
 type Inspector interface {
 	Inspect(ctx context.Context, tenant string) (inspect.Report, error)
 	InspectLevel(ctx context.Context, level throttle.Level) (inspect.LevelReport, error)
+	// InspectLevels reports every limit above the tenants the fleet knows
+	// (inspect.Levels).
+	InspectLevels(ctx context.Context) ([]inspect.LevelReport, error)
 }
 
 // Limits reads and writes tenants' limits in the limits bucket.

@@ -96,6 +96,7 @@ func (s *Server) apiRoutes() []route {
 		{"POST", "/tenants/{tenant}/pause", s.pause},
 		{"POST", "/tenants/{tenant}/resume", s.resume},
 		{"POST", "/tenants/{tenant}/purge", s.purge},
+		{"GET", "/levels", s.listLevels},
 		{"GET", "/levels/{level}", s.inspectLevel},
 		{"GET", "/dlq", s.listDeadLetters},
 		{"GET", "/dlq/{id}", s.showDeadLetter},

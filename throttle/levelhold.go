@@ -35,6 +35,33 @@ type LevelHold struct {
 // reads. It scans the keyspace of every master for the levels' lists, and
 // each list found for the tenant's jobs: an operator's tool, as Peek.
 func (s *Shared) Holding(ctx context.Context, tenant string) ([]LevelHold, error) {
+	levels, err := s.Listed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []LevelHold
+	for _, lv := range levels {
+		node, err := s.l.nodeFor(ctx, levelTag(lv))
+		if err != nil {
+			return nil, err
+		}
+		list, _, _, _ := s.l.keys.levelKeys(lv)
+		h, err := holdOf(ctx, node, list, tenant)
+		if err != nil {
+			return nil, err
+		}
+		if h.Jobs > 0 {
+			h.Level = lv
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+// Listed returns the shared levels with jobs waiting in their lists, the
+// global level first, then the groups by name. It only reads, scanning
+// the keyspace of every master: an operator's tool, as Peek.
+func (s *Shared) Listed(ctx context.Context) ([]Level, error) {
 	var mu sync.Mutex
 	found := map[Level]bool{}
 	err := s.l.eachMaster(ctx, func(ctx context.Context, node redis.Cmdable) error {
@@ -55,23 +82,7 @@ func (s *Shared) Holding(ctx context.Context, tenant string) ([]LevelHold, error
 		levels = append(levels, lv)
 	}
 	slices.SortFunc(levels, func(a, b Level) int { return cmp.Compare(a.Group, b.Group) }) // "" (global) first
-	var out []LevelHold
-	for _, lv := range levels {
-		node, err := s.l.nodeFor(ctx, levelTag(lv))
-		if err != nil {
-			return nil, err
-		}
-		list, _, _, _ := s.l.keys.levelKeys(lv)
-		h, err := holdOf(ctx, node, list, tenant)
-		if err != nil {
-			return nil, err
-		}
-		if h.Jobs > 0 {
-			h.Level = lv
-			out = append(out, h)
-		}
-	}
-	return out, nil
+	return levels, nil
 }
 
 // holdOf reads tenant's jobs in a level's list (members cost/tenant/job

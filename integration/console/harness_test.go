@@ -152,10 +152,16 @@ func logSink() io.Writer {
 // publish publishes n jobs of tenant.
 func (f *fleet) publish(tenant string, n int) {
 	f.t.Helper()
+	f.publishTo("jobs."+tenant, n)
+}
+
+// publishTo publishes n jobs to subject.
+func (f *fleet) publishTo(subject string, n int) {
+	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range n {
-		if _, err := f.js.PublishAsync("jobs."+tenant, []byte(fmt.Sprintf(`{"n":%d}`, i))); err != nil {
+		if _, err := f.js.PublishAsync(subject, []byte(fmt.Sprintf(`{"n":%d}`, i))); err != nil {
 			f.t.Fatalf("publish: %v", err)
 		}
 	}

@@ -100,6 +100,11 @@ func (i inspector) InspectLevel(ctx context.Context, level throttle.Level) (insp
 	return inspect.Level(ctx, i.src, level)
 }
 
+// InspectLevels implements admin.Inspector.
+func (i inspector) InspectLevels(ctx context.Context) ([]inspect.LevelReport, error) {
+	return inspect.Levels(ctx, i.src)
+}
+
 // workers is the admin API's Workers: a roll call of the fleet.
 type workers struct {
 	nc      *nats.Conn

@@ -136,6 +136,7 @@
     if ((m = hash.match(/^#\/dlq\/(\d+)$/))) return deadLetterPage(m[1]);
     if (hash.startsWith("#/dlq")) return deadLettersPage();
     if (hash.startsWith("#/fleet")) return fleetPage();
+    if (hash.startsWith("#/levels")) return levelsPage();
     return tenantsPage();
   }
 
@@ -535,6 +536,28 @@
         $("dl").textContent = err.message;
       }
     })();
+  }
+
+  // ---- the limits above the tenants ----
+
+  function levelsPage() {
+    view.innerHTML = `<h1>Limits above the tenants</h1>
+      <p class="muted">The global limit and the groups' (THROTTLER_GLOBAL_LIMIT, THROTTLER_GROUP_LIMITS, the limits bucket's
+      _global and group.NAME keys): the jobs each holds waiting for a turn, and who is next.</p><div id="levels">Loading…</div>`;
+    every(2 * REFRESH_MS, async () => {
+      const r = await api("GET", "/levels");
+      const rows = (r.levels || []).map((l) => {
+        const next = (l.next_in_line || []).slice(0, 3).map((n) => `<a href="#/tenant/${encodeURIComponent(n.tenant)}">${esc(n.tenant)}</a> (${num(n.jobs)})`).join(", ");
+        const wait = l.wait_seconds > 0 ? `${seconds(l.wait_seconds)}, set by ${esc(l.held_by)}` : "none";
+        return `<tr data-level="${esc(l.level)}"><th scope="row">${esc(l.level)}</th><td>${esc(l.limits)}${l.shadow ? " (shadow)" : ""}</td>
+          <td>${esc((l.source || {}).where || "")}</td><td class="num">${num(l.queued)}</td><td class="num">${num(l.flows_waiting)}</td>
+          <td>${wait}</td><td class="num">${num(l.passes)}</td><td>${next || "—"}</td></tr>` +
+          (l.note ? `<tr><td colspan="8" class="error">${esc(l.note)}</td></tr>` : "");
+      }).join("");
+      $("levels").innerHTML = `<div class="table-wrap"><table id="levels-table"><thead><tr><th scope="col">Level</th><th scope="col">Limits</th>
+        <th scope="col">From</th><th scope="col">Waiting for a turn</th><th scope="col">Flows waiting</th><th scope="col">A new job waits</th>
+        <th scope="col">Slots granted, unused</th><th scope="col">Next in line</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+    });
   }
 
   // ---- the fleet ----

@@ -1,0 +1,33 @@
+package console
+
+import (
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestLevelsPage: the Levels page lists the global limit and each group's,
+// with where each comes from, and the jobs a level holds waiting for a
+// turn with the tenants next in line.
+func TestLevelsPage(t *testing.T) {
+	f := setup(t, map[string]string{
+		"THROTTLER_GLOBAL_LIMIT": "2/s:2", "THROTTLER_GROUP_FROM": "subject:2", "THROTTLER_GROUP_LIMITS": "org-1=100/s",
+	})
+	// acme's jobs on jobs.acme.org-1: group org-1 (the subject's second
+	// token after the prefix), and the global 2/s holds most of them.
+	f.publishTo("jobs.acme.org-1", 200)
+	ctx := browser(t, "Bearer "+token)
+	do(t, ctx, 30*time.Second, "the Levels page lists the global and the group's limits, and acme next in line at the global one",
+		chromedp.Navigate(f.url+"/#/levels"),
+		waitJS(`(() => {
+			const g = document.querySelector('#levels-table tr[data-level="_global"]');
+			const o = document.querySelector('#levels-table tr[data-level="group.org-1"]');
+			return g && o && g.textContent.includes('2/s') && g.textContent.includes('THROTTLER_GLOBAL_LIMIT') &&
+				g.textContent.includes('acme') && o.textContent.includes('100/s') && o.textContent.includes('THROTTLER_GROUP_LIMITS');
+		})()`))
+	if n := eval[int](t, ctx, `Number(document.querySelector('#levels-table tr[data-level="_global"] td.num').textContent.replace(/,/g, ''))`); n < 1 {
+		t.Errorf("the global level shows %d jobs waiting for a turn, want some", n)
+	}
+	screenshot(t, ctx, "console-levels.png")
+}
