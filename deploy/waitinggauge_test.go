@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,26 +61,7 @@ func measureWaitingGauge(b *testing.B) {
 		return f.scalar(b, `sum(throttler_ready{job="throttler"})`) == 2
 	})
 	f.publish(b, tenantPaced, 600, nil)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				f.publish(b, tenantSlow, 1, nil)
-			}
-		}
-	}()
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
+	defer f.publishEvery(b, tenantSlow, 200*time.Millisecond)()
 	var samples []gaugeSample
 	end := time.Now().Add(40 * time.Second)
 	for time.Now().Before(end) {
