@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -144,7 +145,10 @@ func flowsWaiting(ctx context.Context, node redis.Cmdable, fair string) (n int, 
 			return 0, false, &RedisError{Op: "HSCAN " + fair, Err: err}
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
-			if kv[i] == "" {
+			if kv[i] == "" || strings.HasPrefix(kv[i], "#") || strings.Contains(kv[i], "/") {
+				// V, a group's active tenants, or a tenant's place within
+				// its group (lua/share.lua, GROUPS AT THE GLOBAL LEVEL): not
+				// flows of the level.
 				continue
 			}
 			f, err := parse(kv[i+1])

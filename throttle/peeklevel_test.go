@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -248,5 +249,32 @@ func TestHoldingOnACluster(t *testing.T) {
 		if err != nil || snap.Queued != 2 || snap.Flows != 1 || len(snap.Buckets) != 1 || !snap.Buckets[0].Stored {
 			t.Fatalf("Peek(%s): %+v, %v; want 2 of a's jobs queued and the spent bucket", lvl, snap, err)
 		}
+	}
+}
+
+// TestPeekGlobalLevelWithGroups: at the global level the jobs of groups
+// keep their tenants' places within each group in the fair hash; a peek
+// counts the groups (and ungrouped tenants) as the flows waiting, not
+// those places, and does not take them for a malformed state.
+func TestPeekGlobalLevelWithGroups(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newShared(t, throttle.Limits{{Rate: 1, Period: time.Second, Burst: 1}}, throttle.SharedOptions{})
+	var lvs []throttle.Level
+	var js []throttle.LevelJob
+	for i, j := range []struct{ tenant, flow string }{
+		{"a1", "org1"}, {"a1", "org1"}, {"a2", "org1"}, {"a2", "org1"}, {"b1", "org2"}, {"b1", "org2"}, {"solo", "solo"}, {"solo", "solo"},
+	} {
+		lvs = append(lvs, throttle.Global)
+		js = append(js, throttle.LevelJob{Tenant: j.tenant, JobID: fmt.Sprintf("g:%d", i), Flow: j.flow, Cost: 1, Weight: 1})
+	}
+	if _, errs, _ := s.Decide(ctx, lvs, js); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	snap, err := s.Peek(ctx, throttle.Global, time.Time{})
+	if err != nil {
+		t.Fatalf("peek of the global level with groups: %v", err)
+	}
+	if snap.Queued == 0 || snap.Flows < 1 || snap.Flows > 3 || !snap.FlowsExact {
+		t.Errorf("peek: %d queued, %d flows waiting (exact %v); want jobs queued, and at most the 3 flows org1, org2, solo", snap.Queued, snap.Flows, snap.FlowsExact)
 	}
 }
