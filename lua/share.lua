@@ -234,9 +234,15 @@ local function share(keys, args)
           else
             f = tonum(call('HGET', V, flow) or 0) or 0
           end
-          if f < Vn then f = Vn end
+          -- A flow with nothing placed past V asks for less than its
+          -- share: its job goes ahead of the jobs placed from V on (the
+          -- other flows' next turns, which its own place would tie with),
+          -- behind only those placed before V, and passes at once when
+          -- none is (start-time fair queuing). Its place counts from V.
+          local idle = f < Vn
+          if idle then f = Vn end
           place = f + c * k / w
-          ahead = call('ZCOUNT', W, '-inf', '(' .. format('%.17g', place))
+          ahead = call('ZCOUNT', W, '-inf', '(' .. format('%.17g', idle and Vn or place))
         end
         local placed = function()
           if grouped then
