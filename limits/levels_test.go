@@ -58,6 +58,12 @@ func TestReadLevelValue(t *testing.T) {
 			t.Errorf("Read(%s, %s) accepted", key, value)
 		}
 	}
+	// A tenant's term alone is refused for it, not for a missing rate.
+	for _, value := range []string{"running:2", "weight:2", "credits"} {
+		if _, err := r.Read("_global", value); err == nil || !strings.Contains(err.Error(), "a tenant's terms") {
+			t.Errorf("Read(_global, %s): %v; want a tenant's terms named", value, err)
+		}
+	}
 }
 
 // The bucket's key replaces the environment's policy of a level; a group

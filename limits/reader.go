@@ -36,6 +36,9 @@ func (r Reader) Read(key, value string) (throttle.Policy, error) {
 		}
 		p, err := Spec(value, r.DefaultBurst, r.ShadowAll)
 		if err != nil {
+			if terr := throttle.SharedSpecError(value); terr != nil {
+				return throttle.Policy{}, terr
+			}
 			return throttle.Policy{}, err
 		}
 		if err := p.ValidateShared(); err != nil {

@@ -67,6 +67,35 @@ func (r LevelRules) Group(name string) Policy {
 	return r.DefaultGroup
 }
 
+// SharedSpecError returns the error of a shared level's spec that names a
+// tenant's terms (running:N, credits, weight:N), or nil: a spec that
+// names nothing else fails to parse for want of a rate, and the terms
+// are the real fault.
+func SharedSpecError(spec string) error {
+	var bad []string
+	for _, part := range strings.Split(spec, "+") {
+		part = strings.TrimSpace(part)
+		switch {
+		case strings.HasPrefix(part, RunningTerm):
+			bad = append(bad, RunningTerm+"N")
+		case strings.HasPrefix(part, CreditsTerm):
+			bad = append(bad, CreditsTerm)
+		case strings.HasPrefix(part, WeightTerm):
+			bad = append(bad, WeightTerm+"N")
+		}
+	}
+	return tenantTerms(bad)
+}
+
+// tenantTerms is the error of a shared level's spec naming the tenant's
+// terms bad, or nil for none.
+func tenantTerms(bad []string) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: a tenant's terms, not a shared limit's", strings.Join(bad, ", "))
+}
+
 // ValidateShared reports whether p can be a shared level's policy: rate
 // terms, calendar and sliding windows and shadow only. A running cap,
 // credits and a weight belong to a tenant.
@@ -81,8 +110,8 @@ func (p Policy) ValidateShared() error {
 	if p.Weight > 1 {
 		bad = append(bad, WeightTerm+"N")
 	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%s: a tenant's terms, not a shared limit's", strings.Join(bad, ", "))
+	if err := tenantTerms(bad); err != nil {
+		return err
 	}
 	if len(p.Limits) == 0 {
 		return nil

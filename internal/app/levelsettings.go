@@ -27,6 +27,8 @@ func levelRules(cfg *config.Config, add func(name, text string), badBurst bool) 
 		p, err := throttle.ParsePolicy(spec, burst)
 		if err == nil {
 			err = p.ValidateShared()
+		} else if terr := throttle.SharedSpecError(spec); terr != nil {
+			err = terr
 		}
 		p.Shadow = p.Shadow || cfg.Shadow
 		return p, err

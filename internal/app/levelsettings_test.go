@@ -89,6 +89,8 @@ func TestLevelSettingsProblems(t *testing.T) {
 		{"THROTTLER_GLOBAL_LIMIT", "5/s+weight:2", "weight:N"},
 		{"THROTTLER_DEFAULT_GROUP_LIMIT", "5/fortnight", "rate and window terms"},
 		{"THROTTLER_DEFAULT_GROUP_LIMIT", "5/s+running:1", "a tenant's terms"},
+		{"THROTTLER_DEFAULT_GROUP_LIMIT", "weight:2", "weight:N: a tenant's terms"},
+		{"THROTTLER_GLOBAL_LIMIT", "running:3", "running:N: a tenant's terms"},
 		{"THROTTLER_GROUP_LIMITS", "org.1=5/s", "letters, digits, _ or -"},
 		{"THROTTLER_GROUP_LIMITS", "org-1=5/x", `group "org-1"`},
 		{"THROTTLER_GROUP_LIMITS", "org-1=5/s+weight:4", "weight:N"},
