@@ -39,6 +39,8 @@ func (c *waitingCounter) served() (map[string]int64, bool) {
 	if !fresh {
 		c.scrape.mu.Lock()
 		if paced(c.scrape.counted, c.scrape.took, c.every, now) {
+			// A Prometheus collector is given no context: the count is
+			// bounded by its own timeout instead.
 			ctx, cancel := context.WithTimeout(context.Background(), scrapeCountTimeout)
 			counts, err := c.tally(ctx, now)
 			cancel()
