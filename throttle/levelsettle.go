@@ -22,14 +22,15 @@ import (
 // the others done: lost, a level's debt admits more for a while and its
 // refund less (docs/design.md, "Settle").
 func (d *Decider) Settle(ctx context.Context, s Settlement) (Settled, error) {
+	if err := s.validate(); err != nil {
+		return Settled{}, err // the settlement itself is invalid: no level either
+	}
 	out, err := d.l.Settle(ctx, s)
 	if d.shared == nil {
 		return out, err
 	}
-	var ierr *InvalidError
-	if errors.As(err, &ierr) {
-		return out, err // the settlement itself is invalid: no level either
-	}
+	// The levels are settled whatever the tenant's settle did: a tenant's
+	// malformed state is no reason to leave a level undercharged.
 	lerr := d.shared.settle(ctx, d.plan(Copy{Request: Request{Tenant: s.Tenant}, Group: s.Group}), s)
 	return out, errors.Join(err, lerr)
 }

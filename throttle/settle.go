@@ -101,19 +101,10 @@ func (l *Limiter) settleCall(s Settlement) (f fcall, out Settled, err error) {
 	if err != nil {
 		return fcall{}, Settled{}, err
 	}
-	if s.JobID == "" {
-		return fcall{}, Settled{}, &InvalidError{Code: CodeJobID, Detail: "a settle needs a job id"}
-	}
-	if err := validJobID(s.JobID); err != nil {
+	if err := s.validate(); err != nil {
 		return fcall{}, Settled{}, err
 	}
 	charged := max(s.Charged, 1)
-	if s.Charged < 0 || charged > MaxBurst {
-		return fcall{}, Settled{}, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("charged cost %d out of range [1, %d]", s.Charged, MaxBurst)}
-	}
-	if s.Cost < 0 || s.Cost > MaxBurst {
-		return fcall{}, Settled{}, &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("reported cost %d out of range [0, %d]", s.Cost, MaxBurst)}
-	}
 	now, err := micros(s.At)
 	if err != nil {
 		return fcall{}, Settled{}, err
@@ -178,6 +169,23 @@ func (l *Limiter) settleCall(s Settlement) (f fcall, out Settled, err error) {
 	}
 	f.args[5] = strconv.Itoa(flags)
 	return f, out, nil
+}
+
+// validate checks s's job id and costs, as every settle of it needs them.
+func (s Settlement) validate() error {
+	if s.JobID == "" {
+		return &InvalidError{Code: CodeJobID, Detail: "a settle needs a job id"}
+	}
+	if err := validJobID(s.JobID); err != nil {
+		return err
+	}
+	if s.Charged < 0 || max(s.Charged, 1) > MaxBurst {
+		return &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("charged cost %d out of range [1, %d]", s.Charged, MaxBurst)}
+	}
+	if s.Cost < 0 || s.Cost > MaxBurst {
+		return &InvalidError{Code: CodeCost, Detail: fmt.Sprintf("reported cost %d out of range [0, %d]", s.Cost, MaxBurst)}
+	}
+	return nil
 }
 
 // micros is t in µs since the Unix epoch, 0 for the zero time, or an
