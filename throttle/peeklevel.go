@@ -138,6 +138,7 @@ func flowsWaiting(ctx context.Context, node redis.Cmdable, fair string) (n int, 
 		}
 	}
 	read := 0
+	groups := map[string]bool{} // the groups with a tenant placed past V
 	var cursor uint64
 	for {
 		kv, next, err := node.HScan(ctx, fair, cursor, "*", 1000).Result()
@@ -145,26 +146,28 @@ func flowsWaiting(ctx context.Context, node redis.Cmdable, fair string) (n int, 
 			return 0, false, &RedisError{Op: "HSCAN " + fair, Err: err}
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
-			if kv[i] == "" || strings.HasPrefix(kv[i], "#") || strings.Contains(kv[i], "/") {
-				// V, a group's active tenants, or a tenant's place within
-				// its group (lua/share.lua, GROUPS AT THE GLOBAL LEVEL): not
-				// flows of the level.
-				continue
+			if kv[i] == "" || strings.HasPrefix(kv[i], "#") {
+				continue // V, or a group's active tenants
 			}
 			f, err := parse(kv[i+1])
 			if err != nil {
 				return 0, false, err
 			}
 			read++
-			if f > v {
+			if f <= v {
+				continue
+			}
+			// At the global level a group is one flow: its tenants'
+			// places are kept as "<group>/<tenant>" (lua/share.lua,
+			// GROUPS AT THE GLOBAL LEVEL).
+			if g, _, grouped := strings.Cut(kv[i], "/"); grouped {
+				groups[g] = true
+			} else {
 				n++
 			}
 		}
-		if cursor = next; cursor == 0 {
-			return n, true, nil
-		}
-		if read >= levelFlowsRead {
-			return n, false, nil
+		if cursor = next; cursor == 0 || read >= levelFlowsRead {
+			return n + len(groups), cursor == 0, nil
 		}
 	}
 }
