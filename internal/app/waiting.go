@@ -149,14 +149,7 @@ func (c *waitingCounter) tick(parent context.Context) {
 	if err := c.census.ReportInHand(ctx, c.id, c.inHand(), now); err != nil {
 		c.log.Debug("reporting the jobs in hand failed", "err", err)
 	}
-	if err := c.census.NoteParked(ctx, c.parkedUnder(now.Add(-2*c.every))); err != nil {
-		c.log.Debug("noting the caps jobs were parked under failed", "err", err)
-	}
-	if c.queuedUnder != nil {
-		if err := c.census.NoteQueued(ctx, c.queuedUnder(now.Add(-2*c.every))); err != nil {
-			c.log.Debug("noting the levels jobs were queued under failed", "err", err)
-		}
-	}
+	c.note(ctx, now)
 	counter, err := c.census.TakeCounter(ctx, c.id, 3*c.every)
 	if err != nil {
 		c.log.Debug("taking the census counter failed", "err", err)
@@ -180,6 +173,19 @@ func (c *waitingCounter) tick(parent context.Context) {
 	c.mu.Lock()
 	c.counts, c.at = counts, at
 	c.mu.Unlock()
+}
+
+// note notes the caps and the levels this worker parked or queued jobs
+// under lately, for the counts to read their waiting lists.
+func (c *waitingCounter) note(ctx context.Context, now time.Time) {
+	if err := c.census.NoteParked(ctx, c.parkedUnder(now.Add(-2*c.every))); err != nil {
+		c.log.Debug("noting the caps jobs were parked under failed", "err", err)
+	}
+	if c.queuedUnder != nil {
+		if err := c.census.NoteQueued(ctx, c.queuedUnder(now.Add(-2*c.every))); err != nil {
+			c.log.Debug("noting the levels jobs were queued under failed", "err", err)
+		}
+	}
 }
 
 // count counts the fleet's waiting jobs by kind and publishes them. Jobs

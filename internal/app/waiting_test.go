@@ -18,6 +18,7 @@ import (
 type waitingEnv struct {
 	a, b  *waitingCounter
 	clock *testClock
+	rdb   *redis.Client
 }
 
 // newWaitingEnv returns counters a and b of one fleet: each holds inHand
@@ -44,7 +45,7 @@ func newWaitingEnv(t *testing.T, ack, copies, parked, queued int, moved bool) *w
 			t.Fatal(err)
 		}
 	}
-	e := &waitingEnv{clock: &testClock{t: time.Now()}}
+	e := &waitingEnv{clock: &testClock{t: time.Now()}, rdb: rdb}
 	counter := func(id string, inHand int, parkedUnder, queuedUnder []string) *waitingCounter {
 		c := &waitingCounter{census: lim.Census(), id: id, every: 10 * time.Second, now: e.clock.now, log: slog.New(slog.DiscardHandler),
 			inHand: func() int { return inHand }, parkedUnder: func(time.Time) []string { return parkedUnder },

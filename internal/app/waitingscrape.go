@@ -42,6 +42,10 @@ func (c *waitingCounter) served() (map[string]int64, bool) {
 			// A Prometheus collector is given no context: the count is
 			// bounded by its own timeout instead.
 			ctx, cancel := context.WithTimeout(context.Background(), scrapeCountTimeout)
+			// This worker's own parks and queues are noted first: a tenant
+			// that began parking since the last tick is counted as parked,
+			// not as scheduled (the other workers note theirs each tick).
+			c.note(ctx, now)
 			counts, err := c.tally(ctx, now)
 			cancel()
 			c.scrape.counted, c.scrape.took = now, c.now().Sub(now)

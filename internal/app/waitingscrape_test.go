@@ -2,8 +2,11 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestWaitingCountedForTheScrape: a scrape whose counts are older than
@@ -36,5 +39,17 @@ func TestWaitingCountedForTheScrape(t *testing.T) {
 	e.clock.advance(time.Second)
 	if got, _ := e.a.served(); calls != 2 || got[waitingScheduled] != 50 {
 		t.Errorf("a scrape a second later: %v after %d counts; want counted again, 50 scheduled", got, calls)
+	}
+	// a parks 2 jobs of zeta (moved copies too) since its last tick: the
+	// scrape notes zeta and counts them as parked, not as scheduled.
+	for i := range 2 {
+		if err := e.rdb.ZAdd(ctx, "w:{zeta}:w", redis.Z{Score: float64(i), Member: fmt.Sprintf("z%d", i)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.a.parkedUnder = func(time.Time) []string { return []string{"acme", "zeta"} }
+	e.clock.advance(time.Second)
+	if got, _ := e.a.served(); got[waitingParked] != 7+2 || got[waitingScheduled] != 60-9-3 {
+		t.Errorf("a scrape after zeta parked: %v; want 9 parked, 48 scheduled", got)
 	}
 }
