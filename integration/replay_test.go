@@ -100,7 +100,10 @@ func TestReplayKilled(t *testing.T) {
 		}
 	}
 	t.Logf("second run: %d replayed in %v, %d of them stored by the killed run already; duplicate window %v", len(rep.Replayed), took.Round(time.Millisecond), again, rep.DuplicateWindow)
-	if uint64(len(rep.Replayed)) != left || count() != 0 {
+	// A delete the killed run sent just before the kill may reach the
+	// server after the count above: the second run then finds one fewer.
+	// Every job is checked to run exactly once below.
+	if uint64(len(rep.Replayed)) > left || uint64(len(rep.Replayed)) < left-1 || count() != 0 {
 		t.Errorf("second run replayed %d of the %d left; %d dead letters remain", len(rep.Replayed), left, count())
 	}
 
