@@ -32,7 +32,8 @@ func Levels(ctx context.Context, src Sources) ([]LevelReport, error) {
 		return nil, err
 	}
 	if kv != nil {
-		keys, err := kv.ListKeys(ctx)
+		// Only the levels' keys: the tenants' may be a hundred thousand.
+		keys, err := kv.ListKeysFiltered(ctx, throttle.GlobalKey, throttle.GroupKeyPrefix+">")
 		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 			return nil, fmt.Errorf("listing the limits bucket: %w", err)
 		}
