@@ -221,10 +221,12 @@ several calls, pipelined. Per call:
   credits, refund
            at most MAX_JOBS jobs, one marker key each, and the balance
   balance  one key, no loop
-  share    at most MAX_JOBS jobs, each decided as decide decides one job,
-           plus at most MAX_CALLS waiting jobs called (each one decide);
-           one sweep of the expired passes (ZREMRANGEBYSCORE)
-  unshare  at most MAX_JOBS jobs, each refunded as settle refunds one
+  share    its terms (at most MAX_LIMITS) read once before the first
+           write; at most MAX_JOBS jobs, each decided as decide decides
+           one job, plus at most MAX_CALLS waiting jobs called (each one
+           decide); one sweep of the expired passes (ZREMRANGEBYSCORE)
+  unshare  its terms read once before the first write; at most MAX_JOBS
+           jobs, each refunded as settle refunds one
   settle   one job: at most MAX_LIMITS terms read and written once each
            (a sliding window as decide reads it, plus one read; a
            calendar window one field), its marker and the balance

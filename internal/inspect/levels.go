@@ -92,6 +92,11 @@ func Level(ctx context.Context, src Sources, lv throttle.Level) (LevelReport, er
 	if err != nil {
 		return LevelReport{}, err
 	}
+	return levelIn(ctx, src, kv, lv)
+}
+
+// levelIn is Level with the limits bucket already looked up (nil: none).
+func levelIn(ctx context.Context, src Sources, kv jetstream.KeyValue, lv throttle.Level) (LevelReport, error) {
 	eff, err := limits.ResolveLevel(ctx, kv, src.Levels, src.Reader, lv)
 	if err != nil {
 		return LevelReport{}, err

@@ -66,7 +66,7 @@ func Levels(ctx context.Context, src Sources) ([]LevelReport, error) {
 	slices.SortFunc(levels, func(a, b throttle.Level) int { return cmp.Compare(a.Group, b.Group) }) // "" (global) first
 	out := make([]LevelReport, 0, min(len(levels), maxLevelsListed))
 	for _, lv := range levels[:min(len(levels), maxLevelsListed)] {
-		r, err := Level(ctx, src, lv)
+		r, err := levelIn(ctx, src, kv, lv)
 		if err != nil {
 			return nil, fmt.Errorf("inspecting %s: %w", lv, err)
 		}
