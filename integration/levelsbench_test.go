@@ -30,6 +30,10 @@ import (
 //     org-2=60/s over t4, offered 10/s, under a global 100/s.
 //   - groups-global-binding: the same groups, t4 offered 50/s, under a
 //     global 60/s.
+//   - groups-backlogs: under a global 60/s alone, org-1's a1 and a2 and
+//     org-2's b1 each have a backlog of 2,400 jobs, published one
+//     after the other before the workers start: the groups share evenly
+//     however their tenants' backlogs were queued.
 //
 // Each variant runs on a single Redis (VARIANT/single) and on a Redis
 // Cluster of three masters (VARIANT/cluster), where each level's keys
@@ -52,6 +56,8 @@ func BenchmarkGlobalLimit(b *testing.B) {
 			paced: map[string]int{"t1": 50, "t2": 50, "t3": 50, "t4": 10}, groups: orgs},
 		{name: "groups-global-binding", global: 60, groupLimits: map[string]float64{"org-1": 60, "org-2": 60},
 			paced: map[string]int{"t1": 50, "t2": 50, "t3": 50, "t4": 50}, groups: orgs},
+		{name: "groups-backlogs", global: 60, backlog: map[string]int{"a1": 2400, "a2": 2400, "b1": 2400},
+			groups: map[string]string{"a1": "org-1", "a2": "org-1", "b1": "org-2"}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			for _, redis := range []string{"single", "cluster"} {
@@ -71,7 +77,7 @@ type levelRun struct {
 	global      float64            // THROTTLER_GLOBAL_LIMIT, jobs a second
 	groupLimits map[string]float64 // THROTTLER_GROUP_LIMITS, jobs a second
 	vars        map[string]string  // the workers' other variables
-	backlog     map[string]int     // jobs published before the workers start
+	backlog     map[string]int     // jobs published before the workers start, by tenant in name order
 	paced       map[string]int     // jobs a second published for the window
 	groups      map[string]string  // a tenant's group, sent in the Org header
 }
@@ -80,13 +86,16 @@ type levelRun struct {
 // the Org header when it has groups, over its own vars.
 func (v levelRun) settings() map[string]string {
 	vars := map[string]string{"THROTTLER_DEFAULT_LIMIT": "100000/s", "THROTTLER_GLOBAL_LIMIT": fmt.Sprintf("%g/s", v.global)}
+	if len(v.groups) > 0 {
+		vars["THROTTLER_GROUP_FROM"] = "header:Org"
+	}
 	if len(v.groupLimits) > 0 {
 		var specs []string
 		for g, r := range v.groupLimits {
 			specs = append(specs, fmt.Sprintf("%s=%g/s", g, r))
 		}
 		sort.Strings(specs)
-		vars["THROTTLER_GROUP_FROM"], vars["THROTTLER_GROUP_LIMITS"] = "header:Org", strings.Join(specs, ",")
+		vars["THROTTLER_GROUP_LIMITS"] = strings.Join(specs, ",")
 	}
 	for k, x := range v.vars {
 		vars[k] = x
@@ -122,8 +131,12 @@ func (v levelRun) run(b *testing.B, cluster bool) {
 	f := startHTTPFleet(b, downstreamOptions{Took: map[string]time.Duration{allTenants: 5 * time.Millisecond}}, vars)
 	f.e.ensureStream(f.cfg)
 	var all []string
-	for tenant, n := range v.backlog {
-		all = append(all, f.publish(tenant, n)...)
+	for _, tenant := range slices.Sorted(maps.Keys(v.backlog)) {
+		var hdr nats.Header
+		if g := v.groups[tenant]; g != "" {
+			hdr = nats.Header{"Org": []string{g}}
+		}
+		all = append(all, f.publishWith(tenant, hdr, v.backlog[tenant])...)
 	}
 	f.start(fleetSize)
 	pub := publishWithGroups(b, f, v.paced, v.groups, levelWindow)

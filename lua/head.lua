@@ -224,7 +224,9 @@ several calls, pipelined. Per call:
   share    its terms (at most MAX_LIMITS) read once before the first
            write; at most MAX_JOBS jobs, each decided as decide decides
            one job, plus at most MAX_CALLS waiting jobs called (each one
-           decide); one sweep of the expired passes (ZREMRANGEBYSCORE)
+           decide); a job of a group, placed or called, reads and writes
+           its group's order a bounded few times (two ZRANGEBYLEX of one
+           entry); one sweep of the expired passes (ZREMRANGEBYSCORE)
   unshare  its terms read once before the first write; at most MAX_JOBS
            jobs, each refunded as settle refunds one
   settle   one job: at most MAX_LIMITS terms read and written once each

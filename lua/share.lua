@@ -27,8 +27,9 @@ A list member is '<cost>/<tenant>/<job id>': the call step reads the
 head's cost from it, the waker the tenant and job id.
 
 KEYS: [1] the waiting list, [2] the fair-queue hash, [3] the pass set,
-[4] a scratch key (decide's reservation, never read), [5..] one state key
-per term, as decide's.
+[4] a scratch key (decide's reservation, never read), [5..4+n] one
+state key per term, as decide's, [5+n] the groups' order (GROUPS AT THE
+GLOBAL LEVEL).
 ARGV:
   [1]  now: µs since the Unix epoch; 0 = Redis TIME
   [2]  the call lookahead, µs, [0, 60 s]; 'n' for no call step (a caller
@@ -79,41 +80,66 @@ end
 
 --[[
 GROUPS AT THE GLOBAL LEVEL: there a job of a group takes its group's
-turn (the flow is the group), and within the group its tenant's: the
-tenant's place is kept under '<group>/<tenant>' in the fair hash, and
-its step is cost * k / weight, k the group's tenants with jobs placed
-ahead of V (their last place past it), this one included. The group's
-tenants thus share one flow's turns among them, each in turn: a tenant
-of a group that asks for less than its part passes the group's flood,
-and a group of three tenants gets what a group of one gets. The
-group's tenants and their last places are kept in the field
-'#<group>', at most MAX_ACTIVE of them (k counts no more).
+turn (the flow is the group, of weight 1: its step is the job's cost),
+and the group's turn goes to its tenants in turn, when it comes. The
+list holds one member per job, each group's at its group's places; the
+groups' own order, a second fair queue per group over its tenants
+(place max(G, F[group/tenant]) + cost / weight, G the place in it called
+last, kept as field '#<group>' of the fair hash), is kept in the lex-
+ordered set I (every score 0), two entries a job:
+  '<group> <place> <member>'   the group's order: its first is its next
+  '><member> <group> <place>'  the job's own, to find it by member
+(no group, tenant or job id holds a space). When the list's head is a
+job of a group, the group's next job in its own order is called in its
+stead, and the head takes that job's place in the list. A group of
+three tenants thus gets what a group of one gets, whenever each
+tenant's backlog was queued, and a tenant of a group that asks for less
+than its part passes the group's backlog at the group's next turn.
 ]]
-local MAX_ACTIVE = 64
 
--- groupStep returns k for tenant ten of group g (GROUPS AT THE GLOBAL
--- LEVEL) with V at Vn, and the group's active tenants as read, by name.
-local function groupStep(V, g, ten, Vn)
-  local act, k = {}, 1
-  local v = call('HGET', V, '#' .. g)
-  if v then
-    for name, f in string.gmatch(v, '([^ =]+)=([^ ]+)') do
-      f = tonum(f)
-      if f and f > Vn and name ~= ten and k < MAX_ACTIVE then
-        act[name], k = f, k + 1
-      end
-    end
-  end
-  return k, act
+-- innerPlace writes a place of a group's order, to sort as text.
+local function innerPlace(p) return format('%020.6f', p) end
+
+-- innerFind returns the group and the place (as text) of a job's entry
+-- in the groups' order I, and the entry, or nil when it has none.
+local function innerFind(I, m)
+  local e = call('ZRANGEBYLEX', I, '[>' .. m .. ' ', '(>' .. m .. '!', 'LIMIT', 0, 1)[1]
+  if not e then return nil end
+  local g, ps = match(e, '^>%S+ (%S+) (%S+)$')
+  return g, ps, e
 end
 
--- groupPlaced records that tenant ten of group g placed a job at place.
-local function groupPlaced(V, g, ten, act, place)
-  act[ten] = place
-  local parts = {}
-  for name, f in pairs(act) do parts[#parts + 1] = name .. '=' .. format('%.17g', f) end
-  call('HSET', V, '#' .. g, concat(parts, ' '))
-  call('HSET', V, g .. '/' .. ten, format('%.17g', place))
+-- innerHead returns the member of group g's next job in its own order.
+local function innerHead(I, g)
+  local e = call('ZRANGEBYLEX', I, '[' .. g .. ' ', '(' .. g .. '!', 'LIMIT', 0, 1)[1]
+  return e and match(e, '^%S+ %S+ (%S+)$')
+end
+
+-- innerDrop takes job m out of the groups' order, as called: its
+-- group's order moves on to its place.
+local function innerDrop(I, V, m)
+  local g, ps, e = innerFind(I, m)
+  if not g then return end
+  call('ZREM', I, e, g .. ' ' .. ps .. ' ' .. m)
+  local p = tonum(ps) or 0
+  if p > (tonum(call('HGET', V, '#' .. g) or 0) or 0) then call('HSET', V, '#' .. g, format('%.17g', p)) end
+end
+
+-- innerPlaced places job m of tenant ten, cost c and weight w, in group
+-- g's order, and enters it in I when it waits in the list (queued);
+-- granted at once, it is the group's order called.
+local function innerPlaced(I, V, g, ten, m, c, w, queued)
+  local G = tonum(call('HGET', V, '#' .. g) or 0) or 0
+  local f = tonum(call('HGET', V, g .. '/' .. ten) or 0) or 0
+  if f < G then f = G end
+  local p = f + c / w
+  call('HSET', V, g .. '/' .. ten, format('%.17g', p))
+  if queued then
+    local ps = innerPlace(p)
+    call('ZADD', I, 0, g .. ' ' .. ps .. ' ' .. m, 0, '>' .. m .. ' ' .. g .. ' ' .. ps)
+  elseif p > G then
+    call('HSET', V, '#' .. g, format('%.17g', p))
+  end
 end
 
 -- grant decides one job of cost c on the level's terms, reserving within
@@ -141,8 +167,8 @@ local function share(keys, args)
   if n == nil then return {INVALID, E_RATE, 5, 0} end
   local first = 6 + 3 * n
   local M = (na - first + 1) / 5
-  if M % 1 ~= 0 or M < 0 or M > MAX_JOBS or nk ~= 4 + n then
-    return badcall('share takes 4 keys and 1 per term, 5 + 3 per term arguments and 5 per job')
+  if M % 1 ~= 0 or M < 0 or M > MAX_JOBS or nk ~= 5 + n then
+    return badcall('share takes 5 keys and 1 per term, 5 + 3 per term arguments and 5 per job')
   end
   local now = whole(args[1], 0, EXACT - 1)
   if now == nil then return {INVALID, E_NOW, 1, 0} end
@@ -170,14 +196,15 @@ local function share(keys, args)
     if mode ~= '0' and mode ~= '1' and mode ~= '2' then return {INVALID, E_FRESH, x + 4, 0} end
     J[j + 1] = {member, flow, c, w, mode}
   end
-  local W, V, P, X = keys[1], keys[2], keys[3], keys[4]
-  local TK = {unpk(keys, 5, nk)}
+  local W, V, P, X, I = keys[1], keys[2], keys[3], keys[4], keys[nk]
+  local TK = {unpk(keys, 5, nk - 1)}
   TK[n + 1] = X
   -- Every stored value the call reads, checked before the first write.
   if not shareRead('ZCARD', W) then return {WRONGTYPE, 1, 0, 0} end
   local ok, vv = shareRead('HGET', V, '')
   if not ok then return {WRONGTYPE, 2, 0, 0} end
   if not shareRead('ZCARD', P) then return {WRONGTYPE, 3, 0, 0} end
+  if not shareRead('ZCARD', I) then return {WRONGTYPE, nk, 0, 0} end
   local t = clock(now)
   -- And the terms' buckets, which every job and the call step read.
   for k = 1, n do
@@ -197,6 +224,7 @@ local function share(keys, args)
       -- one queued before leaves the list.
       call('ZREM', W, member)
       call('ZREM', P, member)
+      innerDrop(I, V, member)
     end
     if n == 0 then
       reply[o + 2] = 0
@@ -206,7 +234,7 @@ local function share(keys, args)
       -- held the job for in all (ahead of it, every job charged).
       local da = {format('%d', t), format('%d', MAX_HORIZON), format('%d', c), '0', '3', format('%d', n)}
       for i = 1, #TA do da[6 + i] = TA[i] end
-      local TS = {unpk(keys, 5, nk)}
+      local TS = {unpk(keys, 5, nk - 1)}
       local r = decide(TS, da)
       if r.err then return r end
       reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = r[1], r[2], r[3], r[4]
@@ -223,17 +251,19 @@ local function share(keys, args)
         local rank = call('ZRANK', W, member)
         local ten = match(member, '^%d+/([^/]+)/')
         local grouped = flow ~= ten
-        local place, ahead, act
+        local place, ahead
         if rank then
           place, ahead = tonum(call('ZSCORE', W, member)), rank
+          -- At its group's turn, a job of a group passes only as its
+          -- group's next (GROUPS AT THE GLOBAL LEVEL); else the call
+          -- step calls that one.
+          if ahead == 0 and grouped and innerFind(I, member) and innerHead(I, flow) ~= member then ahead = 1 end
         else
-          local f, k = nil, 1
-          if grouped then
-            k, act = groupStep(V, flow, ten, Vn)
-            f = tonum(call('HGET', V, flow .. '/' .. ten) or 0) or 0
-          else
-            f = tonum(call('HGET', V, flow) or 0) or 0
-          end
+          local f = tonum(call('HGET', V, flow) or 0) or 0
+          -- A group's flow is of weight 1; its tenants' weights count
+          -- within it.
+          local fw = w
+          if grouped then fw = 1 end
           -- A flow with nothing placed past V asks for less than its
           -- share: its job goes ahead of the jobs placed from V on (the
           -- other flows' next turns, which its own place would tie with),
@@ -241,30 +271,30 @@ local function share(keys, args)
           -- none is (start-time fair queuing). Its place counts from V.
           local idle = f < Vn
           if idle then f = Vn end
-          place = f + c * k / w
+          place = f + c / fw
           ahead = call('ZCOUNT', W, '-inf', '(' .. format('%.17g', idle and Vn or place))
         end
-        local placed = function()
-          if grouped then
-            groupPlaced(V, flow, ten, act, place)
-          else
-            call('HSET', V, flow, format('%.17g', place))
-          end
+        local placed = function(queued)
+          call('HSET', V, flow, format('%.17g', place))
+          if grouped then innerPlaced(I, V, flow, ten, member, c, w, queued) end
         end
         local wait, bad = false, nil
         if ahead == 0 then wait, bad = grant(TK, TA, c, direct, t) end
         if bad then
           reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = unpk(bad)
         elseif wait then
-          if rank then call('ZREM', W, member) end
+          if rank then
+            call('ZREM', W, member)
+            innerDrop(I, V, member)
+          end
           if place > Vn then Vn = place end
-          if not rank then placed() end
+          if not rank then placed(false) end
           if wait > 0 or mode == '1' then call('ZADD', P, format('%d', t + wait), member) end
           reply[o + 2] = wait
         else
           if not rank then
             call('ZADD', W, format('%.17g', place), member)
-            placed()
+            placed(true)
           end
           reply[o + 1], reply[o + 2] = SHARE_WAIT, ahead
         end
@@ -280,27 +310,43 @@ local function share(keys, args)
   for _ = 1, noCalls and 0 or MAX_CALLS do
     local head = call('ZRANGE', W, 0, 0, 'WITHSCORES')
     if not head[1] then break end
+    -- The head's turn is its group's, when it has one: the group's next
+    -- job in its own order takes it (GROUPS AT THE GLOBAL LEVEL).
+    local m, q = head[1], nil
+    local g = innerFind(I, m)
+    if g and enforced then
+      local y = innerHead(I, g)
+      q = y and y ~= m and call('ZSCORE', W, y)
+      if q then
+        m = y
+      elseif y and y ~= m then
+        innerDrop(I, V, y) -- no longer listed: the head's own turn
+      end
+    end
     local wait, bad = 0, nil
     if enforced then
-      local c = tonum(match(head[1], '^(%d+)/')) or 1
+      local c = tonum(match(m, '^(%d+)/')) or 1
       wait, bad = grant(TK, TA, c, callAhead, t)
       if wait == false then break end
     end
-    call('ZREM', W, head[1])
+    if q then call('ZADD', W, q, head[1]) end
+    call('ZREM', W, m)
+    innerDrop(I, V, m)
     if enforced and not bad then
-      call('ZADD', P, format('%d', t + wait), head[1])
+      call('ZADD', P, format('%d', t + wait), m)
       local pl = tonum(head[2])
       if pl > Vn then Vn = pl end
     end
     -- An invalid head (its cost past a lowered burst) is woken too: back,
     -- it is decided again, and refused for the worker to dead-letter.
-    called[#called + 1] = head[1]
+    called[#called + 1] = m
   end
   call('DEL', X)
   call('HSET', V, '', format('%.17g', Vn))
   call('PEXPIRE', W, ttl)
   call('PEXPIRE', V, ttl)
   call('PEXPIRE', P, ttl)
+  call('PEXPIRE', I, ttl)
   for i = 1, #called do reply[4 * M + i] = called[i] end
   return reply
 end
@@ -318,6 +364,19 @@ give back its charge, 2 to give it back only if its pass is still unused
 forget its pass only.
 Reply: the number of jobs given back.
 ]]
+-- unplace moves flow field fk of the fair hash V back by step, and
+-- forgets it when that leaves it behind base, the place called last.
+local function unplace(V, fk, step, base)
+  local f = tonum(call('HGET', V, fk) or 0)
+  if not f then return end
+  f = f - step
+  if f < base then
+    call('HDEL', V, fk)
+  else
+    call('HSET', V, fk, format('%.17g', f))
+  end
+end
+
 local function unshare(keys, args)
   if not call then bind() end
   local na, nk = #args, #keys
@@ -362,16 +421,13 @@ local function unshare(keys, args)
       local r = settle(SK, sa)
       if not r.err and r[1] == 1 then given = given + 1 end
       local ten = match(member, '^%d+/([^/]+)/')
-      local fk = flow
-      if ten and ten ~= flow then fk = flow .. '/' .. ten end
-      local f = tonum(call('HGET', V, fk) or 0)
-      if f then
-        f = f - c / w
-        if f < Vn then
-          call('HDEL', V, fk)
-        else
-          call('HSET', V, fk, format('%.17g', f))
-        end
+      if ten and ten ~= flow then
+        -- A group's job: its group's flow, of weight 1, and its place in
+        -- the group's own order (GROUPS AT THE GLOBAL LEVEL).
+        unplace(V, flow, c, Vn)
+        unplace(V, flow .. '/' .. ten, c / w, tonum(call('HGET', V, '#' .. flow) or 0) or 0)
+      else
+        unplace(V, flow, c / w, Vn)
       end
     end
   end

@@ -71,8 +71,7 @@ func queuing(ctx context.Context, rdb Client, keys keyspace) ([]Level, []int64, 
 			gone = append(gone, name)
 			continue
 		}
-		list, _, _, _ := keys.levelKeys(lv)
-		cards = append(cards, pipe.ZCard(ctx, list))
+		cards = append(cards, pipe.ZCard(ctx, keys.levels().of(lv).list))
 		read = append(read, lv)
 	}
 	if len(cards) > 0 {

@@ -245,29 +245,6 @@ func (l *Limiter) calendarArg(lim Limit, now time.Time) string {
 	return b.String()
 }
 
-// levelTag is the hash tag of a shared level: "{~.global}", or
-// "{~.g.<group>}" for a group's. No tenant's tag can be either ('.' is
-// no base64url letter, and a plain tenant has no '~'), nor the fleet's.
-func levelTag(lv Level) string {
-	if lv.Group == "" {
-		return "{~.global}"
-	}
-	return "{~.g." + lv.Group + "}"
-}
-
-// levelKeys returns a shared level's waiting list, fair-queue hash, pass
-// set and scratch key (lua/share.lua, SHARED LEVELS).
-func (k keyspace) levelKeys(lv Level) (list, fair, passes, scratch string) {
-	base := k.prefix + ":" + levelTag(lv)
-	return base + ":lw", base + ":lv", base + ":lp", base + ":lx"
-}
-
-// levelSettled returns the key of the marker of a job's cost settled at
-// level lv (Decider.Settle), as settled is a tenant's.
-func (k keyspace) levelSettled(lv Level, jobID string) string {
-	return k.prefix + ":" + levelTag(lv) + ":st:" + jobID
-}
-
 // termKey returns the key of the state of term lim under tag: a tenant's
 // ("{tenant}") or a shared level's (levelTag), in shadow mode or not.
 func (l *Limiter) termKey(tag string, lim Limit, shadow bool) string {
@@ -275,24 +252,4 @@ func (l *Limiter) termKey(tag string, lim Limit, shadow bool) string {
 		return l.keys.prefix + ":" + tag + l.calendarSuffix(lim, shadow)
 	}
 	return l.keys.prefix + ":" + tag + limitKeySuffix(lim, shadow)
-}
-
-// levelListPattern matches the waiting list of every shared level
-// (levelKeys), for SCAN: no tenant's key and no fleet key ends so.
-func (k keyspace) levelListPattern() string { return k.prefix + ":{~.*}:lw" }
-
-// levelOfList reads the level whose waiting list is key (levelKeys).
-func (k keyspace) levelOfList(key string) (Level, bool) {
-	inner, ok := strings.CutPrefix(key, k.prefix+":{~.")
-	if !ok {
-		return Level{}, false
-	}
-	if inner, ok = strings.CutSuffix(inner, "}:lw"); !ok || strings.ContainsAny(inner, "{}") {
-		return Level{}, false
-	}
-	if inner == "global" {
-		return Global, true
-	}
-	g, ok := strings.CutPrefix(inner, "g.")
-	return Level{Group: g}, ok && g != ""
 }

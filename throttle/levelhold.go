@@ -41,12 +41,12 @@ func (s *Shared) Holding(ctx context.Context, tenant string) ([]LevelHold, error
 	}
 	var out []LevelHold
 	for _, lv := range levels {
-		node, err := s.l.nodeFor(ctx, levelTag(lv))
+		lk := s.l.keys.levels().of(lv)
+		node, err := s.l.nodeFor(ctx, lk.tag)
 		if err != nil {
 			return nil, err
 		}
-		list, _, _, _ := s.l.keys.levelKeys(lv)
-		h, err := holdOf(ctx, node, list, tenant)
+		h, err := holdOf(ctx, node, lk.list, tenant)
 		if err != nil {
 			return nil, err
 		}
@@ -65,8 +65,9 @@ func (s *Shared) Listed(ctx context.Context) ([]Level, error) {
 	var mu sync.Mutex
 	found := map[Level]bool{}
 	err := s.l.eachMaster(ctx, func(ctx context.Context, node redis.Cmdable) error {
-		return scan(ctx, node, s.l.keys.levelListPattern(), func(key string) error {
-			if lv, ok := s.l.keys.levelOfList(key); ok {
+		lk := s.l.keys.levels()
+		return scan(ctx, node, lk.listPattern(), func(key string) error {
+			if lv, ok := lk.ofList(key); ok {
 				mu.Lock()
 				found[lv] = true
 				mu.Unlock()

@@ -62,7 +62,7 @@ func (s *Shared) settle(ctx context.Context, levels []Level, st Settlement) erro
 		}
 		keys, terms := s.levelCall(lv, pol, at)
 		ttl := s.l.horizon + pol.Limits.longestFill() + paidMargin
-		f := fcall{fn: s.l.lib.settle, keys: append([]string{s.l.keys.levelSettled(lv, st.JobID)}, keys[4:]...)}
+		f := fcall{fn: s.l.lib.settle, keys: append([]string{s.l.keys.levels().settled(lv, st.JobID)}, keys[4:]...)}
 		f.args = append([]any{strconv.FormatInt(now, 10), strconv.FormatInt(ttl.Milliseconds(), 10), dir,
 			strconv.FormatInt(diff, 10), strconv.FormatInt(slot, 10), "0", s.l.horizonArg}, terms[1:]...)
 		calls = append(calls, f)

@@ -77,8 +77,8 @@ type TenantJobs struct {
 // the moment; the zero time reads Redis TIME. The list and the flows are
 // read in bounded parts (LevelSnapshot says which counts are exact).
 func (s *Shared) Peek(ctx context.Context, lv Level, at time.Time) (LevelSnapshot, error) {
-	tag := levelTag(lv)
-	node, err := s.l.nodeFor(ctx, tag)
+	lk := s.l.keys.levels().of(lv)
+	node, err := s.l.nodeFor(ctx, lk.tag)
 	if err != nil {
 		return LevelSnapshot{}, err
 	}
@@ -88,27 +88,26 @@ func (s *Shared) Peek(ctx context.Context, lv Level, at time.Time) (LevelSnapsho
 			return LevelSnapshot{}, &RedisError{Op: "TIME", Err: err}
 		}
 	}
-	if snap.Buckets, snap.Wait, snap.Binding, err = s.l.peekTerms(ctx, node, tag, snap.Policy, snap.At); err != nil {
+	if snap.Buckets, snap.Wait, snap.Binding, err = s.l.peekTerms(ctx, node, lk.tag, snap.Policy, snap.At); err != nil {
 		return LevelSnapshot{}, err
 	}
-	list, fair, passes, _ := s.l.keys.levelKeys(lv)
-	if snap.Queued, err = node.ZCard(ctx, list).Result(); err != nil {
-		return LevelSnapshot{}, &RedisError{Op: "ZCARD " + list, Err: err}
+	if snap.Queued, err = node.ZCard(ctx, lk.list).Result(); err != nil {
+		return LevelSnapshot{}, &RedisError{Op: "ZCARD " + lk.list, Err: err}
 	}
-	if snap.Flows, snap.FlowsExact, err = flowsWaiting(ctx, node, fair); err != nil {
+	if snap.Flows, snap.FlowsExact, err = flowsWaiting(ctx, node, lk.fair); err != nil {
 		return LevelSnapshot{}, err
 	}
-	if snap.Head, snap.HeadRead, err = headByTenant(ctx, node, list); err != nil {
+	if snap.Head, snap.HeadRead, err = headByTenant(ctx, node, lk.list); err != nil {
 		return LevelSnapshot{}, err
 	}
 	// The next call forgets the passes TTL past their slot.
 	now := snap.At.UnixMicro()
 	live := strconv.FormatInt(now-s.o.TTL.Microseconds(), 10)
-	if snap.Passes, err = node.ZCount(ctx, passes, live, "+inf").Result(); err != nil {
-		return LevelSnapshot{}, &RedisError{Op: "ZCOUNT " + passes, Err: err}
+	if snap.Passes, err = node.ZCount(ctx, lk.passes, live, "+inf").Result(); err != nil {
+		return LevelSnapshot{}, &RedisError{Op: "ZCOUNT " + lk.passes, Err: err}
 	}
-	if snap.PassesAhead, err = node.ZCount(ctx, passes, "("+strconv.FormatInt(now, 10), "+inf").Result(); err != nil {
-		return LevelSnapshot{}, &RedisError{Op: "ZCOUNT " + passes, Err: err}
+	if snap.PassesAhead, err = node.ZCount(ctx, lk.passes, "("+strconv.FormatInt(now, 10), "+inf").Result(); err != nil {
+		return LevelSnapshot{}, &RedisError{Op: "ZCOUNT " + lk.passes, Err: err}
 	}
 	return snap, nil
 }
@@ -138,7 +137,6 @@ func flowsWaiting(ctx context.Context, node redis.Cmdable, fair string) (n int, 
 		}
 	}
 	read := 0
-	groups := map[string]bool{} // the groups with a tenant placed past V
 	var cursor uint64
 	for {
 		kv, next, err := node.HScan(ctx, fair, cursor, "*", 1000).Result()
@@ -146,28 +144,24 @@ func flowsWaiting(ctx context.Context, node redis.Cmdable, fair string) (n int, 
 			return 0, false, &RedisError{Op: "HSCAN " + fair, Err: err}
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
-			if kv[i] == "" || strings.HasPrefix(kv[i], "#") {
-				continue // V, or a group's active tenants
+			// V; and at the global level a group's own order, its place
+			// called last ("#<group>") and its tenants' ("<group>/<tenant>"):
+			// the group itself is one flow (lua/share.lua, GROUPS AT THE
+			// GLOBAL LEVEL).
+			if kv[i] == "" || strings.HasPrefix(kv[i], "#") || strings.Contains(kv[i], "/") {
+				continue
 			}
 			f, err := parse(kv[i+1])
 			if err != nil {
 				return 0, false, err
 			}
 			read++
-			if f <= v {
-				continue
-			}
-			// At the global level a group is one flow: its tenants'
-			// places are kept as "<group>/<tenant>" (lua/share.lua,
-			// GROUPS AT THE GLOBAL LEVEL).
-			if g, _, grouped := strings.Cut(kv[i], "/"); grouped {
-				groups[g] = true
-			} else {
+			if f > v {
 				n++
 			}
 		}
 		if cursor = next; cursor == 0 || read >= levelFlowsRead {
-			return n + len(groups), cursor == 0, nil
+			return n, cursor == 0, nil
 		}
 	}
 }

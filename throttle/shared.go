@@ -130,12 +130,11 @@ type LevelDecision struct {
 // levelCall builds the keys and the terms' arguments of a call at lv
 // under pol at now.
 func (s *Shared) levelCall(lv Level, pol Policy, now time.Time) (keys []string, terms []any) {
-	w, v, p, x := s.l.keys.levelKeys(lv)
-	tag := levelTag(lv)
-	keys = []string{w, v, p, x}
+	lk := s.l.keys.levels().of(lv)
+	keys = []string{lk.list, lk.fair, lk.passes, lk.scratch}
 	terms = []any{strconv.Itoa(len(pol.Limits))}
 	for _, lim := range pol.Limits {
-		keys = append(keys, s.l.termKey(tag, lim, pol.Shadow))
+		keys = append(keys, s.l.termKey(lk.tag, lim, pol.Shadow))
 		if lim.Unit != "" {
 			terms = append(terms, strconv.FormatInt(lim.Rate, 10), strconv.FormatInt(lim.periodMicros(), 10), s.l.calendarArg(lim, now))
 			continue
@@ -156,15 +155,11 @@ type shareCall struct {
 	fcall
 }
 
-// buildShare prepares the share calls deciding jobs at lv (idx their
-// indices in js), at most lua.MaxJobs each; no jobs is a poke.
-func (s *Shared) buildShare(lv Level, js []LevelJob, idx []int) []shareCall {
-	return s.buildShareUnder(lv, s.Policy(lv), js, idx)
-}
-
-// buildShareUnder is buildShare under pol.
-func (s *Shared) buildShareUnder(lv Level, pol Policy, js []LevelJob, idx []int) []shareCall {
+// buildShare prepares the share calls deciding jobs at lv under pol (idx
+// their indices in js), at most lua.MaxJobs each; no jobs is a poke.
+func (s *Shared) buildShare(lv Level, pol Policy, js []LevelJob, idx []int) []shareCall {
 	keys, terms := s.levelCall(lv, pol, time.Now())
+	keys = append(keys, s.l.keys.levels().of(lv).groups)
 	ahead := usText(s.o.Lookahead)
 	if s.noCalls && len(js) > 0 {
 		ahead = "n"
@@ -280,7 +275,7 @@ func (s *Shared) Decide(ctx context.Context, levels []Level, js []LevelJob) ([]L
 	}
 	var calls []shareCall
 	for _, lv := range order {
-		calls = append(calls, s.buildShare(lv, js, byLevel[lv])...)
+		calls = append(calls, s.buildShare(lv, s.Policy(lv), js, byLevel[lv])...)
 	}
 	return out, errs, s.runShare(ctx, calls, out, errs)
 }
@@ -312,7 +307,7 @@ func (s *Shared) Poke(ctx context.Context, levels []Level) ([]Waiter, error) {
 		if len(pol.Limits) == 0 || pol.Shadow {
 			pol = Policy{}
 		}
-		calls = append(calls, s.buildShareUnder(lv, pol, nil, nil)...)
+		calls = append(calls, s.buildShare(lv, pol, nil, nil)...)
 	}
 	called := s.runShare(ctx, calls, nil, nil)
 	var errs []error

@@ -152,7 +152,7 @@ func TestShareRefusesBadArgumentsBeforeAnyWrite(t *testing.T) {
 	decide := decideFn()
 	share := "share" + decide[len("decide"):]
 	p := e.prefix + ":{~.global}"
-	keys := []string{p + ":lw", p + ":lv", p + ":lp", p + ":lx", p + ":l:1000000"}
+	keys := []string{p + ":lw", p + ":lv", p + ":lp", p + ":lx", p + ":l:1000000", p + ":lg"}
 	good := []string{"0", "100000", "250000", "60000", "1", "10", "1000000", "10", "1/acme/s:1", "acme", "1", "1", "0"}
 	cases := []struct {
 		name string

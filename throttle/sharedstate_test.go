@@ -19,7 +19,7 @@ func TestShareChecksTheLevelsStateBeforeAnyWrite(t *testing.T) {
 	unshare := "unshare" + decide[len("decide"):]
 	p := e.prefix + ":{~.global}"
 	bucket := p + ":l:1000000"
-	keys := []string{p + ":lw", p + ":lv", p + ":lp", p + ":lx", bucket}
+	keys := []string{p + ":lw", p + ":lv", p + ":lp", p + ":lx", bucket, p + ":lg"}
 	// Two jobs, the level's limit 1/s with a burst of 1: the second would
 	// be queued.
 	args := []string{"0", "100000", "250000", "60000", "1", "1", "1000000", "1",

@@ -1,0 +1,59 @@
+package throttle_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/throttle"
+)
+
+// TestLevelGroupsShareEvenlyWhateverTheQueueOrder: at the global level
+// the groups share the limit evenly, and a group's tenants its part,
+// whenever their backlogs were queued: org1's a1 queues its backlog
+// while it is org1's only busy tenant, then a2 queues one, then org2's
+// b1. Each group takes every other turn, and a1 and a2 org1's in turn.
+func TestLevelGroupsShareEvenlyWhateverTheQueueOrder(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newShared(t, throttle.Limits{{Rate: 200, Period: time.Second, Burst: 1}},
+		throttle.SharedOptions{Lookahead: 20 * time.Millisecond, Direct: 25 * time.Millisecond})
+	group := map[string]string{"a1": "org1", "a2": "org1", "b1": "org2"}
+	for k, tenant := range []string{"a1", "a2", "b1"} {
+		lvs := make([]throttle.Level, 40)
+		js := make([]throttle.LevelJob, 40)
+		for i := range js {
+			lvs[i] = throttle.Global
+			js[i] = throttle.LevelJob{Tenant: tenant, JobID: fmt.Sprintf("s:%d", 100*k+i), Flow: group[tenant], Cost: 1, Weight: 1}
+		}
+		if _, errs, _ := s.Decide(ctx, lvs, js); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	}
+	const calls = 40
+	var order []string
+	deadline := time.Now().Add(5 * time.Second)
+	for len(order) < calls && time.Now().Before(deadline) {
+		ws, err := s.Poke(ctx, []throttle.Level{throttle.Global})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			order = append(order, w.Tenant)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(order) < calls {
+		t.Fatalf("%d jobs called before the deadline, want %d: %v", len(order), calls, order)
+	}
+	at := map[string]int{}
+	for _, tenant := range order[:calls] {
+		at[tenant]++
+	}
+	// Evenly, up to a turn of each flow: 20 each for org1 and org2, 10
+	// each for a1 and a2. Shared as the backlogs were queued, org1 took
+	// 25 of the 40 (a1 17, a2 8).
+	if org1 := at["a1"] + at["a2"]; org1 < 19 || org1 > 21 || at["a1"] < 9 || at["a1"] > 11 || at["a2"] < 9 || at["a2"] > 11 {
+		t.Errorf("the first %d calls: %v, want org1 and org2 20 each, a1 and a2 10 each: %v", calls, at, order[:calls])
+	}
+}
