@@ -23,12 +23,16 @@ type deferBatch struct {
 // deferSettler settles deferrals with the Deferrer: the limited jobs of
 // each decided group, in its defer loop, and the jobs put off after they
 // were admitted or ran (a downstream hold, a pause, a retry). It counts and
-// logs every deferral's outcome.
+// logs every deferral's outcome, and unpacks the moved jobs' bundles when
+// they fire.
 type deferSettler struct {
 	deferrer Deferrer
 	pull     *puller // gets back the credits of each batch deferred
 	holds    *downstreamHolds
 	pauses   *pauseGate
+	// unbundle unpacks the bundles of moved jobs when they fire: the
+	// other half of a move (unbundle.go).
+	unbundle *unbundler
 	rec      *recorder
 	cfg      Config
 	log      *slog.Logger

@@ -31,9 +31,8 @@ type Worker struct {
 	caps      *capKeeper       // parking, leases and wakes of running caps (caps.go)
 	levels    *levelKeeper     // parking, pokes and wakes under shared levels (levels.go)
 	holds     *downstreamHolds // the holds downstreams asked for, and the Holder (holds.go)
-	unbundle  *unbundler       // fired bundles of moved jobs unpacked (unbundle.go)
 	top       *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
-	defers    *deferSettler    // jobs put off once admitted or run, and every deferral's outcome (deferloop.go)
+	defers    *deferSettler    // every deferral's outcome, and the moved jobs' bundles unpacked (deferloop.go)
 	runs      *handlerRunner   // the handlers running, their slots, and their jobs settled (run.go)
 	fast      *laneAdapter     // the fast lane, if any, and its copies and claims (lane.go)
 }
@@ -100,9 +99,9 @@ func New(p Params) (*Worker, error) {
 		timeout: cfg.RedisTimeout, log: cfg.Logger}
 	dlq := &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers,
 		rec: rec, cfg: cfg, log: cfg.Logger}
-	w.unbundle = &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
+	unbundle := &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
 		deadLetter: dlq.settle, cfg: cfg, log: cfg.Logger}
-	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses,
+	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses, unbundle: unbundle,
 		rec: rec, cfg: cfg, log: cfg.Logger}
 	w.runs.defers, w.runs.dlq = w.defers, dlq
 	w.runs.costs = &costSettler{settler: p.Settler, rec: rec, timeout: cfg.RedisTimeout, log: cfg.Logger}
@@ -188,7 +187,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopHolds()
 	stopTop := w.top.listen()
 	defer stopTop()
-	w.unbundle.start(ctx)
+	w.defers.unbundle.start(ctx)
 	w.fast.startAckPending(ctx)
 	stopLane := w.fast.startLane(ctx)
 	defer stopLane()

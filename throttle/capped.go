@@ -21,8 +21,8 @@ func (d *Decider) decideCapped(ctx context.Context, copies []Copy) []Result {
 	for _, i := range pending {
 		p, capped, err := d.caps.prepareTenant(copies[i], d.prepare)
 		switch {
-		case !capped && d.unlimited(copies[i]):
-			f, ok, err := d.ownerCall(copies[i])
+		case !capped && unlimitedCopy(d.l.policies, copies[i]):
+			f, ok, err := ownerCall(d.l, copies[i])
 			if err != nil {
 				results[i].Err = err
 			} else if !ok {
@@ -43,7 +43,7 @@ func (d *Decider) decideCapped(ctx context.Context, copies []Copy) []Result {
 	calls = append(calls, owners...)
 	decided := d.l.decideBatchWith(ctx, len(plain), func(k int) (prepared, error) { return d.prepare(copies[plain[k]]) }, calls)
 	for k, i := range owned {
-		results[i].Decision, results[i].Err = d.ownerResult(calls[len(idx)+k], copies[i])
+		results[i].Decision, results[i].Err = ownerResult(d.l, calls[len(idx)+k], copies[i])
 	}
 	calls = calls[:len(idx)]
 	for k, i := range plain {

@@ -74,7 +74,7 @@ func (d *Decider) decideWithCredits(ctx context.Context, copies []Copy, capped b
 		for k, i := range pass {
 			sub[k] = copies[i]
 		}
-		if d.anyUnlimited(sub) {
+		if anyUnlimited(d.l.policies, sub) {
 			// Their owner calls ride with the others (decideCapped).
 			return d.decideCapped(ctx, sub)
 		}
@@ -82,16 +82,16 @@ func (d *Decider) decideWithCredits(ctx context.Context, copies []Copy, capped b
 	})
 }
 
-// unlimited reports whether cp's tenant has credits and nothing else to
-// decide it by (see unlimited).
-func (d *Decider) unlimited(cp Copy) bool {
-	return unlimited(d.l.policies.Policy(cp.Tenant), cp.Request)
+// unlimitedCopy reports whether cp's tenant, under pols, has credits and
+// nothing else to decide it by (see unlimited).
+func unlimitedCopy(pols Policies, cp Copy) bool {
+	return unlimited(pols.Policy(cp.Tenant), cp.Request)
 }
 
-// anyUnlimited reports whether some copy is unlimited.
-func (d *Decider) anyUnlimited(copies []Copy) bool {
+// anyUnlimited reports whether some copy is unlimited under pols.
+func anyUnlimited(pols Policies, copies []Copy) bool {
 	for _, cp := range copies {
-		if d.unlimited(cp) {
+		if unlimitedCopy(pols, cp) {
 			return true
 		}
 	}
@@ -103,22 +103,22 @@ func (d *Decider) anyUnlimited(copies []Copy) bool {
 // no other incarnation of the job runs (Duplicate); the record lives as
 // long as a paid marker. A Fresh copy has no copy that could run: it needs
 // no call (ok false).
-func (d *Decider) ownerCall(cp Copy) (f fcall, ok bool, err error) {
+func ownerCall(l *Limiter, cp Copy) (f fcall, ok bool, err error) {
 	if cp.Fresh {
 		return fcall{}, false, nil
 	}
-	key, err := ownerKey(d.l.keys, cp.Tenant, cp.JobID, cp.Incarnation)
+	key, err := ownerKey(l.keys, cp.Tenant, cp.JobID, cp.Incarnation)
 	if err != nil {
 		return fcall{}, false, err
 	}
-	ttl := d.l.horizon + paidMargin
-	return fcall{fn: d.l.lib.claim, keys: []string{key},
+	ttl := l.horizon + paidMargin
+	return fcall{fn: l.lib.claim, keys: []string{key},
 		args: []any{strconv.FormatInt(cp.Incarnation, 10), strconv.FormatInt(ttl.Milliseconds(), 10)}}, true, nil
 }
 
 // ownerResult reads the reply of cp's ownerCall: Admitted when cp owns
 // its job, else Duplicate.
-func (d *Decider) ownerResult(f fcall, cp Copy) (Decision, error) {
+func ownerResult(l *Limiter, f fcall, cp Copy) (Decision, error) {
 	v, err := replyInts(f.cmd, f.fn, 4)
 	if err != nil {
 		return Decision{}, err
@@ -129,5 +129,5 @@ func (d *Decider) ownerResult(f fcall, cp Copy) (Decision, error) {
 	if v[2] != cp.Incarnation {
 		return Decision{Outcome: Duplicate, Owner: v[2]}, nil
 	}
-	return Decision{Outcome: Admitted, Shadow: d.l.policies.Policy(cp.Tenant).Shadow}, nil
+	return Decision{Outcome: Admitted, Shadow: l.policies.Policy(cp.Tenant).Shadow}, nil
 }
