@@ -77,7 +77,9 @@ func (s *deferSettler) deferLoop(ctx context.Context, batches <-chan deferBatch)
 		// Off the dispatching path: a paused tenant's jobs cost the others
 		// no round trip. Before the move, so a copy never comes back to a
 		// slot it should have given up.
-		s.pauses.unreserve(ctx, slots)
+		if len(slots) > 0 {
+			s.pauses.unreserve(ctx, slots)
+		}
 		if len(ds) > 0 {
 			s.deferrer.Defer(ctx, ds)
 		}

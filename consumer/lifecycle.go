@@ -101,7 +101,7 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 		res := g.results[k]
 		wake = append(wake, res.Wake...)
 		called = append(called, res.Called...)
-		if res.Err == nil {
+		if res.Err == nil && res.LevelName != "" {
 			l.levels.decided(res.Decision)
 		}
 		l.rec.add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
@@ -160,8 +160,10 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 			}
 		}
 	}
-	// One line when Redis starts failing, then a summary now and then.
-	l.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
+	if redisFailed > 0 || g.redisBack {
+		// One line when Redis starts failing, then a summary now and then.
+		l.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
+	}
 	for i := range items {
 		if it := &items[i]; it.paused != nil {
 			deferrals = append(deferrals, l.pausedDeferral(it, *it.paused))
@@ -185,8 +187,12 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 		}
 		l.hand.flights.Store(flights[i], struct{}{})
 	}
-	l.caps.wake(workCtx, wake)
-	l.levels.wake(workCtx, called)
+	if len(wake) > 0 {
+		l.caps.wake(workCtx, wake)
+	}
+	if len(called) > 0 {
+		l.levels.wake(workCtx, called)
+	}
 	for i, it := range order {
 		l.start(ctx, workCtx, flights[i], it.job)
 	}
@@ -203,7 +209,9 @@ func (l *lifecycle) start(ctx, workCtx context.Context, f *flight, job Job) {
 	case <-ctx.Done():
 		l.hand.flights.Delete(f)
 		f.settle(func(m jetstream.Msg) error { return m.Nak() })
-		l.caps.finishLeases(workCtx, f, job.Tenant)
+		if len(f.leases) > 0 {
+			l.caps.finishLeases(workCtx, f, job.Tenant)
+		}
 		return
 	}
 	l.rec.admitted(job.Tenant)
@@ -212,7 +220,9 @@ func (l *lifecycle) start(ctx, workCtx context.Context, f *flight, job Job) {
 		defer l.runs.handlers.Done()
 		defer func() { <-l.runs.slots }()
 		defer l.hand.flights.Delete(f)
-		defer l.caps.finishLeases(workCtx, f, job.Tenant) // 10.
+		if len(f.leases) > 0 {
+			defer l.caps.finishLeases(workCtx, f, job.Tenant) // 10.
+		}
 		if d, paused := l.pauses.pausedNow(job); paused {
 			// 7. Admitted before an operator paused its tenant.
 			l.defers.waitOutPause(workCtx, f, job, d)
