@@ -204,7 +204,12 @@ local function share(keys, args)
   local ok, vv = shareRead('HGET', V, '')
   if not ok then return {WRONGTYPE, 2, 0, 0} end
   if not shareRead('ZCARD', P) then return {WRONGTYPE, 3, 0, 0} end
-  if not shareRead('ZCARD', I) then return {WRONGTYPE, nk, 0, 0} end
+  local okI, nI = shareRead('ZCARD', I)
+  if not okI then return {WRONGTYPE, nk, 0, 0} end
+  -- Whether the groups' order holds a job: a level without any (a
+  -- group's, or the global one without groups) never looks a job up in
+  -- it.
+  local inner = nI > 0
   local t = clock(now)
   -- And the terms' buckets, which every job and the call step read.
   for k = 1, n do
@@ -224,7 +229,7 @@ local function share(keys, args)
       -- one queued before leaves the list.
       call('ZREM', W, member)
       call('ZREM', P, member)
-      innerDrop(I, V, member)
+      if inner then innerDrop(I, V, member) end
     end
     if n == 0 then
       reply[o + 2] = 0
@@ -257,7 +262,7 @@ local function share(keys, args)
           -- At its group's turn, a job of a group passes only as its
           -- group's next (GROUPS AT THE GLOBAL LEVEL); else the call
           -- step calls that one.
-          if ahead == 0 and grouped and innerFind(I, member) and innerHead(I, flow) ~= member then ahead = 1 end
+          if ahead == 0 and grouped and inner and innerFind(I, member) and innerHead(I, flow) ~= member then ahead = 1 end
         else
           local f = tonum(call('HGET', V, flow) or 0) or 0
           -- A group's flow is of weight 1; its tenants' weights count
@@ -276,7 +281,10 @@ local function share(keys, args)
         end
         local placed = function(queued)
           call('HSET', V, flow, format('%.17g', place))
-          if grouped then innerPlaced(I, V, flow, ten, member, c, w, queued) end
+          if grouped then
+            innerPlaced(I, V, flow, ten, member, c, w, queued)
+            inner = inner or queued
+          end
         end
         local wait, bad = false, nil
         if ahead == 0 then wait, bad = grant(TK, TA, c, direct, t) end
@@ -285,7 +293,7 @@ local function share(keys, args)
         elseif wait then
           if rank then
             call('ZREM', W, member)
-            innerDrop(I, V, member)
+            if inner then innerDrop(I, V, member) end
           end
           if place > Vn then Vn = place end
           if not rank then placed(false) end
@@ -313,7 +321,7 @@ local function share(keys, args)
     -- The head's turn is its group's, when it has one: the group's next
     -- job in its own order takes it (GROUPS AT THE GLOBAL LEVEL).
     local m, q = head[1], nil
-    local g = innerFind(I, m)
+    local g = inner and innerFind(I, m)
     if g and enforced then
       local y = innerHead(I, g)
       q = y and y ~= m and call('ZSCORE', W, y)
@@ -331,7 +339,7 @@ local function share(keys, args)
     end
     if q then call('ZADD', W, q, head[1]) end
     call('ZREM', W, m)
-    innerDrop(I, V, m)
+    if g then innerDrop(I, V, m) end
     if enforced and not bad then
       call('ZADD', P, format('%d', t + wait), m)
       local pl = tonum(head[2])
