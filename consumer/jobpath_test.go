@@ -45,13 +45,20 @@ func TestJobPath(t *testing.T) {
 	m.log = e.log
 	items := w.decider.readGroup([]jetstream.Msg{m})
 	g := decidedGroup{items: items, idx: []int{0}, results: []throttle.Result{c.result}}
+	// As Run joins them, in both stages: dispatching, then the defer loop;
+	// only the settled stage hands them the decided job.
+	batches, deferDone := w.defers.startDeferring(ctx)
+	decided, dispatchDone := w.lifecycle.startDispatching(ctx, ctx, batches)
+	if stage == "settled" {
+		decided <- g
+	}
+	close(decided)
+	<-dispatchDone
+	close(batches)
+	<-deferDone
 	if stage == "decided" {
 		return
 	}
-	batches := make(chan deferBatch, 1)
-	batches <- deferBatch{deferrals: w.lifecycle.act(ctx, ctx, g)}
-	close(batches)
-	w.defers.deferLoop(ctx, batches)
 	e.waitSettled(m)
 	w.runs.handlers.Wait()
 	wantSettled(t, m, c.want)

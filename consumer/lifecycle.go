@@ -74,16 +74,24 @@ func (l *lifecycle) startDispatching(ctx, work context.Context, batches chan<- d
 	go func() {
 		defer close(finished)
 		for g := range in {
-			batches <- deferBatch{deferrals: l.act(ctx, work, g), credits: g.credits, unreserve: pausedSlots(g.items)}
+			b := l.act(ctx, work, g)
+			if len(b.deferrals) == 0 && len(b.unreserve) == 0 {
+				// Nothing to defer: the group's messages are all settled or
+				// started, its credits free now.
+				l.pull.releaseCredits(b.credits)
+				continue
+			}
+			batches <- b
 		}
 	}()
 	return in, finished
 }
 
 // act takes each job of a decided group through its stages (see
-// lifecycle). It returns the jobs to defer, decided ones in slot order
-// then paused ones, for the defer loop.
-func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral {
+// lifecycle). It returns the group's batch for the defer loop: the jobs
+// to defer, decided ones in slot order then paused ones, the paused ones'
+// slots to give up, and the group's credits.
+func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) deferBatch {
 	items := g.items
 	for _, it := range items {
 		l.pull.actedOn(it.msg) // settled below, or a flight
@@ -164,9 +172,13 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 		// One line when Redis starts failing, then a summary now and then.
 		l.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
 	}
+	var unreserve []throttle.Slot
 	for i := range items {
 		if it := &items[i]; it.paused != nil {
 			deferrals = append(deferrals, l.pausedDeferral(it, *it.paused))
+			if s, ok := pausedSlot(it); ok {
+				unreserve = append(unreserve, s)
+			}
 		}
 	}
 	for _, it := range items {
@@ -196,7 +208,7 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) []Deferral
 	for i, it := range order {
 		l.start(ctx, workCtx, flights[i], it.job)
 	}
-	return deferrals
+	return deferBatch{deferrals: deferrals, unreserve: unreserve, credits: g.credits}
 }
 
 // start runs the handler of an admitted job, its flight f already in

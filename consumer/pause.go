@@ -57,17 +57,11 @@ func mayHaveReservation(job Job) bool {
 	return !fresh && !strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason)
 }
 
-// pausedSlots are the slots of a group's paused jobs that may hold one:
-// decided before, or kept in the worker for their slot. A slot kept would
-// let its job run at once on resume, ahead of the jobs paused before it.
-func pausedSlots(items []item) []throttle.Slot {
-	var slots []throttle.Slot
-	for i := range items {
-		if it := &items[i]; it.paused != nil && (it.shortWaited || mayHaveReservation(it.job)) {
-			slots = append(slots, throttle.Slot{Tenant: it.job.Tenant, JobID: it.job.ID})
-		}
-	}
-	return slots
+// pausedSlot is the slot of a paused job, when it may hold one: decided
+// before, or kept in the worker for its slot. A slot kept would let its
+// job run at once on resume, ahead of the jobs paused before it.
+func pausedSlot(it *item) (throttle.Slot, bool) {
+	return throttle.Slot{Tenant: it.job.Tenant, JobID: it.job.ID}, it.shortWaited || mayHaveReservation(it.job)
 }
 
 // pauseGate asks the Pauser whether a tenant is paused and gives up the
