@@ -51,6 +51,8 @@ var (
 	credits string
 	//go:embed settle.lua
 	settle string
+	//go:embed groups.lua
+	groups string
 	//go:embed share.lua
 	share string
 	//go:embed register.lua
@@ -67,7 +69,8 @@ type file struct{ name, text string }
 // windows, fast paths and general path, the owner and failure functions, carry, hold, the running
 // caps' sets, admit, lease, the credits (a prepaid balance: its charge,
 // refund and operator's operations), the settle of a job's cost after it
-// ran, and last the registrations, once
+// ran, the shared levels (the groups' own order at the global level,
+// then share and unshare), and last the registrations, once
 // every function they name is defined.
 func files() []file {
 	return []file{
@@ -86,6 +89,7 @@ func files() []file {
 		{"lease.lua", lease},
 		{"credits.lua", credits},
 		{"settle.lua", settle},
+		{"groups.lua", groups},
 		{"share.lua", share},
 		{"register.lua", register},
 	}

@@ -48,7 +48,7 @@ func (d *Decider) levelJob(cp Copy, levels []Level, k int) LevelJob {
 		Keep: k < len(levels)-1}
 	if levels[k].Group == "" && cp.Group != "" {
 		// At the global level the group takes turns, and its tenants
-		// take the group's in turn (lua/share.lua, GROUPS AT THE GLOBAL
+		// take the group's in turn (lua/groups.lua, GROUPS AT THE GLOBAL
 		// LEVEL).
 		j.Flow = cp.Group
 	}

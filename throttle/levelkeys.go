@@ -18,8 +18,8 @@ type levelKeyspace struct{ prefix string }
 // levels returns the keyspace of the shared levels under k's prefix.
 func (k keyspace) levels() levelKeyspace { return levelKeyspace{prefix: k.prefix} }
 
-// levelKeySet are a shared level's keys (lua/share.lua, SHARED LEVELS
-// and GROUPS AT THE GLOBAL LEVEL), all under its tag.
+// levelKeySet are a shared level's keys (lua/share.lua, SHARED LEVELS,
+// and lua/groups.lua, GROUPS AT THE GLOBAL LEVEL), all under its tag.
 type levelKeySet struct {
 	tag     string
 	list    string // the waiting list

@@ -146,7 +146,7 @@ func flowsWaiting(ctx context.Context, node redis.Cmdable, fair string) (n int, 
 		for i := 0; i+1 < len(kv); i += 2 {
 			// V; and at the global level a group's own order, its place
 			// called last ("#<group>") and its tenants' ("<group>/<tenant>"):
-			// the group itself is one flow (lua/share.lua, GROUPS AT THE
+			// the group itself is one flow (lua/groups.lua, GROUPS AT THE
 			// GLOBAL LEVEL).
 			if kv[i] == "" || strings.HasPrefix(kv[i], "#") || strings.Contains(kv[i], "/") {
 				continue
