@@ -295,19 +295,6 @@ local function share(keys, args)
   return reply
 end
 
---[[
-unshare___VERSION__: give back what share granted jobs that then did not
-run (a later level or the tenant's own limits made them wait), or forget
-the passes kept for jobs that ran.
-
-KEYS: [1] fair-queue hash, [2] pass set, [3] scratch, [4..] term keys
-ARGV: [1] now (0 = Redis TIME), [2] n terms, 3n term arguments, then per
-job: member, flow, cost, weight, the slot it was granted (µs), and 1 to
-give back its charge, 2 to give it back only if its pass is still unused
-(a called job that could not be woken: one that ran used it), or 0 to
-forget its pass only.
-Reply: the number of jobs given back.
-]]
 -- unplace moves flow field fk of the fair hash V back by step, and
 -- forgets it when that leaves it behind base, the place called last.
 local function unplace(V, fk, step, base)
@@ -321,6 +308,19 @@ local function unplace(V, fk, step, base)
   end
 end
 
+--[[
+unshare___VERSION__: give back what share granted jobs that then did not
+run (a later level or the tenant's own limits made them wait), or forget
+the passes kept for jobs that ran.
+
+KEYS: [1] fair-queue hash, [2] pass set, [3] scratch, [4..] term keys
+ARGV: [1] now (0 = Redis TIME), [2] n terms, 3n term arguments, then per
+job: member, flow, cost, weight, the slot it was granted (µs), and 1 to
+give back its charge, 2 to give it back only if its pass is still unused
+(a called job that could not be woken: one that ran used it), or 0 to
+forget its pass only.
+Reply: the number of jobs given back.
+]]
 local function unshare(keys, args)
   if not call then bind() end
   local na, nk = #args, #keys
