@@ -192,7 +192,9 @@ local function share(keys, args)
         local rank = call('ZRANK', W, member)
         local ten = match(member, '^%d+/([^/]+)/')
         local grouped = flow ~= ten
-        local place, ahead
+        -- at: where a job that joins the list stands in it; its place, or
+        -- just before V for a flow with nothing placed past V (below).
+        local place, ahead, at
         if rank then
           place, ahead = tonum(call('ZSCORE', W, member)), rank
           -- At its group's turn, a job of a group passes only as its
@@ -209,11 +211,21 @@ local function share(keys, args)
           -- share: its job goes ahead of the jobs placed from V on (the
           -- other flows' next turns, which its own place would tie with),
           -- behind only those placed before V, and passes at once when
-          -- none is (start-time fair queuing). Its place counts from V.
+          -- none is (start-time fair queuing); when the terms have no
+          -- slot for it within the direct lookahead, it waits in the
+          -- list at V, called next. Its place counts from V.
           local idle = f < Vn
           if idle then f = Vn end
           place = f + c / fw
-          ahead = call('ZCOUNT', W, '-inf', '(' .. format('%.17g', idle and Vn or place))
+          at = place
+          -- Just before V: ahead of the jobs placed at V too (another
+          -- flow's turn that tied with the one called last).
+          if idle then
+            local e = Vn * 2 ^ -50
+            if e < 2 ^ -40 then e = 2 ^ -40 end
+            at = Vn - e
+          end
+          ahead = call('ZCOUNT', W, '-inf', '(' .. format('%.17g', at))
         end
         local placed = function(queued)
           call('HSET', V, flow, format('%.17g', place))
@@ -237,7 +249,7 @@ local function share(keys, args)
           reply[o + 2] = wait
         else
           if not rank then
-            call('ZADD', W, format('%.17g', place), member)
+            call('ZADD', W, format('%.17g', at), member)
             placed(true)
           end
           reply[o + 1], reply[o + 2] = SHARE_WAIT, ahead

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -55,5 +56,51 @@ func TestLevelGroupsShareEvenlyWhateverTheQueueOrder(t *testing.T) {
 	// 25 of the 40 (a1 17, a2 8).
 	if org1 := at["a1"] + at["a2"]; org1 < 19 || org1 > 21 || at["a1"] < 9 || at["a1"] > 11 || at["a2"] < 9 || at["a2"] > 11 {
 		t.Errorf("the first %d calls: %v, want org1 and org2 20 each, a1 and a2 10 each: %v", calls, at, order[:calls])
+	}
+}
+
+// TestHoldingCountsAGroupsTenantByItsGroupsTurns: at the global level a
+// tenant of a group is called at its group's turns, in the group's own
+// order: Holding counts the jobs called before its first by that, not by
+// where its jobs stand in the list. a2's backlog, queued after a1's, is
+// called at org1's next turns, though its jobs stand behind all of a1's.
+func TestHoldingCountsAGroupsTenantByItsGroupsTurns(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newShared(t, throttle.Limits{{Rate: 100, Period: time.Second, Burst: 1}},
+		throttle.SharedOptions{Lookahead: 5 * time.Millisecond, Direct: 5 * time.Millisecond})
+	group := map[string]string{"a1": "org1", "a2": "org1", "b1": "org2"}
+	for k, tenant := range []string{"a1", "a2", "b1"} {
+		lvs := make([]throttle.Level, 40)
+		js := make([]throttle.LevelJob, 40)
+		for i := range js {
+			lvs[i] = throttle.Global
+			js[i] = throttle.LevelJob{Tenant: tenant, JobID: fmt.Sprintf("s:%d", 100*k+i), Flow: group[tenant], Cost: 1, Weight: 1}
+		}
+		if _, errs, _ := s.Decide(ctx, lvs, js); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	}
+	hs, err := s.Holding(ctx, "a2")
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("Holding(a2) = %+v, %v; want the global level", hs, err)
+	}
+	var order []string
+	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(order, "a2") && time.Now().Before(deadline); {
+		ws, err := s.Poke(ctx, []throttle.Level{throttle.Global})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			order = append(order, w.Tenant)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	first := slices.Index(order, "a2")
+	if first < 0 {
+		t.Fatalf("a2 not called before the deadline: %v", order)
+	}
+	// Up to one for a tie of places, broken by member.
+	if d := hs[0].Ahead - int64(first); d < -1 || d > 1 || !hs[0].Exact {
+		t.Errorf("Holding(a2): %d ahead (exact %v); %d jobs were called before its first: %v", hs[0].Ahead, hs[0].Exact, first, order)
 	}
 }

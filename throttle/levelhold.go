@@ -46,9 +46,14 @@ func (s *Shared) Holding(ctx context.Context, tenant string) ([]LevelHold, error
 		if err != nil {
 			return nil, err
 		}
-		h, err := holdOf(ctx, node, lk.list, tenant)
+		h, first, err := holdOf(ctx, node, lk.list, tenant)
 		if err != nil {
 			return nil, err
+		}
+		if lv == Global && h.Jobs > 0 {
+			if err := groupTurn(ctx, node, lk, tenant, first, &h); err != nil {
+				return nil, err
+			}
 		}
 		if h.Jobs > 0 {
 			h.Level = lv
@@ -87,8 +92,9 @@ func (s *Shared) Listed(ctx context.Context) ([]Level, error) {
 }
 
 // holdOf reads tenant's jobs in a level's list (members cost/tenant/job
-// id), in steps of ZSCAN, at most levelHoldScans.
-func holdOf(ctx context.Context, node redis.Cmdable, list, tenant string) (LevelHold, error) {
+// id), in steps of ZSCAN, at most levelHoldScans, and returns the member
+// of its first in the list.
+func holdOf(ctx context.Context, node redis.Cmdable, list, tenant string) (LevelHold, string, error) {
 	h := LevelHold{}
 	pattern := "*/" + globEscape(tenant) + "/*"
 	var first float64
@@ -97,7 +103,7 @@ func holdOf(ctx context.Context, node redis.Cmdable, list, tenant string) (Level
 	for step := 0; ; step++ {
 		kv, next, err := node.ZScan(ctx, list, cursor, pattern, 1000).Result()
 		if err != nil {
-			return h, &RedisError{Op: "ZSCAN " + list, Err: err}
+			return h, "", &RedisError{Op: "ZSCAN " + list, Err: err}
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
 			// The pattern also matches a job id holding "/tenant/".
@@ -106,7 +112,7 @@ func holdOf(ctx context.Context, node redis.Cmdable, list, tenant string) (Level
 			}
 			place, err := strconv.ParseFloat(kv[i+1], 64)
 			if err != nil {
-				return h, &InvalidError{Code: CodeState, Detail: list + " holds the place " + strconv.Quote(kv[i+1])}
+				return h, "", &InvalidError{Code: CodeState, Detail: list + " holds the place " + strconv.Quote(kv[i+1])}
 			}
 			// The list is called in order of place, then of member.
 			if h.Jobs == 0 || place < first || (place == first && kv[i] < firstMember) {
@@ -124,18 +130,91 @@ func holdOf(ctx context.Context, node redis.Cmdable, list, tenant string) (Level
 	}
 	var err error
 	if h.Queued, err = node.ZCard(ctx, list).Result(); err != nil {
-		return h, &RedisError{Op: "ZCARD " + list, Err: err}
+		return h, "", &RedisError{Op: "ZCARD " + list, Err: err}
 	}
 	if h.Jobs > 0 {
 		switch rank, err := node.ZRank(ctx, list, firstMember).Result(); {
 		case errors.Is(err, redis.Nil): // called since the scan
 		case err != nil:
-			return h, &RedisError{Op: "ZRANK " + list, Err: err}
+			return h, "", &RedisError{Op: "ZRANK " + list, Err: err}
 		default:
 			h.Ahead = rank
 		}
 	}
-	return h, nil
+	return h, firstMember, nil
+}
+
+// groupTurnRead bounds how many of a group's jobs groupTurn reads.
+const groupTurnRead = 10000
+
+// groupTurn sets h.Ahead for a tenant whose jobs at the global level have
+// a group (first, its first job in the list, has an entry in the groups'
+// order): the group's turns go to its jobs in the group's own order
+// (lua/groups.lua), so the tenant's first job there takes the group's
+// (k+1)-th place in the list, k the group's jobs before it in that order,
+// and the jobs ahead are those placed before that turn. It reads at most
+// groupTurnRead of the group's jobs; h.Exact is false when it had more.
+func groupTurn(ctx context.Context, node redis.Cmdable, lk levelKeySet, tenant, first string, h *LevelHold) error {
+	lex := func(min, max string, n int64) ([]string, error) {
+		v, err := node.ZRangeArgs(ctx, redis.ZRangeArgs{Key: lk.groups, Start: min, Stop: max, ByLex: true, Count: n}).Result()
+		if err != nil {
+			return nil, &RedisError{Op: "ZRANGE BYLEX " + lk.groups, Err: err}
+		}
+		return v, nil
+	}
+	own, err := lex("[>"+first+" ", "(>"+first+"!", 1)
+	if err != nil || len(own) == 0 {
+		return err // no group: the list's own order holds
+	}
+	f := strings.Fields(own[0])
+	if len(f) != 3 {
+		return nil
+	}
+	group := f[1]
+	entries, err := lex("["+group+" ", "("+group+"!", groupTurnRead+1)
+	if err != nil {
+		return err
+	}
+	if len(entries) > groupTurnRead {
+		entries, h.Exact = entries[:groupTurnRead], false
+	}
+	pipe := node.Pipeline()
+	var places []*redis.FloatCmd
+	var mine []bool // whether the job of places[i] is the tenant's
+	for _, e := range entries {
+		if f := strings.Fields(e); len(f) == 3 {
+			w, ok := parseLevelMember(Global, f[2])
+			places, mine = append(places, pipe.ZScore(ctx, lk.list, f[2])), append(mine, ok && w.Tenant == tenant)
+		}
+	}
+	if len(places) == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return &RedisError{Op: "ZSCORE " + lk.list, Err: err}
+	}
+	k := -1
+	var listed []float64 // the group's places in the list
+	for i, p := range places {
+		v, err := p.Result()
+		if err != nil {
+			continue // called since the order was read
+		}
+		if mine[i] && k < 0 {
+			k = len(listed)
+		}
+		listed = append(listed, v)
+	}
+	if k < 0 {
+		return nil
+	}
+	slices.Sort(listed)
+	ahead, err := node.ZCount(ctx, lk.list, "-inf", "("+strconv.FormatFloat(listed[k], 'g', -1, 64)).Result()
+	if err != nil {
+		return &RedisError{Op: "ZCOUNT " + lk.list, Err: err}
+	}
+	h.Ahead = ahead
+	return nil
 }
 
 // globEscape escapes the characters SCAN's MATCH reads as a pattern.

@@ -196,8 +196,10 @@ func TestHoldingNamesTheLevelsOfATenantsJobs(t *testing.T) {
 			t.Errorf("Holding(%s) = %+v, want %+v", c.tenant, got, c.want)
 		}
 	}
-	if firstAhead(throttle.Global, "b") == 0 {
-		t.Error("b's first job has no job before it: the test does not tell Ahead from 0")
+	// b's first job, a flow with nothing placed past V, stands ahead of
+	// a's backlog: a's first is then behind it.
+	if firstAhead(throttle.Global, "a") == 0 && firstAhead(throttle.Global, "b") == 0 {
+		t.Error("neither a's first job nor b's has a job before it: the test does not tell Ahead from 0")
 	}
 }
 
