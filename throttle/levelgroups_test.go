@@ -10,32 +10,35 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// TestLevelGroupsShareEvenlyWhateverTheQueueOrder: at the global level
-// the groups share the limit evenly, and a group's tenants its part,
-// whenever their backlogs were queued: org1's a1 queues its backlog
-// while it is org1's only busy tenant, then a2 queues one, then org2's
-// b1. Each group takes every other turn, and a1 and a2 org1's in turn.
-func TestLevelGroupsShareEvenlyWhateverTheQueueOrder(t *testing.T) {
-	ctx := context.Background()
-	s, _ := newShared(t, throttle.Limits{{Rate: 200, Period: time.Second, Burst: 1}},
-		throttle.SharedOptions{Lookahead: 20 * time.Millisecond, Direct: 25 * time.Millisecond})
-	group := map[string]string{"a1": "org1", "a2": "org1", "b1": "org2"}
-	for k, tenant := range []string{"a1", "a2", "b1"} {
-		lvs := make([]throttle.Level, 40)
-		js := make([]throttle.LevelJob, 40)
+// queueGlobal decides n jobs of each tenant at the global level, one
+// tenant's after the other's, each tenant's flow its group in groups, or
+// itself.
+func queueGlobal(t *testing.T, s *throttle.Shared, groups map[string]string, n int, tenants ...string) {
+	t.Helper()
+	for k, tenant := range tenants {
+		flow := tenant
+		if g := groups[tenant]; g != "" {
+			flow = g
+		}
+		lvs := make([]throttle.Level, n)
+		js := make([]throttle.LevelJob, n)
 		for i := range js {
 			lvs[i] = throttle.Global
-			js[i] = throttle.LevelJob{Tenant: tenant, JobID: fmt.Sprintf("s:%d", 100*k+i), Flow: group[tenant], Cost: 1, Weight: 1}
+			js[i] = throttle.LevelJob{Tenant: tenant, JobID: fmt.Sprintf("s:%d", 1000*k+i), Flow: flow, Cost: 1, Weight: 1}
 		}
-		if _, errs, _ := s.Decide(ctx, lvs, js); errs[0] != nil {
+		if _, errs, _ := s.Decide(context.Background(), lvs, js); errs[0] != nil {
 			t.Fatal(errs[0])
 		}
 	}
-	const calls = 40
-	var order []string
-	deadline := time.Now().Add(5 * time.Second)
-	for len(order) < calls && time.Now().Before(deadline) {
-		ws, err := s.Poke(ctx, []throttle.Level{throttle.Global})
+}
+
+// pokeUntil pokes the global level every few milliseconds until done
+// says the tenants of the jobs called so far, in order (after those in
+// order already), are enough, or 5 s pass; it returns them.
+func pokeUntil(t *testing.T, s *throttle.Shared, order []string, done func([]string) bool) []string {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !done(order) && time.Now().Before(deadline); {
+		ws, err := s.Poke(context.Background(), []throttle.Level{throttle.Global})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,6 +47,23 @@ func TestLevelGroupsShareEvenlyWhateverTheQueueOrder(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return order
+}
+
+// orgs are the groups of the tenants of these tests.
+var orgs = map[string]string{"a1": "org1", "a2": "org1", "b1": "org2"}
+
+// TestLevelGroupsShareEvenlyWhateverTheQueueOrder: at the global level
+// the groups share the limit evenly, and a group's tenants its part,
+// whenever their backlogs were queued: org1's a1 queues its backlog
+// while it is org1's only busy tenant, then a2 queues one, then org2's
+// b1. Each group takes every other turn, and a1 and a2 org1's in turn.
+func TestLevelGroupsShareEvenlyWhateverTheQueueOrder(t *testing.T) {
+	s, _ := newShared(t, throttle.Limits{{Rate: 200, Period: time.Second, Burst: 1}},
+		throttle.SharedOptions{Lookahead: 20 * time.Millisecond, Direct: 25 * time.Millisecond})
+	queueGlobal(t, s, orgs, 40, "a1", "a2", "b1")
+	const calls = 40
+	order := pokeUntil(t, s, nil, func(o []string) bool { return len(o) >= calls })
 	if len(order) < calls {
 		t.Fatalf("%d jobs called before the deadline, want %d: %v", len(order), calls, order)
 	}
@@ -65,36 +85,14 @@ func TestLevelGroupsShareEvenlyWhateverTheQueueOrder(t *testing.T) {
 // where its jobs stand in the list. a2's backlog, queued after a1's, is
 // called at org1's next turns, though its jobs stand behind all of a1's.
 func TestHoldingCountsAGroupsTenantByItsGroupsTurns(t *testing.T) {
-	ctx := context.Background()
 	s, _ := newShared(t, throttle.Limits{{Rate: 100, Period: time.Second, Burst: 1}},
 		throttle.SharedOptions{Lookahead: 5 * time.Millisecond, Direct: 5 * time.Millisecond})
-	group := map[string]string{"a1": "org1", "a2": "org1", "b1": "org2"}
-	for k, tenant := range []string{"a1", "a2", "b1"} {
-		lvs := make([]throttle.Level, 40)
-		js := make([]throttle.LevelJob, 40)
-		for i := range js {
-			lvs[i] = throttle.Global
-			js[i] = throttle.LevelJob{Tenant: tenant, JobID: fmt.Sprintf("s:%d", 100*k+i), Flow: group[tenant], Cost: 1, Weight: 1}
-		}
-		if _, errs, _ := s.Decide(ctx, lvs, js); errs[0] != nil {
-			t.Fatal(errs[0])
-		}
-	}
-	hs, err := s.Holding(ctx, "a2")
+	queueGlobal(t, s, orgs, 40, "a1", "a2", "b1")
+	hs, err := s.Holding(context.Background(), "a2")
 	if err != nil || len(hs) != 1 {
 		t.Fatalf("Holding(a2) = %+v, %v; want the global level", hs, err)
 	}
-	var order []string
-	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(order, "a2") && time.Now().Before(deadline); {
-		ws, err := s.Poke(ctx, []throttle.Level{throttle.Global})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, w := range ws {
-			order = append(order, w.Tenant)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	order := pokeUntil(t, s, nil, func(o []string) bool { return slices.Contains(o, "a2") })
 	first := slices.Index(order, "a2")
 	if first < 0 {
 		t.Fatalf("a2 not called before the deadline: %v", order)
