@@ -3,10 +3,11 @@ GROUPS AT THE GLOBAL LEVEL (SHARED LEVELS, share.lua): there a job of a
 group takes its group's turn (the flow is the group, of weight 1: its
 step is the job's cost), and the group's turn goes to its tenants in
 turn, when it comes. The list holds one member per job, each group's at
-its group's places; the groups' own order, a second fair queue per group over its tenants
-(place max(G, F[group/tenant]) + cost / weight, G the place in it called
-last, kept as field '#<group>' of the fair hash), is kept in the lex-
-ordered set I (every score 0), two entries a job:
+its group's places. The groups' own order, a second fair queue per
+group over its tenants (place max(G, F[group/tenant]) + cost / weight,
+G the place in it called last, kept as field '#<group>' of the fair
+hash; a tenant with nothing placed past G stands just before G), is
+kept in the lex-ordered set I (every score 0), two entries a job:
   '<group> <place> <member>'   the group's order: its first is its next
   '><member> <group> <place>'  the job's own, to find it by member
 (no group, tenant or job id holds a space). When the list's head is a
@@ -51,11 +52,17 @@ end
 local function innerPlaced(I, V, g, ten, m, c, w, queued)
   local G = tonum(call('HGET', V, '#' .. g) or 0) or 0
   local f = tonum(call('HGET', V, g .. '/' .. ten) or 0) or 0
-  if f < G then f = G end
+  local idle = f < G
+  if idle then f = G end
   local p = f + c / w
   call('HSET', V, g .. '/' .. ten, format('%.17g', p))
   if queued then
-    local ps = innerPlace(p)
+    -- A tenant with nothing placed past G asks for less than its part:
+    -- its job stands just before G (as a quiet flow's before V, SHARED
+    -- LEVELS), the group's next, not tied with its backlogs' next turns.
+    local at = p
+    if idle then at = G - 0.000001 end
+    local ps = innerPlace(at)
     call('ZADD', I, 0, g .. ' ' .. ps .. ' ' .. m, 0, '>' .. m .. ' ' .. g .. ' ' .. ps)
   elseif p > G then
     call('HSET', V, '#' .. g, format('%.17g', p))

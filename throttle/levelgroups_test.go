@@ -102,3 +102,27 @@ func TestHoldingCountsAGroupsTenantByItsGroupsTurns(t *testing.T) {
 		t.Errorf("Holding(a2): %d ahead (exact %v); %d jobs were called before its first: %v", hs[0].Ahead, hs[0].Exact, first, order)
 	}
 }
+
+// TestLevelGroupsQuietTenantTakesItsGroupsNextTurn: a tenant of a group
+// that asks for one job while another tenant of its group has a backlog
+// is called at the group's next turn, whatever their names: a3 sorts
+// after a1, whose next turn its job's place would otherwise tie with.
+func TestLevelGroupsQuietTenantTakesItsGroupsNextTurn(t *testing.T) {
+	s, _ := newShared(t, throttle.Limits{{Rate: 100, Period: time.Second, Burst: 1}},
+		throttle.SharedOptions{Lookahead: 5 * time.Millisecond, Direct: 5 * time.Millisecond})
+	queueGlobal(t, s, orgs, 40, "a1", "b1")
+	pokeUntil(t, s, nil, func(o []string) bool { return len(o) >= 6 })
+	ds, errs, ws := s.Decide(context.Background(), []throttle.Level{throttle.Global},
+		[]throttle.LevelJob{{Tenant: "a3", JobID: "q:1", Flow: "org1", Cost: 1, Weight: 1}})
+	if errs[0] != nil || ds[0].Passed {
+		t.Fatalf("a3's job: %+v, %v; want it queued behind the backlogs' slots", ds[0], errs[0])
+	}
+	var order []string
+	for _, w := range ws {
+		order = append(order, w.Tenant)
+	}
+	order = pokeUntil(t, s, order, func(o []string) bool { return slices.Contains(o, "a3") })
+	if i := slices.IndexFunc(order, func(t string) bool { return t == "a1" || t == "a3" }); i < 0 || order[i] != "a3" {
+		t.Errorf("org1's next turn after a3's job came: %v, want a3's", order)
+	}
+}

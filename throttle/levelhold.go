@@ -163,8 +163,20 @@ func groupTurn(ctx context.Context, node redis.Cmdable, lk levelKeySet, tenant, 
 		return v, nil
 	}
 	own, err := lex("[>"+first+" ", "(>"+first+"!", 1)
-	if err != nil || len(own) == 0 {
-		return err // no group: the list's own order holds
+	if err != nil {
+		return err
+	}
+	if len(own) == 0 {
+		// No group, and the list's own order holds; or the job was called
+		// since the list was read (a group's jobs leave the list and its
+		// order together): none ahead of it then.
+		switch err := node.ZScore(ctx, lk.list, first).Err(); {
+		case errors.Is(err, redis.Nil):
+			h.Ahead = 0
+		case err != nil:
+			return &RedisError{Op: "ZSCORE " + lk.list, Err: err}
+		}
+		return nil
 	}
 	f := strings.Fields(own[0])
 	if len(f) != 3 {
