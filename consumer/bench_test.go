@@ -88,8 +88,11 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 				b.ReportMetric(float64(total.decided)/float64(total.decisions), "jobs/decision")
 				b.ReportMetric(float64(total.asked)/float64(total.pulls), "asked/pull")
 			}
-			if v.decider == limiter || v.decider == noop {
-				b.ReportMetric(env.redisUsecPerCall(b), "fcall-µs")
+			switch v.decider {
+			case limiter:
+				b.ReportMetric(env.redisUsecPerCall(b, "fcall"), "fcall-µs")
+			case noop:
+				b.ReportMetric(env.redisUsecPerCall(b, "evalsha"), "evalsha-µs")
 			}
 		})
 	}
@@ -531,17 +534,18 @@ func (e *throughputEnv) redisCPU(b *testing.B) time.Duration {
 	return d
 }
 
-// redisUsecPerCall reads Redis' CPU time per FCALL (the engine's
-// function calls) since the last reset from INFO commandstats.
-func (e *throughputEnv) redisUsecPerCall(b *testing.B) float64 {
+// redisUsecPerCall reads Redis' CPU time per call of cmd (fcall: the
+// engine's function calls; evalsha: the noop decider's script) since the
+// last reset from INFO commandstats.
+func (e *throughputEnv) redisUsecPerCall(b *testing.B, cmd string) float64 {
 	b.Helper()
 	stats, err := testenv.CommandStats(context.Background(), e.rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, ok := stats["fcall"]
+	st, ok := stats[cmd]
 	if !ok {
-		b.Fatalf("INFO commandstats has no fcall line: %v", stats)
+		b.Fatalf("INFO commandstats has no %s line: %v", cmd, stats)
 	}
 	return st.UsecPerCall
 }
