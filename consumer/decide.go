@@ -93,7 +93,7 @@ type item struct {
 	// its slot (shortWait): it has a reservation although it looks fresh.
 	shortWaited bool
 	// leases are the leases the job was admitted holding, under running
-	// caps.
+	// caps, noted with its decision.
 	leases []throttle.Lease
 }
 
@@ -207,10 +207,12 @@ func (gd *groupDecider) decide(ctx context.Context, group []jetstream.Msg) decid
 	gd.obs.ObserveDecision(time.Since(began))
 	cancel()
 	redisFailed := false
-	for _, res := range g.results {
+	for k, res := range g.results {
 		if res.Err != nil && !errors.Is(res.Err, throttle.ErrInvalid) && ctx.Err() == nil {
 			redisFailed = true
-			break
+		}
+		if res.Err == nil && res.Outcome == throttle.Admitted {
+			g.items[g.idx[k]].leases = res.Leases()
 		}
 	}
 	g.redisWait, g.redisBack = gd.redis.decided(redisFailed)

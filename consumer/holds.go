@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,20 +22,44 @@ import (
 type downstreamHolds struct {
 	holder  Holder // nil without one: a job told to wait keeps its owner record
 	js      jetstream.JetStream
-	subject string        // Config.HoldSubject, "" for none
-	timeout time.Duration // Config.RedisTimeout, for each Holder call
+	subject string           // Config.HoldSubject, "" for none
+	timeout time.Duration    // Config.RedisTimeout, for each Holder call
+	now     func() time.Time // Config.Now
 	log     *slog.Logger
 	until   latestTimes // each tenant held, until when
+	// last is the latest end of a hold recorded, µs since the epoch: past
+	// it no tenant is held, and a job about to start is let through
+	// without taking until's lock, as nearly every job is.
+	last atomic.Int64
 }
 
 // record notes that tenant is held until until, and tells the fleet.
 func (h *downstreamHolds) record(tenant string, until time.Time) {
-	h.until.record(tenant, until)
+	h.note(tenant, until)
 	h.announce(tenant, until)
+}
+
+// note notes that tenant is held until until. The first hold after every
+// earlier one ended forgets those: after no longer looks them up.
+func (h *downstreamHolds) note(tenant string, until time.Time) {
+	if now := h.now(); now.UnixMicro() >= h.last.Load() {
+		h.until.since(now)
+	}
+	h.until.record(tenant, until)
+	us := until.UnixMicro()
+	for {
+		last := h.last.Load()
+		if us <= last || h.last.CompareAndSwap(last, us) {
+			return
+		}
+	}
 }
 
 // after returns until when tenant is held, if past now.
 func (h *downstreamHolds) after(tenant string, now time.Time) (time.Time, bool) {
+	if now.UnixMicro() >= h.last.Load() {
+		return time.Time{}, false
+	}
 	return h.until.after(tenant, now)
 }
 
@@ -70,7 +95,7 @@ func (h *downstreamHolds) listen() (stop func()) {
 		if !ok || err != nil || tenant.Validate(t) != nil {
 			return
 		}
-		h.until.record(t, time.UnixMicro(us))
+		h.note(t, time.UnixMicro(us))
 	})
 	if err != nil {
 		h.log.Warn("listening for other workers' holds failed; only this worker's own holds stop its admitted jobs", "err", err)

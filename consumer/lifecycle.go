@@ -136,8 +136,7 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) deferBatch
 			if res.ShadowWait > 0 || res.ShadowUnfunded {
 				l.rec.add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
 			}
-			it.leases = res.Leases()
-			admitted = append(admitted, it)
+			admitted = append(admitted, it) // its leases noted when decided
 		case res.Err == nil && res.Outcome == throttle.Limited && res.Binding.DeadLetter:
 			// 5. Over a calendar window that refuses, not defers, the jobs
 			// over it (window:N/UNIT:dlq): dead-lettered, uncharged.

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -12,11 +13,14 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/throttle"
 )
 
 // handlerRunner runs admitted jobs' handlers, at most Concurrency at once,
 // and settles each job by its handler's outcome: acked, held off, retried
-// (its failures counted) or dead-lettered.
+// (its failures counted) or dead-lettered. A handler's context carries
+// what it may report back (SettleCost, below); the cost settler is
+// called only for a job whose handler reported one.
 type handlerRunner struct {
 	handler  Handler
 	failures FailureCounter
@@ -27,7 +31,7 @@ type handlerRunner struct {
 	// then, or when it ended on an error.
 	stoppedAt atomic.Int64
 	defers    *deferSettler
-	costs     *costSettler // the costs handlers report, settled (settle.go)
+	costs     *costSettler // the costs handlers reported, settled (settle.go)
 	dlq       *deadLetter
 	obs       Observer
 	rec       *recorder
@@ -46,7 +50,9 @@ func (r *handlerRunner) run(workCtx context.Context, f *flight, job Job) {
 	err := r.callHandler(hctx, job)
 	r.obs.ObserveHandler(time.Since(began))
 	if err == nil {
-		r.costs.settle(workCtx, job, f.started, report)
+		if cost, ok := report.reported(); ok {
+			r.costs.settle(workCtx, job, f.started, cost)
+		}
 		if f.settle(func(m jetstream.Msg) error { return m.Ack() }) {
 			r.rec.add(job.Tenant, func(s *TenantStats) { s.Completed++ })
 		}
@@ -196,4 +202,59 @@ func (c Config) retryDelay(n int64) time.Duration {
 		d = b.NextBackOff()
 	}
 	return d
+}
+
+// ErrNoCostReport is SettleCost's error outside a worker's handler: no
+// worker is there to settle the cost.
+var ErrNoCostReport = errors.New("consumer: SettleCost called outside a worker's handler")
+
+// SettleCost reports the actual cost of the job whose handler ctx belongs
+// to, when it is known only once the job ran (tokens an LLM call used,
+// rows an export wrote): a whole number from 0 to throttle.MaxBurst. Call
+// it before the handler returns nil; the last call wins. Once the handler
+// succeeds, the worker settles the difference from the cost the job was
+// charged (Job.Cost) on every term of its tenant's policy
+// (throttle.Limiter.Settle), and of the levels above it (a global or group
+// limit: throttle.Decider.Settle): more is charged as debt, which the tenant's
+// jobs decided after it wait out, and which moves the slots reserved
+// before it later, each keeping its charge; less is given back. Jobs
+// already admitted start (docs/design.md, "Settle"). A
+// handler that fails or asks to wait settles nothing. Outside a worker's
+// handler it returns ErrNoCostReport.
+func SettleCost(ctx context.Context, cost int64) error {
+	rep, ok := ctx.Value(costKey{}).(*costReport)
+	if !ok || rep == nil {
+		return ErrNoCostReport
+	}
+	if cost < 0 || cost > throttle.MaxBurst {
+		return fmt.Errorf("consumer: SettleCost: cost %d out of range [0, %d]", cost, throttle.MaxBurst)
+	}
+	rep.mu.Lock()
+	rep.set, rep.cost = true, cost
+	rep.mu.Unlock()
+	return nil
+}
+
+// costKey is the context key of a handler's costReport.
+type costKey struct{}
+
+// costReport holds the cost a handler reported with SettleCost.
+type costReport struct {
+	mu   sync.Mutex
+	set  bool
+	cost int64
+}
+
+// reported returns the cost reported, if any.
+func (r *costReport) reported() (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cost, r.set
+}
+
+// withCostReport returns ctx carrying a new costReport for one handler
+// call, and the report.
+func withCostReport(ctx context.Context) (context.Context, *costReport) {
+	rep := &costReport{}
+	return context.WithValue(ctx, costKey{}, rep), rep
 }

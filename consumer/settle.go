@@ -2,69 +2,11 @@ package consumer
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/throttler/throttler/throttle"
 )
-
-// ErrNoCostReport is SettleCost's error outside a worker's handler: no
-// worker is there to settle the cost.
-var ErrNoCostReport = errors.New("consumer: SettleCost called outside a worker's handler")
-
-// SettleCost reports the actual cost of the job whose handler ctx belongs
-// to, when it is known only once the job ran (tokens an LLM call used,
-// rows an export wrote): a whole number from 0 to throttle.MaxBurst. Call
-// it before the handler returns nil; the last call wins. Once the handler
-// succeeds, the worker settles the difference from the cost the job was
-// charged (Job.Cost) on every term of its tenant's policy
-// (throttle.Limiter.Settle), and of the levels above it (a global or group
-// limit: throttle.Decider.Settle): more is charged as debt, which the tenant's
-// jobs decided after it wait out, and which moves the slots reserved
-// before it later, each keeping its charge; less is given back. Jobs
-// already admitted start (docs/design.md, "Settle"). A
-// handler that fails or asks to wait settles nothing. Outside a worker's
-// handler it returns ErrNoCostReport.
-func SettleCost(ctx context.Context, cost int64) error {
-	rep, ok := ctx.Value(costKey{}).(*costReport)
-	if !ok || rep == nil {
-		return ErrNoCostReport
-	}
-	if cost < 0 || cost > throttle.MaxBurst {
-		return fmt.Errorf("consumer: SettleCost: cost %d out of range [0, %d]", cost, throttle.MaxBurst)
-	}
-	rep.mu.Lock()
-	rep.set, rep.cost = true, cost
-	rep.mu.Unlock()
-	return nil
-}
-
-// costKey is the context key of a handler's costReport.
-type costKey struct{}
-
-// costReport holds the cost a handler reported with SettleCost.
-type costReport struct {
-	mu   sync.Mutex
-	set  bool
-	cost int64
-}
-
-// reported returns the cost reported, if any.
-func (r *costReport) reported() (int64, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.cost, r.set
-}
-
-// withCostReport returns ctx carrying a new costReport for one handler
-// call, and the report.
-func withCostReport(ctx context.Context) (context.Context, *costReport) {
-	rep := &costReport{}
-	return context.WithValue(ctx, costKey{}, rep), rep
-}
 
 // Settler settles a job's cost after it ran (throttle.Decider.Settle: its
 // tenant's terms and its levels'); *throttle.Limiter (the tenant's alone)
@@ -87,12 +29,11 @@ type costSettler struct {
 	log     *slog.Logger
 }
 
-// settle settles job's reported cost, if any; admitted is when the job
-// was admitted (its slot, for the calendar and sliding windows).
-func (c *costSettler) settle(ctx context.Context, job Job, admitted time.Time, rep *costReport) {
-	cost, ok := rep.reported()
+// settle settles the cost job's handler reported; admitted is when the
+// job was admitted (its slot, for the calendar and sliding windows).
+func (c *costSettler) settle(ctx context.Context, job Job, admitted time.Time, cost int64) {
 	charged := max(job.Cost, 1)
-	if !ok || cost == charged || c.settler == nil {
+	if cost == charged || c.settler == nil {
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.timeout)

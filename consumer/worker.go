@@ -96,7 +96,7 @@ func New(p Params) (*Worker, error) {
 		handlers: &w.runs.handlers, inflight: &w.hand.flights}
 	w.levels = &levelKeeper{poker: p.Levels, waker: p.Waker, cfg: cfg, log: cfg.Logger, rec: rec, handlers: &w.runs.handlers}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
-		timeout: cfg.RedisTimeout, log: cfg.Logger}
+		timeout: cfg.RedisTimeout, now: cfg.Now, log: cfg.Logger}
 	dlq := &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers,
 		rec: rec, cfg: cfg, log: cfg.Logger}
 	unbundle := &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
