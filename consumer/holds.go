@@ -27,7 +27,7 @@ type downstreamHolds struct {
 	now     func() time.Time // Config.Now
 	log     *slog.Logger
 	until   latestTimes // each tenant held, until when
-	// last is the latest end of a hold recorded, µs since the epoch: past
+	// last is the latest end of a hold recorded, ns since the epoch: past
 	// it no tenant is held, and a job about to start is let through
 	// without taking until's lock, as nearly every job is.
 	last atomic.Int64
@@ -42,14 +42,14 @@ func (h *downstreamHolds) record(tenant string, until time.Time) {
 // note notes that tenant is held until until. The first hold after every
 // earlier one ended forgets those: after no longer looks them up.
 func (h *downstreamHolds) note(tenant string, until time.Time) {
-	if now := h.now(); now.UnixMicro() >= h.last.Load() {
+	if now := h.now(); now.UnixNano() >= h.last.Load() {
 		h.until.since(now)
 	}
 	h.until.record(tenant, until)
-	us := until.UnixMicro()
+	ns := until.UnixNano()
 	for {
 		last := h.last.Load()
-		if us <= last || h.last.CompareAndSwap(last, us) {
+		if ns <= last || h.last.CompareAndSwap(last, ns) {
 			return
 		}
 	}
@@ -57,7 +57,7 @@ func (h *downstreamHolds) note(tenant string, until time.Time) {
 
 // after returns until when tenant is held, if past now.
 func (h *downstreamHolds) after(tenant string, now time.Time) (time.Time, bool) {
-	if now.UnixMicro() >= h.last.Load() {
+	if now.UnixNano() >= h.last.Load() {
 		return time.Time{}, false
 	}
 	return h.until.after(tenant, now)
