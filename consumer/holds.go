@@ -83,13 +83,27 @@ func (h *downstreamHolds) announce(tenant string, until time.Time) {
 	}
 }
 
-// listen records the holds other workers announce on Config.HoldSubject
-// until the returned stop is called.
+// holdsQuery, published on Config.HoldSubject, asks every worker to
+// announce again the holds it knows. A worker asks when it starts: a
+// hold announced before then would otherwise never reach it, and during
+// a rolling deploy or a restart it would start the held tenant's jobs
+// whose slots were reserved before the hold. A worker of a version that
+// does not know the query ignores it as no tenant's hold.
+const holdsQuery = "?"
+
+// listen records the holds other workers announce on Config.HoldSubject,
+// after asking them for those they already know, and answers the workers
+// that ask, until the returned stop is called.
 func (h *downstreamHolds) listen() (stop func()) {
-	if h.subject == "" || h.js.Conn() == nil {
+	nc := h.js.Conn()
+	if h.subject == "" || nc == nil {
 		return func() {}
 	}
-	sub, err := h.js.Conn().Subscribe(h.subject, func(m *nats.Msg) {
+	sub, err := nc.Subscribe(h.subject, func(m *nats.Msg) {
+		if string(m.Data) == holdsQuery {
+			h.announceAll()
+			return
+		}
 		t, at, ok := strings.Cut(string(m.Data), " ")
 		us, err := strconv.ParseInt(at, 10, 64)
 		if !ok || err != nil || tenant.Validate(t) != nil {
@@ -101,7 +115,23 @@ func (h *downstreamHolds) listen() (stop func()) {
 		h.log.Warn("listening for other workers' holds failed; only this worker's own holds stop its admitted jobs", "err", err)
 		return func() {}
 	}
+	// The server takes the subscription before the query, sent after it
+	// on the same connection, so every answer reaches this worker.
+	if err := nc.Publish(h.subject, []byte(holdsQuery)); err != nil {
+		h.log.Warn("asking the other workers for their holds failed; holds announced before this worker started do not stop its admitted jobs", "err", err)
+	}
 	return func() { _ = sub.Unsubscribe() }
+}
+
+// announceAll announces again every hold this worker knows that has not
+// ended.
+func (h *downstreamHolds) announceAll() {
+	now := h.now()
+	for _, t := range h.until.keys(now) {
+		if until, held := h.until.after(t, now); held {
+			h.announce(t, until)
+		}
+	}
 }
 
 // holdFleet holds job's tenant back fleet-wide until until and gives up
