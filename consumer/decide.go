@@ -207,7 +207,8 @@ func (gd *groupDecider) decide(ctx context.Context, group []jetstream.Msg) decid
 	gd.obs.ObserveDecision(time.Since(began))
 	cancel()
 	redisFailed := false
-	for k, res := range g.results {
+	for k := range g.results {
+		res := &g.results[k]
 		if res.Err != nil && !errors.Is(res.Err, throttle.ErrInvalid) && ctx.Err() == nil {
 			redisFailed = true
 		}

@@ -234,19 +234,30 @@ func (l *lifecycle) start(ctx, workCtx context.Context, f *flight, job Job) {
 		if len(f.leases) > 0 {
 			defer l.caps.finishLeases(workCtx, f, job.Tenant) // 10.
 		}
-		if d, paused := l.pauses.pausedNow(job); paused {
-			// 7. Admitted before an operator paused its tenant.
-			l.defers.waitOutPause(workCtx, f, job, d)
-			return
-		}
-		if until, held := l.holds.after(job.Tenant, l.cfg.Now()); held {
-			// 8. Admitted before its downstream asked to wait.
-			l.rec.add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })
-			l.defers.waitOutHold(workCtx, f, job, until)
+		if l.stoppedSince(workCtx, f, job) {
 			return
 		}
 		l.runs.run(workCtx, f, job) // 9.
 	}()
+}
+
+// stoppedSince defers job, admitted, if its tenant was paused or held
+// since (stages 7 and 8), and reports whether it did. Its deferrals stay
+// in its own frame, not the handler goroutine's: that goroutine starts on
+// a small stack, and the handler and the ack must not have to grow it.
+func (l *lifecycle) stoppedSince(workCtx context.Context, f *flight, job Job) bool {
+	if d, paused := l.pauses.pausedNow(job); paused {
+		// 7. Admitted before an operator paused its tenant.
+		l.defers.waitOutPause(workCtx, f, job, d)
+		return true
+	}
+	if until, held := l.holds.after(job.Tenant, l.cfg.Now()); held {
+		// 8. Admitted before its downstream asked to wait.
+		l.rec.add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })
+		l.defers.waitOutHold(workCtx, f, job, until)
+		return true
+	}
+	return false
 }
 
 // duplicate acks, unrun, a job another incarnation of which ran (owner).

@@ -58,6 +58,13 @@ func (r *handlerRunner) run(workCtx context.Context, f *flight, job Job) {
 		}
 		return
 	}
+	r.failed(workCtx, f, job, err)
+}
+
+// failed settles job, whose handler returned err: handed back at
+// shutdown, held off, dead-lettered or retried. Apart from run, so that
+// run's frame, on the path of every job, stays small.
+func (r *handlerRunner) failed(workCtx context.Context, f *flight, job Job, err error) {
 	if workCtx.Err() != nil {
 		// Shutdown cancelled the job: not its failure. Hand it back.
 		f.settle(func(m jetstream.Msg) error { return m.Nak() })
