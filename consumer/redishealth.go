@@ -25,12 +25,18 @@ type redisHealth struct {
 // for while it keeps failing.
 const redisSummaryEvery = 30 * time.Second
 
+// maxRedisBackoff bounds the wait between two tries of a worker whose
+// decisions Redis fails: the worker waits it out before it pulls again,
+// so it is also how long a worker may stay idle once Redis answers again
+// after a long outage. Trying one group that often costs next to nothing.
+const maxRedisBackoff = 2 * time.Second
+
 // newRedisHealth returns a redisHealth for a Redis that answers.
 func newRedisHealth(log *slog.Logger, now func() time.Time, policy RedisErrorPolicy) *redisHealth {
 	// Options, not fields set afterwards: NewExponentialBackOff resets
 	// the current interval to the initial one it is given.
 	rb := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0))
+		backoff.WithMaxInterval(maxRedisBackoff), backoff.WithMaxElapsedTime(0))
 	return &redisHealth{log: log, now: now, policy: policy, backoff: rb}
 }
 
