@@ -158,7 +158,7 @@ func Unknown(vars map[string]string) Problems {
 		if !strings.HasPrefix(name, Prefix) || isKnown[name] {
 			continue
 		}
-		ps = append(ps, Problem{Var: name, Text: fmt.Sprintf("no such variable (did you mean %s?); it is ignored", closest(name, known))})
+		ps = append(ps, Problem{Var: name, Text: fmt.Sprintf("no such variable (did you mean %s?)", closest(name, known))})
 	}
 	slices.SortFunc(ps, func(a, b Problem) int { return strings.Compare(a.Var, b.Var) })
 	return ps

@@ -19,8 +19,8 @@ func TestUnknownNamesTheClosestVariable(t *testing.T) {
 		"HOME":                     "/root",
 	})
 	want := []string{
-		"THROTTLER_CONCURENCY: no such variable (did you mean THROTTLER_CONCURRENCY?); it is ignored",
-		"THROTTLER_DEFAULT_LIMITS: no such variable (did you mean THROTTLER_DEFAULT_LIMIT?); it is ignored",
+		"THROTTLER_CONCURENCY: no such variable (did you mean THROTTLER_CONCURRENCY?)",
+		"THROTTLER_DEFAULT_LIMITS: no such variable (did you mean THROTTLER_DEFAULT_LIMIT?)",
 	}
 	var got []string
 	for _, p := range ps {

@@ -151,7 +151,7 @@ func loadConfig(stderr io.Writer) (*app.Settings, bool) {
 	cfg, ok := loadSettings(stderr)
 	if ok {
 		for _, p := range config.Unknown(environ()) {
-			fmt.Fprintf(stderr, "throttler: warning: %v\n", p)
+			fmt.Fprintf(stderr, "throttler: warning: %v; it is ignored\n", p)
 		}
 	}
 	return cfg, ok
