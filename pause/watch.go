@@ -78,6 +78,11 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, live bool) {
 	p := Pause{Key: e.Key(), Tenant: t, Reason: v.Reason, Since: v.Since, Until: v.Until, Revision: e.Revision()}
 	w.Set.Put(p)
 	if live {
-		w.Log.Info("tenant paused", "tenant", t, "reason", v.Reason, "until", v.Until, "revision", e.Revision())
+		// An open-ended pause logs until=resumed, not the zero time.
+		var until any = "resumed"
+		if !v.Until.IsZero() {
+			until = v.Until
+		}
+		w.Log.Info("tenant paused", "tenant", t, "reason", v.Reason, "until", until, "revision", e.Revision())
 	}
 }
