@@ -95,10 +95,10 @@ const holdsQuery = "?"
 // after asking them for those they already know, and answers the workers
 // that ask, until the returned stop is called.
 func (h *downstreamHolds) listen() (stop func()) {
-	nc := h.js.Conn()
-	if h.subject == "" || nc == nil {
+	if h.subject == "" || h.js.Conn() == nil {
 		return func() {}
 	}
+	nc := h.js.Conn()
 	sub, err := nc.Subscribe(h.subject, func(m *nats.Msg) {
 		if string(m.Data) == holdsQuery {
 			h.announceAll()
