@@ -79,18 +79,18 @@ func TestLevelGroupsShareEvenlyWhateverTheQueueOrder(t *testing.T) {
 	}
 }
 
-// TestHoldingCountsAGroupsTenantByItsGroupsTurns: at the global level a
+// TestQueuesCountAGroupsTenantByItsGroupsTurns: at the global level a
 // tenant of a group is called at its group's turns, in the group's own
-// order: Holding counts the jobs called before its first by that, not by
+// order: Queues counts the jobs called before its first by that, not by
 // where its jobs stand in the list. a2's backlog, queued after a1's, is
 // called at org1's next turns, though its jobs stand behind all of a1's.
-func TestHoldingCountsAGroupsTenantByItsGroupsTurns(t *testing.T) {
+func TestQueuesCountAGroupsTenantByItsGroupsTurns(t *testing.T) {
 	s, _ := newShared(t, throttle.Limits{{Rate: 100, Period: time.Second, Burst: 1}},
 		throttle.SharedOptions{Lookahead: 5 * time.Millisecond, Direct: 5 * time.Millisecond})
 	queueGlobal(t, s, orgs, 40, "a1", "a2", "b1")
-	hs, err := s.Holding(context.Background(), "a2")
+	hs, err := s.Queues(context.Background(), "a2")
 	if err != nil || len(hs) != 1 {
-		t.Fatalf("Holding(a2) = %+v, %v; want the global level", hs, err)
+		t.Fatalf("Queues(a2) = %+v, %v; want the global level", hs, err)
 	}
 	order := pokeUntil(t, s, nil, func(o []string) bool { return slices.Contains(o, "a2") })
 	first := slices.Index(order, "a2")
@@ -99,7 +99,7 @@ func TestHoldingCountsAGroupsTenantByItsGroupsTurns(t *testing.T) {
 	}
 	// Up to one for a tie of places, broken by member.
 	if d := hs[0].Ahead - int64(first); d < -1 || d > 1 || !hs[0].Exact {
-		t.Errorf("Holding(a2): %d ahead (exact %v); %d jobs were called before its first: %v", hs[0].Ahead, hs[0].Exact, first, order)
+		t.Errorf("Queues(a2): %d ahead (exact %v); %d jobs were called before its first: %v", hs[0].Ahead, hs[0].Exact, first, order)
 	}
 }
 

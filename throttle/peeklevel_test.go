@@ -124,11 +124,11 @@ func TestPeekLevelWithoutState(t *testing.T) {
 	}
 }
 
-// TestHoldingNamesTheLevelsOfATenantsJobs queues a's jobs under the
+// TestQueuesNameTheLevelsOfATenantsJobs queues a's jobs under the
 // global level and under group org-1, and b's under the global level:
-// Holding names for each tenant the levels holding its jobs, with their
+// Queues names for each tenant the levels queueing its jobs, with their
 // counts and the jobs placed before its first, and none for c.
-func TestHoldingNamesTheLevelsOfATenantsJobs(t *testing.T) {
+func TestQueuesNameTheLevelsOfATenantsJobs(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
 	l := newLimiter(t, e.rdb, e.prefix, time.Minute, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}})
@@ -178,22 +178,22 @@ func TestHoldingNamesTheLevelsOfATenantsJobs(t *testing.T) {
 	}
 	cases := []struct {
 		tenant string
-		want   []throttle.LevelHold
+		want   []throttle.LevelQueue
 	}{
-		{"a", []throttle.LevelHold{
+		{"a", []throttle.LevelQueue{
 			{Level: throttle.Global, Jobs: qa, Exact: true, Ahead: firstAhead(throttle.Global, "a"), Queued: int64(qa + qb)},
 			{Level: org, Jobs: qo, Exact: true, Ahead: 0, Queued: int64(qo)},
 		}},
-		{"b", []throttle.LevelHold{{Level: throttle.Global, Jobs: qb, Exact: true, Ahead: firstAhead(throttle.Global, "b"), Queued: int64(qa + qb)}}},
+		{"b", []throttle.LevelQueue{{Level: throttle.Global, Jobs: qb, Exact: true, Ahead: firstAhead(throttle.Global, "b"), Queued: int64(qa + qb)}}},
 		{"c", nil},
 	}
 	for _, c := range cases {
-		got, err := s.Holding(ctx, c.tenant)
+		got, err := s.Queues(ctx, c.tenant)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(got, c.want) {
-			t.Errorf("Holding(%s) = %+v, want %+v", c.tenant, got, c.want)
+			t.Errorf("Queues(%s) = %+v, want %+v", c.tenant, got, c.want)
 		}
 	}
 	// b's first job, a flow with nothing placed past V, stands ahead of
@@ -203,10 +203,10 @@ func TestHoldingNamesTheLevelsOfATenantsJobs(t *testing.T) {
 	}
 }
 
-// TestHoldingOnACluster queues a's jobs under the global level and eight
-// groups, whose keys spread over a three-master Redis Cluster: Holding
+// TestQueuesOnACluster queues a's jobs under the global level and eight
+// groups, whose keys spread over a three-master Redis Cluster: Queues
 // finds every level on whichever master holds it, and Peek reads each.
-func TestHoldingOnACluster(t *testing.T) {
+func TestQueuesOnACluster(t *testing.T) {
 	ctx := context.Background()
 	cluster := testenv.StartRedisCluster(t, 3)
 	rdb := cluster.Client(t)
@@ -232,7 +232,7 @@ func TestHoldingOnACluster(t *testing.T) {
 			t.Fatal(errs[0])
 		}
 	}
-	got, err := s.Holding(ctx, "a")
+	got, err := s.Queues(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestHoldingOnACluster(t *testing.T) {
 		named = append(named, h.Level)
 	}
 	if !slices.Equal(named, levels) {
-		t.Fatalf("Holding named %v, want %v", named, levels)
+		t.Fatalf("Queues named %v, want %v", named, levels)
 	}
 	for _, lvl := range levels {
 		snap, err := s.Peek(ctx, lvl, time.Time{})

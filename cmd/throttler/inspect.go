@@ -167,8 +167,8 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	case in.WaitSeconds > 0:
 		fmt.Fprintf(w, "a job arriving now waits %s, held by %s (exact)\n",
 			time.Duration(in.WaitSeconds*float64(time.Second)).Round(time.Microsecond), in.Binding)
-	case in.Levels != nil && len(in.Levels.Holding) > 0:
-		h := in.Levels.Holding[0]
+	case in.Levels != nil && len(in.Levels.Queues) > 0:
+		h := in.Levels.Queues[0]
 		fmt.Fprintf(w, "a job arriving now passes its own limits at once (exact); %d of its jobs wait for a turn under %s, and a new one of the same flow takes its turn after them\n",
 			h.Jobs.N, h.Level)
 	default:

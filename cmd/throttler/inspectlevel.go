@@ -98,7 +98,7 @@ func printTenantLevels(w io.Writer, l *inspectpkg.TenantLevels) {
 	if len(above) > 0 {
 		fmt.Fprintf(w, "limits above it: %s\n", strings.Join(above, "; "))
 	}
-	for _, h := range l.Holding {
+	for _, h := range l.Queues {
 		exact := "exact"
 		if !h.Jobs.Exact {
 			exact = "at least: the list is too long to read whole"

@@ -103,12 +103,12 @@ func TestInspectShowsTheLevels(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil || r.code != exitOK {
 		t.Fatalf("inspect acme --json: exit %d, %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
 	}
-	want := []inspectpkg.LevelHold{
+	want := []inspectpkg.LevelQueue{
 		{Level: "_global", Jobs: inspectpkg.Count{N: 5, Exact: true}, Queued: 5},
 		{Level: "group.org-1", Jobs: inspectpkg.Count{N: 2, Exact: true}, Queued: 2},
 	}
 	if l := in.Levels; l == nil || l.Global != "1/s:1" || l.GlobalSource == nil || l.GlobalSource.Where != "THROTTLER_GLOBAL_LIMIT" ||
-		l.GroupFrom != "header:Org" || !slices.Equal(l.Holding, want) || !slices.Contains(in.Seen, "jobs waiting for a turn under a shared limit") {
+		l.GroupFrom != "header:Org" || !slices.Equal(l.Queues, want) || !slices.Contains(in.Seen, "jobs waiting for a turn under a shared limit") {
 		t.Fatalf("inspect acme --json: levels %+v, seen %q; want the global limit, groups by header, and holding %+v", in.Levels, in.Seen, want)
 	}
 	// Another tenant's jobs are held by no level; it still sees the limits above it.

@@ -215,7 +215,7 @@ func traces(r Report, snap throttle.Snapshot, src Sources) []string {
 	if r.Jobs.Moved.N > 0 {
 		seen = append(seen, "jobs moved off the consumer")
 	}
-	if r.Levels != nil && len(r.Levels.Holding) > 0 {
+	if r.Levels != nil && len(r.Levels.Queues) > 0 {
 		seen = append(seen, "jobs waiting for a turn under a shared limit")
 	}
 	if _, ok := src.Rules.Tenants[r.Tenant]; ok || r.Source.Where == "bucket" || (r.Source.Ignored != nil && r.Source.Ignored.Key == r.Tenant) {

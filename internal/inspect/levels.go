@@ -59,13 +59,14 @@ type TenantLevels struct {
 	// group is a job's, read from each job, not the tenant's: inspect
 	// --group NAME shows a group's limit.
 	GroupFrom string `json:"group_from,omitempty"`
-	// Holding are the levels holding the tenant's jobs waiting for a
-	// turn, the global level first.
-	Holding []LevelHold `json:"holding,omitempty"`
+	// Queues are the levels whose queues hold the tenant's jobs waiting
+	// for a turn, the global level first. The JSON name is the contract
+	// users read (docs/design.md, Glossary).
+	Queues []LevelQueue `json:"holding,omitempty"`
 }
 
-// LevelHold is a level holding a tenant's jobs waiting for a turn.
-type LevelHold struct {
+// LevelQueue is a level's queue of a tenant's jobs waiting for a turn.
+type LevelQueue struct {
 	// Level is the level's key: "_global" or "group.NAME".
 	Level string `json:"level"`
 	// Jobs counts the tenant's jobs in the level's list: exact unless
@@ -149,7 +150,7 @@ func tenantLevels(ctx context.Context, src Sources, kv jetstream.KeyValue, t str
 	if err != nil {
 		return nil, err
 	}
-	holds, err := shared.Holding(ctx, t)
+	queues, err := shared.Queues(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -157,10 +158,10 @@ func tenantLevels(ctx context.Context, src Sources, kv jetstream.KeyValue, t str
 	if len(eff.Policy.Limits) > 0 {
 		out.Global, out.GlobalSource = eff.Policy.String(), &eff.Source
 	}
-	for _, h := range holds {
-		out.Holding = append(out.Holding, LevelHold{Level: h.Level.String(), Jobs: Count{N: h.Jobs, Exact: h.Exact}, Ahead: h.Ahead, Queued: h.Queued})
+	for _, q := range queues {
+		out.Queues = append(out.Queues, LevelQueue{Level: q.Level.String(), Jobs: Count{N: q.Jobs, Exact: q.Exact}, Ahead: q.Ahead, Queued: q.Queued})
 	}
-	if out.Global == "" && out.GroupFrom == "" && len(out.Holding) == 0 {
+	if out.Global == "" && out.GroupFrom == "" && len(out.Queues) == 0 {
 		return nil, nil
 	}
 	return out, nil

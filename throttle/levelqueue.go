@@ -12,16 +12,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// levelHoldScans bounds how many steps of ZSCAN (about 1000 jobs each)
-// Holding reads of one level's list.
-const levelHoldScans = 100
+// levelQueueScans bounds how many steps of ZSCAN (about 1000 jobs each)
+// Queues reads of one level's list.
+const levelQueueScans = 100
 
-// LevelHold is a shared level's hold on one tenant's jobs: those waiting
-// in its list for a turn (Shared.Holding).
-type LevelHold struct {
+// LevelQueue is one tenant's place in a shared level's queue: its jobs waiting
+// in its list for a turn (Shared.Queues).
+type LevelQueue struct {
 	Level Level
 	// Jobs counts the tenant's jobs in the list. Exact is false when the
-	// list was too long to read whole (about levelHoldScans thousand
+	// list was too long to read whole (about levelQueueScans thousand
 	// jobs): Jobs then counts those read, and Ahead is as they say.
 	Jobs  int
 	Exact bool
@@ -30,23 +30,23 @@ type LevelHold struct {
 	Ahead, Queued int64
 }
 
-// Holding finds the shared levels whose lists hold jobs of tenant waiting
+// Queues finds the shared levels whose lists hold jobs of tenant waiting
 // for a turn: the global level first, then the groups by name. It only
 // reads. It scans the keyspace of every master for the levels' lists, and
 // each list found for the tenant's jobs: an operator's tool, as Peek.
-func (s *Shared) Holding(ctx context.Context, tenant string) ([]LevelHold, error) {
+func (s *Shared) Queues(ctx context.Context, tenant string) ([]LevelQueue, error) {
 	levels, err := s.Listed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []LevelHold
+	var out []LevelQueue
 	for _, lv := range levels {
 		lk := s.l.keys.levels().of(lv)
 		node, err := s.l.nodeFor(ctx, lk.tag)
 		if err != nil {
 			return nil, err
 		}
-		h, first, err := holdOf(ctx, node, lk.list, tenant)
+		h, first, err := queueOf(ctx, node, lk.list, tenant)
 		if err != nil {
 			return nil, err
 		}
@@ -91,11 +91,11 @@ func (s *Shared) Listed(ctx context.Context) ([]Level, error) {
 	return levels, nil
 }
 
-// holdOf reads tenant's jobs in a level's list (members cost/tenant/job
-// id), in steps of ZSCAN, at most levelHoldScans, and returns the member
+// queueOf reads tenant's jobs in a level's list (members cost/tenant/job
+// id), in steps of ZSCAN, at most levelQueueScans, and returns the member
 // of its first in the list.
-func holdOf(ctx context.Context, node redis.Cmdable, list, tenant string) (LevelHold, string, error) {
-	h := LevelHold{}
+func queueOf(ctx context.Context, node redis.Cmdable, list, tenant string) (LevelQueue, string, error) {
+	h := LevelQueue{}
 	pattern := "*/" + globEscape(tenant) + "/*"
 	var first float64
 	var firstMember string
@@ -124,7 +124,7 @@ func holdOf(ctx context.Context, node redis.Cmdable, list, tenant string) (Level
 			h.Exact = true
 			break
 		}
-		if step+1 >= levelHoldScans {
+		if step+1 >= levelQueueScans {
 			break
 		}
 	}
@@ -154,7 +154,7 @@ const groupTurnRead = 10000
 // (k+1)-th place in the list, k the group's jobs before it in that order,
 // and the jobs ahead are those placed before that turn. It reads at most
 // groupTurnRead of the group's jobs; h.Exact is false when it had more.
-func groupTurn(ctx context.Context, node redis.Cmdable, lk levelKeySet, tenant, first string, h *LevelHold) error {
+func groupTurn(ctx context.Context, node redis.Cmdable, lk levelKeySet, tenant, first string, h *LevelQueue) error {
 	lex := func(min, max string, n int64) ([]string, error) {
 		v, err := node.ZRangeArgs(ctx, redis.ZRangeArgs{Key: lk.groups, Start: min, Stop: max, ByLex: true, Count: n}).Result()
 		if err != nil {
