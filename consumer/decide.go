@@ -22,7 +22,7 @@ type groupDecider struct {
 	short    *shortWait   // jobs kept for their slot (shortwait.go)
 	pauses   *pauseGate
 	pull     *puller
-	lane     Lane // nil without a fast lane
+	lane     laneView // what the fast lane sees of the groups (lane.go)
 	obs      Observer
 	rec      *recorder
 	cfg      Config
@@ -66,11 +66,8 @@ func (gd *groupDecider) decideLoop(ctx context.Context, msgs <-chan jetstream.Ms
 		g := gd.decide(ctx, group)
 		g.credits = credits
 		decided <- g
-		if gd.lane != nil {
-			deferred, decided := g.deferred()
-			if d := gd.lane.Pause(deferred, decided); d > 0 {
-				sleep(ctx, d)
-			}
+		if d := gd.lane.pause(g); d > 0 {
+			sleep(ctx, d)
 		}
 		if g.redisWait > 0 {
 			// Give Redis time to come back instead of pulling more jobs only
@@ -102,13 +99,8 @@ type item struct {
 // reservation order.
 func (gd *groupDecider) readGroup(group []jetstream.Msg) []item {
 	items := make([]item, 0, len(group))
-	var last jetstream.Msg // the jobs consumer's furthest delivery
-	var lastSeq uint64
 	for _, m := range group {
 		job, err := readJob(m, gd.cfg)
-		if gd.lane != nil && job.Sequence > lastSeq && m.Headers().Get(fastcopy.Header) == "" && m.Headers().Get(HeaderWoken) == "" {
-			last, lastSeq = m, job.Sequence
-		}
 		if !gd.short.readBefore(m) {
 			gd.rec.arrived(job)
 		}
@@ -125,11 +117,7 @@ func (gd *groupDecider) readGroup(group []jetstream.Msg) []item {
 			items = append(items, item{msg: m, job: job, slot: slot})
 		}
 	}
-	if gd.lane != nil && last != nil {
-		if meta, err := last.Metadata(); err == nil {
-			gd.lane.Observe(lastSeq, meta.NumPending)
-		}
-	}
+	gd.lane.observe(items)
 	sort.SliceStable(items, func(i, j int) bool { return items[i].slot < items[j].slot })
 	return items
 }

@@ -37,6 +37,62 @@ type Lane interface {
 	Copies() jetstream.Consumer
 }
 
+// laneView is what the deciding loop tells the fast lane of each group it
+// reads (observe) and asks it after deciding one (pause). A worker
+// without a lane has noLane, so the loop never asks whether it has one.
+type laneView interface {
+	// observe tells the lane of the jobs consumer's furthest delivery
+	// among items.
+	observe(items []item)
+	// pause is how long the loop waits after group g (Lane.Pause).
+	pause(g decidedGroup) time.Duration
+}
+
+// viewOf is the deciding loop's view of lane, which may be nil.
+func viewOf(lane Lane) laneView {
+	if lane == nil {
+		return noLane{}
+	}
+	return laneSight{lane}
+}
+
+// noLane is the view of a worker without a fast lane: nothing to tell,
+// no pause.
+type noLane struct{}
+
+func (noLane) observe([]item) {}
+
+func (noLane) pause(decidedGroup) time.Duration { return 0 }
+
+// laneSight is the view of a worker's fast lane.
+type laneSight struct{ lane Lane }
+
+// observe tells the lane the stream sequence of the furthest original the
+// jobs consumer delivered in items (not a lane's copy, nor a woken job's,
+// which come from consumers of their own), and the jobs pending after it.
+func (v laneSight) observe(items []item) {
+	var last jetstream.Msg
+	var lastSeq uint64
+	for i := range items {
+		it := &items[i]
+		h := it.msg.Headers()
+		if it.job.Sequence > lastSeq && h.Get(fastcopy.Header) == "" && h.Get(HeaderWoken) == "" {
+			last, lastSeq = it.msg, it.job.Sequence
+		}
+	}
+	if last == nil {
+		return
+	}
+	if meta, err := last.Metadata(); err == nil {
+		v.lane.Observe(lastSeq, meta.NumPending)
+	}
+}
+
+func (v laneSight) pause(g decidedGroup) time.Duration {
+	deferred, decided := g.deferred()
+	return v.lane.Pause(deferred, decided)
+}
+
 // ClaimSettler settles an original delivered after a lane claimed its job
 // for a copy (a Duplicate whose owner is a fast copy): acked once the copy is
 // stored, handed back until then, and run when the lane that claimed it

@@ -17,13 +17,22 @@ type Settler interface {
 	Settle(ctx context.Context, s throttle.Settlement) (throttle.Settled, error)
 }
 
+// ignoredCosts is the Settler of a worker given none: a cost a handler
+// reports is not settled, and the job was charged its Job.Cost.
+type ignoredCosts struct{}
+
+// Settle implements Settler: it applies nothing.
+func (ignoredCosts) Settle(context.Context, throttle.Settlement) (throttle.Settled, error) {
+	return throttle.Settled{}, nil
+}
+
 // costSettler settles the cost a succeeded job reported (SettleCost): one
 // Redis call when it differs from Job.Cost, none otherwise. A debt moves
 // the tenant's reserved slots in Redis (throttle.Settled.Shift): nothing
 // is held in the worker. A settle that fails is logged and counted, never
 // the job's failure: the job ran.
 type costSettler struct {
-	settler Settler // nil: reports are ignored
+	settler Settler // ignoredCosts without a Settler
 	rec     *recorder
 	timeout time.Duration // Config.RedisTimeout
 	log     *slog.Logger
@@ -33,7 +42,7 @@ type costSettler struct {
 // job was admitted (its slot, for the calendar and sliding windows).
 func (c *costSettler) settle(ctx context.Context, job Job, admitted time.Time, cost int64) {
 	charged := max(job.Cost, 1)
-	if cost == charged || c.settler == nil {
+	if cost == charged {
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.timeout)

@@ -80,6 +80,9 @@ func New(p Params) (*Worker, error) {
 	if p.Observer == nil {
 		p.Observer = nopObserver{}
 	}
+	if p.Settler == nil {
+		p.Settler = ignoredCosts{}
+	}
 	pauses := newPauseGate(p.Pauses, p.Unreserver, cfg)
 	w := &Worker{
 		stats: p.Stats,
@@ -107,7 +110,7 @@ func New(p Params) (*Worker, error) {
 	w.runs.costs = &costSettler{settler: p.Settler, rec: rec, timeout: cfg.RedisTimeout, log: cfg.Logger}
 	redis := newRedisHealth(cfg.Logger, cfg.Now, cfg.OnRedisError)
 	w.decider = &groupDecider{throttle: p.Decider, redis: redis, short: short,
-		pauses: pauses, pull: w.pull, lane: p.Lane, obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
+		pauses: pauses, pull: w.pull, lane: viewOf(p.Lane), obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.lifecycle = &lifecycle{pull: w.pull, hand: w.hand, short: short, redis: redis, pauses: pauses, holds: w.holds,
 		caps: w.caps, levels: w.levels, dlq: dlq, defers: w.defers, runs: w.runs, obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
