@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/throttler/throttler/top"
 )
 
 // waitKind is how a job waits.
@@ -211,9 +213,9 @@ func rate(ring *[rateSeconds + 1]int32, sec int64) float64 {
 }
 
 // rows returns a row per tenant with anything to show at now (see visit).
-func (w *waiting) rows(now time.Time, paused func(string) bool) []TopRow {
-	var out []TopRow
-	w.visit(now, paused, func(r *TopRow) { out = append(out, *r) })
+func (w *waiting) rows(now time.Time, paused func(string) bool) []top.Row {
+	var out []top.Row
+	w.visit(now, paused, func(r *top.Row) { out = append(out, *r) })
 	return out
 }
 
@@ -226,8 +228,8 @@ const visitBatch = 1024
 // still (its paused jobs are dropped once it is not: a resume released
 // them). The row is fn's only for the call. The records are read
 // visitBatch at a time, fn called outside the lock.
-func (w *waiting) visit(now time.Time, paused func(string) bool, fn func(*TopRow)) {
-	batch := make([]TopRow, 0, visitBatch)
+func (w *waiting) visit(now time.Time, paused func(string) bool, fn func(*top.Row)) {
+	batch := make([]top.Row, 0, visitBatch)
 	for from := 0; ; from += visitBatch {
 		batch, more := w.visitFrom(from, now, paused, batch[:0])
 		for i := range batch {
@@ -241,19 +243,19 @@ func (w *waiting) visit(now time.Time, paused func(string) bool, fn func(*TopRow
 
 // visitFrom appends to rows the rows of records [from, from+visitBatch),
 // and reports whether records follow.
-func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, rows []TopRow) ([]TopRow, bool) {
+func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, rows []top.Row) ([]top.Row, bool) {
 	sec, ms := now.Unix(), now.UnixMilli()
 	slot := now.Unix() / int64(dlSlot/time.Second)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var r TopRow
+	var r top.Row
 	end := min(from+visitBatch, len(w.recs))
 	for i := from; i < end; i++ {
 		tw := &w.recs[i]
 		if tw.tenant == "" {
 			continue
 		}
-		r = TopRow{Tenant: tw.tenant}
+		r = top.Row{Tenant: tw.tenant}
 		oldest := int64(1<<63 - 1)
 		live := 0
 		stillPaused := -1           // unknown

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/top"
 )
 
 // TestWaitingCountsUntilDue: at fixed times, each kind of deferral counts
@@ -32,8 +33,8 @@ func TestWaitingCountsUntilDue(t *testing.T) {
 	}
 	w.deadLettered("acme", t0)
 	paused := true
-	rows := func(at time.Time) map[string]TopRow {
-		out := map[string]TopRow{}
+	rows := func(at time.Time) map[string]top.Row {
+		out := map[string]top.Row{}
 		for _, r := range w.rows(at, func(string) bool { return paused }) {
 			out[r.Tenant] = r
 		}
@@ -103,47 +104,6 @@ func TestWaitingSqueezesBuckets(t *testing.T) {
 	}
 }
 
-// TestTopRowsRoundTrip: rows encoded into a worker's reply, over several
-// messages, read back the same; a reason's tabs and line breaks cannot
-// break a row.
-func TestTopRowsRoundTrip(t *testing.T) {
-	var rows []TopRow
-	for i := range 20000 {
-		rows = append(rows, TopRow{Tenant: fmt.Sprintf("tenant-%05d", i), Admitted: 1.5, Deferred: float64(i), Naked: 1, Moved: int64(i),
-			Parked: 3, Paused: 4, OldestWait: 12.5, DeadLetters: 2, Binding: "paused: a\treason\nwith breaks"})
-	}
-	chunks := EncodeTopRows("w1", rows)
-	if len(chunks) < 2 {
-		t.Fatalf("%d messages for 20,000 rows, want several under %d bytes each", len(chunks), topChunk)
-	}
-	var back []TopRow
-	for k, c := range chunks {
-		if len(c) > topChunk+1024 {
-			t.Errorf("message %d is %d bytes", k, len(c))
-		}
-		r, err := DecodeTopReply(c)
-		wantParts := 0
-		if k == len(chunks)-1 {
-			wantParts = len(chunks)
-		}
-		if err != nil || r.Worker != "w1" || r.Part != k+1 || r.Parts != wantParts {
-			t.Fatalf("message %d read as %s %d/%d, %v", k, r.Worker, r.Part, r.Parts, err)
-		}
-		back = append(back, r.Rows...)
-	}
-	if len(back) != len(rows) {
-		t.Fatalf("%d rows back, want %d", len(back), len(rows))
-	}
-	want := rows[7]
-	want.Binding = "paused: a reason with breaks"
-	if back[7] != want {
-		t.Fatalf("row 7 back as %+v, want %+v", back[7], want)
-	}
-	if r, err := DecodeTopReply(EncodeTopRows("w2", nil)[0]); err != nil || r.Parts != 1 || len(r.Rows) != 0 {
-		t.Fatalf("an empty reply read as %+v, %v", r, err)
-	}
-}
-
 // BenchmarkTopAnswer100k is what one answer to throttler top costs a
 // worker that knows 100,000 tenants, each with jobs waiting: its rows and
 // their encoding. At one refresh a second, the share of a core it takes
@@ -161,9 +121,9 @@ func BenchmarkTopAnswer100k(b *testing.B) {
 	n := 0
 	for b.Loop() {
 		chunks := 0
-		e := newTopEncoder("w", func([]byte) { chunks++ })
-		w.visit(now, nil, e.add)
-		e.finish()
+		e := top.NewEncoder("w", func([]byte) { chunks++ })
+		w.visit(now, nil, e.Add)
+		e.Finish()
 		if chunks == 0 {
 			b.Fatal("no reply")
 		}

@@ -75,7 +75,7 @@ func TestPauseAcrossWorkers(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "globex's jobs run while acme is paused", func() bool { return s.count("globex") == 10 })
 
 	// Every acme job not run waits paused, as top shows.
-	var row consumer.TopRow
+	var row top.Row
 	testenv.Eventually(t, 10*time.Second, "top showing acme's jobs paused", func() bool {
 		v, err := top.Gather(ctx, e.nc, top.Options{Subject: app.TopSubject(cfg), N: 10})
 		if err != nil || v.Workers != 2 {
@@ -116,17 +116,17 @@ func TestPauseAcrossWorkers(t *testing.T) {
 
 // topRow returns tenant's row of the fleet's top view, and how many
 // workers answered.
-func topRow(ctx context.Context, e *env, cfg *app.Settings, tenant string) (consumer.TopRow, int) {
+func topRow(ctx context.Context, e *env, cfg *app.Settings, tenant string) (top.Row, int) {
 	v, err := top.Gather(ctx, e.nc, top.Options{Subject: app.TopSubject(cfg), N: -1})
 	if err != nil {
-		return consumer.TopRow{}, 0
+		return top.Row{}, 0
 	}
 	for _, r := range v.Rows {
 		if r.Tenant == tenant {
 			return r, v.Workers
 		}
 	}
-	return consumer.TopRow{}, v.Workers
+	return top.Row{}, v.Workers
 }
 
 // TestPauseSurvivesWorkerRestarts: every worker stopped and new ones

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/testenv"
 )
 
@@ -20,14 +19,14 @@ import (
 func BenchmarkGather100k(b *testing.B) {
 	srv := testenv.StartNATS(b, "")
 	const tenants, workers = 100_000, 3
-	rows := make([]consumer.TopRow, tenants)
+	rows := make([]Row, tenants)
 	for i := range rows {
-		rows[i] = consumer.TopRow{Tenant: fmt.Sprintf("tenant-%06d", i), Admitted: 1, Deferred: 2, Naked: int64(i % 7), Moved: int64(i % 100),
+		rows[i] = Row{Tenant: fmt.Sprintf("tenant-%06d", i), Admitted: 1, Deferred: 2, Naked: int64(i % 7), Moved: int64(i % 100),
 			OldestWait: 3.5, Binding: "limit 50/s:100"}
 	}
 	for w := range workers {
 		nc := srv.Connect(b)
-		chunks := consumer.EncodeTopRows(fmt.Sprintf("w%d", w), rows)
+		chunks := EncodeRows(fmt.Sprintf("w%d", w), rows)
 		if _, err := nc.Subscribe("top.test", func(m *nats.Msg) {
 			for _, c := range chunks {
 				_ = nc.Publish(m.Reply, c)

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/throttler/throttler/consumer"
 )
 
 // Options say where to ask and what to keep.
@@ -44,7 +42,7 @@ type View struct {
 	// Rows are the N tenants with the most jobs waiting (then the highest
 	// deferral rate, then by name), each the sum of every worker's row
 	// (OldestWait: the longest; Binding: the busiest worker's).
-	Rows []consumer.TopRow `json:"rows"`
+	Rows []Row `json:"rows"`
 }
 
 // ErrNoWorkers says no worker answered.
@@ -84,7 +82,7 @@ gather:
 	for {
 		select {
 		case m := <-ch:
-			r, err := consumer.DecodeTopReply(m.Data)
+			r, err := DecodeReply(m.Data)
 			if err != nil {
 				badErr = err
 				continue
@@ -118,12 +116,12 @@ gather:
 
 // merged is a tenant's rows added up.
 type merged struct {
-	row  consumer.TopRow
+	row  Row
 	busy float64 // the deferral rate of the worker Binding came from
 }
 
 // add adds one worker's row of a tenant.
-func add(by map[string]*merged, r consumer.TopRow) {
+func add(by map[string]*merged, r Row) {
 	m, ok := by[r.Tenant]
 	if !ok {
 		by[r.Tenant] = &merged{row: r, busy: r.Deferred}
@@ -144,7 +142,7 @@ func add(by map[string]*merged, r consumer.TopRow) {
 
 // view sorts the merged tenants and keeps the first n.
 func view(by map[string]*merged, workers, n int) View {
-	rows := make([]consumer.TopRow, 0, len(by))
+	rows := make([]Row, 0, len(by))
 	for _, m := range by {
 		r := m.row
 		// A worker's negative count (jobs others parked, woken here) is
@@ -152,7 +150,7 @@ func view(by map[string]*merged, workers, n int) View {
 		r.Naked, r.Moved, r.Parked, r.Paused = max(0, r.Naked), max(0, r.Moved), max(0, r.Parked), max(0, r.Paused)
 		rows = append(rows, r)
 	}
-	slices.SortFunc(rows, func(a, b consumer.TopRow) int {
+	slices.SortFunc(rows, func(a, b Row) int {
 		return cmp.Or(cmp.Compare(b.Waiting(), a.Waiting()), cmp.Compare(b.Deferred, a.Deferred), cmp.Compare(a.Tenant, b.Tenant))
 	})
 	v := View{At: time.Now().UTC(), Workers: workers, Tenants: len(rows)}

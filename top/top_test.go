@@ -2,8 +2,6 @@ package top
 
 import (
 	"testing"
-
-	"github.com/throttler/throttler/consumer"
 )
 
 // TestRowsAddUpAcrossWorkers: each tenant's rows from several workers add
@@ -11,7 +9,7 @@ import (
 // the sum), the most waiting come first and More counts the rest.
 func TestRowsAddUpAcrossWorkers(t *testing.T) {
 	by := map[string]*merged{}
-	for _, r := range []consumer.TopRow{
+	for _, r := range []Row{
 		{Tenant: "acme", Admitted: 1, Moved: 10, Paused: 5, OldestWait: 3, Binding: "paused: x"},
 		{Tenant: "acme", Admitted: 2, Moved: 5, Parked: -1, OldestWait: 9, DeadLetters: 1},
 		{Tenant: "globex", Naked: 3, Parked: 2, Deferred: 4, Binding: "limit 5/s"},

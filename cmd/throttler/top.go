@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/top"
 )
@@ -67,7 +66,7 @@ func topCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		enc.SetIndent("", "  ")
 		rows := v.Rows
 		if rows == nil {
-			rows = []consumer.TopRow{}
+			rows = []top.Row{}
 		}
 		if err := enc.Encode(rows); err != nil {
 			return fail(exitFailed, "%v", err)
