@@ -167,24 +167,6 @@ func (p *puller) releaseCredits(n int) {
 	}
 }
 
-// drain returns first together with every message already waiting in msgs,
-// up to FetchBatch, so that they are decided in one round trip.
-func (p *puller) drain(first jetstream.Msg, msgs <-chan jetstream.Msg) []jetstream.Msg {
-	group := []jetstream.Msg{first}
-	for len(group) < p.cfg.FetchBatch {
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				return group
-			}
-			group = append(group, m)
-		default:
-			return group
-		}
-	}
-	return group
-}
-
 // actedOn takes msg off the pulled messages: the worker acts on it now
 // (settles it, defers it or starts it).
 func (p *puller) actedOn(msg jetstream.Msg) { p.pulled.remove(msg) }

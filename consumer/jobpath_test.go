@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -43,8 +42,10 @@ func TestJobPath(t *testing.T) {
 	ctx := context.Background()
 	m := newMsg(1, "jobs.acme")
 	m.log = e.log
-	items := w.decider.readGroup([]jetstream.Msg{m})
-	g := decidedGroup{items: items, idx: []int{0}, results: []throttle.Result{c.result}}
+	r := w.decider.newReader(ctx)
+	r.read(m)
+	g := r.group()
+	g.results = []throttle.Result{c.result}
 	// As Run joins them, in both stages: dispatching, then the defer loop;
 	// only the settled stage hands them the decided job.
 	batches, deferDone := w.defers.startDeferring(ctx)

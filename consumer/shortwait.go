@@ -81,19 +81,15 @@ func slotOf(m jetstream.Msg) (time.Time, bool) {
 	return time.UnixMicro(us), true
 }
 
-// take returns the messages of group to decide now, and keeps the moved
-// copies that came back before their slot (by at most shortWaitMax) until
-// then.
-func (e *shortWait) take(group []jetstream.Msg) []jetstream.Msg {
-	now := e.now()
-	out := group[:0:0]
-	for _, m := range group {
-		slot, ok := slotOf(m)
-		if wait := slot.Sub(now); !ok || wait <= 0 || wait > shortWaitMax || !e.keep(m, wait) {
-			out = append(out, m)
-		}
+// keepEarly keeps m until its slot when it is a moved copy that came
+// back before it (by at most shortWaitMax), and reports whether it did.
+func (e *shortWait) keepEarly(m jetstream.Msg) bool {
+	slot, ok := slotOf(m)
+	if !ok {
+		return false
 	}
-	return out
+	wait := slot.Sub(e.now())
+	return wait > 0 && wait <= shortWaitMax && e.keep(m, wait)
 }
 
 // keep starts the wait of m; false once the short wait has stopped.

@@ -154,10 +154,10 @@ func (w *Worker) ParkedUnder(from time.Time) []string { return w.caps.parked.key
 // too. It returns nil after a clean shutdown.
 //
 // A job passes through stages, each in a file of its own, joined by
-// channels: fetch (fetch.go) → decide (decide.go, on Run's own goroutine)
-// → a decided job's lifecycle (lifecycle.go, its stages in order), which
-// starts handlers (run.go) and hands the jobs that must wait to the defer
-// loop (deferloop.go). Beside them run the keep-alive (keepalive.go), the
+// channels: fetch (fetch.go) → decide (decide.go: groups read one ahead on
+// a goroutine of their own, decided on Run's) → a decided job's lifecycle
+// (lifecycle.go, its stages in order), which starts handlers (run.go) and
+// hands the jobs that must wait to the defer loop (deferloop.go). Beside them run the keep-alive (keepalive.go), the
 // unbundler (unbundle.go) and the fast lane.
 //
 // Shutdown goes in this order, each step waiting for the one before:
