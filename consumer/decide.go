@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,7 +39,8 @@ type groupDecider struct {
 func (gd *groupDecider) decideLoop(ctx context.Context, msgs <-chan jetstream.Msg, decided chan<- decidedGroup) {
 	ready := make(chan struct{}, 1)
 	groups := make(chan decidedGroup, 1)
-	go gd.readLoop(ctx, msgs, ready, groups)
+	gate := &readGate{opened: make(chan struct{}, 1)}
+	go gd.readLoop(ctx, msgs, gate, ready, groups)
 	for {
 		ready <- struct{}{}
 		g, ok := <-groups
@@ -53,24 +55,43 @@ func (gd *groupDecider) decideLoop(ctx context.Context, msgs <-chan jetstream.Ms
 		gd.decide(ctx, &g)
 		decided <- g
 		if d := gd.lane.pause(g); d > 0 {
-			sleep(ctx, d)
+			gate.rest(ctx, d)
 		}
 		if g.redisWait > 0 {
 			// Give Redis time to come back instead of pulling more jobs only
 			// to defer them again.
-			sleep(ctx, g.redisWait)
+			gate.rest(ctx, g.redisWait)
 		}
+	}
+}
+
+// readGate stops the reading while the deciding loop rests (the lane's
+// pause after a flood's group, Redis's backoff), so that a rest leaves the
+// CPU and the pulling alone, as when reading came after it.
+type readGate struct {
+	closed atomic.Bool
+	opened chan struct{} // has a value once the gate opened again
+}
+
+// rest closes the gate for d, or until ctx is cancelled.
+func (g *readGate) rest(ctx context.Context, d time.Duration) {
+	g.closed.Store(true)
+	sleep(ctx, d)
+	g.closed.Store(false)
+	select {
+	case g.opened <- struct{}{}:
+	default: // told already
 	}
 }
 
 // readLoop reads the pulled messages into groups and hands each to
 // decideLoop when it asks (ready), until msgs is closed; then it closes
-// groups. A group takes every message that arrives until it is asked
+// groups. It takes no message while gate is closed. A group takes every message that arrives until it is asked
 // for, up to FetchBatch: as many as waited for the round trip before.
 // Moved copies that came back before their slot, and jobs given a slot
 // close at hand (act), wait in the worker's shortWait and join a group at
 // their slot.
-func (gd *groupDecider) readLoop(ctx context.Context, msgs <-chan jetstream.Msg, ready <-chan struct{}, groups chan<- decidedGroup) {
+func (gd *groupDecider) readLoop(ctx context.Context, msgs <-chan jetstream.Msg, gate *readGate, ready <-chan struct{}, groups chan<- decidedGroup) {
 	defer close(groups)
 	short := gd.short
 	defer func() { gd.pull.handBack(short.stop()) }()
@@ -84,12 +105,14 @@ func (gd *groupDecider) readLoop(ctx context.Context, msgs <-chan jetstream.Msg,
 		}
 	}()
 	for {
-		// Every message already waiting joins the group before it may be
-		// handed over.
-		if !next.takeWaiting(msgs) {
+		in, asked := msgs, ready
+		if gate.closed.Load() {
+			in = nil
+		} else if !next.takeWaiting(msgs) {
+			// Every message already waiting joins the group before it may
+			// be handed over.
 			return
 		}
-		in, asked := msgs, ready
 		if next.credits >= gd.cfg.FetchBatch {
 			in = nil // full: the next messages go to the group after
 		}
@@ -109,6 +132,7 @@ func (gd *groupDecider) readLoop(ctx context.Context, msgs <-chan jetstream.Msg,
 		case <-asked:
 			groups <- next.group()
 			next = gd.newReader(ctx)
+		case <-gate.opened:
 		case <-stopping:
 			// Jobs kept for their slot go back at once: the worker will
 			// not decide them.
