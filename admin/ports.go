@@ -8,6 +8,7 @@ import (
 	"github.com/throttler/throttler/internal/inspect"
 	"github.com/throttler/throttler/internal/rollcall"
 	"github.com/throttler/throttler/throttle"
+	"github.com/throttler/throttler/top"
 )
 
 // The ports below are what the API asks of the fleet. Each is small, so
@@ -39,30 +40,9 @@ type TopView struct {
 	Rows    []TenantRow `json:"rows"`
 }
 
-// TenantRow is one tenant's line of the fleet view; its JSON is that of
-// `throttler top --json`.
-type TenantRow struct {
-	Tenant string `json:"tenant"`
-	// Admitted and Deferred are jobs per second, over the last seconds.
-	Admitted float64 `json:"admitted_per_s"`
-	Deferred float64 `json:"deferred_per_s"`
-	// Jobs waiting, by kind: NAK'd on the consumer, moved off it for a
-	// slot, parked for a lease, paused.
-	Naked  int64 `json:"nakd"`
-	Moved  int64 `json:"moved"`
-	Parked int64 `json:"parked"`
-	Paused int64 `json:"paused"`
-	// OldestWait is the oldest waiting job's wait, in seconds.
-	OldestWait float64 `json:"oldest_wait_s"`
-	// Binding is what holds its jobs: a limit, a cap, a pause, a
-	// downstream's hold.
-	Binding string `json:"held_by,omitempty"`
-	// DeadLetters counts its jobs dead-lettered in the last hour.
-	DeadLetters int64 `json:"dead_letters_1h"`
-}
-
-// Waiting is the row's jobs waiting, of every kind.
-func (r TenantRow) Waiting() int64 { return r.Naked + r.Moved + r.Parked + r.Paused }
+// TenantRow is one tenant's line of the fleet view, every worker's row
+// added up; its JSON is that of `throttler top --json`.
+type TenantRow = top.Row
 
 // Inspector says why one tenant's jobs wait (`throttler inspect`), and
 // what a limit above the tenants holds (`throttler inspect --global`,

@@ -53,13 +53,11 @@ func (f fleetTop) Top(ctx context.Context) (admin.TopView, error) {
 	if err != nil {
 		return admin.TopView{}, err
 	}
-	out := admin.TopView{At: v.At, Workers: v.Workers, Rows: make([]admin.TenantRow, len(v.Rows))}
-	for i, r := range v.Rows {
-		out.Rows[i] = admin.TenantRow{Tenant: r.Tenant, Admitted: r.Admitted, Deferred: r.Deferred,
-			Naked: r.Naked, Moved: r.Moved, Parked: r.Parked, Paused: r.Paused,
-			OldestWait: r.OldestWait, Binding: r.Binding, DeadLetters: r.DeadLetters}
+	rows := v.Rows
+	if rows == nil {
+		rows = []admin.TenantRow{} // "rows": [], never null
 	}
-	return out, nil
+	return admin.TopView{At: v.At, Workers: v.Workers, Rows: rows}, nil
 }
 
 // pauser is the admin API's Pauser.
