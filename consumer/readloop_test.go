@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,18 +74,6 @@ func (e *readLoopEnv) ask() []uint64 {
 	}
 }
 
-func seqsEqual(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestReadLoopGroupsWhatArrivesUntilAsked: a group holds every message
 // that arrived before the deciding loop asked for it, however many times
 // they arrived, in order; what arrives after it was handed over goes to the
@@ -100,13 +89,13 @@ func TestReadLoopGroupsWhatArrivesUntilAsked(t *testing.T) {
 		e.msgs <- newMsg(seq, "jobs.globex")
 	}
 	e.taken("five more taken")
-	if got := e.ask(); !seqsEqual(got, []uint64{1, 2, 3, 4, 5, 6, 7, 8}) {
+	if got := e.ask(); !slices.Equal(got, []uint64{1, 2, 3, 4, 5, 6, 7, 8}) {
 		t.Fatalf("first group %v, want jobs 1 to 8", got)
 	}
 	e.msgs <- newMsg(9, "jobs.acme")
 	e.msgs <- newMsg(10, "jobs.acme")
 	e.taken("two more taken")
-	if got := e.ask(); !seqsEqual(got, []uint64{9, 10}) {
+	if got := e.ask(); !slices.Equal(got, []uint64{9, 10}) {
 		t.Fatalf("second group %v, want jobs 9 and 10", got)
 	}
 }
@@ -124,7 +113,7 @@ func TestReadLoopTakesNothingWhileTheLoopRests(t *testing.T) {
 	if !e.w.decider.short.keep(newMsg(3, "jobs.globex"), time.Millisecond) {
 		t.Fatal("the short wait refused a job")
 	}
-	if got := e.ask(); !seqsEqual(got, []uint64{3}) {
+	if got := e.ask(); !slices.Equal(got, []uint64{3}) {
 		t.Fatalf("group while resting %v, want only job 3 from the short wait", got)
 	}
 	if n := len(e.msgs); n != 2 {
@@ -132,7 +121,7 @@ func TestReadLoopTakesNothingWhileTheLoopRests(t *testing.T) {
 	}
 	e.gate.rest(context.Background(), 0)
 	e.taken("both taken once the gate opened")
-	if got := e.ask(); !seqsEqual(got, []uint64{1, 2}) {
+	if got := e.ask(); !slices.Equal(got, []uint64{1, 2}) {
 		t.Fatalf("group after the rest %v, want jobs 1 and 2", got)
 	}
 }
