@@ -67,10 +67,17 @@ type puller struct {
 	log        *slog.Logger
 }
 
-// newPuller returns a puller of p's consumers with 2×FetchBatch credits,
-// adding to pulled.
+// sidePulls is how many pull loops run beside the jobs consumer's at
+// most: the lane's copies and the woken jobs. Each holds a credit while
+// its pull waits for messages that may not come (up to its expiry), so
+// each has one credit more than the jobs consumer's: with a fetch batch
+// of 1 they would otherwise hold every credit and leave the jobs waiting.
+const sidePulls = 2
+
+// newPuller returns a puller of p's consumers with 2×FetchBatch +
+// sidePulls credits, adding to pulled.
 func newPuller(p Params, cfg Config, pulled *pulledMsgs) *puller {
-	return &puller{cons: p.Consumer, woken: p.Woken, credits: make(chan struct{}, 2*cfg.FetchBatch),
+	return &puller{cons: p.Consumer, woken: p.Woken, credits: make(chan struct{}, 2*cfg.FetchBatch+sidePulls),
 		pulled: pulled, recreate: p.Recreate, cfg: cfg, log: cfg.Logger}
 }
 
@@ -80,9 +87,10 @@ func (p *puller) now() time.Time { return p.cfg.Now() }
 // fetchLoop pulls messages from cons, up to batch at a time, and sends
 // them to msgs until ctx is cancelled; direct, when set, may take a message
 // instead (it reports whether it did). It holds one credit per message
-// pulled and not yet dispatched, at most 2×FetchBatch for all its loops, so
-// the worker never has more than that many messages delivered and
-// undecided: they count against the consumer's MaxAckPending.
+// pulled and not yet dispatched, at most 2×FetchBatch + sidePulls for all
+// its loops, so the worker never has more than that many messages
+// delivered and undecided: they count against the consumer's
+// MaxAckPending.
 func (p *puller) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) error {
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))

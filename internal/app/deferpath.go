@@ -134,7 +134,7 @@ func WorkerConfig(cfg *Settings, log *slog.Logger) consumer.Config {
 		policy = consumer.AllowOnRedisError
 	}
 	// Messages pulled and not yet decided count against MaxAckPending: keep
-	// them (at most 2×FetchBatch per worker) to a quarter of it.
+	// them (at most 2×FetchBatch + 2 per worker) to about a quarter of it.
 	fetch := min(cfg.FetchBatch, max(1, cfg.MaxAckPending/8))
 	return consumer.Config{
 		Tenant:          cfg.TenantFrom,
