@@ -86,11 +86,11 @@ func (g *readGate) rest(ctx context.Context, d time.Duration) {
 
 // readLoop reads the pulled messages into groups and hands each to
 // decideLoop when it asks (ready), until msgs is closed; then it closes
-// groups. It takes no message while gate is closed. A group takes every message that arrives until it is asked
-// for, up to FetchBatch: as many as waited for the round trip before.
-// Moved copies that came back before their slot, and jobs given a slot
-// close at hand (act), wait in the worker's shortWait and join a group at
-// their slot.
+// groups. A group takes every message that arrives until it is asked for,
+// up to FetchBatch: as many as waited for the round trip before. It takes
+// no message while gate is closed. Moved copies that came back before
+// their slot, and jobs given a slot close at hand (act), wait in the
+// worker's shortWait and join a group at their slot.
 func (gd *groupDecider) readLoop(ctx context.Context, msgs <-chan jetstream.Msg, gate *readGate, ready <-chan struct{}, groups chan<- decidedGroup) {
 	defer close(groups)
 	short := gd.short
