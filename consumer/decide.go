@@ -274,7 +274,7 @@ func (r *groupReader) group() decidedGroup {
 		sort.SliceStable(items, func(i, j int) bool { return items[i].slot < items[j].slot })
 	}
 	r.gd.lane.observe(items)
-	g := decidedGroup{items: items, credits: r.credits}
+	g := decidedGroup{items: items, idx: make([]int, 0, len(items)), credits: r.credits}
 	for i := range items {
 		if items[i].asks {
 			g.idx = append(g.idx, i)
