@@ -79,15 +79,16 @@ func capOf(job Job, d throttle.Decision) string {
 	return ""
 }
 
-// park defers a job the Decider told to wait for a lease: it is moved
-// off the consumer, on its own, until it is woken, or until its fallback
-// time (parkFor) if its call is lost.
-func (w *capKeeper) park(it *item, d throttle.Decision) Deferral {
+// take parks a job the Decider told to wait for a lease
+// (throttle.Capped): it is moved off the consumer, on its own, until it
+// is woken, or until its fallback time (parkFor) if its call is lost.
+func (w *capKeeper) take(g *groupActs, it *item, res throttle.Result) bool {
 	w.rec.add(it.job.Tenant, func(s *TenantStats) { s.CapDeferred++ })
-	c := capOf(it.job, d)
+	c := capOf(it.job, res.Decision)
 	w.parked.record(c, w.now())
-	return Deferral{Msg: it.msg, Job: it.job, Wait: w.parkFor(c, d), Park: true,
-		Reason: ParkReason + d.CappedBy}
+	g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: w.parkFor(c, res.Decision), Park: true,
+		Reason: ParkReason + res.CappedBy})
+	return true
 }
 
 // parkFor is how long a parked job stays parked if never woken: twice the

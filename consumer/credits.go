@@ -13,31 +13,38 @@ import (
 // brings them back in order.
 const CreditsReason = "waiting for credits"
 
-// unfunded is the stage of a job its tenant's credits refused
-// (throttle.Unfunded): held back behind a top-up's released jobs, dead
-// -lettered under credits:dlq, or parked until a top-up brings it back.
-// It returns the job's deferral, or false when the job is dead-lettered
-// (it.bad is set).
-func (l *lifecycle) unfunded(it *item, d throttle.Decision) (Deferral, bool) {
+// unfunded is the stage of the jobs their tenant's credits refused
+// (throttle.Unfunded).
+type unfunded struct {
+	rec     *recorder
+	parkFor time.Duration // Config.ParkFor: the fallback of a parked job
+}
+
+// take holds a refused job back behind a top-up's released jobs,
+// dead-letters it under credits:dlq (it.bad), or parks it until a top-up
+// brings it back.
+func (u unfunded) take(g *groupActs, it *item, res throttle.Result) bool {
+	d := res.Decision
 	switch {
 	case d.Wait > 0:
 		// A top-up is bringing the jobs that waited back, in order: this
 		// one comes after them.
-		l.rec.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
-		return Deferral{Msg: it.msg, Job: it.job, Wait: d.Wait,
-			Reason: "credits: the jobs a top-up brought back go first"}, true
+		u.rec.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
+		g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: d.Wait,
+			Reason: "credits: the jobs a top-up brought back go first"})
 	case d.CreditsDeadLetter && !d.Untrusted:
 		// An untrusted balance is Redis', not the tenant's: the job waits
 		// for the operator like any other, rather than go to the dead
 		// letters with every job of the tenant.
 		it.bad = &badJobError{tenant: it.job.Tenant, reason: "credits: " + unfundedReason(it.job, d)}
-		return Deferral{}, false
+	default:
+		u.rec.add(it.job.Tenant, func(s *TenantStats) { s.CreditsWaiting++ })
+		// Parked until a top-up brings it back; the fallback only bounds
+		// the wait of a job a top-up missed (its release failed midway).
+		g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: u.parkFor, Park: true,
+			Reason: CreditsReason + ": " + unfundedReason(it.job, d)})
 	}
-	l.rec.add(it.job.Tenant, func(s *TenantStats) { s.CreditsWaiting++ })
-	// Parked until a top-up brings it back; the fallback only bounds the
-	// wait of a job a top-up missed (its release failed midway).
-	return Deferral{Msg: it.msg, Job: it.job, Wait: l.cfg.ParkFor, Park: true,
-		Reason: CreditsReason + ": " + unfundedReason(it.job, d)}, true
+	return true
 }
 
 // unfundedReason says why credits refused a job, for people.

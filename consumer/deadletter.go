@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/throttler/throttler/subject"
 	tenantpkg "github.com/throttler/throttler/tenant"
+	"github.com/throttler/throttler/throttle"
 )
 
 // deadLetter publishes a job that cannot or must not run to the dead-letter
@@ -111,6 +112,20 @@ func (d *deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant,
 		}
 	}
 	return true, fmt.Errorf("dead-letter to %s, cut to fit: %w", subj, err)
+}
+
+// take marks a job to be dead-lettered after its group (it.bad): one the
+// throttle found invalid (throttle.ErrInvalid), or one over a calendar
+// window that refuses, not defers, the jobs over it (window:N/UNIT:dlq),
+// uncharged.
+func (d *deadLetter) take(_ *groupActs, it *item, res throttle.Result) bool {
+	if res.Err != nil {
+		it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}
+		return true
+	}
+	it.bad = &badJobError{tenant: it.job.Tenant, reason: fmt.Sprintf("over %s: the window resets at %s",
+		res.Binding, d.cfg.Now().Add(res.Wait).UTC().Format(time.RFC3339))}
+	return true
 }
 
 // settleAsync dead-letters msg in its own goroutine.

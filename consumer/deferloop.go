@@ -38,6 +38,26 @@ type deferSettler struct {
 	log      *slog.Logger
 }
 
+// take defers a job the throttle told to wait (throttle.Limited or
+// Reserved, not kept in the worker) until its slot: the defer loop
+// settles it after its group.
+func (s *deferSettler) take(g *groupActs, it *item, res throttle.Result) bool {
+	s.rec.add(it.job.Tenant, func(st *TenantStats) { st.Deferred++ })
+	g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait, Reason: waitReason(res.Decision)})
+	return true
+}
+
+// waitReason says what held a limited job, for HeaderWaitReason.
+func waitReason(d throttle.Decision) string {
+	if d.LevelName != "" {
+		return "shared limit " + d.LevelName
+	}
+	if d.Binding == (throttle.Limit{}) {
+		return "the slot it holds"
+	}
+	return "limit " + d.Binding.String()
+}
+
 // startDeferring settles the deferrals of each batch sent on batches, in
 // order, until batches is closed; done is closed after the last.
 func (s *deferSettler) startDeferring(work context.Context) (batches chan<- deferBatch, done <-chan struct{}) {

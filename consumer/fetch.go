@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/throttle"
 )
 
 // start pulls from the jobs consumer, from the woken jobs' consumer and,
@@ -178,6 +179,13 @@ func (p *puller) releaseCredits(n int) {
 // actedOn takes msg off the pulled messages: the worker acts on it now
 // (settles it, defers it or starts it).
 func (p *puller) actedOn(msg jetstream.Msg) { p.pulled.remove(msg) }
+
+// take hands back a job the throttle did not decide because the worker
+// is stopping and cut the decision short.
+func (p *puller) take(_ *groupActs, it *item, _ throttle.Result) bool {
+	p.handBack([]jetstream.Msg{it.msg})
+	return true
+}
 
 // handBack returns messages that will not be started to JetStream for
 // immediate redelivery.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/throttle"
 )
 
 // Lane lets the jobs of a tenant with nothing queued pass a backlog of
@@ -111,13 +112,11 @@ type laneAdapter struct {
 
 	handlers *sync.WaitGroup // the worker's, waited for before it stops
 	hand     *inHand
-	// start and settle are the worker's: start an admitted job's handler,
-	// settle a message, logging a failure.
-	start  func(ctx, work context.Context, f *flight, job Job)
-	settle func(msg jetstream.Msg, f func(jetstream.Msg) error)
-	rec    *recorder
-	cfg    Config
-	log    *slog.Logger
+	// start is the worker's: start an admitted job's handler.
+	start func(ctx, work context.Context, f *flight, job Job)
+	rec   *recorder
+	cfg   Config
+	log   *slog.Logger
 }
 
 // startLane runs the worker's lane, if it has one, until ctx is
@@ -157,13 +156,20 @@ func (l *laneAdapter) startPreAdmitted(ctx, work context.Context, msg jetstream.
 // before it is decided again, when the worker has no ClaimSettler.
 const claimRecheck = time.Second
 
+// take settles an original whose job the lane claimed for its copy
+// (throttle.Duplicate, owned by a fast copy): the lane runs the job.
+func (l *laneAdapter) take(g *groupActs, it *item, _ throttle.Result) bool {
+	l.settleClaimed(g.work, it.msg, it.job)
+	return true
+}
+
 // settleClaimed settles an original whose job a lane claimed for its copy
 // with the ClaimSettler, in its own goroutine (it asks the stream whether
 // the copy is stored). Without one, it hands the job back to be decided
 // again, until the claim expires.
 func (l *laneAdapter) settleClaimed(work context.Context, msg jetstream.Msg, job Job) {
 	if l.claims == nil {
-		l.settle(msg, func(m jetstream.Msg) error { return m.NakWithDelay(claimRecheck) })
+		settleOrLog(l.log, msg, func(m jetstream.Msg) error { return m.NakWithDelay(claimRecheck) })
 		return
 	}
 	l.handlers.Add(1)

@@ -59,13 +59,15 @@ type levelKeeper struct {
 	handlers *sync.WaitGroup // the worker's: a wake is waited for as a handler
 }
 
-// park defers a job a level queued: moved off the consumer until woken,
-// or until ParkFor if its call is lost.
-func (k *levelKeeper) park(it *item, d throttle.Decision) Deferral {
+// take parks a job a level queued (throttle.Queued): moved off the
+// consumer until woken in its turn, or until ParkFor if its call is lost.
+func (k *levelKeeper) take(g *groupActs, it *item, res throttle.Result) bool {
+	name := res.LevelName
 	k.rec.add(it.job.Tenant, func(s *TenantStats) { s.LevelQueued++ })
-	k.parked.record(d.LevelName, k.cfg.Now())
-	k.counts.add(d.LevelName, func(s *LevelStats) { s.Queued++ })
-	return Deferral{Msg: it.msg, Job: it.job, Wait: k.cfg.ParkFor, Park: true, Reason: LevelReason + d.LevelName}
+	k.parked.record(name, k.cfg.Now())
+	k.counts.add(name, func(s *LevelStats) { s.Queued++ })
+	g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: k.cfg.ParkFor, Park: true, Reason: LevelReason + name})
+	return true
 }
 
 // wake brings back each job whose turn came, in goroutines of its own. A

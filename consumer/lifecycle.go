@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
 	"sync/atomic"
@@ -15,52 +14,130 @@ import (
 )
 
 // lifecycle takes each decided job through the rest of its life, in one
-// place: the stages it passes, in their order, each a call into the
-// component that owns that stage's state. Adding a stage is adding a
-// component and a line here.
+// place: the stages it passes, in their order. Each stage is the
+// component that owns its state; adding one is adding a component and a
+// line to stagesInOrder.
 //
-// For a job the throttle decided (act):
+// A decided job ends its decision at the first stage that takes it
+// (stagesInOrder): claimed by the fast lane, a duplicate, parked (capped,
+// queued under a level, unfunded), admitted, dead-lettered, kept for a
+// slot close at hand, deferred until its slot, or, not decided, handed
+// back or put off by the Redis error policy. A job whose tenant is paused
+// was not decided: deferred as paused (pauseGate).
 //
-//  1. claimed by the fast lane?  the lane settles it (laneAdapter)
-//  2. a duplicate?               acked unrun (settle)
-//  3. capped?                    parked until woken (capKeeper.park)
-//     queued under a level?      parked until its turn (levelKeeper.park)
-//     unfunded?                  parked for a top-up, or a dead letter
-//  4. rate: admitted?            a flight, started below
-//     slot close at hand?        kept for it in the worker (shortWait)
-//     else                       deferred until its slot (deferSettler)
-//  5. bad?                       dead-lettered (deadLetter)
-//  6. not decided: stopping?     handed back (puller.handBack)
-//     Redis failed?              admitted or put off by policy (redisHealth)
+// An admitted job then waits for a handler slot (start), and:
 //
-// A job whose tenant is paused was not decided: deferred as paused
-// (pauseGate). An admitted job waits for a handler slot (start), then:
-//
-//  7. paused since?              deferred as paused (deferSettler)
-//  8. held since?                deferred until the hold ends (deferSettler)
-//  9. run                        the handler, then ack, retry, hold off or
+//  1. paused since?   deferred as paused (deferSettler)
+//  2. held since?     deferred until the hold ends (deferSettler)
+//  3. run             the handler, then ack, retry, hold off or
 //     dead-letter (handlerRunner)
-//  10. leases given back         the jobs whose turn that makes woken (capKeeper)
+//  4. leases given back, and the jobs whose turn that makes woken (capKeeper)
 //
 // Every deferral is settled by the defer loop (deferSettler): NAK, move
 // or park. Every count goes to the recorder.
 type lifecycle struct {
+	stages []step           // a decided job's stages, in their order (stagesInOrder)
 	pull   *puller          // the pulled messages, and handing back (fetch.go)
 	hand   *inHand          // the flights, kept alive (keepalive.go)
-	short  *shortWait       // jobs kept for a slot close at hand (shortwait.go)
 	redis  *redisHealth     // Redis answering decisions (redishealth.go)
 	pauses *pauseGate       // paused tenants (pause.go)
 	holds  *downstreamHolds // held tenants (holds.go)
-	caps   *capKeeper       // parking, leases, wakes (caps.go)
+	caps   *capKeeper       // leases given back, wakes (caps.go)
 	levels *levelKeeper     // turns under shared levels (levels.go)
 	dlq    *deadLetter      // dead letters (deadletter.go)
 	defers *deferSettler    // deferrals settled (deferloop.go)
 	runs   *handlerRunner   // handlers run, and their jobs settled (run.go)
-	fast   *laneAdapter     // the fast lane's claims (lane.go)
-	obs    Observer
 	rec    *recorder
 	cfg    Config
 	log    *slog.Logger
+}
+
+// A stage is one of the steps a decided job can end its decision at, the
+// component that owns its state: take acts on the job (parks, defers,
+// admits, dead-letters or hands it back), noting in g what the group must
+// do after its last job. It may decline the job (false): the next stage
+// whose condition the job meets is asked.
+type stage interface {
+	take(g *groupActs, it *item, res throttle.Result) bool
+}
+
+// step is a stage and the results it is asked about.
+type step struct {
+	when  func(g *groupActs, res throttle.Result) bool
+	stage stage
+}
+
+// stagesInOrder lists the stages a decided job can end its decision at,
+// in the order they are asked: the first whose condition the job meets
+// and that takes it settles its fate. The conditions are here, not in the
+// components, so that a job enters only the files of its own stages.
+func stagesInOrder(fast *laneAdapter, dups duplicates, caps *capKeeper, levels *levelKeeper, credits unfunded,
+	runs *handlerRunner, dlq *deadLetter, short *shortWait, defers *deferSettler, pull *puller, redis *redisHealth) []step {
+	return []step{
+		{laneClaim, fast},                   // claimed by the fast lane for its copy: the lane settles it (lane.go)
+		{decidedAs(throttle.Duplicate), dups},   // another incarnation of this moved job ran: acked unrun (duplicate.go)
+		{decidedAs(throttle.Capped), caps},      // capped: parked until woken for a lease (caps.go)
+		{decidedAs(throttle.Queued), levels},    // queued under a shared level: parked until its turn (levels.go)
+		{decidedAs(throttle.Unfunded), credits}, // unfunded: parked for a top-up, or a dead letter (credits.go)
+		{decidedAs(throttle.Admitted), runs},    // admitted: started after the group (run.go)
+		{refused, dlq},                          // invalid, or over a window that refuses: dead-lettered (deadletter.go)
+		{decidedAs(throttle.Reserved), short},   // its slot close at hand: kept in the worker for it (shortwait.go)
+		{decided, defers},                       // limited: deferred until its slot (deferloop.go)
+		{stopping, pull},                        // not decided, the worker stopping: handed back (fetch.go)
+		{notDecided, redis},                     // not decided, Redis failed: admitted or put off by policy (redishealth.go)
+	}
+}
+
+// groupActs is what a decided group's stages leave to be done after its
+// last job: the jobs to defer and to start, and Redis's failures.
+type groupActs struct {
+	ctx  context.Context // stops the pulling: done once the worker is stopping
+	work context.Context // stops the settling, after the shutdown timeout
+	// redisWait is how long the jobs Redis failed for are put off
+	// (decidedGroup.redisWait).
+	redisWait time.Duration
+
+	deferrals   []Deferral // the jobs to defer, in the group's order
+	admitted    []*item    // the jobs to start after the group
+	redisFailed int        // jobs Redis failed to decide
+	redisErr    error      // the first such failure
+}
+
+// decidedAs is the condition of the results the throttle decided with
+// outcome o.
+func decidedAs(o throttle.Outcome) func(*groupActs, throttle.Result) bool {
+	return func(_ *groupActs, res throttle.Result) bool { return res.Err == nil && res.Outcome == o }
+}
+
+// laneClaim: the job is a duplicate whose owner is a fast lane's copy.
+func laneClaim(_ *groupActs, res throttle.Result) bool {
+	return res.Err == nil && res.Outcome == throttle.Duplicate && fastcopy.IsCopy(res.Owner)
+}
+
+// refused: the throttle found the job invalid, or it is over a calendar
+// window that refuses, not defers, the jobs over it (window:N/UNIT:dlq).
+func refused(_ *groupActs, res throttle.Result) bool {
+	if res.Err != nil {
+		return errors.Is(res.Err, throttle.ErrInvalid)
+	}
+	return res.Outcome == throttle.Limited && res.Binding.DeadLetter
+}
+
+// decided: the throttle answered for the job.
+func decided(_ *groupActs, res throttle.Result) bool { return res.Err == nil }
+
+// stopping: the worker is stopping and cut the job's decision short.
+func stopping(g *groupActs, res throttle.Result) bool { return res.Err != nil && g.ctx.Err() != nil }
+
+// notDecided: Redis failed to decide the job.
+func notDecided(_ *groupActs, res throttle.Result) bool { return res.Err != nil }
+
+// settleOrLog settles msg with f. A failure is logged: the message stays
+// pending and JetStream redelivers it after AckWait.
+func settleOrLog(log *slog.Logger, msg jetstream.Msg, f func(jetstream.Msg) error) {
+	if err := f(msg); err != nil {
+		log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", msg.Subject(), "err", err)
+	}
 }
 
 // startDispatching acts on each group sent on decided, in order, until
@@ -91,86 +168,33 @@ func (l *lifecycle) startDispatching(ctx, work context.Context, batches chan<- d
 // lifecycle). It returns the group's batch for the defer loop: the jobs
 // to defer, decided ones in slot order then paused ones, the paused ones'
 // slots to give up, and the group's credits.
-func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) deferBatch {
-	items := g.items
+func (l *lifecycle) act(ctx, workCtx context.Context, dg decidedGroup) deferBatch {
+	items := dg.items
 	for _, it := range items {
 		l.pull.actedOn(it.msg) // settled below, or a flight
 	}
-	var deferrals []Deferral
-	// Admitted jobs are started after the loop, taking the tenants in turn.
-	var admitted []*item
-	var (
-		redisFailed int   // jobs Redis failed to decide
-		redisErr    error // the first such failure
-	)
+	g := &groupActs{ctx: ctx, work: workCtx, redisWait: dg.redisWait}
 	var wake, called []throttle.Waiter
-	for k, i := range g.idx {
+	for k, i := range dg.idx {
 		it := &items[i]
-		res := g.results[k]
+		res := dg.results[k]
 		wake = append(wake, res.Wake...)
 		called = append(called, res.Called...)
 		if res.Err == nil && res.LevelName != "" {
 			l.levels.decided(res.Decision)
 		}
 		l.rec.add(it.job.Tenant, func(s *TenantStats) { s.RedisCalls++ })
-		switch {
-		case res.Err == nil && res.Outcome == throttle.Duplicate && fastcopy.IsCopy(res.Owner):
-			// 1. The fast lane claimed this job for its copy.
-			l.fast.settleClaimed(workCtx, it.msg, it.job)
-		case res.Err == nil && res.Outcome == throttle.Duplicate:
-			// 2. Another incarnation of this moved job already ran.
-			l.duplicate(it, res.Owner)
-		case res.Err == nil && res.Outcome == throttle.Capped:
-			// 3.
-			deferrals = append(deferrals, l.caps.park(it, res.Decision))
-		case res.Err == nil && res.Outcome == throttle.Queued:
-			// 3c. Waiting for its turn under a shared level (levels.go).
-			deferrals = append(deferrals, l.levels.park(it, res.Decision))
-		case res.Err == nil && res.Outcome == throttle.Unfunded:
-			// 3b. Its tenant's credits cannot cover it (credits.go).
-			if d, ok := l.unfunded(it, res.Decision); ok {
-				deferrals = append(deferrals, d)
-			}
-		case res.Err == nil && res.Outcome == throttle.Admitted:
-			// 4.
-			if res.ShadowWait > 0 || res.ShadowUnfunded {
-				l.rec.add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
-			}
-			admitted = append(admitted, it) // its leases noted when decided
-		case res.Err == nil && res.Outcome == throttle.Limited && res.Binding.DeadLetter:
-			// 5. Over a calendar window that refuses, not defers, the jobs
-			// over it (window:N/UNIT:dlq): dead-lettered, uncharged.
-			it.bad = &badJobError{tenant: it.job.Tenant, reason: fmt.Sprintf("over %s: the window resets at %s",
-				res.Binding, l.cfg.Now().Add(res.Wait).UTC().Format(time.RFC3339))}
-		case res.Err == nil && l.short.keepReserved(it.msg, res.Decision):
-			// 4. Its slot is close: it waits in the worker, not in NATS.
-			l.rec.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
-			l.obs.ObserveThrottleWait(res.Wait)
-		case res.Err == nil:
-			// 4.
-			l.rec.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
-			deferrals = append(deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: res.Wait, Reason: waitReason(res.Decision)})
-		case errors.Is(res.Err, throttle.ErrInvalid):
-			// 5., below.
-			it.bad = &badJobError{tenant: it.job.Tenant, reason: res.Err.Error()}
-		case ctx.Err() != nil:
-			// 6. The worker is stopping and cut the decision short.
-			l.pull.handBack([]jetstream.Msg{it.msg})
-		default:
-			// 6.
-			if redisErr == nil {
-				redisErr = res.Err
-			}
-			redisFailed++
-			if l.redisFailed(it, res.Err, g.redisWait) {
-				admitted = append(admitted, it)
+		for _, s := range l.stages {
+			if s.when(g, res) && s.stage.take(g, it, res) {
+				break
 			}
 		}
 	}
-	if redisFailed > 0 || g.redisBack {
+	if g.redisFailed > 0 || dg.redisBack {
 		// One line when Redis starts failing, then a summary now and then.
-		l.redis.dispatched(g.redisBack, redisFailed, redisErr, g.redisWait)
+		l.redis.dispatched(dg.redisBack, g.redisFailed, g.redisErr, dg.redisWait)
 	}
+	deferrals := g.deferrals
 	var unreserve []throttle.Slot
 	for i := range items {
 		if it := &items[i]; it.paused != nil {
@@ -182,13 +206,12 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) deferBatch
 	}
 	for _, it := range items {
 		if it.bad != nil {
-			// 5.
 			l.dlq.settleAsync(workCtx, it.msg, it.job.ID, it.bad.tenant, it.bad.reason, 0)
 		}
 	}
 	// Every admitted job is a flight, kept alive, from now: the later ones
 	// may wait long for a slot while long jobs run.
-	order := tenantsInTurn(admitted)
+	order := tenantsInTurn(g.admitted)
 	flights := make([]*flight, len(order))
 	now := l.cfg.Now()
 	for i, it := range order {
@@ -207,12 +230,12 @@ func (l *lifecycle) act(ctx, workCtx context.Context, g decidedGroup) deferBatch
 	for i, it := range order {
 		l.start(ctx, workCtx, flights[i], it.job)
 	}
-	return deferBatch{deferrals: deferrals, unreserve: unreserve, credits: g.credits}
+	return deferBatch{deferrals: deferrals, unreserve: unreserve, credits: dg.credits}
 }
 
 // start runs the handler of an admitted job, its flight f already in
 // flight, in its own goroutine once one of the Concurrency slots is free,
-// holding the slot until the job is settled (stages 7 to 10). If the
+// holding the slot until the job is settled (stages 1 to 4 of lifecycle). If the
 // worker stops first, the job is handed back.
 func (l *lifecycle) start(ctx, workCtx context.Context, f *flight, job Job) {
 	select {
@@ -232,54 +255,31 @@ func (l *lifecycle) start(ctx, workCtx context.Context, f *flight, job Job) {
 		defer func() { <-l.runs.slots }()
 		defer l.hand.flights.Delete(f)
 		if len(f.leases) > 0 {
-			defer l.caps.finishLeases(workCtx, f, job.Tenant) // 10.
+			defer l.caps.finishLeases(workCtx, f, job.Tenant) // 4.
 		}
 		if l.stoppedSince(workCtx, f, job) {
 			return
 		}
-		l.runs.run(workCtx, f, job) // 9.
+		l.runs.run(workCtx, f, job) // 3.
 	}()
 }
 
 // stoppedSince defers job, admitted, if its tenant was paused or held
-// since (stages 7 and 8), and reports whether it did. Its deferrals stay
+// since (stages 1 and 2), and reports whether it did. Its deferrals stay
 // in its own frame, not the handler goroutine's: that goroutine starts on
 // a small stack, and the handler and the ack must not have to grow it.
 func (l *lifecycle) stoppedSince(workCtx context.Context, f *flight, job Job) bool {
 	if d, paused := l.pauses.pausedNow(job); paused {
-		// 7. Admitted before an operator paused its tenant.
+		// 1. Admitted before an operator paused its tenant.
 		l.defers.waitOutPause(workCtx, f, job, d)
 		return true
 	}
 	if until, held := l.holds.after(job.Tenant, l.cfg.Now()); held {
-		// 8. Admitted before its downstream asked to wait.
+		// 2. Admitted before its downstream asked to wait.
 		l.rec.add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })
 		l.defers.waitOutHold(workCtx, f, job, until)
 		return true
 	}
-	return false
-}
-
-// duplicate acks, unrun, a job another incarnation of which ran (owner).
-func (l *lifecycle) duplicate(it *item, owner int64) {
-	l.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
-		"incarnation", incarnation(it.job), "moves", it.job.Deferrals, "owner", owner)
-	l.rec.add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
-	l.settle(it.msg, func(m jetstream.Msg) error { return m.Ack() })
-}
-
-// redisFailed applies the Redis error policy to a job Redis failed to
-// decide (err) while the worker runs: it reports true to admit it
-// (AllowOnRedisError), else puts it off by wait, which decide set.
-func (l *lifecycle) redisFailed(it *item, err error, wait time.Duration) (admit bool) {
-	l.rec.add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
-	if l.cfg.OnRedisError == AllowOnRedisError {
-		l.log.Debug("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", err)
-		l.rec.add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
-		return true
-	}
-	l.log.Debug("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", wait, "err", err)
-	l.settle(it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
 	return false
 }
 
@@ -290,25 +290,6 @@ func (l *lifecycle) pausedDeferral(it *item, d Deferral) Deferral {
 	l.rec.add(it.job.Tenant, func(s *TenantStats) { s.Paused++ })
 	d.Msg, d.Job = it.msg, it.job
 	return d
-}
-
-// settle settles msg with f. A failure is logged: the message stays pending
-// and JetStream redelivers it after AckWait.
-func (l *lifecycle) settle(msg jetstream.Msg, f func(jetstream.Msg) error) {
-	if err := f(msg); err != nil {
-		l.log.Warn("settling a message failed; JetStream redelivers it after AckWait", "subject", msg.Subject(), "err", err)
-	}
-}
-
-// waitReason says what held a limited job, for HeaderWaitReason.
-func waitReason(d throttle.Decision) string {
-	if d.LevelName != "" {
-		return "shared limit " + d.LevelName
-	}
-	if d.Binding == (throttle.Limit{}) {
-		return "the slot it holds"
-	}
-	return "limit " + d.Binding.String()
 }
 
 // tenantsInTurn orders a group's admitted jobs so that the tenants take

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/throttle"
 )
 
 // redisHealth is what the worker knows of Redis answering its decisions:
@@ -14,6 +16,7 @@ type redisHealth struct {
 	log    *slog.Logger
 	now    func() time.Time
 	policy RedisErrorPolicy
+	rec    *recorder
 
 	backoff  *backoff.ExponentialBackOff // deciding loop only
 	down     time.Time                   // when Redis began failing, zero while it answers; deciding loop only
@@ -32,12 +35,12 @@ const redisSummaryEvery = 30 * time.Second
 const maxRedisBackoff = 2 * time.Second
 
 // newRedisHealth returns a redisHealth for a Redis that answers.
-func newRedisHealth(log *slog.Logger, now func() time.Time, policy RedisErrorPolicy) *redisHealth {
+func newRedisHealth(log *slog.Logger, now func() time.Time, policy RedisErrorPolicy, rec *recorder) *redisHealth {
 	// Options, not fields set afterwards: NewExponentialBackOff resets
 	// the current interval to the initial one it is given.
 	rb := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(maxRedisBackoff), backoff.WithMaxElapsedTime(0))
-	return &redisHealth{log: log, now: now, policy: policy, backoff: rb}
+	return &redisHealth{log: log, now: now, policy: policy, rec: rec, backoff: rb}
 }
 
 // decided records whether Redis failed a batch's decision. It returns how
@@ -60,6 +63,26 @@ func (h *redisHealth) decided(failed bool) (wait time.Duration, back bool) {
 		h.down = h.now()
 	}
 	return wait, back
+}
+
+// take applies the Redis error policy to a job Redis failed to decide
+// while the worker runs: admitted (AllowOnRedisError), else put off by
+// g.redisWait, which the deciding loop set. Dispatch only.
+func (h *redisHealth) take(g *groupActs, it *item, res throttle.Result) bool {
+	if g.redisErr == nil {
+		g.redisErr = res.Err
+	}
+	g.redisFailed++
+	h.rec.add(it.job.Tenant, func(s *TenantStats) { s.RedisErrors++ })
+	if h.policy == AllowOnRedisError {
+		h.log.Debug("redis failed; admitting job by policy", "tenant", it.job.Tenant, "job", it.job.ID, "err", res.Err)
+		h.rec.add(it.job.Tenant, func(s *TenantStats) { s.AllowedOnRedisError++ })
+		g.admitted = append(g.admitted, it)
+		return true
+	}
+	h.log.Debug("redis failed; deferring job", "tenant", it.job.Tenant, "job", it.job.ID, "retry_in", g.redisWait, "err", res.Err)
+	settleOrLog(h.log, it.msg, func(m jetstream.Msg) error { return m.NakWithDelay(g.redisWait) })
+	return true
 }
 
 // dispatched sums up what the policy did with the jobs of a batch Redis

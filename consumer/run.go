@@ -39,6 +39,18 @@ type handlerRunner struct {
 	log       *slog.Logger
 }
 
+// take admits a job the throttle admitted (throttle.Admitted): it is
+// started after its group, its tenant taking turns with the others
+// (tenantsInTurn). A job of a tenant in shadow mode that enforcing would
+// have held back is counted.
+func (r *handlerRunner) take(g *groupActs, it *item, res throttle.Result) bool {
+	if res.ShadowWait > 0 || res.ShadowUnfunded {
+		r.rec.add(it.job.Tenant, func(s *TenantStats) { s.ShadowLimited++; s.ShadowWait += res.ShadowWait })
+	}
+	g.admitted = append(g.admitted, it) // its leases noted when decided
+	return true
+}
+
 // run calls the handler, keeps the job alive while it runs, and settles it.
 // A job that succeeded has the cost it reported settled before it is
 // acked: a worker that dies in between leaves it to be delivered again,

@@ -32,7 +32,7 @@ const shortWaitCap = NakedPerWorker
 
 // shortWait is the short wait: it keeps in the worker the moved copies that
 // come back before their slot, and the jobs given a slot close at hand
-// (keepReserved), until the slot, then hands them to the deciding loop
+// (take), until the slot, then hands them to the deciding loop
 // (due, Ready), which decides them then: admitted through their
 // reservation, without a second charge and without a third delivery.
 // Deciding them at once instead would defer them again for the rest of the
@@ -40,20 +40,22 @@ const shortWaitCap = NakedPerWorker
 // the pulled messages, which keeps it alive.
 type shortWait struct {
 	now    func() time.Time
-	within time.Duration // Config.ShortWait: the furthest slot keepReserved keeps a job for
+	within time.Duration // Config.ShortWait: the furthest slot take keeps a job for
 	pulled *pulledMsgs   // the worker's pulled messages, which a kept job joins
+	rec    *recorder
+	obs    Observer
 	// due has a value when ready holds jobs whose slot has come.
 	due chan struct{}
 
 	mu       sync.Mutex
 	stopped  bool
 	timers   map[jetstream.Msg]*time.Timer
-	reserved int // jobs kept by keepReserved
+	reserved int // jobs kept by take
 	// again holds the messages kept since they were last decided: decided
 	// again, they are not fresh (they hold their reservation).
 	again map[jetstream.Msg]struct{}
 	// read holds the jobs kept for their slot once decided
-	// (keepReserved): read again, they are no new delivery.
+	// (take): read again, they are no new delivery.
 	read    map[jetstream.Msg]struct{}
 	ready   []jetstream.Msg
 	waiting sync.WaitGroup // one per job kept and not yet ready or stopped
@@ -61,8 +63,8 @@ type shortWait struct {
 
 // newShortWait returns an empty short wait reading the time with cfg.Now,
 // whose kept jobs join pulled.
-func newShortWait(cfg Config, pulled *pulledMsgs) *shortWait {
-	return &shortWait{now: cfg.Now, within: cfg.ShortWait, pulled: pulled, due: make(chan struct{}, 1),
+func newShortWait(cfg Config, pulled *pulledMsgs, rec *recorder, obs Observer) *shortWait {
+	return &shortWait{now: cfg.Now, within: cfg.ShortWait, pulled: pulled, rec: rec, obs: obs, due: make(chan struct{}, 1),
 		timers: map[jetstream.Msg]*time.Timer{}, again: map[jetstream.Msg]struct{}{},
 		read: map[jetstream.Msg]struct{}{}}
 }
@@ -184,20 +186,23 @@ func (e *shortWait) stop() []jetstream.Msg {
 	return left
 }
 
-// keepReserved keeps a job given a slot close at hand (Reserved, within
+// take keeps a job given a slot close at hand (Reserved, within
 // Config.ShortWait) in the worker until the slot, when it is decided again
 // and admitted through its reservation, instead of deferring it: NATS would
 // bring it back late (a NAK past 1,024 pending messages, or a move behind
 // the stream's backlog), and late jobs run together with those on time. It
-// keeps at most shortWaitCap so at once; it reports whether it kept the job.
-func (e *shortWait) keepReserved(msg jetstream.Msg, d throttle.Decision) bool {
-	if d.Outcome != throttle.Reserved || d.Wait <= 0 || d.Wait > e.within {
+// keeps at most shortWaitCap so at once; a job it does not keep is
+// deferred as usual (deferSettler.take).
+func (e *shortWait) take(_ *groupActs, it *item, res throttle.Result) bool {
+	if res.Wait <= 0 || res.Wait > e.within {
 		return false
 	}
-	e.pulled.add(msg, e.now()) // kept alive while it waits
-	if !e.keepAs(msg, d.Wait, true) {
-		e.pulled.remove(msg)
-		return false // full, or the worker is stopping: deferred as usual
+	e.pulled.add(it.msg, e.now()) // kept alive while it waits
+	if !e.keepAs(it.msg, res.Wait, true) {
+		e.pulled.remove(it.msg)
+		return false // full, or the worker is stopping
 	}
+	e.rec.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
+	e.obs.ObserveThrottleWait(res.Wait)
 	return true
 }

@@ -94,7 +94,7 @@ func New(p Params) (*Worker, error) {
 	w.runs = &handlerRunner{handler: p.Handler, failures: p.Failures, slots: make(chan struct{}, cfg.Concurrency), hand: w.hand,
 		obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.pull = newPuller(p, cfg, &w.hand.pulled)
-	short := newShortWait(cfg, &w.hand.pulled)
+	short := newShortWait(cfg, &w.hand.pulled, rec, p.Observer)
 	w.caps = &capKeeper{leases: p.Leases, waker: p.Waker, cfg: cfg, log: cfg.Logger, rec: rec,
 		handlers: &w.runs.handlers, inflight: &w.hand.flights}
 	w.levels = &levelKeeper{poker: p.Levels, waker: p.Waker, cfg: cfg, log: cfg.Logger, rec: rec, handlers: &w.runs.handlers}
@@ -108,14 +108,15 @@ func New(p Params) (*Worker, error) {
 		rec: rec, cfg: cfg, log: cfg.Logger}
 	w.runs.defers, w.runs.dlq = w.defers, dlq
 	w.runs.costs = &costSettler{settler: p.Settler, rec: rec, timeout: cfg.RedisTimeout, log: cfg.Logger}
-	redis := newRedisHealth(cfg.Logger, cfg.Now, cfg.OnRedisError)
+	redis := newRedisHealth(cfg.Logger, cfg.Now, cfg.OnRedisError, rec)
 	w.decider = &groupDecider{throttle: p.Decider, redis: redis, short: short,
 		pauses: pauses, pull: w.pull, lane: viewOf(p.Lane), obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
-	w.lifecycle = &lifecycle{pull: w.pull, hand: w.hand, short: short, redis: redis, pauses: pauses, holds: w.holds,
-		caps: w.caps, levels: w.levels, dlq: dlq, defers: w.defers, runs: w.runs, obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
+	w.lifecycle = &lifecycle{pull: w.pull, hand: w.hand, redis: redis, pauses: pauses, holds: w.holds,
+		caps: w.caps, levels: w.levels, dlq: dlq, defers: w.defers, runs: w.runs, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
-		hand: w.hand, start: w.lifecycle.start, settle: w.lifecycle.settle, rec: rec, cfg: cfg, log: cfg.Logger}
-	w.lifecycle.fast = w.fast
+		hand: w.hand, start: w.lifecycle.start, rec: rec, cfg: cfg, log: cfg.Logger}
+	w.lifecycle.stages = stagesInOrder(w.fast, duplicates{rec: rec, log: cfg.Logger}, w.caps, w.levels,
+		unfunded{rec: rec, parkFor: cfg.ParkFor}, w.runs, dlq, short, w.defers, w.pull, redis)
 	return w, nil
 }
 

@@ -1,0 +1,24 @@
+package consumer
+
+import (
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/throttler/throttler/throttle"
+)
+
+// duplicates is the stage of a moved job another incarnation of which
+// already ran (throttle.Duplicate, not the lane's claim): it is acked
+// unrun.
+type duplicates struct {
+	rec *recorder
+	log *slog.Logger
+}
+
+func (d duplicates) take(_ *groupActs, it *item, res throttle.Result) bool {
+	d.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
+		"incarnation", incarnation(it.job), "moves", it.job.Deferrals, "owner", res.Owner)
+	d.rec.add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
+	settleOrLog(d.log, it.msg, func(m jetstream.Msg) error { return m.Ack() })
+	return true
+}
