@@ -74,7 +74,7 @@ type step struct {
 func stagesInOrder(fast *laneAdapter, dups duplicates, caps *capKeeper, levels *levelKeeper, credits unfunded,
 	runs *handlerRunner, dlq *deadLetter, short *shortWait, defers *deferSettler, pull *puller, redis *redisHealth) []step {
 	return []step{
-		{laneClaim, fast},                   // claimed by the fast lane for its copy: the lane settles it (lane.go)
+		{laneClaim, fast},                       // claimed by the fast lane for its copy: the lane settles it (lane.go)
 		{decidedAs(throttle.Duplicate), dups},   // another incarnation of this moved job ran: acked unrun (duplicate.go)
 		{decidedAs(throttle.Capped), caps},      // capped: parked until woken for a lease (caps.go)
 		{decidedAs(throttle.Queued), levels},    // queued under a shared level: parked until its turn (levels.go)
