@@ -89,15 +89,14 @@ func (a *AckPending) Run(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// startAckPending runs the worker's AckPending, if it has one, until ctx
-// is cancelled.
-func (l *laneAdapter) startAckPending(ctx context.Context) {
-	if l.ackPending == nil {
-		return
-	}
+// startAckPending runs the worker's AckPending until ctx is cancelled;
+// Run's shutdown waits for it with the handlers. A worker has it when
+// its Params give one.
+func (l *laneAdapter) startAckPending(ctx, _ context.Context) (stop func()) {
 	l.handlers.Add(1)
 	go func() {
 		defer l.handlers.Done()
 		l.ackPending.Run(ctx, l.log)
 	}()
+	return func() {}
 }

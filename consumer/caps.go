@@ -249,13 +249,11 @@ func (w *capKeeper) renewLeases(ctx context.Context) {
 	}
 }
 
-// startLeaseLoop runs leaseLoop, when the worker has a Leaser, until stop
-// is called; stop returns once the loop has ended.
-func (w *capKeeper) startLeaseLoop(ctx context.Context) (stop func()) {
-	if w.leases == nil {
-		return func() {}
-	}
-	return startLoop(func(done <-chan struct{}) { w.leaseLoop(ctx, done) })
+// startLeaseLoop runs leaseLoop until stop is called, its calls under
+// work; stop returns once the loop has ended. A worker has it when it has
+// a Leaser.
+func (w *capKeeper) startLeaseLoop(_, work context.Context) (stop func()) {
+	return startLoop(func(done <-chan struct{}) { w.leaseLoop(work, done) })
 }
 
 // runTimes keeps, per running cap ("" for the fleet's), a moving mean of

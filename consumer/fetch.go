@@ -16,10 +16,11 @@ import (
 
 // start pulls from the jobs consumer, from the woken jobs' consumer and,
 // with a fast lane, from the consumer of the lane's copies, until ctx is
-// cancelled; direct may take a lane's copy instead (it reports whether it
-// did). The messages come out on msgs, which is closed once every pull has
-// ended; fetchErr then says why the jobs consumer's pulling ended.
-func (p *puller) start(ctx context.Context, lane Lane, direct func(jetstream.Msg) bool) (msgs <-chan jetstream.Msg, fetchErr func() error) {
+// cancelled; a lane's copy the lane admitted starts at once, without
+// waiting for a group (preAdmitted, with work the settling's context). The
+// messages come out on msgs, which is closed once every pull has ended;
+// fetchErr then says why the jobs consumer's pulling ended.
+func (p *puller) start(ctx, work context.Context) (msgs <-chan jetstream.Msg, fetchErr func() error) {
 	out := make(chan jetstream.Msg, p.cfg.FetchBatch)
 	var pulls sync.WaitGroup
 	var err error
@@ -28,13 +29,13 @@ func (p *puller) start(ctx context.Context, lane Lane, direct func(jetstream.Msg
 		defer pulls.Done()
 		err = p.fetchLoop(ctx, p.cons, p.cfg.FetchBatch, out, nil)
 	}()
-	if lane != nil {
+	if p.copies != nil {
 		// The lane's copies are few: small pulls, from the same credits.
-		// Those the lane admitted start at once, without waiting for a group.
+		direct := func(m jetstream.Msg) bool { return p.preAdmitted(ctx, work, m) }
 		pulls.Add(1)
 		go func() {
 			defer pulls.Done()
-			_ = p.fetchLoop(ctx, lane.Copies(), min(8, p.cfg.FetchBatch), out, direct)
+			_ = p.fetchLoop(ctx, p.copies, min(8, p.cfg.FetchBatch), out, direct)
 		}()
 	}
 	if p.woken != nil {
@@ -58,14 +59,18 @@ func (p *puller) start(ctx context.Context, lane Lane, direct func(jetstream.Msg
 // puller pulls messages from the consumers into the worker, within the
 // fetch credits, and sets the consumer up again when it is gone.
 type puller struct {
-	cons       jetstream.Consumer          // the jobs consumer
-	woken      jetstream.Consumer          // the woken jobs' consumer, nil without one
-	credits    chan struct{}               // one token per message pulled and not yet dispatched
-	pulled     *pulledMsgs                 // the worker's: pulled messages are kept alive until acted on
-	recreate   func(context.Context) error // nil without one
-	recreating sync.Mutex                  // one recreate at a time (see recreateIfGone)
-	cfg        Config
-	log        *slog.Logger
+	cons   jetstream.Consumer // the jobs consumer
+	woken  jetstream.Consumer // the woken jobs' consumer, nil without one
+	copies jetstream.Consumer // the fast lane's copies' consumer, nil without a lane
+	// preAdmitted starts a lane's copy the lane admitted, and reports
+	// whether it did (laneAdapter.startPreAdmitted).
+	preAdmitted func(ctx, work context.Context, m jetstream.Msg) bool
+	credits     chan struct{}               // one token per message pulled and not yet dispatched
+	pulled      *pulledMsgs                 // the worker's: pulled messages are kept alive until acted on
+	recreate    func(context.Context) error // nil without one
+	recreating  sync.Mutex                  // one recreate at a time (see recreateIfGone)
+	cfg         Config
+	log         *slog.Logger
 }
 
 // sidePulls is how many pull loops run beside the jobs consumer's at
@@ -78,8 +83,12 @@ const sidePulls = 2
 // newPuller returns a puller of p's consumers with 2×FetchBatch +
 // sidePulls credits, adding to pulled.
 func newPuller(p Params, cfg Config, pulled *pulledMsgs) *puller {
-	return &puller{cons: p.Consumer, woken: p.Woken, credits: make(chan struct{}, 2*cfg.FetchBatch+sidePulls),
+	pl := &puller{cons: p.Consumer, woken: p.Woken, credits: make(chan struct{}, 2*cfg.FetchBatch+sidePulls),
 		pulled: pulled, recreate: p.Recreate, cfg: cfg, log: cfg.Logger}
+	if p.Lane != nil {
+		pl.copies = p.Lane.Copies()
+	}
+	return pl
 }
 
 // now reads the worker's clock.

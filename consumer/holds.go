@@ -93,11 +93,9 @@ const holdsQuery = "?"
 
 // listen records the holds other workers announce on Config.HoldSubject,
 // after asking them for those they already know, and answers the workers
-// that ask, until the returned stop is called.
-func (h *downstreamHolds) listen() (stop func()) {
-	if h.subject == "" || h.js.Conn() == nil {
-		return func() {}
-	}
+// that ask, until the returned stop is called. A worker has it when it
+// has a HoldSubject and a connection to publish on.
+func (h *downstreamHolds) listen(_, _ context.Context) (stop func()) {
 	nc := h.js.Conn()
 	sub, err := nc.Subscribe(h.subject, func(m *nats.Msg) {
 		if string(m.Data) == holdsQuery {

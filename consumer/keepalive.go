@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -29,7 +30,9 @@ func (h *inHand) count() int {
 
 // startKeepAlive keeps alive every job the worker holds (keepAliveLoop)
 // until stop is called; stop returns once the loop has ended.
-func (h *inHand) startKeepAlive() (stop func()) { return startLoop(h.keepAliveLoop) }
+func (h *inHand) startKeepAlive(_, _ context.Context) (stop func()) {
+	return startLoop(h.keepAliveLoop)
+}
 
 // keepAliveLoop tells JetStream every InProgressEvery that each job the
 // worker holds is still alive (InProgress): running, waiting for a handler

@@ -119,12 +119,9 @@ type laneAdapter struct {
 	log   *slog.Logger
 }
 
-// startLane runs the worker's lane, if it has one, until ctx is
-// cancelled; stop returns once it has ended.
-func (l *laneAdapter) startLane(ctx context.Context) (stop func()) {
-	if l.lane == nil {
-		return func() {}
-	}
+// startLane runs the worker's lane until ctx is cancelled; stop returns
+// once it has ended. A worker has it when it has a lane.
+func (l *laneAdapter) startLane(ctx, _ context.Context) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

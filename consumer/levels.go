@@ -46,13 +46,10 @@ const levelNoteEvery = time.Second
 // a level queued, pokes the levels it parked jobs under, and wakes the
 // jobs whose turn came.
 type levelKeeper struct {
-	poker  LevelPoker // nil without one
-	waker  Waker      // nil without one
-	parked latestTimes
-	counts levelCounts
-	// stopping is closed when the worker stops pulling: a wake waits for
-	// no more retries then.
-	stopping <-chan struct{}
+	poker    LevelPoker // nil without one
+	waker    Waker      // nil without one
+	parked   latestTimes
+	counts   levelCounts
 	cfg      Config
 	log      *slog.Logger
 	rec      *recorder
@@ -72,8 +69,9 @@ func (k *levelKeeper) take(g *groupActs, it *item, res throttle.Result) bool {
 
 // wake brings back each job whose turn came, in goroutines of its own. A
 // job that cannot be woken comes back at its fallback time; the slot it
-// was called for is left unused, never given twice.
-func (k *levelKeeper) wake(ctx context.Context, ws []throttle.Waiter) {
+// was called for is left unused, never given twice. stopping is closed
+// when the worker stops pulling: a wake waits for no more retries then.
+func (k *levelKeeper) wake(ctx context.Context, stopping <-chan struct{}, ws []throttle.Waiter) {
 	if len(ws) == 0 || k.waker == nil {
 		return
 	}
@@ -81,7 +79,7 @@ func (k *levelKeeper) wake(ctx context.Context, ws []throttle.Waiter) {
 		k.handlers.Add(1)
 		go func() {
 			defer k.handlers.Done()
-			found, err := k.wakeOne(ctx, wt)
+			found, err := k.wakeOne(ctx, stopping, wt)
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RedisTimeout)
 			defer cancel()
 			switch {
@@ -109,7 +107,7 @@ var levelWakeRetries = []time.Duration{500 * time.Millisecond, time.Second, 2 * 
 
 // wakeOne wakes wt, looking for its parked copy again after each of
 // levelWakeRetries while the worker is not stopping.
-func (k *levelKeeper) wakeOne(ctx context.Context, wt throttle.Waiter) (bool, error) {
+func (k *levelKeeper) wakeOne(ctx context.Context, stopping <-chan struct{}, wt throttle.Waiter) (bool, error) {
 	for i := 0; ; i++ {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RedisTimeout+3*time.Second)
 		found, err := k.waker.Wake(lctx, wt.Tenant, wt.JobID)
@@ -119,7 +117,7 @@ func (k *levelKeeper) wakeOne(ctx context.Context, wt throttle.Waiter) (bool, er
 		}
 		select {
 		case <-time.After(levelWakeRetries[i]):
-		case <-k.stopping:
+		case <-stopping:
 			return false, nil
 		case <-ctx.Done():
 			return false, nil
@@ -128,8 +126,9 @@ func (k *levelKeeper) wakeOne(ctx context.Context, wt throttle.Waiter) (bool, er
 }
 
 // pokeLoop pokes, every levelPokeEvery, the levels this worker parked
-// jobs under within ParkFor, and wakes the jobs called, until done.
-func (k *levelKeeper) pokeLoop(ctx context.Context, done <-chan struct{}) {
+// jobs under within ParkFor, and wakes the jobs called, until done;
+// stopping is closed when the worker stops pulling.
+func (k *levelKeeper) pokeLoop(ctx context.Context, stopping, done <-chan struct{}) {
 	tick := time.NewTicker(levelPokeEvery)
 	defer tick.Stop()
 	var fleet []throttle.Level // the levels the fleet noted, read each levelNoteEvery
@@ -165,7 +164,7 @@ func (k *levelKeeper) pokeLoop(ctx context.Context, done <-chan struct{}) {
 		if err != nil {
 			k.log.Debug("poking shared levels failed", "err", err)
 		}
-		k.wake(ctx, ws)
+		k.wake(ctx, stopping, ws)
 	}
 }
 
@@ -187,14 +186,11 @@ func (k *levelKeeper) noteAndRead(ctx context.Context, mine []throttle.Level) []
 	return fleet
 }
 
-// start runs pokeLoop, when the worker has a LevelPoker, until stop is
-// called; stopping is closed when the worker stops pulling.
-func (k *levelKeeper) start(ctx context.Context, stopping <-chan struct{}) (stop func()) {
-	k.stopping = stopping
-	if k.poker == nil {
-		return func() {}
-	}
-	return startLoop(func(done <-chan struct{}) { k.pokeLoop(ctx, done) })
+// start runs pokeLoop until stop is called, its calls under work, its
+// wakes' retries until ctx (the pulling's) is done. A worker has it when
+// it has a LevelPoker.
+func (k *levelKeeper) start(ctx, work context.Context) (stop func()) {
+	return startLoop(func(done <-chan struct{}) { k.pokeLoop(work, ctx.Done(), done) })
 }
 
 // LevelStats counts what one shared level did to this worker's jobs.

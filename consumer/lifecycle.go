@@ -225,7 +225,7 @@ func (l *lifecycle) act(ctx, workCtx context.Context, dg decidedGroup) deferBatc
 		l.caps.wake(workCtx, wake)
 	}
 	if len(called) > 0 {
-		l.levels.wake(workCtx, called)
+		l.levels.wake(workCtx, ctx.Done(), called)
 	}
 	for i, it := range order {
 		l.start(ctx, workCtx, flights[i], it.job)

@@ -1,13 +1,13 @@
 package consumer
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/throttler/throttler/top"
 )
 
@@ -25,11 +25,9 @@ type topReporter struct {
 // listen answers the requests of `throttler top` on
 // Config.TopSubject until the returned stop is called: each is answered
 // with this worker's rows (TopRows), in as many messages as they need.
-func (r *topReporter) listen() (stop func()) {
+// A worker has it when it has a TopSubject and a connection.
+func (r *topReporter) listen(_, _ context.Context) (stop func()) {
 	nc := r.js.Conn()
-	if r.subject == "" || nc == nil {
-		return func() {}
-	}
 	id := strings.TrimPrefix(nats.NewInbox(), "_INBOX.")
 	sub, err := nc.Subscribe(r.subject, func(m *nats.Msg) {
 		if m.Reply == "" {

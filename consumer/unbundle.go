@@ -25,18 +25,17 @@ type unbundler struct {
 	log        *slog.Logger
 }
 
-// start unpacks fired bundles of moved jobs until ctx is
-// cancelled, when the worker has a bundles consumer. Run's shutdown waits
-// for it with the handlers: an unpacking under way runs to its end.
-func (u *unbundler) start(ctx context.Context) {
-	if u.bundles == nil {
-		return
-	}
+// start unpacks fired bundles of moved jobs until ctx is cancelled. Run's
+// shutdown waits for it with the handlers, not with stop: an unpacking
+// under way runs to its end. A worker has it when it has a bundles
+// consumer.
+func (u *unbundler) start(ctx, _ context.Context) (stop func()) {
 	u.handlers.Add(1)
 	go func() {
 		defer u.handlers.Done()
 		u.loop(ctx)
 	}()
+	return func() {}
 }
 
 // loop pulls fired bundles from the bundles consumer (filtering

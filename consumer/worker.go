@@ -15,8 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Worker pulls jobs from one consumer and throttles them. Run it once.
@@ -34,8 +32,17 @@ type Worker struct {
 	top       *topReporter     // what this worker knows of each tenant, for throttler top (topreply.go)
 	defers    *deferSettler    // every deferral's outcome, and the moved jobs' bundles unpacked (deferloop.go)
 	runs      *handlerRunner   // the handlers running, their slots, and their jobs settled (run.go)
-	fast      *laneAdapter     // the fast lane, if any, and its copies and claims (lane.go)
+	// background is the components beside the jobs' stages that this
+	// worker's Params need, in the order Run starts them.
+	background []background
 }
+
+// A background component runs beside the jobs' stages while Run runs:
+// started with the pulling's context (ctx) and the settling's (work), it
+// returns the stop that ends it and waits for it. New assembles the ones
+// a worker's Params need; one not needed is absent, not started to do
+// nothing.
+type background func(ctx, work context.Context) (stop func())
 
 // New returns a Worker, or an error naming what is missing.
 func New(p Params) (*Worker, error) {
@@ -113,10 +120,38 @@ func New(p Params) (*Worker, error) {
 		pauses: pauses, pull: w.pull, lane: viewOf(p.Lane), obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.lifecycle = &lifecycle{pull: w.pull, hand: w.hand, redis: redis, pauses: pauses, holds: w.holds,
 		caps: w.caps, levels: w.levels, dlq: dlq, defers: w.defers, runs: w.runs, rec: rec, cfg: cfg, log: cfg.Logger}
-	w.fast = &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
+	fast := &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
 		hand: w.hand, start: w.lifecycle.start, rec: rec, cfg: cfg, log: cfg.Logger}
-	w.lifecycle.stages = stagesInOrder(w.fast, duplicates{rec: rec, log: cfg.Logger}, w.caps, w.levels,
+	w.pull.preAdmitted = fast.startPreAdmitted
+	w.lifecycle.stages = stagesInOrder(fast, duplicates{rec: rec, log: cfg.Logger}, w.caps, w.levels,
 		unfunded{rec: rec, parkFor: cfg.ParkFor}, w.runs, dlq, short, w.defers, w.pull, redis)
+
+	// The keep-alive first: Run stops them in reverse, so it stops last,
+	// keeping every job alive until the others are done.
+	w.background = []background{w.hand.startKeepAlive}
+	if p.Leases != nil {
+		w.background = append(w.background, w.caps.startLeaseLoop)
+	}
+	if p.Levels != nil {
+		w.background = append(w.background, w.levels.start)
+	}
+	if conn := p.JetStream.Conn(); conn != nil {
+		if cfg.HoldSubject != "" {
+			w.background = append(w.background, w.holds.listen)
+		}
+		if cfg.TopSubject != "" {
+			w.background = append(w.background, w.top.listen)
+		}
+	}
+	if p.Bundles != nil {
+		w.background = append(w.background, unbundle.start)
+	}
+	if p.AckPending != nil {
+		w.background = append(w.background, fast.startAckPending)
+	}
+	if p.Lane != nil {
+		w.background = append(w.background, fast.startLane)
+	}
 	return w, nil
 }
 
@@ -158,8 +193,11 @@ func (w *Worker) ParkedUnder(from time.Time) []string { return w.caps.parked.key
 // channels: fetch (fetch.go) → decide (decide.go: groups read one ahead on
 // a goroutine of their own, decided on Run's) → a decided job's lifecycle
 // (lifecycle.go, its stages in order), which starts handlers (run.go) and
-// hands the jobs that must wait to the defer loop (deferloop.go). Beside them run the keep-alive (keepalive.go), the
-// unbundler (unbundle.go) and the fast lane.
+// hands the jobs that must wait to the defer loop (deferloop.go). Beside
+// them run the background components New assembled: the keep-alive
+// (keepalive.go), and as the Params need them the renewal of leases, the
+// pokes of levels, the listeners of holds and of top, the unbundler, the
+// ack-pending monitor and the fast lane.
 //
 // Shutdown goes in this order, each step waiting for the one before:
 //  1. ctx is cancelled: the fetchers, the unbundler and the fast lane stop
@@ -172,8 +210,11 @@ func (w *Worker) ParkedUnder(from time.Time) []string { return w.caps.parked.key
 //  3. Running handlers get what is left of ShutdownTimeout, counted from
 //     the cancellation; then their context is cancelled and their jobs are
 //     handed back.
-//  4. The keep-alive stops last: until every job is settled, it keeps
-//     JetStream from redelivering one the worker still holds.
+//  4. The background components stop, in the reverse of the order New
+//     lists them: the lane, the listeners of top and of holds, the pokes
+//     of levels, the renewal of leases, and the keep-alive last: until
+//     every job is settled, it keeps JetStream from redelivering one the
+//     worker still holds.
 func (w *Worker) Run(ctx context.Context) error {
 	// Two contexts: ctx stops the pulling; work, cancelled only after the
 	// shutdown timeout, stops the handlers and the settling.
@@ -181,24 +222,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelWork()
 	defer w.runs.watchStop(ctx)()
 
-	stopKeepAlive := w.hand.startKeepAlive()
-	defer stopKeepAlive()
-	stopLeases := w.caps.startLeaseLoop(work)
-	defer stopLeases()
-	stopPokes := w.levels.start(work, ctx.Done())
-	defer stopPokes()
-	stopHolds := w.holds.listen()
-	defer stopHolds()
-	stopTop := w.top.listen()
-	defer stopTop()
-	w.defers.unbundle.start(ctx)
-	w.fast.startAckPending(ctx)
-	stopLane := w.fast.startLane(ctx)
-	defer stopLane()
-	// A lane's copies the lane admitted start at once, without waiting
-	// for a group.
-	direct := func(m jetstream.Msg) bool { return w.fast.startPreAdmitted(ctx, work, m) }
-	msgs, fetchErr := w.pull.start(ctx, w.fast.lane, direct)
+	stops := make([]func(), len(w.background))
+	for i, start := range w.background {
+		stops[i] = start(ctx, work)
+	}
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	msgs, fetchErr := w.pull.start(ctx, work)
 	batches, deferDone := w.defers.startDeferring(work)
 	decided, dispatchDone := w.lifecycle.startDispatching(ctx, work, batches)
 
