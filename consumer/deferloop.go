@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -129,60 +128,6 @@ func (s *deferSettler) deferred(d Deferral) {
 	}
 }
 
-// holdOff settles a job whose handler returned ra: it holds the tenant
-// back until ra.Until (at most MaxHold from now), counts and logs it, and
-// defers the job until then without counting a failure.
-func (s *deferSettler) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter) {
-	now := s.cfg.Now()
-	until := ra.Until
-	if latest := now.Add(s.cfg.MaxHold); until.After(latest) {
-		until = latest
-	}
-	wait := max(0, until.Sub(now))
-	// The tenant's jobs this worker and the others admitted before the
-	// hold must not start before until either.
-	s.holds.record(job.Tenant, until)
-	// The owner record is known not to name this incarnation.
-	released := s.holds.holdFleet(ctx, job, until)
-	// Counted once the tenant is held, so a count seen means the hold is in.
-	s.rec.add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
-	s.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,
-		"until", until.UTC().Format(time.RFC3339Nano), "wait", wait, "reason", ra.Reason)
-	if !released {
-		// The owner record may still name this incarnation, and a moved
-		// copy would then be taken for a duplicate: NAK.
-		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
-		return
-	}
-	if f.settled.CompareAndSwap(false, true) {
-		reason := "downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)
-		if ra.Reason != "" {
-			reason += ": " + ra.Reason
-		}
-		ds := []Deferral{{Msg: f.msg, Job: job, Wait: wait, Reason: reason}}
-		s.deferrer.Defer(ctx, ds)
-		s.deferred(ds[0])
-	}
-}
-
-// waitOutHold settles an admitted job whose tenant is held until until,
-// instead of running it: deferred until then, as holdOff defers the job
-// the downstream answered, uncounted. Its admission's charge is spent: back,
-// it is decided again, and never over-admitted.
-func (s *deferSettler) waitOutHold(ctx context.Context, f *flight, job Job, until time.Time) {
-	wait := max(0, until.Sub(s.cfg.Now()))
-	if !s.holds.release(ctx, job) {
-		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
-		return
-	}
-	if f.settled.CompareAndSwap(false, true) {
-		ds := []Deferral{{Msg: f.msg, Job: job, Wait: wait,
-			Reason: "tenant held: downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)}}
-		s.deferrer.Defer(ctx, ds)
-		s.deferred(ds[0])
-	}
-}
-
 // waitOutPause settles an admitted job whose tenant was paused since it
 // was decided, instead of starting it: it waits as a paused job does. Its
 // admission's charge is spent (as for a hold): back, it is decided again.
@@ -197,10 +142,18 @@ func (s *deferSettler) waitOutPause(ctx context.Context, f *flight, job Job, d D
 		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })
 		return
 	}
-	if f.settled.CompareAndSwap(false, true) {
-		d.Msg, d.Job = f.msg, job
-		ds := []Deferral{d}
-		s.deferrer.Defer(ctx, ds)
-		s.deferred(ds[0])
+	d.Job = job
+	s.deferFlight(ctx, f, d)
+}
+
+// deferFlight defers the job of flight f, admitted and not run, as d
+// says, unless f was settled already (the shutdown handed it back).
+func (s *deferSettler) deferFlight(ctx context.Context, f *flight, d Deferral) {
+	if !f.settled.CompareAndSwap(false, true) {
+		return
 	}
+	d.Msg = f.msg
+	ds := []Deferral{d}
+	s.deferrer.Defer(ctx, ds)
+	s.deferred(ds[0])
 }

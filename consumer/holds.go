@@ -25,8 +25,12 @@ type downstreamHolds struct {
 	subject string           // Config.HoldSubject, "" for none
 	timeout time.Duration    // Config.RedisTimeout, for each Holder call
 	now     func() time.Time // Config.Now
-	log     *slog.Logger
-	until   latestTimes // each tenant held, until when
+	maxHold time.Duration    // Config.MaxHold: the longest hold a downstream gets
+	// deferFlight defers an admitted job held back (deferSettler's).
+	deferFlight func(ctx context.Context, f *flight, d Deferral)
+	rec         *recorder
+	log         *slog.Logger
+	until       latestTimes // each tenant held, until when
 	// last is the latest end of a hold recorded, ns since the epoch: past
 	// it no tenant is held, and a job about to start is let through
 	// without taking until's lock, as nearly every job is.
@@ -163,4 +167,50 @@ func (h *downstreamHolds) release(ctx context.Context, job Job) bool {
 	_, err := h.holder.Release(hctx, job.Tenant, job.ID, incarnation(job))
 	cancel()
 	return err == nil
+}
+
+// holdOff settles a job whose handler returned ra: it holds the tenant
+// back until ra.Until (at most MaxHold from now), counts and logs it, and
+// defers the job until then without counting a failure.
+func (h *downstreamHolds) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter) {
+	now := h.now()
+	until := ra.Until
+	if latest := now.Add(h.maxHold); until.After(latest) {
+		until = latest
+	}
+	wait := max(0, until.Sub(now))
+	// The tenant's jobs this worker and the others admitted before the
+	// hold must not start before until either.
+	h.record(job.Tenant, until)
+	// The owner record is known not to name this incarnation.
+	released := h.holdFleet(ctx, job, until)
+	// Counted once the tenant is held, so a count seen means the hold is in.
+	h.rec.add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
+	h.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,
+		"until", until.UTC().Format(time.RFC3339Nano), "wait", wait, "reason", ra.Reason)
+	if !released {
+		// The owner record may still name this incarnation, and a moved
+		// copy would then be taken for a duplicate: NAK.
+		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
+		return
+	}
+	reason := "downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)
+	if ra.Reason != "" {
+		reason += ": " + ra.Reason
+	}
+	h.deferFlight(ctx, f, Deferral{Job: job, Wait: wait, Reason: reason})
+}
+
+// waitOut settles an admitted job whose tenant is held until until,
+// instead of running it: deferred until then, as holdOff defers the job
+// the downstream answered, uncounted. Its admission's charge is spent: back,
+// it is decided again, and never over-admitted.
+func (h *downstreamHolds) waitOut(ctx context.Context, f *flight, job Job, until time.Time) {
+	wait := max(0, until.Sub(h.now()))
+	if !h.release(ctx, job) {
+		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
+		return
+	}
+	h.deferFlight(ctx, f, Deferral{Job: job, Wait: wait,
+		Reason: "tenant held: downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)})
 }

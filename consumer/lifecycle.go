@@ -28,7 +28,7 @@ import (
 // An admitted job then waits for a handler slot (start), and:
 //
 //  1. paused since?   deferred as paused (deferSettler)
-//  2. held since?     deferred until the hold ends (deferSettler)
+//  2. held since?     deferred until the hold ends (downstreamHolds)
 //  3. run             the handler, then ack, retry, hold off or
 //     dead-letter (handlerRunner)
 //  4. leases given back, and the jobs whose turn that makes woken (capKeeper)
@@ -277,7 +277,7 @@ func (l *lifecycle) stoppedSince(workCtx context.Context, f *flight, job Job) bo
 	if until, held := l.holds.after(job.Tenant, l.cfg.Now()); held {
 		// 2. Admitted before its downstream asked to wait.
 		l.rec.add(job.Tenant, func(s *TenantStats) { s.HeldBack++ })
-		l.defers.waitOutHold(workCtx, f, job, until)
+		l.holds.waitOut(workCtx, f, job, until)
 		return true
 	}
 	return false

@@ -31,7 +31,8 @@ type handlerRunner struct {
 	// then, or when it ended on an error.
 	stoppedAt atomic.Int64
 	defers    *deferSettler
-	costs     *costSettler // the costs handlers reported, settled (settle.go)
+	holds     *downstreamHolds // a job its downstream told to wait holds its tenant back (holds.go)
+	costs     *costSettler     // the costs handlers reported, settled (settle.go)
 	dlq       *deadLetter
 	obs       Observer
 	rec       *recorder
@@ -84,7 +85,7 @@ func (r *handlerRunner) failed(workCtx context.Context, f *flight, job Job, err 
 	}
 	if ra := asRetryAfter(err); ra != nil {
 		// The destination asked to wait: not a failure of the job.
-		r.defers.holdOff(workCtx, f, job, ra)
+		r.holds.holdOff(workCtx, f, job, ra)
 		return
 	}
 	r.rec.add(job.Tenant, func(s *TenantStats) { s.Failed++ })
@@ -123,11 +124,8 @@ func (r *handlerRunner) failed(workCtx context.Context, f *flight, job Job, err 
 	// The retry is deferred like a throttled job, so a tenant whose jobs
 	// keep failing cannot fill MaxAckPending with them: past its share of
 	// NAK'd jobs (or for a long backoff) the retry leaves the consumer.
-	if f.settled.CompareAndSwap(false, true) {
-		ds := []Deferral{{Msg: f.msg, Job: job, Wait: delay, Reason: fmt.Sprintf(failedReasonPrefix+" %d of %d times", n, r.cfg.MaxFailures)}}
-		r.defers.deferrer.Defer(workCtx, ds)
-		r.defers.deferred(ds[0])
-	}
+	r.defers.deferFlight(workCtx, f, Deferral{Job: job, Wait: delay,
+		Reason: fmt.Sprintf(failedReasonPrefix+" %d of %d times", n, r.cfg.MaxFailures)})
 }
 
 // watchStop records in stoppedAt when ctx, the pulling's, is cancelled,

@@ -106,14 +106,15 @@ func New(p Params) (*Worker, error) {
 		handlers: &w.runs.handlers, inflight: &w.hand.flights}
 	w.levels = &levelKeeper{poker: p.Levels, waker: p.Waker, cfg: cfg, log: cfg.Logger, rec: rec, handlers: &w.runs.handlers}
 	w.holds = &downstreamHolds{holder: p.Holder, js: p.JetStream, subject: cfg.HoldSubject,
-		timeout: cfg.RedisTimeout, now: cfg.Now, log: cfg.Logger}
+		timeout: cfg.RedisTimeout, now: cfg.Now, maxHold: cfg.MaxHold, rec: rec, log: cfg.Logger}
 	dlq := &deadLetter{js: p.JetStream, template: cfg.DLQSubject, handlers: &w.runs.handlers,
 		rec: rec, cfg: cfg, log: cfg.Logger}
 	unbundle := &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
 		deadLetter: dlq.settle, cfg: cfg, log: cfg.Logger}
 	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses, unbundle: unbundle,
 		rec: rec, cfg: cfg, log: cfg.Logger}
-	w.runs.defers, w.runs.dlq = w.defers, dlq
+	w.runs.defers, w.runs.dlq, w.runs.holds = w.defers, dlq, w.holds
+	w.holds.deferFlight = w.defers.deferFlight
 	w.runs.costs = &costSettler{settler: p.Settler, rec: rec, timeout: cfg.RedisTimeout, log: cfg.Logger}
 	redis := newRedisHealth(cfg.Logger, cfg.Now, cfg.OnRedisError, rec)
 	w.decider = &groupDecider{throttle: p.Decider, redis: redis, short: short,
