@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -27,7 +25,6 @@ type deferBatch struct {
 type deferSettler struct {
 	deferrer Deferrer
 	pull     *puller // gets back the credits of each batch deferred
-	holds    *downstreamHolds
 	pauses   *pauseGate
 	// unbundle unpacks the bundles of moved jobs when they fire: the
 	// other half of a move (unbundle.go).
@@ -126,24 +123,6 @@ func (s *deferSettler) deferred(d Deferral) {
 	if d.Err != nil {
 		s.log.Warn("deferring a job failed; JetStream redelivers it after AckWait", "tenant", tenant, "job", id, "err", d.Err)
 	}
-}
-
-// waitOutPause settles an admitted job whose tenant was paused since it
-// was decided, instead of starting it: it waits as a paused job does. Its
-// admission's charge is spent (as for a hold): back, it is decided again.
-// So its slot is given up too: kept, it would let the job run at once on
-// resume, ahead of the jobs paused before it.
-func (s *deferSettler) waitOutPause(ctx context.Context, f *flight, job Job, d Deferral) {
-	s.rec.add(job.Tenant, func(s *TenantStats) { s.Paused++ })
-	s.pauses.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
-	if !s.holds.release(ctx, job) {
-		// The owner record may still name this incarnation, and a moved
-		// copy would then be taken for a duplicate: NAK.
-		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })
-		return
-	}
-	d.Job = job
-	s.deferFlight(ctx, f, d)
 }
 
 // deferFlight defers the job of flight f, admitted and not run, as d

@@ -27,7 +27,7 @@ import (
 //
 // An admitted job then waits for a handler slot (start), and:
 //
-//  1. paused since?   deferred as paused (deferSettler)
+//  1. paused since?   deferred as paused (pauseGate)
 //  2. held since?     deferred until the hold ends (downstreamHolds)
 //  3. run             the handler, then ack, retry, hold off or
 //     dead-letter (handlerRunner)
@@ -271,7 +271,7 @@ func (l *lifecycle) start(ctx, workCtx context.Context, f *flight, job Job) {
 func (l *lifecycle) stoppedSince(workCtx context.Context, f *flight, job Job) bool {
 	if d, paused := l.pauses.pausedNow(job); paused {
 		// 1. Admitted before an operator paused its tenant.
-		l.defers.waitOutPause(workCtx, f, job, d)
+		l.pauses.waitOut(workCtx, f, job, d)
 		return true
 	}
 	if until, held := l.holds.after(job.Tenant, l.cfg.Now()); held {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -74,6 +75,12 @@ type pauseGate struct {
 	timeout    time.Duration // Config.RedisTimeout, for each Unreserve
 	now        func() time.Time
 	log        *slog.Logger
+	// Set by New, for the jobs admitted before their tenant was paused:
+	// the counts, the owner record given up (downstreamHolds.release), and
+	// the deferral (deferSettler.deferFlight).
+	rec         *recorder
+	release     func(ctx context.Context, job Job) bool
+	deferFlight func(ctx context.Context, f *flight, d Deferral)
 }
 
 // newPauseGate returns a pauseGate asking p and giving slots up to u,
@@ -158,4 +165,22 @@ func (g *pauseGate) pausedAt(now time.Time) func(string) bool {
 		return nil
 	}
 	return func(t string) bool { _, _, p := g.pauser.Paused(t, now); return p }
+}
+
+// waitOut settles an admitted job whose tenant was paused since it
+// was decided, instead of starting it: it waits as a paused job does. Its
+// admission's charge is spent (as for a hold): back, it is decided again.
+// So its slot is given up too: kept, it would let the job run at once on
+// resume, ahead of the jobs paused before it.
+func (g *pauseGate) waitOut(ctx context.Context, f *flight, job Job, d Deferral) {
+	g.rec.add(job.Tenant, func(s *TenantStats) { s.Paused++ })
+	g.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
+	if !g.release(ctx, job) {
+		// The owner record may still name this incarnation, and a moved
+		// copy would then be taken for a duplicate: NAK.
+		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })
+		return
+	}
+	d.Job = job
+	g.deferFlight(ctx, f, d)
 }

@@ -111,10 +111,11 @@ func New(p Params) (*Worker, error) {
 		rec: rec, cfg: cfg, log: cfg.Logger}
 	unbundle := &unbundler{bundles: p.Bundles, js: p.JetStream, pull: w.pull, handlers: &w.runs.handlers,
 		deadLetter: dlq.settle, cfg: cfg, log: cfg.Logger}
-	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, holds: w.holds, pauses: pauses, unbundle: unbundle,
+	w.defers = &deferSettler{deferrer: p.Deferrer, pull: w.pull, pauses: pauses, unbundle: unbundle,
 		rec: rec, cfg: cfg, log: cfg.Logger}
 	w.runs.defers, w.runs.dlq, w.runs.holds = w.defers, dlq, w.holds
 	w.holds.deferFlight = w.defers.deferFlight
+	pauses.rec, pauses.release, pauses.deferFlight = rec, w.holds.release, w.defers.deferFlight
 	w.runs.costs = &costSettler{settler: p.Settler, rec: rec, timeout: cfg.RedisTimeout, log: cfg.Logger}
 	redis := newRedisHealth(cfg.Logger, cfg.Now, cfg.OnRedisError, rec)
 	w.decider = &groupDecider{throttle: p.Decider, redis: redis, short: short,
