@@ -144,7 +144,7 @@ func (h *downstreamHolds) holdFleet(ctx context.Context, job Job, until time.Tim
 		return false
 	}
 	hctx, cancel := context.WithTimeout(ctx, h.timeout)
-	if err := h.holder.Hold(hctx, job.Tenant, until); err != nil {
+	if err := h.holder.Hold(hctx, job.Tenant, job.ID, until); err != nil {
 		// The job still waits; other workers may start the tenant's
 		// jobs meanwhile and be told to wait too.
 		h.log.Warn("holding a tenant failed", "tenant", job.Tenant, "job", job.ID, "err", err)

@@ -35,8 +35,10 @@ func (e *RetryAfter) Error() string {
 // to wait, so that its deferred copy may run; *throttle.Holds satisfies
 // it.
 type Holder interface {
-	// Hold makes the tenant's buckets empty until until at the earliest.
-	Hold(ctx context.Context, tenant string, until time.Time) error
+	// Hold makes the tenant's buckets empty until until at the earliest,
+	// and gives the job told to wait, jobID, the first slot after: decided
+	// again then, it runs ahead of the jobs that arrived meanwhile.
+	Hold(ctx context.Context, tenant, jobID string, until time.Time) error
 	// Release deletes the job's owner record if it names incarnation.
 	Release(ctx context.Context, tenant, jobID string, incarnation int64) (bool, error)
 }

@@ -18,14 +18,16 @@ type fakeHolder struct {
 
 	mu       sync.Mutex
 	holds    []string // "tenant until"
+	heldJobs []string // the job told to wait, per hold
 	releases []string // "tenant job incarnation"
 }
 
 // Hold implements Holder.
-func (h *fakeHolder) Hold(_ context.Context, tenant string, until time.Time) error {
+func (h *fakeHolder) Hold(_ context.Context, tenant, jobID string, until time.Time) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.holds = append(h.holds, tenant+" "+until.UTC().Format(time.RFC3339))
+	h.heldJobs = append(h.heldJobs, jobID)
 	return nil
 }
 
@@ -89,6 +91,11 @@ func TestRetryAfterDefersWithoutAFailure(t *testing.T) {
 	if strings.Join(releases, ",") != "acme JOBS:5 5,acme JOBS:5 5" {
 		t.Errorf("releases %v", releases)
 	}
+	holder.mu.Lock()
+	if jobs := strings.Join(holder.heldJobs, ","); jobs != "JOBS:5,JOBS:5" {
+		t.Errorf("the jobs given the hold's first slot: %q, want the job told to wait each time", jobs)
+	}
+	holder.mu.Unlock()
 	if n := len(e.failures.called()); n != 0 {
 		t.Errorf("failure counter called %d times, want never", n)
 	}

@@ -107,3 +107,60 @@ func TestHTTPHandlerHoldsTenantOnRetryAfter(t *testing.T) {
 		t.Errorf("acme: %d downstream holds and %d failures, want 1 and 0", holds, failed)
 	}
 }
+
+// TestHTTPHandlerRunsTheHeldJobFirst: the job a downstream answered 429
+// with Retry-After: 1 runs first when the hold ends, ahead of the acme
+// jobs published during the hold, which wait for the slots after it
+// (2/s: one every 500 ms from the hold's end).
+func TestHTTPHandlerRunsTheHeldJobFirst(t *testing.T) {
+	e := setup(t)
+	var (
+		mu       sync.Mutex
+		arrivals []arrival
+		held     bool
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		arrivals = append(arrivals, arrival{tenant: r.Header.Get("Throttler-Tenant"), key: r.Header.Get("Idempotency-Key"), at: time.Now()})
+		if !held {
+			held = true
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+
+	cfg := e.config(map[string]string{
+		"THROTTLER_DEFAULT_LIMIT": "2/s",
+		"THROTTLER_HANDLER":       "http",
+		"THROTTLER_HTTP_URL":      srv.URL + "/jobs/{tenant}",
+		"THROTTLER_HTTP_TIMEOUT":  "5s",
+	})
+	e.ensureStream(cfg)
+	w := e.startWorker(cfg, nil)
+	first := jobID("JOBS", e.publish("jobs.acme", nil, []byte("first")))
+	testenv.Eventually(t, 10*time.Second, "the 429 counted as a downstream hold", func() bool {
+		return w.stats()["acme"].DownstreamHolds == 1
+	})
+	later := e.publishJobs("JOBS", "jobs.acme", nil, 4)
+	testenv.Eventually(t, 20*time.Second, "every job delivered with a 2xx", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(arrivals) == len(later)+2 // the first job twice
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if arrivals[0].key != first || arrivals[1].key != first {
+		var order []string
+		for _, a := range arrivals {
+			order = append(order, a.key)
+		}
+		t.Fatalf("arrivals %v: want the held job %s first, then again first when the hold ends", order, first)
+	}
+	if since := arrivals[1].at.Sub(arrivals[0].at); since < time.Second-100*time.Millisecond {
+		t.Errorf("the held job came back %s after its 429, within the 1s hold", since)
+	}
+}

@@ -24,11 +24,31 @@ func (l *Limiter) Hold(ctx context.Context, tenant string, until time.Time) erro
 // HoldAt is Hold with now given: at is the time of the call, zero meaning
 // Redis TIME, as for a Request's At. Tests use it with fixed times.
 func (l *Limiter) HoldAt(ctx context.Context, tenant string, at, until time.Time) error {
+	return l.HoldJobAt(ctx, tenant, "", at, until)
+}
+
+// HoldJobAt is HoldAt, and gives the job told to wait, jobID (none when
+// ""), the slot at until: decided again from then with its job id, it is
+// admitted without a second charge (it was charged when first admitted),
+// ahead of the jobs that arrived during the hold, whose slots start one
+// token after until. A tenant with a sliding or calendar window holds its
+// buckets only, and its job gets no slot: it is decided again as any.
+func (l *Limiter) HoldJobAt(ctx context.Context, tenant, jobID string, at, until time.Time) error {
 	tag, err := l.keys.tag(tenant)
 	if err != nil {
 		return err
 	}
+	if jobID != "" {
+		if err := validJobID(jobID); err != nil {
+			return err
+		}
+	}
 	pol := l.policies.Policy(tenant)
+	if pol.Limits.hasWindow() {
+		// The job's slot would be reserved under other limits than its
+		// decisions name (the regime of every limit, windows too).
+		jobID = ""
+	}
 	// A hold moves token buckets only: a sliding window's entries are
 	// admissions, and a tenant of windows alone is not held here.
 	pol.Limits = pol.Limits.buckets()
@@ -42,12 +62,15 @@ func (l *Limiter) HoldAt(ctx context.Context, tenant string, at, until time.Time
 	if !at.IsZero() {
 		now = strconv.FormatInt(at.UnixMicro(), 10)
 	}
-	keys := make([]string, 0, len(pol.Limits))
+	keys := make([]string, 0, len(pol.Limits)+2)
 	args := make([]any, 0, 2+3*len(pol.Limits))
 	args = append(args, now, strconv.FormatInt(until.UnixMicro(), 10))
 	for _, lim := range pol.Limits {
 		keys = append(keys, l.keys.prefix+":"+tag+limitKeySuffix(lim, false))
 		args = append(args, strconv.FormatInt(lim.Rate, 10), strconv.FormatInt(lim.periodMicros(), 10), strconv.FormatInt(lim.Burst, 10))
+	}
+	if jobID != "" {
+		keys = append(keys, l.keys.reservation(tag, jobID), l.keys.shift(tag))
 	}
 	v, err := l.lib.call(ctx, l.lib.hold, keys, args...)
 	if err != nil {
@@ -79,9 +102,11 @@ func NewHolds(l *Limiter, owners *Owners) (*Holds, error) {
 	return &Holds{l: l, owners: owners}, nil
 }
 
-// Hold holds tenant back until until, as Limiter.Hold does.
-func (h *Holds) Hold(ctx context.Context, tenant string, until time.Time) error {
-	return h.l.Hold(ctx, tenant, until)
+// Hold holds tenant back until until, as Limiter.Hold does, and gives
+// the job told to wait, jobID, the slot at until (Limiter.HoldJobAt), so
+// that it runs first when the hold ends.
+func (h *Holds) Hold(ctx context.Context, tenant, jobID string, until time.Time) error {
+	return h.l.HoldJobAt(ctx, tenant, jobID, time.Time{}, until)
 }
 
 // Release gives up the owner record of the tenant's job that was told to

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,60 @@ func TestHold(t *testing.T) {
 		}
 		if d := decide(t, l, throttle.Request{Tenant: "globex", JobID: "g1", At: at}); d.Outcome != throttle.Admitted {
 			t.Fatalf("globex during acme's hold: %+v, want Admitted", d)
+		}
+	})
+
+	t.Run("the job told to wait goes first", func(t *testing.T) {
+		e := setup(t)
+		l := newLimiter(t, e.rdb, e.prefix, time.Hour, limits)
+		dc, err := throttle.NewDecider(l, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		until := t0.Add(2 * time.Minute)
+		for _, id := range []string{"told", "copy"} {
+			if err := l.HoldJobAt(ctx, "acme", id, t0, until); err != nil {
+				t.Fatalf("HoldJobAt %s: %v", id, err)
+			}
+		}
+		// Jobs arriving during the hold get the slots after until's.
+		at := t0.Add(30 * time.Second)
+		for i, id := range []string{"n1", "n2"} {
+			want := time.Duration(i+1)*10*time.Second + until.Sub(at)
+			if d := decide(t, l, throttle.Request{Tenant: "acme", JobID: id, At: at}); d.Outcome != throttle.Reserved || d.Wait != want {
+				t.Fatalf("%s during the hold: %+v, want Reserved waiting %s", id, d, want)
+			}
+		}
+		// Back early, the job told to wait is told the rest of its wait.
+		if d := decide(t, l, throttle.Request{Tenant: "acme", JobID: "told", At: at}); d.Outcome != throttle.Reserved || d.Wait != until.Sub(at) {
+			t.Fatalf("the job told to wait, back early: %+v, want Reserved waiting %s", d, until.Sub(at))
+		}
+		// At until it runs, uncharged, through the Limiter and through the
+		// worker's Decider (its owner and shift keys) alike.
+		if d := decide(t, l, throttle.Request{Tenant: "acme", JobID: "told", At: until}); d.Outcome != throttle.Admitted {
+			t.Fatalf("the job told to wait, at until: %+v, want Admitted", d)
+		}
+		d, err := dc.Decide(ctx, throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "copy", At: until}, Incarnation: 7})
+		if err != nil || d.Outcome != throttle.Admitted {
+			t.Fatalf("the job told to wait, decided by the worker at until: %+v, %v; want Admitted", d, err)
+		}
+		want := 30 * time.Second // after n1's and n2's slots
+		if d := decide(t, l, throttle.Request{Tenant: "acme", JobID: "n3", At: until}); d.Outcome != throttle.Reserved || d.Wait != want {
+			t.Fatalf("a new job at until: %+v, want Reserved waiting %s (no slot taken by the jobs told to wait)", d, want)
+		}
+	})
+
+	t.Run("a tenant with a window holds, its job decided again", func(t *testing.T) {
+		e := setup(t)
+		windowed := throttle.Limits{perMinute, throttle.SlidingWindow(100, time.Minute)}
+		l := newLimiter(t, e.rdb, e.prefix, time.Hour, windowed)
+		if err := l.HoldJobAt(ctx, "acme", "told", t0, t0.Add(time.Minute)); err != nil {
+			t.Fatalf("HoldJobAt: %v", err)
+		}
+		for _, k := range keys(t, e.rdb, e.prefix) {
+			if strings.Contains(k, ":j:") {
+				t.Fatalf("a slot reserved under limits with a window: %s", k)
+			}
 		}
 	})
 
