@@ -127,34 +127,39 @@ func New(p Params) (*Worker, error) {
 	w.pull.preAdmitted = fast.startPreAdmitted
 	w.lifecycle.stages = stagesInOrder(fast, duplicates{rec: rec, log: cfg.Logger}, w.caps, w.levels,
 		unfunded{rec: rec, parkFor: cfg.ParkFor}, w.runs, dlq, short, w.defers, w.pull, redis)
+	w.background = w.backgroundOf(p, cfg, unbundle, fast)
+	return w, nil
+}
 
-	// The keep-alive first: Run stops them in reverse, so it stops last,
-	// keeping every job alive until the others are done.
-	w.background = []background{w.hand.startKeepAlive}
+// backgroundOf lists the background components p needs, in the order Run
+// starts them: the keep-alive first, so that it stops last, keeping every
+// job alive until the others are done.
+func (w *Worker) backgroundOf(p Params, cfg Config, unbundle *unbundler, fast *laneAdapter) []background {
+	bg := []background{w.hand.startKeepAlive}
 	if p.Leases != nil {
-		w.background = append(w.background, w.caps.startLeaseLoop)
+		bg = append(bg, w.caps.startLeaseLoop)
 	}
 	if p.Levels != nil {
-		w.background = append(w.background, w.levels.start)
+		bg = append(bg, w.levels.start)
 	}
-	if conn := p.JetStream.Conn(); conn != nil {
+	if p.JetStream.Conn() != nil {
 		if cfg.HoldSubject != "" {
-			w.background = append(w.background, w.holds.listen)
+			bg = append(bg, w.holds.listen)
 		}
 		if cfg.TopSubject != "" {
-			w.background = append(w.background, w.top.listen)
+			bg = append(bg, w.top.listen)
 		}
 	}
 	if p.Bundles != nil {
-		w.background = append(w.background, unbundle.start)
+		bg = append(bg, unbundle.start)
 	}
 	if p.AckPending != nil {
-		w.background = append(w.background, fast.startAckPending)
+		bg = append(bg, fast.startAckPending)
 	}
 	if p.Lane != nil {
-		w.background = append(w.background, fast.startLane)
+		bg = append(bg, fast.startLane)
 	}
-	return w, nil
+	return bg
 }
 
 // Stats returns a snapshot of the per-tenant counters.
