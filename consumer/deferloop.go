@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -127,7 +128,14 @@ func (s *deferSettler) deferred(d Deferral) {
 
 // deferFlight defers the job of flight f, admitted and not run, as d
 // says, unless f was settled already (the shutdown handed it back).
-func (s *deferSettler) deferFlight(ctx context.Context, f *flight, d Deferral) {
+// Unless released (its owner record is known not to name this
+// incarnation), it is NAK'd for d.Wait instead: a moved copy would be
+// taken for a duplicate.
+func (s *deferSettler) deferFlight(ctx context.Context, f *flight, d Deferral, released bool) {
+	if !released {
+		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })
+		return
+	}
 	if !f.settled.CompareAndSwap(false, true) {
 		return
 	}

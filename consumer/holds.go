@@ -27,7 +27,7 @@ type downstreamHolds struct {
 	now     func() time.Time // Config.Now
 	maxHold time.Duration    // Config.MaxHold: the longest hold a downstream gets
 	// deferFlight defers an admitted job held back (deferSettler's).
-	deferFlight func(ctx context.Context, f *flight, d Deferral)
+	deferFlight func(ctx context.Context, f *flight, d Deferral, released bool)
 	rec         *recorder
 	log         *slog.Logger
 	until       latestTimes // each tenant held, until when
@@ -188,17 +188,11 @@ func (h *downstreamHolds) holdOff(ctx context.Context, f *flight, job Job, ra *R
 	h.rec.add(job.Tenant, func(s *TenantStats) { s.DownstreamHolds++ })
 	h.log.Info("downstream asked to wait; holding the tenant", "tenant", job.Tenant, "job", job.ID,
 		"until", until.UTC().Format(time.RFC3339Nano), "wait", wait, "reason", ra.Reason)
-	if !released {
-		// The owner record may still name this incarnation, and a moved
-		// copy would then be taken for a duplicate: NAK.
-		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
-		return
-	}
 	reason := "downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)
 	if ra.Reason != "" {
 		reason += ": " + ra.Reason
 	}
-	h.deferFlight(ctx, f, Deferral{Job: job, Wait: wait, Reason: reason})
+	h.deferFlight(ctx, f, Deferral{Job: job, Wait: wait, Reason: reason}, released)
 }
 
 // waitOut settles an admitted job whose tenant is held until until,
@@ -207,10 +201,6 @@ func (h *downstreamHolds) holdOff(ctx context.Context, f *flight, job Job, ra *R
 // it is decided again, and never over-admitted.
 func (h *downstreamHolds) waitOut(ctx context.Context, f *flight, job Job, until time.Time) {
 	wait := max(0, until.Sub(h.now()))
-	if !h.release(ctx, job) {
-		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(wait) })
-		return
-	}
 	h.deferFlight(ctx, f, Deferral{Job: job, Wait: wait,
-		Reason: "tenant held: downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)})
+		Reason: "tenant held: downstream asked to wait until " + until.UTC().Format(time.RFC3339Nano)}, h.release(ctx, job))
 }

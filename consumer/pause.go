@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -80,7 +79,7 @@ type pauseGate struct {
 	// the deferral (deferSettler.deferFlight).
 	rec         *recorder
 	release     func(ctx context.Context, job Job) bool
-	deferFlight func(ctx context.Context, f *flight, d Deferral)
+	deferFlight func(ctx context.Context, f *flight, d Deferral, released bool)
 }
 
 // newPauseGate returns a pauseGate asking p and giving slots up to u,
@@ -175,12 +174,6 @@ func (g *pauseGate) pausedAt(now time.Time) func(string) bool {
 func (g *pauseGate) waitOut(ctx context.Context, f *flight, job Job, d Deferral) {
 	g.rec.add(job.Tenant, func(s *TenantStats) { s.Paused++ })
 	g.unreserve(ctx, []throttle.Slot{{Tenant: job.Tenant, JobID: job.ID}})
-	if !g.release(ctx, job) {
-		// The owner record may still name this incarnation, and a moved
-		// copy would then be taken for a duplicate: NAK.
-		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(d.Wait) })
-		return
-	}
 	d.Job = job
-	g.deferFlight(ctx, f, d)
+	g.deferFlight(ctx, f, d, g.release(ctx, job))
 }

@@ -115,17 +115,13 @@ func (r *handlerRunner) failed(workCtx context.Context, f *flight, job Job, err 
 	}
 	delay := r.cfg.retryDelay(n)
 	r.log.Info("handler failed; retrying", "tenant", job.Tenant, "job", job.ID, "failures", n, "retry_in", delay, "err", err)
-	if cerr != nil {
-		// The owner record may still name this incarnation, and a moved
-		// copy would then be taken for a duplicate: NAK.
-		f.settle(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
-		return
-	}
 	// The retry is deferred like a throttled job, so a tenant whose jobs
 	// keep failing cannot fill MaxAckPending with them: past its share of
 	// NAK'd jobs (or for a long backoff) the retry leaves the consumer.
+	// With the count unknown, the owner record may still name this
+	// incarnation: NAK'd.
 	r.defers.deferFlight(workCtx, f, Deferral{Job: job, Wait: delay,
-		Reason: fmt.Sprintf(failedReasonPrefix+" %d of %d times", n, r.cfg.MaxFailures)})
+		Reason: fmt.Sprintf(failedReasonPrefix+" %d of %d times", n, r.cfg.MaxFailures)}, cerr == nil)
 }
 
 // watchStop records in stoppedAt when ctx, the pulling's, is cancelled,
