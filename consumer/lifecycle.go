@@ -45,7 +45,6 @@ type lifecycle struct {
 	caps   *capKeeper       // leases given back, wakes (caps.go)
 	levels *levelKeeper     // turns under shared levels (levels.go)
 	dlq    *deadLetter      // dead letters (deadletter.go)
-	defers *deferSettler    // deferrals settled (deferloop.go)
 	runs   *handlerRunner   // handlers run, and their jobs settled (run.go)
 	rec    *recorder
 	cfg    Config

@@ -121,7 +121,7 @@ func New(p Params) (*Worker, error) {
 	w.decider = &groupDecider{throttle: p.Decider, redis: redis, short: short,
 		pauses: pauses, pull: w.pull, lane: viewOf(p.Lane), obs: p.Observer, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.lifecycle = &lifecycle{pull: w.pull, hand: w.hand, redis: redis, pauses: pauses, holds: w.holds,
-		caps: w.caps, levels: w.levels, dlq: dlq, defers: w.defers, runs: w.runs, rec: rec, cfg: cfg, log: cfg.Logger}
+		caps: w.caps, levels: w.levels, dlq: dlq, runs: w.runs, rec: rec, cfg: cfg, log: cfg.Logger}
 	fast := &laneAdapter{lane: p.Lane, claims: p.Claims, ackPending: p.AckPending, handlers: &w.runs.handlers,
 		hand: w.hand, start: w.lifecycle.start, rec: rec, cfg: cfg, log: cfg.Logger}
 	w.pull.preAdmitted = fast.startPreAdmitted
