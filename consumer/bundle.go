@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 )
 
 // bundleFormat is the first byte of a bundle's data in the binary format
@@ -85,7 +87,7 @@ func appendCopy(b []byte, subject string, hdr nats.Header, asCopy bool, own [][2
 // mark (a moved copy is a copy of its own, with an incarnation of its own,
 // back on the job's subject), or one the copy sets itself.
 func replacedInCopy(k string, own [][2]string) bool {
-	if strings.HasPrefix(k, "Nats-") || k == fastcopy.Header || k == HeaderWoken {
+	if strings.HasPrefix(k, "Nats-") || k == fastcopy.Header || k == header.Woken {
 		return true
 	}
 	for _, kv := range own {
@@ -116,7 +118,7 @@ func appendString(b []byte, s string) []byte {
 }
 
 // BundleCopies reads the scheduled copies a bundle of moved jobs carries
-// (a message with HeaderBundle), in either format, each ready to publish
+// (a message with header.Bundle), in either format, each ready to publish
 // as its own scheduled copy, or an error when the data cannot be read.
 func BundleCopies(data []byte) ([]*nats.Msg, error) { return decodeBundle(data) }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -57,10 +58,6 @@ type capKeeper struct {
 // now reads the worker's clock.
 func (w *capKeeper) now() time.Time { return w.cfg.Now() }
 
-// ParkReason starts the HeaderWaitReason of a parked job's copy, followed
-// by the cap it waits under: what tells a parked copy from a moved one.
-const ParkReason = "waiting for a lease under "
-
 // unforetoldPark is a parked job's fallback time before any run under its
 // cap was seen: a backlog taken in at once parks most of its jobs then.
 const unforetoldPark = 2 * time.Minute
@@ -87,7 +84,7 @@ func (w *capKeeper) take(g *groupActs, it *item, res throttle.Result) bool {
 	c := capOf(it.job, res.Decision)
 	w.parked.record(c, w.now())
 	g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: w.parkFor(c, res.Decision), Park: true,
-		Reason: ParkReason + res.CappedBy})
+		Reason: header.WaitLease + res.CappedBy})
 	return true
 }
 

@@ -4,14 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
-
-// CreditsReason starts the wait reason (HeaderWaitReason) of every job
-// parked because its tenant's credits could not cover it, and no other: a
-// top-up (throttler credits add or set) finds their copies by it and
-// brings them back in order.
-const CreditsReason = "waiting for credits"
 
 // unfunded is the stage of the jobs their tenant's credits refused
 // (throttle.Unfunded).
@@ -42,7 +37,7 @@ func (u unfunded) take(g *groupActs, it *item, res throttle.Result) bool {
 		// Parked until a top-up brings it back; the fallback only bounds
 		// the wait of a job a top-up missed (its release failed midway).
 		g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: u.parkFor, Park: true,
-			Reason: CreditsReason + ": " + unfundedReason(it.job, d)})
+			Reason: header.WaitCredits + ": " + unfundedReason(it.job, d)})
 	}
 	return true
 }

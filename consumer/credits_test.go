@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
 // A job its tenant's credits cannot cover is parked, uncharged, for
-// ParkFor, with a reason that starts with CreditsReason (what a top-up
+// ParkFor, with a reason that starts with header.WaitCredits (what a top-up
 // finds it by) and says why; no handler runs.
 func TestUnfundedJobIsParkedForATopUp(t *testing.T) {
 	e := setup(t)
@@ -26,7 +27,7 @@ func TestUnfundedJobIsParkedForATopUp(t *testing.T) {
 	e.waitSettled(m)
 	e.stop()
 	ds := deferrer.deferred()
-	if len(ds) != 1 || !ds[0].Park || ds[0].Wait != 90*time.Second || !strings.HasPrefix(ds[0].Reason, CreditsReason) ||
+	if len(ds) != 1 || !ds[0].Park || ds[0].Wait != 90*time.Second || !strings.HasPrefix(ds[0].Reason, header.WaitCredits) ||
 		!strings.Contains(ds[0].Reason, "balance 3 cannot cover cost 5") {
 		t.Fatalf("deferrals %+v, want one parked for 90s waiting for credits, balance 3 against cost 5", ds)
 	}
@@ -64,7 +65,7 @@ func TestUnfundedJobWaitsForTheGateOrIsDeadLettered(t *testing.T) {
 	}
 	wantSettled(t, dead, settlement{kind: "term"})
 	dls := e.js.deadLetters()
-	if len(dls) != 1 || dls[0].Header.Get(HeaderReason) != "credits: balance 0 cannot cover cost 1" {
+	if len(dls) != 1 || dls[0].Header.Get(header.Reason) != "credits: balance 0 cannot cover cost 1" {
 		t.Fatalf("dead letters %+v, want one: credits: balance 0 cannot cover cost 1", dls)
 	}
 }
@@ -82,7 +83,7 @@ func TestReleasedByTopUp(t *testing.T) {
 		{now.Add(-throttle.CreditsGate - time.Second).Format(time.RFC3339Nano), false},
 		{"not a time", false},
 	} {
-		job := Job{Header: map[string][]string{HeaderReleased: {c.header}}}
+		job := Job{Header: map[string][]string{header.Released: {c.header}}}
 		if c.header == "" {
 			job.Header = nil
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/subject"
 	tenantpkg "github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
@@ -28,16 +30,6 @@ type deadLetter struct {
 	log      *slog.Logger
 }
 
-// Headers of a dead letter cut to fit.
-const (
-	// HeaderDataBytes carries the size of the original's data, when a
-	// dead letter does not carry all of it.
-	HeaderDataBytes = "Throttler-Data-Bytes"
-	// HeaderTruncated says a dead letter carries only the first N bytes of
-	// the original's data ("N of M bytes") and none of its own headers.
-	HeaderTruncated = "Throttler-Truncated"
-)
-
 // maxReasonBytes bounds the reason header of a dead letter.
 const maxReasonBytes = 4096
 
@@ -47,7 +39,7 @@ const maxReasonBytes = 4096
 // to fit: when the original with the dead letter's headers is over the
 // server's or the stream's limits, it stores instead the reason, the job's
 // id, subject and tenant, the original's size and as much of its data as
-// fits (possibly none), marked HeaderTruncated; the reason then says where
+// fits (possibly none), marked header.Truncated; the reason then says where
 // the original stays readable.
 func (d *deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant, reason string, failures int64) (cut bool, err error) {
 	subjTenant := tenant
@@ -56,21 +48,21 @@ func (d *deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant,
 	}
 	subj := d.template.Render(subjTenant)
 	own := func(h nats.Header, reason string) {
-		if h.Get(HeaderSubject) == "" {
-			h.Set(HeaderSubject, msg.Subject())
+		if h.Get(header.Subject) == "" {
+			h.Set(header.Subject, msg.Subject())
 		}
-		h.Set(HeaderReason, truncate(oneLine(reason), maxReasonBytes))
-		h.Set(HeaderJobID, id)
+		h.Set(header.Reason, truncate(oneLine(reason), maxReasonBytes))
+		h.Set(header.JobID, id)
 		if tenant != "" {
-			h.Set(HeaderTenant, tenant)
+			h.Set(header.Tenant, tenant)
 		}
 		if failures > 0 {
-			h.Set(HeaderFailures, strconv.FormatInt(failures, 10))
+			h.Set(header.Failures, strconv.FormatInt(failures, 10))
 		}
 		h.Set(jetstream.MsgIDHeader, "dlq:"+id)
 	}
 	whole := &nats.Msg{Subject: subj, Data: msg.Data(), Header: nats.Header{}}
-	CopyHeaders(whole.Header, msg.Headers())
+	header.Copy(whole.Header, msg.Headers())
 	own(whole.Header, reason)
 	limit := maxPayload(d.js)
 	err = fits(whole, limit)
@@ -90,18 +82,18 @@ func (d *deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant,
 		where = fmt.Sprintf("the original stays readable in stream %s at sequence %d until the stream's limits drop it", meta.Stream, meta.Sequence.Stream)
 	}
 	cutMsg := &nats.Msg{Subject: subj, Header: nats.Header{}}
-	if s := msg.Headers().Get(HeaderSubject); s != "" {
-		cutMsg.Header.Set(HeaderSubject, s)
+	if s := msg.Headers().Get(header.Subject); s != "" {
+		cutMsg.Header.Set(header.Subject, s)
 	}
 	own(cutMsg.Header, fmt.Sprintf("%s; the dead letter is cut to fit (%v); %s", truncate(reason, maxReasonBytes/2), err, where))
-	cutMsg.Header.Set(HeaderDataBytes, strconv.Itoa(len(data)))
+	cutMsg.Header.Set(header.DataBytes, strconv.Itoa(len(data)))
 	room := len(data)
 	if limit > 0 {
 		room = int(max(0, limit-int64(headerBytes(cutMsg.Header))-128))
 	}
 	for _, keep := range []int{min(len(data), room), 0} {
 		cutMsg.Data = data[:keep]
-		cutMsg.Header.Set(HeaderTruncated, fmt.Sprintf("%d of %d bytes", keep, len(data)))
+		cutMsg.Header.Set(header.Truncated, fmt.Sprintf("%d of %d bytes", keep, len(data)))
 		if err = fits(cutMsg, limit); err == nil {
 			if _, err = d.js.PublishMsg(ctx, cutMsg); err == nil {
 				return true, nil

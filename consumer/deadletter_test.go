@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/header"
 	tenantpkg "github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"
 )
@@ -33,15 +34,15 @@ func wantDeadLetter(t *testing.T, dl *nats.Msg, m *fakeMsg, subject string, want
 		}
 	}
 	all := map[string]string{
-		HeaderSubject:         m.subject,
-		HeaderJobID:           m.id(),
+		header.Subject:        m.subject,
+		header.JobID:          m.id(),
 		jetstream.MsgIDHeader: "dlq:" + m.id(),
 	}
 	for k, v := range want {
 		all[k] = v
 	}
 	for k, v := range all {
-		if got := dl.Header.Get(k); got != v && !(k == HeaderReason && strings.Contains(got, v) && v != "") {
+		if got := dl.Header.Get(k); got != v && !(k == header.Reason && strings.Contains(got, v) && v != "") {
 			t.Errorf("dead letter header %s = %q, want %q", k, got, v)
 		}
 	}
@@ -92,8 +93,8 @@ func TestMalformedJobIsDeadLetteredThenTerminated(t *testing.T) {
 				if filed == "" {
 					filed = tenantpkg.Invalid
 				}
-				wantDeadLetter(t, dls[0], m, "dlq."+filed, map[string]string{HeaderReason: tt.reason, HeaderTenant: tt.tenant, HeaderFailures: ""})
-				reason := dls[0].Header.Get(HeaderReason)
+				wantDeadLetter(t, dls[0], m, "dlq."+filed, map[string]string{header.Reason: tt.reason, header.Tenant: tt.tenant, header.Failures: ""})
+				reason := dls[0].Header.Get(header.Reason)
 				term := settlement{kind: "term"}
 				if withReason {
 					term = settlement{kind: "termReason", reason: reason}
@@ -155,9 +156,9 @@ func TestFailedJobIsRetriedAfterBackoffThenDeadLettered(t *testing.T) {
 		t.Fatalf("%d dead letters, want 1", len(dls))
 	}
 	wantDeadLetter(t, dls[0], last, "dlq.acme", map[string]string{
-		HeaderReason:   "handler failed 3 times: boom on delivery 3",
-		HeaderFailures: "3",
-		HeaderTenant:   "acme",
+		header.Reason:   "handler failed 3 times: boom on delivery 3",
+		header.Failures: "3",
+		header.Tenant:   "acme",
 	})
 	wantCalls := slices.Repeat([]failedCall{{tenant: "acme", jobID: "JOBS:5", incarnation: 5, giveUpAt: maxFailures}}, maxFailures)
 	if got := e.failures.called(); !slices.Equal(got, wantCalls) {
@@ -278,7 +279,7 @@ func TestHandlerPanicIsAFailureOfThatJob(t *testing.T) {
 		t.Fatalf("%d dead letters, want 1", len(dls))
 	}
 	wantDeadLetter(t, dls[0], panicking, "dlq.acme", map[string]string{
-		HeaderReason: "handler panicked: kaboom", HeaderFailures: "1", HeaderTenant: "acme"})
+		header.Reason: "handler panicked: kaboom", header.Failures: "1", header.Tenant: "acme"})
 	if got := e.failures.called(); len(got) != 1 || got[0].jobID != "JOBS:1" {
 		t.Errorf("failure counter called %+v, want once, for JOBS:1", got)
 	}

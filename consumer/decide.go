@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -235,7 +237,7 @@ func (r *groupReader) read(m jetstream.Msg) {
 		gd.pull.handBack([]jetstream.Msg{m})
 		return
 	}
-	slot, _ := strconv.ParseInt(m.Headers().Get(HeaderSlot), 10, 64)
+	slot, _ := strconv.ParseInt(m.Headers().Get(header.Slot), 10, 64)
 	r.slots = r.slots || slot != 0
 	it := item{msg: m, job: job, slot: slot}
 	if d, paused := gd.pauses.pausedNow(job); paused {
@@ -250,7 +252,7 @@ func (r *groupReader) read(m jetstream.Msg) {
 	// decided, so it holds no reservation for the script to read. One the
 	// worker kept for its slot (shortWait) was decided already.
 	again := gd.short.decidedAgain(m)
-	fresh := job.Delivered == 1 && job.Header.Get(HeaderJobID) == "" && !again
+	fresh := job.Delivered == 1 && job.Header.Get(header.JobID) == "" && !again
 	// A fresh original never records itself as owner, and owners are
 	// stream sequences (never 0): 0 serves it and keeps the script's cheap
 	// path for the usual value.
@@ -261,7 +263,7 @@ func (r *groupReader) read(m jetstream.Msg) {
 	it.asks = true
 	it.req = throttle.Copy{Request: throttle.Request{Tenant: job.Tenant, JobID: job.ID, Cost: job.Cost}, Group: job.Group,
 		Incarnation: inc, Fresh: fresh, Order: fastcopy.Ordinary(job.OriginalSequence()),
-		Woken: job.Header.Get(HeaderWoken) != "", Released: releasedByTopUp(job, gd.cfg.Now())}
+		Woken: job.Header.Get(header.Woken) != "", Released: releasedByTopUp(job, gd.cfg.Now())}
 	r.items = append(r.items, it)
 }
 

@@ -16,7 +16,7 @@ type Deferral struct {
 	// Wait is how long the job must wait: until its reserved slot.
 	Wait time.Duration
 	// Reason says why the job waits, for people reading a moved copy
-	// (HeaderWaitReason): the limit that held it, or a handler failure.
+	// (header.WaitReason): the limit that held it, or a handler failure.
 	Reason string
 	// Park says the job waits for a lease of a running cap, not for a
 	// time: a Deferrer that moves jobs moves it on its own (never in a

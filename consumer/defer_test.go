@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/subject"
 )
@@ -289,76 +290,6 @@ func TestFairDeferrerDeferKeepsErrors(t *testing.T) {
 	}
 }
 
-func TestCopyHeaders(t *testing.T) {
-	tests := []struct {
-		name     string
-		dst, src nats.Header
-		want     nats.Header
-	}{
-		{
-			name: "drops Nats headers, keeps the rest with every value",
-			dst:  nats.Header{},
-			src: nats.Header{
-				jetstream.MsgIDHeader:           {"orig"},
-				jetstream.ExpectedStreamHeader:  {"JOBS"},
-				jetstream.ExpectedLastSeqHeader: {"7"},
-				jetstream.MsgTTLHeader:          {"1m"},
-				jetstream.ScheduleHeader:        {"@at 2025-01-01T00:00:00Z"},
-				jetstream.ScheduleTargetHeader:  {"jobs.a"},
-				"Job-Cost":                      {"3"},
-				"X-Multi":                       {"1", "2", "3"},
-				"X-Nats-Lookalike":              {"kept"},
-				"Natsy":                         {"kept"},
-				HeaderJobID:                     {"JOBS:1"},
-			},
-			want: nats.Header{
-				"Job-Cost":         {"3"},
-				"X-Multi":          {"1", "2", "3"},
-				"X-Nats-Lookalike": {"kept"},
-				"Natsy":            {"kept"},
-				HeaderJobID:        {"JOBS:1"},
-			},
-		},
-		{
-			name: "adds to what dst holds",
-			dst:  nats.Header{"X-A": {"0"}, "X-B": {"b"}},
-			src:  nats.Header{"X-A": {"1", "2"}},
-			want: nats.Header{"X-A": {"0", "1", "2"}, "X-B": {"b"}},
-		},
-		{
-			name: "nil src",
-			dst:  nats.Header{"X-A": {"0"}},
-			src:  nil,
-			want: nats.Header{"X-A": {"0"}},
-		},
-		{
-			name: "only Nats headers",
-			dst:  nats.Header{},
-			src:  nats.Header{jetstream.MsgIDHeader: {"x"}},
-			want: nats.Header{},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			CopyHeaders(tt.dst, tt.src)
-			if !reflect.DeepEqual(tt.dst, tt.want) {
-				t.Fatalf("copyHeaders: got %v, want %v", tt.dst, tt.want)
-			}
-		})
-	}
-}
-
-func TestCopyHeadersDoesNotAlias(t *testing.T) {
-	src := nats.Header{"X-A": {"1", "2"}}
-	dst := nats.Header{}
-	CopyHeaders(dst, src)
-	src["X-A"][0] = "changed"
-	src.Add("X-A", "3")
-	if want := []string{"1", "2"}; !reflect.DeepEqual(dst["X-A"], want) {
-		t.Fatalf("dst changed with src: %v, want %v", dst["X-A"], want)
-	}
-}
-
 func TestScheduleDeferrerCopyOf(t *testing.T) {
 	published := time.Date(2025, 1, 2, 3, 4, 5, 123456789, time.FixedZone("+02:00", 2*3600))
 	now := time.Date(2025, 6, 1, 12, 0, 0, 250_000_000, time.UTC)
@@ -389,13 +320,13 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 			want: nats.Header{
 				"Job-Cost":                     {"3"},
 				"X-Multi":                      {"a", "b"},
-				HeaderJobID:                    {"JOBS:7"},
-				HeaderSubject:                  {"jobs.acme.send"},
-				HeaderDeferrals:                {"1"},
-				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
-				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 1, 750_003_000, time.UTC).UnixMicro(), 10)},
-				HeaderWaitReason:               {"limit 10/s:20"},
-				headerWaitUntil:                {"2025-06-01T12:00:01.750003Z"},
+				header.JobID:                   {"JOBS:7"},
+				header.Subject:                 {"jobs.acme.send"},
+				header.Deferrals:               {"1"},
+				header.Published:               {"2025-01-02T01:04:05.123456789Z"},
+				header.Slot:                    {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 1, 750_003_000, time.UTC).UnixMicro(), 10)},
+				header.WaitReason:              {"limit 10/s:20"},
+				header.WaitUntil:               {"2025-06-01T12:00:01.750003Z"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:7:1"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:01.752Z"}, // slot + 1 ms, rounded up
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
@@ -407,11 +338,11 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 			name:    "second move of a fired copy",
 			subject: "jobs.acme.send",
 			header: nats.Header{
-				HeaderJobID:                    {"JOBS:7"},
-				HeaderSubject:                  {"jobs.acme.send"},
-				HeaderDeferrals:                {"1"},
-				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
-				HeaderSlot:                     {"1"},
+				header.JobID:                   {"JOBS:7"},
+				header.Subject:                 {"jobs.acme.send"},
+				header.Deferrals:               {"1"},
+				header.Published:               {"2025-01-02T01:04:05.123456789Z"},
+				header.Slot:                    {"1"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:7:1"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:02Z"},
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
@@ -422,13 +353,13 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 			wait:   2 * time.Second,
 			reason: "handler failed 1 of 5 times",
 			want: nats.Header{
-				HeaderJobID:                    {"JOBS:7"},
-				HeaderSubject:                  {"jobs.acme.send"},
-				HeaderDeferrals:                {"2"},
-				HeaderPublished:                {"2025-01-02T01:04:05.123456789Z"},
-				HeaderSlot:                     {strconv.FormatInt(now.Add(time.Minute+2*time.Second).UnixMicro(), 10)},
-				HeaderWaitReason:               {"handler failed 1 of 5 times"},
-				headerWaitUntil:                {"2025-06-01T12:01:02.25Z"},
+				header.JobID:                   {"JOBS:7"},
+				header.Subject:                 {"jobs.acme.send"},
+				header.Deferrals:               {"2"},
+				header.Published:               {"2025-01-02T01:04:05.123456789Z"},
+				header.Slot:                    {strconv.FormatInt(now.Add(time.Minute+2*time.Second).UnixMicro(), 10)},
+				header.WaitReason:              {"handler failed 1 of 5 times"},
+				header.WaitUntil:               {"2025-06-01T12:01:02.25Z"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:7:2"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:01:02.251Z"},
 				jetstream.ScheduleTargetHeader: {"jobs.acme.send"},
@@ -443,13 +374,13 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 			wait:   3 * time.Second,
 			reason: "the slot it holds",
 			want: nats.Header{
-				HeaderJobID:                    {"JOBS:9"},
-				HeaderSubject:                  {"jobs.b.x"},
-				HeaderDeferrals:                {"5"},
-				HeaderPublished:                {"2025-06-01T11:00:00Z"},
-				HeaderSlot:                     {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 3, 0, time.UTC).UnixMicro(), 10)},
-				HeaderWaitReason:               {"the slot it holds"},
-				headerWaitUntil:                {"2025-06-01T12:00:03Z"},
+				header.JobID:                   {"JOBS:9"},
+				header.Subject:                 {"jobs.b.x"},
+				header.Deferrals:               {"5"},
+				header.Published:               {"2025-06-01T11:00:00Z"},
+				header.Slot:                    {strconv.FormatInt(time.Date(2025, 6, 1, 12, 0, 3, 0, time.UTC).UnixMicro(), 10)},
+				header.WaitReason:              {"the slot it holds"},
+				header.WaitUntil:               {"2025-06-01T12:00:03Z"},
 				jetstream.MsgIDHeader:          {"sched:JOBS:9:5"},
 				jetstream.ScheduleHeader:       {"@at 2025-06-01T12:00:03.001Z"},
 				jetstream.ScheduleTargetHeader: {"jobs.b.x"},
@@ -460,8 +391,8 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 	last := &tests[len(tests)-1]
 	last.name, last.maxWait, last.wait = "a wait past MaxWait comes back early, keeping its slot", 2*time.Second, 9*time.Second
 	last.want = cloneHeader(last.want)
-	last.want.Set(HeaderSlot, strconv.FormatInt(now.Add(9*time.Second).UnixMicro(), 10))
-	last.want.Set(headerWaitUntil, "2025-06-01T12:00:09.25Z")
+	last.want.Set(header.Slot, strconv.FormatInt(now.Add(9*time.Second).UnixMicro(), 10))
+	last.want.Set(header.WaitUntil, "2025-06-01T12:00:09.25Z")
 	last.want.Set(jetstream.ScheduleHeader, "@at 2025-06-01T12:00:02.251Z") // now + MaxWait + 1 ms
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -481,8 +412,8 @@ func TestScheduleDeferrerCopyOf(t *testing.T) {
 			if !reflect.DeepEqual(src.header, tt.header) {
 				t.Fatalf("copyOf changed the source headers: %v, was %v", src.header, tt.header)
 			}
-			if _, err := time.Parse(time.RFC3339Nano, out.Header.Get(HeaderPublished)); err != nil {
-				t.Fatalf("%s does not parse back: %v", HeaderPublished, err)
+			if _, err := time.Parse(time.RFC3339Nano, out.Header.Get(header.Published)); err != nil {
+				t.Fatalf("%s does not parse back: %v", header.Published, err)
 			}
 		})
 	}
@@ -565,7 +496,7 @@ func TestBundleOf(t *testing.T) {
 		if i == 1 {
 			hdr = nats.Header{
 				jetstream.MsgIDHeader: {"sched:" + id + ":1"}, "Nats-Scheduler": {"sched.acme.11"},
-				HeaderJobID: {id}, HeaderDeferrals: {"1"}, HeaderSlot: {"1"}, HeaderTenant: {"acme"},
+				header.JobID: {id}, header.Deferrals: {"1"}, header.Slot: {"1"}, header.Tenant: {"acme"},
 				"X-Multi": {"a", "b"}, "x-lower": {"c"},
 			}
 		}
@@ -585,9 +516,9 @@ func TestBundleOf(t *testing.T) {
 		t.Fatalf("subject %q", out.Subject)
 	}
 	want := map[string]string{
-		HeaderBundle:                   "3",
-		HeaderWaitReason:               "limit 1/s:1; the slot it holds", // each reason once
-		headerWaitUntil:                "2026-01-02T03:04:08.6Z",         // the last slot
+		header.Bundle:                  "3",
+		header.WaitReason:              "limit 1/s:1; the slot it holds", // each reason once
+		header.WaitUntil:               "2026-01-02T03:04:08.6Z",         // the last slot
 		jetstream.ScheduleHeader:       "@at 2026-01-02T03:04:06.601Z",   // now + 1 s + 1 ms
 		jetstream.ScheduleTargetHeader: "sched.u.acme." + name,
 		jetstream.MsgIDHeader:          "bundle:" + name,
@@ -626,8 +557,8 @@ func TestBundleOf(t *testing.T) {
 			t.Errorf("copy %d = %+v, want %+v", k, c, one)
 		}
 	}
-	if got := copies[1].Header; got.Get(HeaderDeferrals) != "2" || got.Get("Nats-Scheduler") != "" ||
-		!reflect.DeepEqual(got["X-Multi"], []string{"a", "b"}) || got.Get("x-lower") != "c" || got.Get(HeaderTenant) != "acme" {
+	if got := copies[1].Header; got.Get(header.Deferrals) != "2" || got.Get("Nats-Scheduler") != "" ||
+		!reflect.DeepEqual(got["X-Multi"], []string{"a", "b"}) || got.Get("x-lower") != "c" || got.Get(header.Tenant) != "acme" {
 		t.Errorf("copy of a fired copy: headers %v", got)
 	}
 	// Another tenant, or bundling off, ends a bundle.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -44,7 +45,7 @@ func (s *deferSettler) take(g *groupActs, it *item, res throttle.Result) bool {
 	return true
 }
 
-// waitReason says what held a limited job, for HeaderWaitReason.
+// waitReason says what held a limited job, for header.WaitReason.
 func waitReason(d throttle.Decision) string {
 	if d.LevelName != "" {
 		return "shared limit " + d.LevelName

@@ -6,6 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -22,10 +24,10 @@ import (
 func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
 	return func(ctx context.Context, job Job) error {
 		msg := &nats.Msg{Subject: template.Render(job.Tenant), Data: job.Data, Header: nats.Header{}}
-		CopyHeaders(msg.Header, job.Header)
-		msg.Header.Set(HeaderJobID, job.ID)
-		msg.Header.Set(HeaderTenant, job.Tenant)
-		msg.Header.Set(HeaderSubject, job.Subject)
+		header.Copy(msg.Header, job.Header)
+		msg.Header.Set(header.JobID, job.ID)
+		msg.Header.Set(header.Tenant, job.Tenant)
+		msg.Header.Set(header.Subject, job.Subject)
 		msg.Header.Set(jetstream.MsgIDHeader, job.ID)
 		if err := fits(msg, maxPayload(js)); err != nil {
 			return Permanent(fmt.Errorf("forward to %s: %w", msg.Subject, err))

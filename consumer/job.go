@@ -12,57 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/tenant"
-	"github.com/throttler/throttler/throttle"
 )
-
-// Headers the worker reads and writes. Headers set on a moved or
-// dead-lettered job let it keep its identity across streams and subjects.
-const (
-	// HeaderJobID carries a job's identity, "<stream>:<sequence>" of its first
-	// delivery. Reservations, failure counts and deduplication use it.
-	HeaderJobID = "Throttler-Job-Id"
-	// HeaderDeferrals carries how many times the throttle has deferred a
-	// moved job.
-	HeaderDeferrals = "Throttler-Deferrals"
-	// HeaderPublished carries the original publish time of a moved job,
-	// RFC 3339 with nanoseconds.
-	HeaderPublished = "Throttler-Published"
-	// HeaderBundle marks a scheduled message carrying several moved jobs'
-	// copies; its value is how many.
-	HeaderBundle = "Throttler-Bundle"
-	// HeaderSlot carries the slot a moved job was scheduled for, in µs since
-	// the Unix epoch.
-	HeaderSlot = "Throttler-Slot"
-	// HeaderSubject carries a moved or dead-lettered job's original subject.
-	HeaderSubject = "Throttler-Subject"
-	// HeaderTenant carries the tenant of a forwarded or dead-lettered job.
-	HeaderTenant = "Throttler-Tenant"
-	// HeaderReason says why a job was dead-lettered.
-	HeaderReason = "Throttler-Reason"
-	// HeaderFailures carries the handler failures of a dead-lettered job.
-	HeaderFailures = "Throttler-Failures"
-	// HeaderWaitReason says why a moved job waits: "limit 20/s:40", the
-	// limit that held it, or a handler failure awaiting its retry.
-	HeaderWaitReason = "Throttler-Wait-Reason"
-	// HeaderWoken marks a job brought back in its turn under a running
-	// cap (StreamWaker): delivered by the consumer of woken jobs, not the
-	// jobs consumer.
-	HeaderWoken = "Throttler-Woken"
-	// HeaderReplayedFrom marks a job published again from a dead letter
-	// (throttler dlq replay): "<dead-letter stream>:<sequence>".
-	HeaderReplayedFrom = "Throttler-Replayed-From"
-)
-
-// headerWaitUntil carries when a moved job may run, RFC 3339 in UTC, for
-// an operator reading a moved copy; of this module's packages only the
-// worker reads it, to count a woken job off those waiting.
-const headerWaitUntil = "Throttler-Wait-Until"
-
-// OwnHeaderPrefix starts the name of every header the worker sets on the
-// messages it makes (copies, bundles, forwards, dead letters): a job
-// replayed from a dead letter leaves them behind.
-const OwnHeaderPrefix = "Throttler-"
 
 // Job is one message handed to a Handler.
 type Job struct {
@@ -157,27 +109,6 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
-// ParseCost reads a job's cost from the header name: absent means 1; otherwise a decimal
-// whole number in [1, throttle.MaxBurst].
-func ParseCost(h nats.Header, name string) (int64, error) {
-	vals := h.Values(name)
-	if len(vals) == 0 {
-		return 1, nil
-	}
-	if len(vals) > 1 {
-		return 0, fmt.Errorf("malformed cost: %d %s headers", len(vals), name)
-	}
-	v := vals[0]
-	if v == "" || len(v) > 10 || strings.TrimLeft(v, "0123456789") != "" {
-		return 0, fmt.Errorf("malformed cost %q: want a whole number from 1 to %d", v, throttle.MaxBurst)
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 1 || n > throttle.MaxBurst {
-		return 0, fmt.Errorf("malformed cost %q: want a whole number from 1 to %d", v, throttle.MaxBurst)
-	}
-	return n, nil
-}
-
 // badJobError says why a message cannot be a job; such a message goes to
 // the dead-letter subject.
 type badJobError struct {
@@ -205,13 +136,13 @@ func readJob(msg jetstream.Msg, cfg Config) (Job, error) {
 		Published: meta.Timestamp,
 		ID:        meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10),
 	}
-	if id := h.Get(HeaderJobID); id != "" {
+	if id := h.Get(header.JobID); id != "" {
 		job.ID = id
-		if subj := h.Get(HeaderSubject); subj != "" {
+		if subj := h.Get(header.Subject); subj != "" {
 			job.Subject = subj
 		}
-		job.Deferrals, _ = strconv.Atoi(h.Get(HeaderDeferrals))
-		if ts, err := time.Parse(time.RFC3339Nano, h.Get(HeaderPublished)); err == nil {
+		job.Deferrals, _ = strconv.Atoi(h.Get(header.Deferrals))
+		if ts, err := time.Parse(time.RFC3339Nano, h.Get(header.Published)); err == nil {
 			job.Published = ts
 		}
 	}
@@ -223,7 +154,7 @@ func readJob(msg jetstream.Msg, cfg Config) (Job, error) {
 	if job.Group, err = readGroup(job.Subject, h, cfg); err != nil {
 		return job, &badJobError{tenant: t, reason: err.Error()}
 	}
-	cost, err := ParseCost(h, cfg.CostHeader)
+	cost, err := header.ParseCost(h, cfg.CostHeader)
 	if err != nil {
 		return job, &badJobError{tenant: t, reason: err.Error()}
 	}

@@ -8,52 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/tenant"
-	"github.com/throttler/throttler/throttle"
 )
-
-func TestParseCost(t *testing.T) {
-	const name = "Job-Cost"
-	tests := []struct {
-		name    string
-		header  nats.Header
-		want    int64
-		wantErr string
-	}{
-		{name: "absent", header: nats.Header{"Other": {"5"}}, want: 1},
-		{name: "nil headers", header: nil, want: 1},
-		{name: "one", header: nats.Header{name: {"1"}}, want: 1},
-		{name: "some", header: nats.Header{name: {"42"}}, want: 42},
-		{name: "MaxBurst", header: nats.Header{name: {"1000000000"}}, want: throttle.MaxBurst},
-		{name: "leading zeros within 10 digits", header: nats.Header{name: {"0000000007"}}, want: 7},
-		{name: "empty", header: nats.Header{name: {""}}, wantErr: "malformed cost"},
-		{name: "zero", header: nats.Header{name: {"0"}}, wantErr: "malformed cost"},
-		{name: "negative", header: nats.Header{name: {"-1"}}, wantErr: "malformed cost"},
-		{name: "plus sign", header: nats.Header{name: {"+1"}}, wantErr: "malformed cost"},
-		{name: "exponent", header: nats.Header{name: {"1e9"}}, wantErr: "malformed cost"},
-		{name: "fraction", header: nats.Header{name: {"1.5"}}, wantErr: "malformed cost"},
-		{name: "leading space", header: nats.Header{name: {" 1"}}, wantErr: "malformed cost"},
-		{name: "trailing space", header: nats.Header{name: {"1 "}}, wantErr: "malformed cost"},
-		{name: "letters", header: nats.Header{name: {"abc"}}, wantErr: "malformed cost"},
-		{name: "hex", header: nats.Header{name: {"0x10"}}, wantErr: "malformed cost"},
-		{name: "non-ASCII digit", header: nats.Header{name: {"１"}}, wantErr: "malformed cost"},
-		{name: "11 digits", header: nats.Header{name: {"10000000000"}}, wantErr: "malformed cost"},
-		{name: "11 digits with leading zero", header: nats.Header{name: {"00000000001"}}, wantErr: "malformed cost"},
-		{name: "MaxBurst+1", header: nats.Header{name: {"1000000001"}}, wantErr: "malformed cost"},
-		{name: "10 nines", header: nats.Header{name: {"9999999999"}}, wantErr: "malformed cost"},
-		{name: "overflows int64", header: nats.Header{name: {"99999999999999999999"}}, wantErr: "malformed cost"},
-		{name: "two headers", header: nats.Header{name: {"1", "1"}}, wantErr: "2 Job-Cost headers"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseCost(tt.header, name)
-			matchErr(t, err, tt.wantErr)
-			if got != tt.want {
-				t.Fatalf("parseCost = %d, want %d", got, tt.want)
-			}
-		})
-	}
-}
 
 func TestFireAt(t *testing.T) {
 	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -260,7 +217,7 @@ func TestJobGroup(t *testing.T) {
 			if len(dls) != 1 {
 				t.Fatalf("%d dead letters, want 1", len(dls))
 			}
-			wantDeadLetter(t, dls[0], m, "dlq.acme", map[string]string{HeaderReason: tt.reason, HeaderTenant: "acme", HeaderFailures: ""})
+			wantDeadLetter(t, dls[0], m, "dlq.acme", map[string]string{header.Reason: tt.reason, header.Tenant: "acme", header.Failures: ""})
 			wantSettled(t, m, settlement{kind: "term"})
 			if got := e.ran.ids(); len(got) != 0 {
 				t.Errorf("handler ran %v, want none", got)

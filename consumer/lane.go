@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -77,7 +79,7 @@ func (v laneSight) observe(items []item) {
 	for i := range items {
 		it := &items[i]
 		h := it.msg.Headers()
-		if it.job.Sequence > lastSeq && h.Get(fastcopy.Header) == "" && h.Get(HeaderWoken) == "" {
+		if it.job.Sequence > lastSeq && h.Get(fastcopy.Header) == "" && h.Get(header.Woken) == "" {
 			last, lastSeq = it.msg, it.job.Sequence
 		}
 	}

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 )
 
 // fakeLane is a Lane whose copies come from a fake consumer of their own;
@@ -30,9 +32,9 @@ func TestPreAdmittedCopyRunsWithoutADecision(t *testing.T) {
 	e.params.Lane = lane
 	e.start()
 
-	admitted := newMsg(7, "sched.f.acme.3", HeaderJobID, "JOBS:3", HeaderSubject, "jobs.acme", fastcopy.Header, fastcopy.Admitted)
-	reserved := newMsg(8, "sched.f.acme.4", HeaderJobID, "JOBS:4", HeaderSubject, "jobs.acme", fastcopy.Header, fastcopy.Reserved)
-	again := newMsg(9, "sched.f.acme.5", HeaderJobID, "JOBS:5", HeaderSubject, "jobs.acme", fastcopy.Header, fastcopy.Admitted).redelivered()
+	admitted := newMsg(7, "sched.f.acme.3", header.JobID, "JOBS:3", header.Subject, "jobs.acme", fastcopy.Header, fastcopy.Admitted)
+	reserved := newMsg(8, "sched.f.acme.4", header.JobID, "JOBS:4", header.Subject, "jobs.acme", fastcopy.Header, fastcopy.Reserved)
+	again := newMsg(9, "sched.f.acme.5", header.JobID, "JOBS:5", header.Subject, "jobs.acme", fastcopy.Header, fastcopy.Admitted).redelivered()
 	lane.copies.push(admitted, reserved, again)
 	for _, m := range []*fakeMsg{admitted, reserved, again} {
 		e.waitSettled(m)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -25,10 +26,6 @@ type LevelPoker interface {
 	// woken, unless it used it meanwhile.
 	Forfeit(ctx context.Context, w throttle.Waiter) error
 }
-
-// LevelReason starts the HeaderWaitReason of a job parked for its turn
-// under a shared level, followed by the level's name.
-const LevelReason = "waiting for a turn under "
 
 // levelPokeEvery is how often the worker calls the jobs waiting under
 // the levels it parked jobs under: the room of a rate comes with time,
@@ -63,7 +60,7 @@ func (k *levelKeeper) take(g *groupActs, it *item, res throttle.Result) bool {
 	k.rec.add(it.job.Tenant, func(s *TenantStats) { s.LevelQueued++ })
 	k.parked.record(name, k.cfg.Now())
 	k.counts.add(name, func(s *LevelStats) { s.Queued++ })
-	g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: k.cfg.ParkFor, Park: true, Reason: LevelReason + name})
+	g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: k.cfg.ParkFor, Park: true, Reason: header.WaitTurn + name})
 	return true
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
@@ -77,7 +78,7 @@ func TestQueuedJobIsParkedAndItsLevelPoked(t *testing.T) {
 	e.stop()
 
 	ds := deferrer.deferred()
-	if len(ds) != 1 || !ds[0].Park || ds[0].Wait != 90*time.Second || ds[0].Reason != LevelReason+"group.org-1" {
+	if len(ds) != 1 || !ds[0].Park || ds[0].Wait != 90*time.Second || ds[0].Reason != header.WaitTurn+"group.org-1" {
 		t.Fatalf("deferrals %+v, want one parked for 90s, waiting for a turn under group.org-1", ds)
 	}
 	if got := e.w.Levels()["group.org-1"]; got.Queued != 1 {

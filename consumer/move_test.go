@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -51,11 +52,11 @@ func TestMoveStoresTheCopyThenAcksTheOriginal(t *testing.T) {
 		jetstream.ScheduleHeader:       "@at 2026-03-04T05:06:20.001Z",
 		jetstream.ScheduleTargetHeader: "jobs.acme",
 		jetstream.MsgIDHeader:          "sched:JOBS:1:1",
-		HeaderJobID:                    "JOBS:1",
-		HeaderSubject:                  "jobs.acme",
-		HeaderDeferrals:                "1",
-		HeaderPublished:                stored.Format(time.RFC3339Nano),
-		HeaderSlot:                     strconv.FormatInt(now.Add(3*time.Second).UnixMicro(), 10),
+		header.JobID:                   "JOBS:1",
+		header.Subject:                 "jobs.acme",
+		header.Deferrals:               "1",
+		header.Published:               stored.Format(time.RFC3339Nano),
+		header.Slot:                    strconv.FormatInt(now.Add(3*time.Second).UnixMicro(), 10),
 		"X-Trace":                      "t1",
 	} {
 		if got := c.Header.Values(k); len(got) != 1 || got[0] != v {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -99,9 +100,9 @@ func TestPutOff(t *testing.T) {
 	}{
 		{"first delivery", Job{Delivered: 1, Header: nats.Header{}}, false},
 		{"delivered again", Job{Delivered: 2, Header: nats.Header{}}, true},
-		{"moved", Job{Delivered: 1, Deferrals: 1, Header: h(HeaderWaitReason, "limit 1/m")}, true},
-		{"woken", Job{Delivered: 1, Header: h(HeaderWoken, "1")}, true},
-		{"moved retry", Job{Delivered: 1, Deferrals: 1, Header: h(HeaderWaitReason, failedReasonPrefix+" 1 of 5 times")}, false},
+		{"moved", Job{Delivered: 1, Deferrals: 1, Header: h(header.WaitReason, "limit 1/m")}, true},
+		{"woken", Job{Delivered: 1, Header: h(header.Woken, "1")}, true},
+		{"moved retry", Job{Delivered: 1, Deferrals: 1, Header: h(header.WaitReason, failedReasonPrefix+" 1 of 5 times")}, false},
 	} {
 		if got := putOff(tc.job); got != tc.want {
 			t.Errorf("%s: putOff %v, want %v", tc.name, got, tc.want)

@@ -6,25 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
-
-// PauseReason starts the wait reason (HeaderWaitReason) of every job
-// waiting because its tenant is paused, and no other: a resume finds the
-// paused jobs' copies by it.
-const PauseReason = "paused"
 
 // PauseEndGrace is how long after a pause's end its jobs' copies come back
 // by themselves: time for a worker to end it and bring them back in order
 // first.
 const PauseEndGrace = 2 * time.Second
-
-// HeaderReleased marks a paused job a resume brought back, with the time
-// it did (RFC 3339): such a job is decided even while the pause it was
-// released from is still stored, so that a resume can bring a tenant's
-// paused jobs back, in order, before it lets new ones through. A pause
-// that began later holds it again.
-const HeaderReleased = "Throttler-Released"
 
 // Pauser says whether an operator paused a tenant; *pause.Set satisfies
 // it. The worker asks it for every job it is about to decide and again
@@ -36,7 +25,7 @@ type Pauser interface {
 	Paused(tenant string, now time.Time) (reason string, until time.Time, paused bool)
 	// Since returns when the pause of tenant in force at now began, zero
 	// when it is not paused. It is asked only of jobs a resume released
-	// (HeaderReleased).
+	// (header.Released).
 	Since(tenant string, now time.Time) time.Time
 }
 
@@ -53,8 +42,8 @@ type Unreserver interface {
 // pause must give up: it was decided before (not a fresh original) and is
 // not back from a pause (that one gave its reservation up already).
 func mayHaveReservation(job Job) bool {
-	fresh := job.Delivered == 1 && job.Header.Get(HeaderJobID) == ""
-	return !fresh && !strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason)
+	fresh := job.Delivered == 1 && job.Header.Get(header.JobID) == ""
+	return !fresh && !strings.HasPrefix(job.Header.Get(header.WaitReason), header.WaitPaused)
 }
 
 // pausedSlot is the slot of a paused job, when it may hold one: decided
@@ -131,7 +120,7 @@ func (g *pauseGate) pausedNow(job Job) (Deferral, bool) {
 	// A paused job comes back by itself after PauseRecheck, or when the
 	// pause ends if sooner; a resume brings it back at once (pause.Resume).
 	wait := g.recheck
-	text := PauseReason
+	text := header.WaitPaused
 	if !until.IsZero() {
 		// A worker ends the pause at until and brings its jobs back in
 		// their order (pause.End); the copies come back by themselves
@@ -149,7 +138,7 @@ func (g *pauseGate) pausedNow(job Job) (Deferral, bool) {
 // began at since, or from a later one: it was brought back at or after
 // since.
 func releasedFrom(job Job, since time.Time) bool {
-	v := job.Header.Get(HeaderReleased)
+	v := job.Header.Get(header.Released)
 	if v == "" {
 		return false
 	}

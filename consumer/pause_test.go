@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
@@ -82,7 +83,7 @@ func TestPausedTenantIsNeitherDecidedNorRun(t *testing.T) {
 	}
 	wantWait := map[string]time.Duration{"acme": time.Minute, "soon": 10*time.Second + PauseEndGrace}
 	for _, d := range ds {
-		if !d.Paused || !d.Park || !strings.HasPrefix(d.Reason, PauseReason) || !strings.Contains(d.Reason, "maintenance") {
+		if !d.Paused || !d.Park || !strings.HasPrefix(d.Reason, header.WaitPaused) || !strings.Contains(d.Reason, "maintenance") {
 			t.Errorf("deferral of %s: paused %v park %v reason %q; want a parked paused job with the pause's reason", d.Job.Tenant, d.Paused, d.Park, d.Reason)
 		}
 		if d.Wait != wantWait[d.Job.Tenant] {
@@ -95,7 +96,7 @@ func TestPausedTenantIsNeitherDecidedNorRun(t *testing.T) {
 }
 
 // TestReleasedJobsRunWhileThePauseIsStored: a job a resume released
-// (HeaderReleased at or after the pause's start) is decided and run
+// (header.Released at or after the pause's start) is decided and run
 // although the pause is still stored, so that a resume brings the paused
 // jobs back before new ones; a job released from an earlier pause, and a
 // new job, wait out the pause in force.
@@ -108,8 +109,8 @@ func TestReleasedJobsRunWhileThePauseIsStored(t *testing.T) {
 	e.params.Pauses = &fakePauser{paused: map[string]time.Time{"acme": {}}, since: since}
 	e.params.Config.Now = clock.Now
 	e.start()
-	released := newMsg(1, "jobs.acme", HeaderReleased, since.Add(time.Second).Format(time.RFC3339Nano))
-	earlier := newMsg(2, "jobs.acme", HeaderReleased, since.Add(-time.Second).Format(time.RFC3339Nano))
+	released := newMsg(1, "jobs.acme", header.Released, since.Add(time.Second).Format(time.RFC3339Nano))
+	earlier := newMsg(2, "jobs.acme", header.Released, since.Add(-time.Second).Format(time.RFC3339Nano))
 	fresh := newMsg(3, "jobs.acme")
 	e.push(released, earlier, fresh)
 	e.waitSettled(released, earlier, fresh)
@@ -224,8 +225,8 @@ func TestPauseGivesUpSlots(t *testing.T) {
 	e.start()
 	fresh := newMsg(1, "jobs.acme")
 	redelivered := newMsg(2, "jobs.acme").redelivered()
-	moved := newMsg(5, "sched.acme.3", HeaderJobID, "JOBS:3", HeaderSubject, "jobs.acme", HeaderWaitReason, "limit 5/s")
-	backFromPause := newMsg(6, "sched.acme.4", HeaderJobID, "JOBS:4", HeaderSubject, "jobs.acme", HeaderWaitReason, PauseReason+": x")
+	moved := newMsg(5, "sched.acme.3", header.JobID, "JOBS:3", header.Subject, "jobs.acme", header.WaitReason, "limit 5/s")
+	backFromPause := newMsg(6, "sched.acme.4", header.JobID, "JOBS:4", header.Subject, "jobs.acme", header.WaitReason, header.WaitPaused+": x")
 	e.push(fresh, redelivered, moved, backFromPause)
 	e.waitSettled(fresh, redelivered, moved, backFromPause)
 	e.stop()

@@ -13,6 +13,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -182,10 +184,10 @@ func (r *handlerRunner) observeStart(job Job) {
 // putOff reports whether job comes back from a wait: delivered before,
 // moved, or woken, and not a moved retry of a failed run.
 func putOff(job Job) bool {
-	if strings.HasPrefix(job.Header.Get(HeaderWaitReason), failedReasonPrefix) {
+	if strings.HasPrefix(job.Header.Get(header.WaitReason), failedReasonPrefix) {
 		return false
 	}
-	return job.Delivered > 1 || job.Deferrals > 0 || job.Header.Get(HeaderWoken) != ""
+	return job.Delivered > 1 || job.Deferrals > 0 || job.Header.Get(header.Woken) != ""
 }
 
 // callHandler runs h, turning a panic into an error of that job; the stack

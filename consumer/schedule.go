@@ -12,7 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -165,13 +167,13 @@ func (d ScheduleDeferrer) copyFields(df Deferral, now time.Time) (string, [copyF
 	move := strconv.Itoa(job.Deferrals + 1)
 	slot := now.Add(df.Wait)
 	return d.Subjects.Copy(job.Tenant, job.OriginalSequence()), [copyFieldCount][2]string{
-		{HeaderJobID, job.ID},
-		{HeaderSubject, job.Subject},
-		{HeaderDeferrals, move},
-		{HeaderPublished, job.Published.UTC().Format(time.RFC3339Nano)},
-		{HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10)},
-		{HeaderWaitReason, df.Reason},
-		{headerWaitUntil, slot.UTC().Format(time.RFC3339Nano)},
+		{header.JobID, job.ID},
+		{header.Subject, job.Subject},
+		{header.Deferrals, move},
+		{header.Published, job.Published.UTC().Format(time.RFC3339Nano)},
+		{header.Slot, strconv.FormatInt(slot.UnixMicro(), 10)},
+		{header.WaitReason, df.Reason},
+		{header.WaitUntil, slot.UTC().Format(time.RFC3339Nano)},
 		{jetstream.MsgIDHeader, "sched:" + job.ID + ":" + move},
 		{jetstream.ScheduleHeader, "@at " + fireAt(now, d.stayFor(df.Wait)).Format(time.RFC3339Nano)},
 		{jetstream.ScheduleTargetHeader, job.Subject},
@@ -182,9 +184,9 @@ func (d ScheduleDeferrer) copyFields(df Deferral, now time.Time) (string, [copyF
 func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
 	subject, own := d.copyFields(df, now)
 	out := &nats.Msg{Subject: subject, Data: df.Msg.Data(), Header: nats.Header{}}
-	CopyHeaders(out.Header, df.Msg.Headers())
+	header.Copy(out.Header, df.Msg.Headers())
 	out.Header.Del(fastcopy.Header) // see replacedInCopy
-	out.Header.Del(HeaderWoken)
+	out.Header.Del(header.Woken)
 	for _, kv := range own {
 		out.Header.Set(kv[0], kv[1])
 	}
@@ -220,7 +222,7 @@ func (d ScheduleDeferrer) bundleRun(ds []Deferral, limit int64) int {
 }
 
 // bundleOf builds one scheduled message carrying the scheduled copies of
-// several jobs of one tenant, marked with HeaderBundle. It fires at the
+// several jobs of one tenant, marked with header.Bundle. It fires at the
 // earliest of their slots onto its unpack subject, where RunUnbundler
 // publishes the copies it carries, each scheduled for its own slot.
 func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
@@ -250,13 +252,13 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
 	// (which would lose the first bundle's other jobs, already acked).
 	id := strings.ReplaceAll(job.ID, ":", "-") + "-" + bundleDigest(ds)
 	out := &nats.Msg{Subject: d.Subjects.Bundle(job.Tenant, id), Data: data, Header: nats.Header{}}
-	out.Header.Set(HeaderBundle, strconv.Itoa(len(ds)))
+	out.Header.Set(header.Bundle, strconv.Itoa(len(ds)))
 	// What `nats stream get` shows of the bundle: why its jobs wait, and
 	// until when the last of them does (each copy inside says its own).
-	out.Header.Set(HeaderWaitReason, strings.Join(reasons, "; "))
-	out.Header.Set(headerWaitUntil, now.Add(latest).UTC().Format(time.RFC3339Nano))
-	out.Header.Set(HeaderJobID, job.ID)
-	out.Header.Set(HeaderSubject, job.Subject)
+	out.Header.Set(header.WaitReason, strings.Join(reasons, "; "))
+	out.Header.Set(header.WaitUntil, now.Add(latest).UTC().Format(time.RFC3339Nano))
+	out.Header.Set(header.JobID, job.ID)
+	out.Header.Set(header.Subject, job.Subject)
 	out.Header.Set(jetstream.MsgIDHeader, "bundle:"+id)
 	out.Header.Set(jetstream.ScheduleHeader, "@at "+fireAt(now, soonest).Format(time.RFC3339Nano))
 	out.Header.Set(jetstream.ScheduleTargetHeader, d.Subjects.Unpack(job.Tenant, id))

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -73,10 +74,10 @@ func newShortWait(cfg Config, pulled *pulledMsgs, rec *recorder, obs Observer) *
 // messages (originals, the fast lane's copies, woken jobs).
 func slotOf(m jetstream.Msg) (time.Time, bool) {
 	h := m.Headers()
-	if h == nil || h.Get(fastcopy.Header) != "" || h.Get(HeaderWoken) != "" {
+	if h == nil || h.Get(fastcopy.Header) != "" || h.Get(header.Woken) != "" {
 		return time.Time{}, false
 	}
-	us, err := strconv.ParseInt(h.Get(HeaderSlot), 10, 64)
+	us, err := strconv.ParseInt(h.Get(header.Slot), 10, 64)
 	if err != nil || us <= 0 {
 		return time.Time{}, false
 	}

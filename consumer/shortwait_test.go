@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -40,7 +41,7 @@ func TestMoveWithLeadFiresBeforeTheSlot(t *testing.T) {
 		if got := h.Get(jetstream.ScheduleHeader); got != tt.at {
 			t.Errorf("wait %s: schedule %q, want %q", tt.wait, got, tt.at)
 		}
-		if got, want := h.Get(HeaderSlot), strconv.FormatInt(now.Add(tt.wait).UnixMicro(), 10); got != want {
+		if got, want := h.Get(header.Slot), strconv.FormatInt(now.Add(tt.wait).UnixMicro(), 10); got != want {
 			t.Errorf("wait %s: slot %s, want %s", tt.wait, got, want)
 		}
 	}
@@ -70,8 +71,8 @@ func TestCopyBackBeforeItsSlotWaitsForIt(t *testing.T) {
 		mu.Lock()
 		slots[id] = slot
 		mu.Unlock()
-		return newMsg(seq, "jobs.acme", HeaderJobID, id, HeaderDeferrals, "1",
-			HeaderSlot, strconv.FormatInt(slot.UnixMicro(), 10))
+		return newMsg(seq, "jobs.acme", header.JobID, id, header.Deferrals, "1",
+			header.Slot, strconv.FormatInt(slot.UnixMicro(), 10))
 	}
 	e.start()
 	pushed := time.Now()

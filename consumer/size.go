@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,18 +75,4 @@ func maxPayload(js jetstream.JetStream) int64 {
 		return 0
 	}
 	return js.Conn().MaxPayload()
-}
-
-// CopyHeaders copies src into dst, leaving out the headers JetStream acts on
-// when publishing (deduplication, expectations, schedules, TTLs), which
-// belong to the original publish and not to ours.
-func CopyHeaders(dst, src nats.Header) {
-	for k, vs := range src {
-		if strings.HasPrefix(k, "Nats-") {
-			continue
-		}
-		for _, v := range vs {
-			dst.Add(k, v)
-		}
-	}
 }

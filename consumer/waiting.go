@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/top"
 )
 
@@ -139,10 +140,10 @@ func (w *waiting) deferred(d Deferral, now time.Time) {
 // arrived records a job delivered at now: a parked job woken before its
 // fallback time takes itself off the count of the worker that parked it.
 func (w *waiting) arrived(job Job, now time.Time) {
-	if job.Header.Get(HeaderWoken) == "" || strings.HasPrefix(job.Header.Get(HeaderWaitReason), PauseReason) {
+	if job.Header.Get(header.Woken) == "" || strings.HasPrefix(job.Header.Get(header.WaitReason), header.WaitPaused) {
 		return // a released paused job was dropped when its pause lifted
 	}
-	until, err := time.Parse(time.RFC3339Nano, job.Header.Get(headerWaitUntil))
+	until, err := time.Parse(time.RFC3339Nano, job.Header.Get(header.WaitUntil))
 	if err != nil || !until.After(now) {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/top"
 )
@@ -54,9 +55,9 @@ func TestWaitingCountsUntilDue(t *testing.T) {
 	}
 	// The parked job is woken, early, onto this worker (or another).
 	woken := job(3)
-	woken.Header.Set(HeaderWoken, "1")
-	woken.Header.Set(HeaderWaitReason, "waiting for a lease")
-	woken.Header.Set(headerWaitUntil, t0.Add(time.Minute).Format(time.RFC3339Nano))
+	woken.Header.Set(header.Woken, "1")
+	woken.Header.Set(header.WaitReason, "waiting for a lease")
+	woken.Header.Set(header.WaitUntil, t0.Add(time.Minute).Format(time.RFC3339Nano))
 	w.arrived(woken, t0.Add(6*time.Second))
 	paused = false // and acme was resumed
 	r = rows(t0.Add(7 * time.Second))["acme"]

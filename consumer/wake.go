@@ -9,8 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/release"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -69,7 +70,7 @@ func (s *StreamWaker) Wake(ctx context.Context, tenant, jobID string) (bool, err
 	if raw.Header.Get(jetstream.ScheduleTargetHeader) == "" {
 		return false, nil // not a parked copy
 	}
-	out := WokenMsg(s.Subjects, tenant, jobID, seq, raw.Header, raw.Data)
+	out := release.WokenMsg(s.Subjects, tenant, jobID, seq, raw.Header, raw.Data)
 	if _, err := s.JetStream.PublishMsg(ctx, out); err != nil {
 		return false, fmt.Errorf("publishing woken job %s: %w", jobID, err)
 	}
@@ -79,21 +80,6 @@ func (s *StreamWaker) Wake(ctx context.Context, tenant, jobID string) (bool, err
 		return true, fmt.Errorf("deleting the parked copy of woken job %s: %w", jobID, err)
 	}
 	return true, nil
-}
-
-// WokenMsg is the message that brings back at once the parked copy of
-// job jobID (first stored at sequence seq) of tenant, whose headers and
-// data are given: it goes past the jobs consumer's backlog, on the woken
-// jobs' subject (the job's own subject is in its HeaderSubject), as a new
-// incarnation. Its message id makes one publish per parked copy, however
-// many wakers call for it.
-func WokenMsg(subjects subject.Schedules, tenant, jobID string, seq uint64, header nats.Header, data []byte) *nats.Msg {
-	out := &nats.Msg{Subject: subjects.Woken(tenant, seq), Data: data, Header: nats.Header{}}
-	CopyHeaders(out.Header, header)
-	out.Header.Del(HeaderSlot)
-	out.Header.Set(HeaderWoken, "1")
-	out.Header.Set(jetstream.MsgIDHeader, "wake:"+jobID+":"+header.Get(HeaderDeferrals))
-	return out
 }
 
 // gone reports whether a delete failed because the message is no longer

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
@@ -82,9 +83,9 @@ func TestDecisionNamesTheIncarnation(t *testing.T) {
 			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 2}, Fresh: true, Order: 7}},
 		{name: "original delivered again", msg: newMsg(7, "jobs.acme").redelivered(),
 			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: 7, Order: 7}},
-		{name: "moved copy", msg: newMsg(40, "jobs.acme", HeaderJobID, "JOBS:7", HeaderDeferrals, "1"),
+		{name: "moved copy", msg: newMsg(40, "jobs.acme", header.JobID, "JOBS:7", header.Deferrals, "1"),
 			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: 40, Order: 7}},
-		{name: "fast copy", msg: newMsg(41, "jobs.acme", HeaderJobID, "JOBS:7", fastcopy.Header, fastcopy.Reserved),
+		{name: "fast copy", msg: newMsg(41, "jobs.acme", header.JobID, "JOBS:7", fastcopy.Header, fastcopy.Reserved),
 			want: throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: "JOBS:7", Cost: 1}, Incarnation: fastcopy.Incarnation(7), Order: 7}},
 	}
 	for _, tt := range tests {
@@ -152,7 +153,7 @@ func TestShadowedJobRunsAndIsCounted(t *testing.T) {
 }
 
 // TestLimitedJobSaysWhichLimitHeldIt: the deferral of a limited job names
-// the limit that held it, for the moved copy's HeaderWaitReason.
+// the limit that held it, for the moved copy's header.WaitReason.
 func TestLimitedJobSaysWhichLimitHeldIt(t *testing.T) {
 	e := setup(t)
 	e.decider.decide = func(context.Context, throttle.Copy) throttle.Result {
@@ -177,7 +178,7 @@ func TestDuplicateIsAckedWithoutRunning(t *testing.T) {
 		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Duplicate, Owner: 40}}
 	}
 	e.start()
-	m := newMsg(41, "jobs.acme", HeaderJobID, "JOBS:7", HeaderDeferrals, "2")
+	m := newMsg(41, "jobs.acme", header.JobID, "JOBS:7", header.Deferrals, "2")
 	e.push(m)
 	e.waitSettled(m)
 	e.stop()

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/release"
 	"github.com/throttler/throttler/subject"
 	"github.com/throttler/throttler/throttle"
@@ -52,7 +52,7 @@ type Options struct {
 // read it: 0 for a cost they refuse (they dead-letter the job, drawing
 // nothing).
 func (o Options) cost(h nats.Header) int64 {
-	c, err := consumer.ParseCost(h, o.CostHeader)
+	c, err := header.ParseCost(h, o.CostHeader)
 	if err != nil {
 		return 0
 	}
@@ -132,7 +132,7 @@ func change(ctx context.Context, o Options, tenant, op string, n int64,
 	if ch.After.Trusted {
 		budget = ch.After.Balance
 	}
-	released, head, err := release.Covered(ctx, o.JetStream, o.Stream, o.Schedules, tenant, consumer.CreditsReason, now(), budget, o.cost)
+	released, head, err := release.Covered(ctx, o.JetStream, o.Stream, o.Schedules, tenant, header.WaitCredits, now(), budget, o.cost)
 	out := Change{Record: r, Released: released}
 	if err != nil {
 		return out, fmt.Errorf("%s's balance is %d; bringing back its waiting jobs failed (they come back by themselves within THROTTLER_MAX_DEFER): %w", tenant, r.Balance, err)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/tenant"
 )
 
@@ -146,7 +146,7 @@ type arrival struct {
 func (l *Lane) onArrival(m jetstream.Msg) {
 	meta, err := m.Metadata()
 	h := m.Headers()
-	if err != nil || h.Get(consumer.HeaderJobID) != "" {
+	if err != nil || h.Get(header.JobID) != "" {
 		return // a moved job's copy coming back: it keeps its place
 	}
 	now := l.cfg.Now()
@@ -155,7 +155,7 @@ func (l *Lane) onArrival(m jetstream.Msg) {
 	if err != nil {
 		return // the jobs consumer dead-letters it
 	}
-	cost, err := consumer.ParseCost(h, l.cfg.CostHeader)
+	cost, err := header.ParseCost(h, l.cfg.CostHeader)
 	if err != nil {
 		return
 	}

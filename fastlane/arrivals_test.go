@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/tenant"
 )
 
@@ -20,7 +20,7 @@ func TestLaneOnArrival(t *testing.T) {
 		arrived bool // counts as an arrival for the pace
 	}{
 		{"a moved job's copy", func(now time.Time) *fakeMsg {
-			return arrivalMsg("jobs.b", 1001, now, consumer.HeaderJobID, "JOBS:7")
+			return arrivalMsg("jobs.b", 1001, now, header.JobID, "JOBS:7")
 		}, false},
 		{"no metadata", func(now time.Time) *fakeMsg {
 			m := arrivalMsg("jobs.b", 1001, now)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -119,10 +120,10 @@ func (l *Lane) copyOut(ctx context.Context, jobs []arrival, originals []*jetstre
 			decided = fastcopy.Admitted
 		}
 		msg := &nats.Msg{Subject: l.cfg.Subjects.Fast(a.tenant, a.seq), Data: raw.Data, Header: nats.Header{}}
-		consumer.CopyHeaders(msg.Header, raw.Header)
-		msg.Header.Set(consumer.HeaderJobID, a.id)
-		msg.Header.Set(consumer.HeaderSubject, raw.Subject)
-		msg.Header.Set(consumer.HeaderPublished, raw.Time.UTC().Format(time.RFC3339Nano))
+		header.Copy(msg.Header, raw.Header)
+		msg.Header.Set(header.JobID, a.id)
+		msg.Header.Set(header.Subject, raw.Subject)
+		msg.Header.Set(header.Published, raw.Time.UTC().Format(time.RFC3339Nano))
 		msg.Header.Set(fastcopy.Header, decided)
 		msg.Header.Set(jetstream.MsgIDHeader, "fast:"+a.id)
 		f, err := l.cfg.JetStream.PublishMsgAsync(msg)

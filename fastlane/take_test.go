@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -99,13 +99,13 @@ func TestLanePassBacklog(t *testing.T) {
 		}
 		c := copies[0]
 		for k, want := range map[string]string{
-			consumer.HeaderJobID:     "JOBS:1001",
-			consumer.HeaderSubject:   "jobs.b",
-			consumer.HeaderPublished: t0.Add(-time.Second).Format(time.RFC3339Nano),
-			fastcopy.Header:          fastcopy.Admitted,
-			jetstream.MsgIDHeader:    "fast:JOBS:1001",
-			"Job-Cost":               "2",
-			"Trace":                  "x",
+			header.JobID:          "JOBS:1001",
+			header.Subject:        "jobs.b",
+			header.Published:      t0.Add(-time.Second).Format(time.RFC3339Nano),
+			fastcopy.Header:       fastcopy.Admitted,
+			jetstream.MsgIDHeader: "fast:JOBS:1001",
+			"Job-Cost":            "2",
+			"Trace":               "x",
 		} {
 			if got := c.Header.Get(k); got != want {
 				t.Errorf("copy header %s: %q, want %q", k, got, want)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 )
 
 // Request headers the handler sets on every request.
@@ -172,7 +173,7 @@ func setHeaders(dst http.Header, job consumer.Job, static http.Header) {
 	for k, vs := range static {
 		dst[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
 	}
-	dst.Set(consumer.HeaderTenant, job.Tenant)
-	dst.Set(consumer.HeaderJobID, job.ID)
+	dst.Set(header.Tenant, job.Tenant)
+	dst.Set(header.JobID, job.ID)
 	dst.Set(HeaderIdempotencyKey, job.ID)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -125,10 +125,10 @@ func runCalendarProcesses(tb testing.TB, bins binaries) calendarReport {
 		if ns, err := strconv.ParseInt(m.Header.Get("Sent"), 10, 64); err == nil {
 			f.sent = time.Unix(0, ns)
 		}
-		if us, err := strconv.ParseInt(m.Header.Get(consumer.HeaderSlot), 10, 64); err == nil && us > 0 {
+		if us, err := strconv.ParseInt(m.Header.Get(header.Slot), 10, 64); err == nil && us > 0 {
 			f.slot, f.slotted = time.UnixMicro(us), true
 		}
-		f.deferrals, _ = strconv.Atoi(m.Header.Get(consumer.HeaderDeferrals))
+		f.deferrals, _ = strconv.Atoi(m.Header.Get(header.Deferrals))
 		mu.Lock()
 		forwards = append(forwards, f)
 		mu.Unlock()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/fastlane/fastcopy"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/streams"
@@ -230,8 +231,8 @@ func TestFastLaneInterrupted(t *testing.T) {
 		cfg := e.config(vars)
 		id, seq := claim(t, e, cfg)
 		h := nats.Header{}
-		h.Set(consumer.HeaderJobID, id)
-		h.Set(consumer.HeaderSubject, "jobs.b")
+		h.Set(header.JobID, id)
+		h.Set(header.Subject, "jobs.b")
 		h.Set(fastcopy.Header, "reserved")
 		e.publish(cfg.Schedules.Fast("b", seq), h, []byte("b"))
 		var r ran

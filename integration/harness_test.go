@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/internal/testenv"
@@ -339,8 +340,8 @@ func (e *env) collect(pattern string) *collector {
 			seq = meta.Sequence.Stream
 		}
 		c.mu.Lock()
-		c.msgs = append(c.msgs, collected{subject: m.Subject(), jobID: m.Headers().Get(consumer.HeaderJobID),
-			reason: m.Headers().Get(consumer.HeaderReason), tenant: m.Headers().Get(consumer.HeaderTenant),
+		c.msgs = append(c.msgs, collected{subject: m.Subject(), jobID: m.Headers().Get(header.JobID),
+			reason: m.Headers().Get(header.Reason), tenant: m.Headers().Get(header.Tenant),
 			seq: seq, header: m.Headers(), at: time.Now()})
 		c.mu.Unlock()
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/httphandler"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
@@ -134,7 +135,7 @@ func newHTTPBench(b *testing.B) *httpBench {
 	rs := testenv.StartRedis(b)
 	sink := &httpSink{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sink.arrive(r.Header.Get(consumer.HeaderTenant), r.Header.Get(httphandler.HeaderIdempotencyKey))
+		sink.arrive(r.Header.Get(header.Tenant), r.Header.Get(httphandler.HeaderIdempotencyKey))
 		w.WriteHeader(http.StatusOK)
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -268,8 +269,8 @@ func sendPlain(ctx context.Context, client *http.Client, base string, i int64, p
 	}
 	id := "PLAIN:" + strconv.FormatInt(i+1, 10)
 	req.Header.Set("Content-Type", httpBenchContentType)
-	req.Header.Set(consumer.HeaderTenant, tenant)
-	req.Header.Set(consumer.HeaderJobID, id)
+	req.Header.Set(header.Tenant, tenant)
+	req.Header.Set(header.JobID, id)
 	req.Header.Set(httphandler.HeaderIdempotencyKey, id)
 	resp, err := client.Do(req)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 )
 
 // fleetSize is how many worker processes the fleet tests run.
@@ -300,8 +300,8 @@ func checkFailedAttempts(t *testing.T, id string, cs []call, dl collected, maxFa
 	if !strings.Contains(dl.reason, want) {
 		t.Errorf("job %s: reason %q, want it to hold %q", id, dl.reason, want)
 	}
-	if got := dl.header.Get(consumer.HeaderFailures); got != strconv.Itoa(maxFailures) {
-		t.Errorf("job %s: %s %q, want %d", id, consumer.HeaderFailures, got, maxFailures)
+	if got := dl.header.Get(header.Failures); got != strconv.Itoa(maxFailures) {
+		t.Errorf("job %s: %s %q, want %d", id, header.Failures, got, maxFailures)
 	}
 	if len(cs) > 0 && dl.at.Before(cs[len(cs)-1].Ended) {
 		t.Errorf("job %s dead-lettered before its last attempt ended", id)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
 )
 
@@ -110,7 +110,7 @@ func TestJobsAtTheSizeLimitsAreDeadLettered(t *testing.T) {
 				t.Errorf("dead letter of %s: reason %q lacks %q", l.jobID, l.reason, s)
 			}
 		}
-		if l.header.Get(consumer.HeaderTruncated) == "" || l.header.Get(consumer.HeaderDataBytes) == "" {
+		if l.header.Get(header.Truncated) == "" || l.header.Get(header.DataBytes) == "" {
 			t.Errorf("dead letter of %s is not marked as cut: %v", l.jobID, l.header)
 		}
 		if l.header.Get("Big") != "" {

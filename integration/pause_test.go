@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/pause"
@@ -89,7 +90,7 @@ func TestPauseAcrossWorkers(t *testing.T) {
 		}
 		return false
 	})
-	if !strings.HasPrefix(row.Binding, consumer.PauseReason) || !strings.Contains(row.Binding, "incident 7") {
+	if !strings.HasPrefix(row.Binding, header.WaitPaused) || !strings.Contains(row.Binding, "incident 7") {
 		t.Errorf("top says acme is held by %q, want the pause and its reason", row.Binding)
 	}
 	if last := s.last("acme"); last.After(pausedAt.Add(time.Second)) {

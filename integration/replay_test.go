@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -113,7 +114,7 @@ func TestReplayKilled(t *testing.T) {
 	w2 := e.startWorker(cfg, func(_ context.Context, j consumer.Job) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if j.Tenant == "acme" && j.Header.Get(consumer.HeaderReplayedFrom) != "" {
+		if j.Tenant == "acme" && j.Header.Get(header.ReplayedFrom) != "" {
 			ran[string(j.Data)]++
 		}
 		return nil

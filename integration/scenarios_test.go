@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -321,8 +322,8 @@ func TestHandlerFailuresAreRetriedThenDeadLettered(t *testing.T) {
 		if m.subject != "dlq.acme" {
 			t.Errorf("%s dead-lettered to %s, want dlq.acme", m.jobID, m.subject)
 		}
-		if got := m.header.Get(consumer.HeaderFailures); got != "3" {
-			t.Errorf("%s: %s = %q, want 3", m.jobID, consumer.HeaderFailures, got)
+		if got := m.header.Get(header.Failures); got != "3" {
+			t.Errorf("%s: %s = %q, want 3", m.jobID, header.Failures, got)
 		}
 		if !strings.Contains(m.reason, want) {
 			t.Errorf("%s: reason %q does not contain the handler's error %q", m.jobID, m.reason, want)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -203,9 +204,9 @@ func TestTwoCopiesOfOneMoveRunOnce(t *testing.T) {
 	e.waitStream(cfg.Stream)
 
 	copyOf := nats.Header{}
-	copyOf.Set(consumer.HeaderJobID, "JOBS:1000")
-	copyOf.Set(consumer.HeaderSubject, "jobs.acme")
-	copyOf.Set(consumer.HeaderDeferrals, "1")
+	copyOf.Set(header.JobID, "JOBS:1000")
+	copyOf.Set(header.Subject, "jobs.acme")
+	copyOf.Set(header.Deferrals, "1")
 	e.publish("jobs.acme", copyOf, []byte("first copy"))
 	e.publish("jobs.acme", copyOf, []byte("second copy"))
 

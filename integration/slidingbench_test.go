@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -141,7 +141,7 @@ func runSlidingProcesses(tb testing.TB, bins binaries) slidingReport {
 		if ns, err := strconv.ParseInt(m.Header.Get("Sent"), 10, 64); err == nil {
 			f.sent = time.Unix(0, ns)
 		}
-		if us, err := strconv.ParseInt(m.Header.Get(consumer.HeaderSlot), 10, 64); err == nil && us > 0 {
+		if us, err := strconv.ParseInt(m.Header.Get(header.Slot), 10, 64); err == nil && us > 0 {
 			f.slot = time.UnixMicro(us)
 		}
 		mu.Lock()

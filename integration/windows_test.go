@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
 )
@@ -173,7 +174,7 @@ func runRateWindows(tb testing.TB, mode string, maxAckPending int, bins *binarie
 			admit(job.Tenant)
 			k := jobKind{at: time.Now(), kind: "fresh"}
 			switch {
-			case job.Header.Get(consumer.HeaderSlot) != "":
+			case job.Header.Get(header.Slot) != "":
 				k.kind = "moved"
 			case job.Delivered > 1:
 				k.kind = "naked"
@@ -181,7 +182,7 @@ func runRateWindows(tb testing.TB, mode string, maxAckPending int, bins *binarie
 			mu.Lock()
 			kinds[job.Tenant] = append(kinds[job.Tenant], k)
 			mu.Unlock()
-			if us, err := strconv.ParseInt(job.Header.Get(consumer.HeaderSlot), 10, 64); err == nil {
+			if us, err := strconv.ParseInt(job.Header.Get(header.Slot), 10, 64); err == nil {
 				mu.Lock()
 				late[job.Tenant] = append(late[job.Tenant], time.Since(time.UnixMicro(us)))
 				mu.Unlock()

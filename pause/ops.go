@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/release"
 	"github.com/throttler/throttler/subject"
 	"github.com/throttler/throttler/tenant"
@@ -128,7 +128,7 @@ type Resumed struct {
 // brought back in their order in the jobs stream, to run at its limits,
 // and then the workers start its new jobs again. The order matters: the
 // paused jobs are released while the pause is still stored (the workers
-// decide a released job, consumer.HeaderReleased, and still park new
+// decide a released job, header.Released, and still park new
 // ones), and the pause is deleted only Settle/2 later, when the workers
 // have decided the released jobs, so that no job published meanwhile
 // takes their place. Two more passes, Settle/10 and Settle after the
@@ -164,7 +164,7 @@ func Resume(ctx context.Context, o Options, t string) (Resumed, error) {
 		if o.Stream == "" || o.Schedules == "" {
 			return nil
 		}
-		n, err := release.Waiting(ctx, o.JetStream, o.Stream, o.Schedules, t, consumer.PauseReason, o.now(), seen)
+		n, err := release.Waiting(ctx, o.JetStream, o.Stream, o.Schedules, t, header.WaitPaused, o.now(), seen)
 		res.Released += n
 		return err
 	}
@@ -223,7 +223,7 @@ func End(ctx context.Context, o Options, p Pause) (Resumed, bool, error) {
 		case <-ctx.Done():
 			return res, true, ctx.Err()
 		}
-		n, err := release.Waiting(ctx, o.JetStream, o.Stream, o.Schedules, p.Tenant, consumer.PauseReason, o.now(), seen)
+		n, err := release.Waiting(ctx, o.JetStream, o.Stream, o.Schedules, p.Tenant, header.WaitPaused, o.now(), seen)
 		res.Released += n
 		if err != nil {
 			return res, true, err

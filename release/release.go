@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -35,8 +35,8 @@ const releaseDeleters = 16
 const releaseSorted = 65536
 
 // Waiting brings back at once every copy of tenant t's jobs that was
-// parked in the jobs stream for reason (their HeaderWaitReason starts with
-// it: consumer.PauseReason, consumer.CreditsReason), in the order of the
+// parked in the jobs stream for reason (their header.WaitReason starts with
+// it: header.WaitPaused, header.WaitCredits), in the order of the
 // jobs (their sequence in the jobs stream; by runs of releaseSorted
 // copies): each is published on its woken subject (Schedules.Woken), which
 // the workers pull past the jobs consumer's backlog, then deleted. The
@@ -45,7 +45,7 @@ const releaseSorted = 65536
 // not in seen, which it adds to (nil counts every one): a job released,
 // then parked again by a worker that had not yet seen the change, and
 // released again, counts once. Each job brought back carries
-// consumer.HeaderReleased with now, so that the workers decide it even
+// header.Released with now, so that the workers decide it even
 // while its pause is still stored, or past the new jobs a top-up holds
 // back. A copy that fires or is released by another caller meanwhile is
 // released once (the woken message's id deduplicates it, and a copy left
@@ -112,8 +112,8 @@ func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 			if stopped = stopped || (take != nil && !take(c)); stopped {
 				break
 			}
-			m := consumer.WokenMsg(schedules, t, c.id, c.jobSeq, c.header, c.data)
-			m.Header.Set(consumer.HeaderReleased, at)
+			m := WokenMsg(schedules, t, c.id, c.jobSeq, c.header, c.data)
+			m.Header.Set(header.Released, at)
 			ack, err := js.PublishMsgAsync(m)
 			if err != nil {
 				return fmt.Errorf("bringing back job %s: %w", c.id, err)
@@ -210,10 +210,10 @@ type waitingCopy struct {
 // not write.
 func parkedCopy(m jetstream.Msg, reason string) (waitingCopy, bool) {
 	h := m.Headers()
-	if !strings.HasPrefix(h.Get(consumer.HeaderWaitReason), reason) || h.Get(jetstream.ScheduleTargetHeader) == "" {
+	if !strings.HasPrefix(h.Get(header.WaitReason), reason) || h.Get(jetstream.ScheduleTargetHeader) == "" {
 		return waitingCopy{}, false
 	}
-	id := h.Get(consumer.HeaderJobID)
+	id := h.Get(header.JobID)
 	jobSeq, err := strconv.ParseUint(id[strings.LastIndexByte(id, ':')+1:], 10, 64)
 	meta, merr := m.Metadata()
 	if err != nil || merr != nil {

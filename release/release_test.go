@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/subject"
 )
@@ -44,10 +44,10 @@ func setup(t *testing.T) *env {
 func (e *env) store(t *testing.T, tenant string, seq uint64, reason string, hdr map[string]string) {
 	t.Helper()
 	m := &nats.Msg{Subject: testSchedules.Copy(tenant, seq), Data: []byte("job " + strconv.FormatUint(seq, 10)), Header: nats.Header{}}
-	m.Header.Set(consumer.HeaderJobID, testStream+":"+strconv.FormatUint(seq, 10))
-	m.Header.Set(consumer.HeaderSubject, "jobs."+tenant)
-	m.Header.Set(consumer.HeaderDeferrals, "1")
-	m.Header.Set(consumer.HeaderWaitReason, reason)
+	m.Header.Set(header.JobID, testStream+":"+strconv.FormatUint(seq, 10))
+	m.Header.Set(header.Subject, "jobs."+tenant)
+	m.Header.Set(header.Deferrals, "1")
+	m.Header.Set(header.WaitReason, reason)
 	m.Header.Set(jetstream.ScheduleHeader, "@at "+time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	m.Header.Set(jetstream.ScheduleTargetHeader, "jobs."+tenant)
 	for k, v := range hdr {
@@ -75,8 +75,8 @@ func (e *env) woken(t *testing.T, n int) []string {
 	}
 	for m := range batch.Messages() {
 		out = append(out, string(m.Data()))
-		if m.Headers().Get(consumer.HeaderReleased) == "" {
-			t.Errorf("woken job %q lacks %s", m.Data(), consumer.HeaderReleased)
+		if m.Headers().Get(header.Released) == "" {
+			t.Errorf("woken job %q lacks %s", m.Data(), header.Released)
 		}
 	}
 	return out
@@ -100,7 +100,7 @@ func TestWaitingBringsBackPausedCopiesInOrder(t *testing.T) {
 	store("acme", 11, "limit 5/s")
 	store("globex", 12, "paused: other")
 
-	n, err := Waiting(ctx, e.js, testStream, testSchedules, "acme", consumer.PauseReason, time.Now(), nil)
+	n, err := Waiting(ctx, e.js, testStream, testSchedules, "acme", header.WaitPaused, time.Now(), nil)
 	if err != nil || n != 3 {
 		t.Fatalf("Waiting = %d, %v; want 3", n, err)
 	}
@@ -141,8 +141,8 @@ func TestWaitingBringsBackPausedCopiesInOrder(t *testing.T) {
 	var order []string
 	for m := range batch.Messages() {
 		order = append(order, string(m.Data()))
-		if m.Headers().Get(consumer.HeaderWoken) == "" {
-			t.Errorf("woken job %q lacks %s", m.Data(), consumer.HeaderWoken)
+		if m.Headers().Get(header.Woken) == "" {
+			t.Errorf("woken job %q lacks %s", m.Data(), header.Woken)
 		}
 	}
 	if len(order) != 3 || order[0] != "job 3" || order[1] != "job 7" || order[2] != "job 9" {
@@ -157,7 +157,7 @@ func TestWaitingBringsBackPausedCopiesInOrder(t *testing.T) {
 func TestCoveredBringsBackWhatTheBudgetCovers(t *testing.T) {
 	e := setup(t)
 	cost := func(h nats.Header) int64 {
-		c, err := consumer.ParseCost(h, "Job-Cost")
+		c, err := header.ParseCost(h, "Job-Cost")
 		if err != nil {
 			return 0
 		}
@@ -167,18 +167,18 @@ func TestCoveredBringsBackWhatTheBudgetCovers(t *testing.T) {
 		seq  uint64
 		cost string
 	}{{9, "1"}, {3, "2"}, {5, "3"}, {7, "1"}} { // parked out of order
-		e.store(t, "acme", j.seq, consumer.CreditsReason+": balance 0 cannot cover cost "+j.cost, map[string]string{"Job-Cost": j.cost})
+		e.store(t, "acme", j.seq, header.WaitCredits+": balance 0 cannot cover cost "+j.cost, map[string]string{"Job-Cost": j.cost})
 	}
-	e.store(t, "acme", 4, consumer.PauseReason, map[string]string{"Job-Cost": "1"})
+	e.store(t, "acme", 4, header.WaitPaused, map[string]string{"Job-Cost": "1"})
 
-	n, head, err := Covered(context.Background(), e.js, testStream, testSchedules, "acme", consumer.CreditsReason, time.Now(), 5, cost)
+	n, head, err := Covered(context.Background(), e.js, testStream, testSchedules, "acme", header.WaitCredits, time.Now(), 5, cost)
 	if err != nil || n != 2 || head != 7 {
 		t.Fatalf("Covered(5) = %d, head %d, %v; want jobs 3 and 5 (cost 5), head 7", n, head, err)
 	}
 	if got := e.woken(t, 2); len(got) != 2 || got[0] != "job 3" || got[1] != "job 5" {
 		t.Fatalf("woken %v, want job 3, job 5", got)
 	}
-	n, head, err = Covered(context.Background(), e.js, testStream, testSchedules, "acme", consumer.CreditsReason, time.Now(), 10, cost)
+	n, head, err = Covered(context.Background(), e.js, testStream, testSchedules, "acme", header.WaitCredits, time.Now(), 10, cost)
 	if err != nil || n != 2 || head != 0 {
 		t.Fatalf("Covered(10) = %d, head %d, %v; want the 2 left, no head", n, head, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/tenant"
 )
 
@@ -182,15 +182,15 @@ func deadLetterOf(stream string, st stored) DeadLetter {
 	h := st.Header
 	d := DeadLetter{
 		ID: st.Seq, Stream: stream, Time: st.Time.UTC(), Size: st.Size,
-		Tenant:    h.Get(consumer.HeaderTenant),
-		Reason:    h.Get(consumer.HeaderReason),
-		JobID:     h.Get(consumer.HeaderJobID),
-		Subject:   h.Get(consumer.HeaderSubject),
-		Truncated: h.Get(consumer.HeaderTruncated),
+		Tenant:    h.Get(header.Tenant),
+		Reason:    h.Get(header.Reason),
+		JobID:     h.Get(header.JobID),
+		Subject:   h.Get(header.Subject),
+		Truncated: h.Get(header.Truncated),
 	}
 	if d.Tenant == "" {
 		d.Tenant = tenant.Invalid
 	}
-	d.Failures, _ = strconv.ParseInt(h.Get(consumer.HeaderFailures), 10, 64)
+	d.Failures, _ = strconv.ParseInt(h.Get(header.Failures), 10, 64)
 	return d
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/tenant"
@@ -59,16 +59,16 @@ func (f *fixture) deadLetter(ten, subj, reason string, failures int, own nats.He
 	for k, vs := range own {
 		h[k] = vs
 	}
-	h.Set(consumer.HeaderSubject, subj)
-	h.Set(consumer.HeaderReason, reason)
-	h.Set(consumer.HeaderJobID, "JOBS:"+strconv.Itoa(len(data)+failures))
+	h.Set(header.Subject, subj)
+	h.Set(header.Reason, reason)
+	h.Set(header.JobID, "JOBS:"+strconv.Itoa(len(data)+failures))
 	if ten != "" {
-		h.Set(consumer.HeaderTenant, ten)
+		h.Set(header.Tenant, ten)
 	} else {
 		ten = tenant.Invalid
 	}
 	if failures > 0 {
-		h.Set(consumer.HeaderFailures, strconv.Itoa(failures))
+		h.Set(header.Failures, strconv.Itoa(failures))
 	}
 	ack, err := f.js.PublishMsg(f.ctx, &nats.Msg{Subject: "dlq." + ten, Header: h, Data: []byte(data)})
 	if err != nil {
@@ -131,7 +131,7 @@ func TestDeadLettersListShowPurge(t *testing.T) {
 	if err != nil {
 		t.Fatalf("show: %v", err)
 	}
-	if string(d.Data) != "second" || d.DataCut != len("second, longer data")-6 || d.Header.Get(consumer.HeaderReason) == "" {
+	if string(d.Data) != "second" || d.DataCut != len("second, longer data")-6 || d.Header.Get(header.Reason) == "" {
 		t.Errorf("show = data %q, cut %d, headers %v", d.Data, d.DataCut, d.Header)
 	}
 	if _, err := ops.ShowDeadLetter(f.ctx, f.fleet, 999, 10); !errors.Is(err, ops.ErrNotFound) || !errors.Is(err, ops.ErrBadInput) {

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/tenant"
 )
@@ -33,8 +33,8 @@ func (f *fixture) store(subj string, h nats.Header) {
 
 // copyHeader is what a worker's copy of the job id of tenant carries.
 func copyHeader(id, ten, reason string) nats.Header {
-	return nats.Header{consumer.HeaderJobID: {id}, consumer.HeaderSubject: {"jobs." + ten}, consumer.HeaderWaitReason: {reason},
-		consumer.HeaderPublished: {time.Now().UTC().Format(time.RFC3339Nano)}}
+	return nats.Header{header.JobID: {id}, header.Subject: {"jobs." + ten}, header.WaitReason: {reason},
+		header.Published: {time.Now().UTC().Format(time.RFC3339Nano)}}
 }
 
 // TestPurgeKinds: each kind of waiting job is removed and counted as such,
@@ -70,11 +70,11 @@ func TestPurgeKinds(t *testing.T) {
 			for range batch.Messages() {
 			}
 			f.store("sched.acme.11", with(copyHeader("JOBS:11", "acme", "limit 1/h"), "acme"))
-			f.store("sched.acme.12", with(copyHeader("JOBS:12", "acme", consumer.ParkReason+"running:2"), "acme"))
-			f.store("sched.acme.13", with(copyHeader("JOBS:13", "acme", consumer.ParkReason+"max running:5"), "acme"))
+			f.store("sched.acme.12", with(copyHeader("JOBS:12", "acme", header.WaitLease+"running:2"), "acme"))
+			f.store("sched.acme.13", with(copyHeader("JOBS:13", "acme", header.WaitLease+"max running:5"), "acme"))
 			f.store("sched.f.acme.14", with(copyHeader("JOBS:14", "acme", ""), "acme"))
-			f.store("sched.k.acme.15", with(copyHeader("JOBS:15", "acme", consumer.ParkReason+"running:2"), "acme"))
-			f.store("sched.globex.16", with(copyHeader("JOBS:16", "globex", consumer.ParkReason+"running:2"), "globex"))
+			f.store("sched.k.acme.15", with(copyHeader("JOBS:15", "acme", header.WaitLease+"running:2"), "acme"))
+			f.store("sched.globex.16", with(copyHeader("JOBS:16", "globex", header.WaitLease+"running:2"), "globex"))
 			f.store("sched.k.globex.17", with(copyHeader("JOBS:17", "globex", ""), "globex"))
 
 			u := &unwaiter{}

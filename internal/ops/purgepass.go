@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -139,8 +140,8 @@ func (p *purge) copies(ctx context.Context, rep *PurgeReport) error {
 	filter := string(p.fl.Schedules) + "." + p.opts.Tenant + ".*"
 	err := scan(ctx, p.stream, scanOptions{Filters: []string{filter}, HeadersOnly: true}, func(st stored) (bool, error) {
 		if p.selects(st) {
-			all = append(all, found{seq: st.Seq, id: st.Header.Get(consumer.HeaderJobID),
-				parked: strings.HasPrefix(st.Header.Get(consumer.HeaderWaitReason), consumer.ParkReason)})
+			all = append(all, found{seq: st.Seq, id: st.Header.Get(header.JobID),
+				parked: strings.HasPrefix(st.Header.Get(header.WaitReason), header.WaitLease)})
 		}
 		return true, nil
 	})
@@ -254,8 +255,8 @@ func (p *purge) remove(ctx context.Context, seq uint64) (bool, error) {
 // options select.
 func (p *purge) selects(st stored) bool {
 	subj := st.Subject
-	if st.Header.Get(consumer.HeaderJobID) != "" && st.Header.Get(consumer.HeaderSubject) != "" {
-		subj = st.Header.Get(consumer.HeaderSubject)
+	if st.Header.Get(header.JobID) != "" && st.Header.Get(header.Subject) != "" {
+		subj = st.Header.Get(header.Subject)
 	}
 	t, err := p.fl.TenantFrom.Of(subj, st.Header)
 	return err == nil && t == p.opts.Tenant && p.before(published(st))
@@ -269,7 +270,7 @@ func (p *purge) before(t time.Time) bool {
 // published is when a job was first published: its HeaderPublished, else
 // when the stream stored it.
 func published(st stored) time.Time {
-	if ts, err := time.Parse(time.RFC3339Nano, st.Header.Get(consumer.HeaderPublished)); err == nil {
+	if ts, err := time.Parse(time.RFC3339Nano, st.Header.Get(header.Published)); err == nil {
 		return ts
 	}
 	return st.Time

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 )
 
 // ReplayOptions selects the dead letters to replay.
@@ -115,11 +115,11 @@ func ReplayDeadLetters(ctx context.Context, fl Fleet, opts ReplayOptions) (Repla
 		case d.Truncated != "":
 			rep.Skipped = append(rep.Skipped, Skipped{ID: d.ID, Tenant: d.Tenant, Why: "cut to fit (" + d.Truncated + "): " + d.Reason})
 			return true, nil
-		case st.Header.Get(consumer.HeaderBundle) != "":
+		case st.Header.Get(header.Bundle) != "":
 			rep.Skipped = append(rep.Skipped, Skipped{ID: d.ID, Tenant: d.Tenant, Why: "an unreadable bundle of moved jobs, not a job: " + d.Reason})
 			return true, nil
 		case d.Subject == "":
-			rep.Skipped = append(rep.Skipped, Skipped{ID: d.ID, Tenant: d.Tenant, Why: "no " + consumer.HeaderSubject + " header: not a dead letter of a worker"})
+			rep.Skipped = append(rep.Skipped, Skipped{ID: d.ID, Tenant: d.Tenant, Why: "no " + header.Subject + " header: not a dead letter of a worker"})
 			return true, nil
 		}
 		r := Replayed{ID: d.ID, Tenant: d.Tenant, Subject: d.Subject}
@@ -177,7 +177,7 @@ func (fl Fleet) replayOf(stream string, st stored, d DeadLetter) *nats.Msg {
 		out.Header[k] = append([]string(nil), vs...)
 	}
 	from := stream + ":" + strconv.FormatUint(d.ID, 10)
-	out.Header.Set(consumer.HeaderReplayedFrom, from)
+	out.Header.Set(header.ReplayedFrom, from)
 	out.Header.Set(jetstream.MsgIDHeader, "replay:"+from)
 	return out
 }
@@ -189,7 +189,7 @@ func (fl Fleet) leftBehind(k string) bool {
 	if strings.HasPrefix(k, "Nats-") {
 		return true
 	}
-	if !strings.HasPrefix(strings.ToLower(k), strings.ToLower(consumer.OwnHeaderPrefix)) {
+	if !strings.HasPrefix(strings.ToLower(k), strings.ToLower(header.OwnPrefix)) {
 		return false
 	}
 	return !strings.EqualFold(k, fl.TenantFrom.Header) && !strings.EqualFold(k, fl.CostHeader)

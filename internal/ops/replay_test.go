@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/ops"
 )
 
@@ -38,9 +38,9 @@ func TestReplayHeaders(t *testing.T) {
 	f := setup(t)
 	f.fleet.CostHeader = "Throttler-Cost" // a name in the worker's own prefix, kept all the same
 	a := f.deadLetter("acme", "jobs.acme.mail", "handler failed", 5,
-		nats.Header{"X-Order": {"1", "2"}, "Throttler-Cost": {"3"}, consumer.HeaderDeferrals: {"2"}, consumer.HeaderWaitReason: {"limit 1/s"}}, "payload")
-	cut := f.deadLetter("acme", "jobs.acme.big", "too large", 0, nats.Header{consumer.HeaderTruncated: {"0 of 2000000 bytes"}}, "")
-	bundle := f.deadLetter("acme", "jobs.acme.mail", "unreadable bundle of moved jobs: malformed bundle", 0, nats.Header{consumer.HeaderBundle: {"3"}}, "\x01garbage")
+		nats.Header{"X-Order": {"1", "2"}, "Throttler-Cost": {"3"}, header.Deferrals: {"2"}, header.WaitReason: {"limit 1/s"}}, "payload")
+	cut := f.deadLetter("acme", "jobs.acme.big", "too large", 0, nats.Header{header.Truncated: {"0 of 2000000 bytes"}}, "")
+	bundle := f.deadLetter("acme", "jobs.acme.mail", "unreadable bundle of moved jobs: malformed bundle", 0, nats.Header{header.Bundle: {"3"}}, "\x01garbage")
 
 	dry, err := ops.ReplayDeadLetters(f.ctx, f.fleet, ops.ReplayOptions{DryRun: true})
 	if err != nil || len(dry.Replayed) != 1 || len(dry.Skipped) != 2 || len(f.jobsOn("jobs.>")) != 0 {
@@ -65,17 +65,17 @@ func TestReplayHeaders(t *testing.T) {
 		t.Errorf("replayed to %s with %q", m.Subject, m.Data)
 	}
 	want := map[string]string{
-		"X-Order":                   "[1 2]",
-		"Throttler-Cost":            "[3]",
-		consumer.HeaderReplayedFrom: fmt.Sprintf("[JOBS_DLQ:%d]", a),
-		jetstream.MsgIDHeader:       fmt.Sprintf("[replay:JOBS_DLQ:%d]", a),
+		"X-Order":             "[1 2]",
+		"Throttler-Cost":      "[3]",
+		header.ReplayedFrom:   fmt.Sprintf("[JOBS_DLQ:%d]", a),
+		jetstream.MsgIDHeader: fmt.Sprintf("[replay:JOBS_DLQ:%d]", a),
 	}
 	for k, v := range want {
 		if fmt.Sprint(m.Header.Values(k)) != v {
 			t.Errorf("header %s = %v, want %s", k, m.Header.Values(k), v)
 		}
 	}
-	for _, k := range []string{consumer.HeaderReason, consumer.HeaderJobID, consumer.HeaderSubject, consumer.HeaderTenant, consumer.HeaderFailures, consumer.HeaderDeferrals, consumer.HeaderWaitReason} {
+	for _, k := range []string{header.Reason, header.JobID, header.Subject, header.Tenant, header.Failures, header.Deferrals, header.WaitReason} {
 		if m.Header.Get(k) != "" {
 			t.Errorf("replayed job kept the worker's header %s", k)
 		}

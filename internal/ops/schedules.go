@@ -13,7 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -83,9 +83,9 @@ func countSchedules(ctx context.Context, s jetstream.Stream, stream string, sche
 		if err != nil {
 			return 0, false, fmt.Errorf("bundle %s: %w", subj, err)
 		}
-		k, err := strconv.Atoi(m.Header.Get(consumer.HeaderBundle))
+		k, err := strconv.Atoi(m.Header.Get(header.Bundle))
 		if err != nil {
-			return 0, false, fmt.Errorf("bundle %s: bad %s header: %w", subj, consumer.HeaderBundle, err)
+			return 0, false, fmt.Errorf("bundle %s: bad %s header: %w", subj, header.Bundle, err)
 		}
 		n += k
 	}
