@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/throttler/throttler/subject"
 	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/throttle"

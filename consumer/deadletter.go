@@ -64,14 +64,14 @@ func (d *deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant,
 	whole := &nats.Msg{Subject: subj, Data: msg.Data(), Header: nats.Header{}}
 	header.Copy(whole.Header, msg.Headers())
 	own(whole.Header, reason)
-	limit := maxPayload(d.js)
-	err = fits(whole, limit)
+	limit := header.MaxPayload(d.js)
+	err = header.Fits(whole, limit)
 	if err == nil {
 		if _, err = d.js.PublishMsg(ctx, whole); err == nil {
 			return false, nil
 		}
 	}
-	if !tooLarge(err) {
+	if !header.TooLarge(err) {
 		return false, fmt.Errorf("dead-letter to %s: %w", subj, err)
 	}
 
@@ -89,17 +89,17 @@ func (d *deadLetter) publish(ctx context.Context, msg jetstream.Msg, id, tenant,
 	cutMsg.Header.Set(header.DataBytes, strconv.Itoa(len(data)))
 	room := len(data)
 	if limit > 0 {
-		room = int(max(0, limit-int64(headerBytes(cutMsg.Header))-128))
+		room = int(max(0, limit-int64(header.Bytes(cutMsg.Header))-128))
 	}
 	for _, keep := range []int{min(len(data), room), 0} {
 		cutMsg.Data = data[:keep]
 		cutMsg.Header.Set(header.Truncated, fmt.Sprintf("%d of %d bytes", keep, len(data)))
-		if err = fits(cutMsg, limit); err == nil {
+		if err = header.Fits(cutMsg, limit); err == nil {
 			if _, err = d.js.PublishMsg(ctx, cutMsg); err == nil {
 				return true, nil
 			}
 		}
-		if !tooLarge(err) {
+		if !header.TooLarge(err) {
 			break
 		}
 	}

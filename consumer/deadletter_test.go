@@ -287,3 +287,9 @@ func TestHandlerPanicIsAFailureOfThatJob(t *testing.T) {
 		t.Errorf("stats %+v, want 1 failed, 2 completed", s)
 	}
 }
+
+func TestOneLine(t *testing.T) {
+	if got := oneLine("a\r\nb\nc"); got != "a  b c" {
+		t.Errorf("oneLine = %q", got)
+	}
+}

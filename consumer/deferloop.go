@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -116,7 +117,7 @@ func (s *deferSettler) deferred(d Deferral) {
 	switch {
 	case d.Moved:
 		s.rec.add(tenant, func(s *TenantStats) { s.Moved++ })
-	case d.NakedInstead != nil && tooLarge(d.NakedInstead):
+	case d.NakedInstead != nil && header.TooLarge(d.NakedInstead):
 		s.rec.add(tenant, func(s *TenantStats) { s.MovesTooLarge++ })
 		s.log.Info("job too large to move off the consumer; deferred with NAK", "tenant", tenant, "job", id, "wait", d.Wait, "why", d.NakedInstead)
 	case d.NakedInstead != nil:

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/throttler/throttler/throttle"
 )
 

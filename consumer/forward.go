@@ -29,11 +29,11 @@ func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
 		msg.Header.Set(header.Tenant, job.Tenant)
 		msg.Header.Set(header.Subject, job.Subject)
 		msg.Header.Set(jetstream.MsgIDHeader, job.ID)
-		if err := fits(msg, maxPayload(js)); err != nil {
+		if err := header.Fits(msg, header.MaxPayload(js)); err != nil {
 			return Permanent(fmt.Errorf("forward to %s: %w", msg.Subject, err))
 		}
 		if _, err := js.PublishMsg(ctx, msg); err != nil {
-			if tooLarge(err) {
+			if header.TooLarge(err) {
 				err = Permanent(err)
 			}
 			return fmt.Errorf("forward to %s: %w", msg.Subject, err)

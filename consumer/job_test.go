@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -229,5 +231,19 @@ func TestJobGroup(t *testing.T) {
 				t.Errorf("stats of acme %+v, want one dead-lettered", s)
 			}
 		})
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	base := errors.New("refused")
+	if Permanent(nil) != nil {
+		t.Error("Permanent(nil) is not nil")
+	}
+	err := fmt.Errorf("forward: %w", Permanent(base))
+	if !IsPermanent(err) || !errors.Is(err, base) || err.Error() != "forward: refused" {
+		t.Errorf("wrapped Permanent: IsPermanent %v, Is %v, %q", IsPermanent(err), errors.Is(err, base), err)
+	}
+	if IsPermanent(base) {
+		t.Error("IsPermanent of a plain error")
 	}
 }

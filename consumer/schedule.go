@@ -97,7 +97,7 @@ func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 		err      error
 	}
 	var msgs []scheduled
-	limit := maxPayload(d.JetStream)
+	limit := header.MaxPayload(d.JetStream)
 	for i := 0; i < len(ds); {
 		n := d.bundleRun(ds[i:], limit)
 		u := scheduled{first: i, n: n}
@@ -107,7 +107,7 @@ func (d ScheduleDeferrer) Defer(ctx context.Context, ds []Deferral) {
 		} else {
 			msg = d.bundleOf(ds[i:i+n], now)
 		}
-		if u.err = fits(msg, limit); u.err == nil {
+		if u.err = header.Fits(msg, limit); u.err == nil {
 			u.ack, u.err = d.JetStream.PublishMsgAsync(msg)
 		}
 		msgs = append(msgs, u)

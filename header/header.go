@@ -3,7 +3,10 @@
 // reasons it writes when a job waits off the consumer, and reads a job's
 // cost. The worker, the fast lane and the operator's commands (pause,
 // credits, purge, replay) speak this one vocabulary, so that each can find
-// what the others wrote; none of them needs the worker for it.
+// what the others wrote; none of them needs the worker for it. Because
+// the worker adds these headers to what it publishes, a message may come
+// out larger than the job it carries: Fits checks it against the server's
+// limits (fit.go).
 package header
 
 import (
@@ -95,20 +98,6 @@ const (
 	// shared level, followed by the level's name.
 	WaitTurn = "waiting for a turn under "
 )
-
-// Copy copies src into dst, leaving out the headers JetStream acts on when
-// publishing (deduplication, expectations, schedules, TTLs), which belong
-// to the original publish and not to ours.
-func Copy(dst, src nats.Header) {
-	for k, vs := range src {
-		if strings.HasPrefix(k, "Nats-") {
-			continue
-		}
-		for _, v := range vs {
-			dst.Add(k, v)
-		}
-	}
-}
 
 // ParseCost reads a job's cost from the header name: absent means 1;
 // otherwise a decimal whole number in [1, throttle.MaxBurst].

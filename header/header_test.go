@@ -1,6 +1,8 @@
 package header
 
 import (
+	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -128,5 +130,61 @@ func TestCopyDoesNotAlias(t *testing.T) {
 	src.Add("X-A", "3")
 	if want := []string{"1", "2"}; !reflect.DeepEqual(dst["X-A"], want) {
 		t.Fatalf("dst changed with src: %v, want %v", dst["X-A"], want)
+	}
+}
+
+func TestBytes(t *testing.T) {
+	for _, tc := range []struct {
+		h    nats.Header
+		want string // the header block as NATS sends it
+	}{
+		{nil, ""},
+		{nats.Header{"A": {"b"}}, "NATS/1.0\r\nA: b\r\n\r\n"},
+		{nats.Header{"Key": {"v1", "v2"}, "Other": {""}}, "NATS/1.0\r\nKey: v1\r\nKey: v2\r\nOther: \r\n\r\n"},
+	} {
+		if got := Bytes(tc.h); got != len(tc.want) {
+			t.Errorf("Bytes(%v) = %d, want %d", tc.h, got, len(tc.want))
+		}
+	}
+}
+
+func TestFits(t *testing.T) {
+	small := nats.Header{"A": {"b"}}
+	big := nats.Header{"Big": {strings.Repeat("x", maxHeaderBytes)}}
+	for _, tc := range []struct {
+		name  string
+		msg   *nats.Msg
+		limit int64
+		fits  bool
+	}{
+		{"small", &nats.Msg{Header: small, Data: []byte("data")}, 1024, true},
+		{"exactly the limit", &nats.Msg{Header: small, Data: make([]byte, 1024-Bytes(small))}, 1024, true},
+		{"one byte over", &nats.Msg{Header: small, Data: make([]byte, 1025-Bytes(small))}, 1024, false},
+		{"headers over 64 KiB", &nats.Msg{Header: big}, 1 << 20, false},
+		{"limit unknown", &nats.Msg{Data: make([]byte, 1<<20)}, 0, true},
+	} {
+		err := Fits(tc.msg, tc.limit)
+		if (err == nil) != tc.fits || (err != nil && !TooLarge(err)) {
+			t.Errorf("%s: fits = %v, want it to fit: %v", tc.name, err, tc.fits)
+		}
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nats.ErrMaxPayload, true},
+		{fmt.Errorf("forward: %w", nats.ErrMaxPayload), true},
+		{&jetstream.APIError{ErrorCode: jsErrHeaderTooLarge}, true},
+		{&jetstream.APIError{ErrorCode: jsErrMsgTooLarge}, true},
+		{&jetstream.APIError{ErrorCode: 10077}, false},
+		{errors.New("timeout"), false},
+		{nil, false},
+	} {
+		if got := TooLarge(tc.err); got != tc.want {
+			t.Errorf("TooLarge(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -1,9 +1,10 @@
-package consumer
+package header
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,9 +18,9 @@ import (
 // maxHeaderBytes is the most header bytes JetStream stores with a message.
 const maxHeaderBytes = math.MaxUint16
 
-// headerBytes is how many bytes h takes on the wire, as NATS encodes
+// Bytes is how many bytes h takes on the wire, as NATS encodes
 // headers: "NATS/1.0\r\n", a "Key: value\r\n" line per value, "\r\n".
-func headerBytes(h nats.Header) int {
+func Bytes(h nats.Header) int {
 	if len(h) == 0 {
 		return 0
 	}
@@ -32,21 +33,21 @@ func headerBytes(h nats.Header) int {
 	return n
 }
 
-// fits reports why msg cannot be published through a connection whose
+// Fits reports why msg cannot be published through a connection whose
 // server takes at most maxPayload bytes a message, or nil when it can.
-func fits(msg *nats.Msg, maxPayload int64) error {
-	hdr := headerBytes(msg.Header)
+func Fits(msg *nats.Msg, maxPayload int64) error {
+	hdr := Bytes(msg.Header)
 	switch {
 	case hdr > maxHeaderBytes:
-		return fmt.Errorf("%w: %d bytes of headers, over JetStream's %d", errTooLarge, hdr, maxHeaderBytes)
+		return fmt.Errorf("%w: %d bytes of headers, over JetStream's %d", ErrTooLarge, hdr, maxHeaderBytes)
 	case maxPayload > 0 && int64(hdr+len(msg.Data)) > maxPayload:
-		return fmt.Errorf("%w: %d bytes of data and %d of headers, over the server's max_payload of %d", errTooLarge, len(msg.Data), hdr, maxPayload)
+		return fmt.Errorf("%w: %d bytes of data and %d of headers, over the server's max_payload of %d", ErrTooLarge, len(msg.Data), hdr, maxPayload)
 	}
 	return nil
 }
 
-// errTooLarge marks a message too large to publish.
-var errTooLarge = errors.New("message too large")
+// ErrTooLarge marks a message too large to publish: TooLarge reports it.
+var ErrTooLarge = errors.New("message too large")
 
 // The JetStream API error codes of a message too large for a stream.
 const (
@@ -54,13 +55,13 @@ const (
 	jsErrHeaderTooLarge = 10097 // more than 64 KiB of headers
 )
 
-// tooLarge reports whether err says a message was too large to publish:
+// TooLarge reports whether err says a message was too large to publish:
 // for the connection, for JetStream's header limit, or for the stream.
 // Publishing it again cannot help.
-func tooLarge(err error) bool {
+func TooLarge(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.Is(err, errTooLarge), errors.Is(err, nats.ErrMaxPayload):
+	case errors.Is(err, ErrTooLarge), errors.Is(err, nats.ErrMaxPayload):
 		return true
 	case errors.As(err, &apiErr):
 		return apiErr.ErrorCode == jsErrMsgTooLarge || apiErr.ErrorCode == jsErrHeaderTooLarge
@@ -68,11 +69,25 @@ func tooLarge(err error) bool {
 	return false
 }
 
-// maxPayload is the largest message the server of js takes, or 0 when it
+// MaxPayload is the largest message the server of js takes, or 0 when it
 // is not known (no connection yet).
-func maxPayload(js jetstream.JetStream) int64 {
+func MaxPayload(js jetstream.JetStream) int64 {
 	if js == nil || js.Conn() == nil {
 		return 0
 	}
 	return js.Conn().MaxPayload()
+}
+
+// Copy copies src into dst, leaving out the headers JetStream acts on when
+// publishing (deduplication, expectations, schedules, TTLs), which belong
+// to the original publish and not to ours.
+func Copy(dst, src nats.Header) {
+	for k, vs := range src {
+		if strings.HasPrefix(k, "Nats-") {
+			continue
+		}
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
 }
