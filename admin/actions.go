@@ -121,7 +121,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("resuming %s: %w", t, err)
 	}
-	s.log.Info("admin: tenant resumed", "tenant", t, "result", res, "remote", r.RemoteAddr)
+	s.log.Info("admin: tenant resumed", "tenant", t, "result", logJSON(res), "remote", r.RemoteAddr)
 	return writeJSON(w, http.StatusOK, res)
 }
 
@@ -151,7 +151,7 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("purging %s: %w", t, err)
 	}
 	if !body.DryRun {
-		s.log.Info("admin: tenant purged", "tenant", t, "older_than", d, "result", res, "remote", r.RemoteAddr)
+		s.log.Info("admin: tenant purged", "tenant", t, "older_than", d, "result", logJSON(res), "remote", r.RemoteAddr)
 	}
 	return writeJSON(w, http.StatusOK, res)
 }

@@ -122,7 +122,7 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) error
 		return fmt.Errorf("replaying dead letters: %w", err)
 	}
 	if !sel.DryRun {
-		s.log.Info("admin: dead letters replayed", "ids", sel.IDs, "tenant", sel.Tenant, "reason", sel.Reason, "since", sel.Since, "result", res, "remote", r.RemoteAddr)
+		s.log.Info("admin: dead letters replayed", "ids", sel.IDs, "tenant", sel.Tenant, "reason", sel.Reason, "since", sel.Since, "result", logJSON(res), "remote", r.RemoteAddr)
 	}
 	return writeJSON(w, http.StatusOK, res)
 }
@@ -141,7 +141,7 @@ func (s *Server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) error 
 		return fmt.Errorf("purging dead letters: %w", err)
 	}
 	if !sel.DryRun {
-		s.log.Info("admin: dead letters purged", "ids", sel.IDs, "tenant", sel.Tenant, "reason", sel.Reason, "since", sel.Since, "result", res, "remote", r.RemoteAddr)
+		s.log.Info("admin: dead letters purged", "ids", sel.IDs, "tenant", sel.Tenant, "reason", sel.Reason, "since", sel.Since, "result", logJSON(res), "remote", r.RemoteAddr)
 	}
 	return writeJSON(w, http.StatusOK, res)
 }

@@ -46,3 +46,13 @@ func readJSON(r *http.Request, v any) error {
 	}
 	return fmt.Errorf("%w: the body is not the JSON expected: %v", ErrBadInput, err)
 }
+
+// logJSON is v as the JSON the API answers, for a log line: the results
+// of the operations hold pointers, which a log would show as addresses.
+func logJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("(%T, not shown: %v)", v, err)
+	}
+	return string(b)
+}

@@ -156,7 +156,7 @@ func TestLimitsCLIAndInspect(t *testing.T) {
 		t.Fatalf("inspect acme's jobs: %+v, want 20 holding slots and 20 moved (exact), 0 NAK'd (estimate)", j)
 	}
 	out := cli(0, "inspect", "initech", "--quiet")
-	if !regexp.MustCompile(`handler failures in flight, by job:\n  JOBS:\d+ failed \d+ times\n$`).MatchString(out) {
+	if !regexp.MustCompile(`handler failures in the last 24 h, by job \(kept a day after a job's last failure, even once it has run\):\n  JOBS:\d+ failed \d+ times\n$`).MatchString(out) {
 		t.Fatalf("inspect initech:\n%s", out)
 	}
 	if after := e.redisDump(); !reflect.DeepEqual(before, after) {

@@ -69,15 +69,15 @@ func (r Request) Check(now time.Time) error {
 		errs = append(errs, fmt.Errorf("%w: tenant: %w", ErrInvalid, err))
 	}
 	if err := CheckReason(r.Reason); err != nil {
-		errs = append(errs, fmt.Errorf("%w: --reason: %w", ErrInvalid, err))
+		errs = append(errs, fmt.Errorf("%w: reason (--reason): %w", ErrInvalid, err))
 	}
 	switch {
 	case !r.Until.IsZero() && r.For != 0:
-		errs = append(errs, fmt.Errorf("%w: give --until or --for, not both", ErrInvalid))
+		errs = append(errs, fmt.Errorf("%w: give an end (until, --until) or a length (for, --for), not both", ErrInvalid))
 	case r.For < 0:
-		errs = append(errs, fmt.Errorf("%w: --for must be positive, got %s", ErrInvalid, r.For))
+		errs = append(errs, fmt.Errorf("%w: for (--for) must be positive, got %s", ErrInvalid, r.For))
 	case !r.Until.IsZero() && !r.Until.After(now):
-		errs = append(errs, fmt.Errorf("%w: --until %s is not in the future", ErrInvalid, r.Until.UTC().Format(time.RFC3339)))
+		errs = append(errs, fmt.Errorf("%w: until (--until) %s is not in the future", ErrInvalid, r.Until.UTC().Format(time.RFC3339)))
 	}
 	return errors.Join(errs...)
 }

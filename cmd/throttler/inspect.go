@@ -198,7 +198,7 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 			in.MaxRunning, in.Fleet.Running, in.Fleet.Called, in.Fleet.Waiting, in.Fleet.Ahead, in.Tenant)
 	}
 	if len(in.Failures) == 0 {
-		fmt.Fprintln(w, "handler failures in flight: none")
+		fmt.Fprintln(w, "handler failures in the last 24 h: none")
 		return
 	}
 	ids := make([]string, 0, len(in.Failures))
@@ -206,7 +206,7 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	fmt.Fprintln(w, "handler failures in flight, by job:")
+	fmt.Fprintln(w, "handler failures in the last 24 h, by job (kept a day after a job's last failure, even once it has run):")
 	for _, id := range ids {
 		fmt.Fprintf(w, "  %s failed %d times\n", id, in.Failures[id])
 	}

@@ -43,8 +43,15 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return fail(exitConfig, "no command\n%s", limitsUsage)
 	}
 	n, ok := want[args[0]]
-	if !ok || (n >= 0 && len(args)-1 != n) || (n < 0 && len(args) > 2) {
-		return fail(exitConfig, "%s\n%s", strings.Join(args, " "), limitsUsage)
+	switch {
+	case !ok:
+		return fail(exitConfig, "unknown command %q\n%s", args[0], limitsUsage)
+	case n == 2 && len(args)-1 != n:
+		return fail(exitConfig, "%s takes a TENANT (or --group NAME) and a SPEC, got %q\n%s", args[0], strings.Join(args[1:], " "), limitsUsage)
+	case n == 1 && len(args)-1 != n:
+		return fail(exitConfig, "%s takes a TENANT (or --group NAME), got %q\n%s", args[0], strings.Join(args[1:], " "), limitsUsage)
+	case n < 0 && len(args) > 2:
+		return fail(exitConfig, "list takes at most a PREFIX, got %q\n%s", strings.Join(args[1:], " "), limitsUsage)
 	}
 	cfg, ok := loadConfig(stderr)
 	if !ok {

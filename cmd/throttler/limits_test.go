@@ -152,3 +152,20 @@ func hasRow(table string, cols ...string) bool {
 	}
 	return false
 }
+
+// A wrong `limits` command line says what the command takes, before any
+// connection.
+func TestLimitsUsageSaysWhatIsMissing(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"limits", "set", "acme"}, `set takes a TENANT (or --group NAME) and a SPEC, got "acme"`},
+		{[]string{"limits", "get", "--group"}, `get takes a TENANT (or --group NAME), got ""`},
+		{[]string{"limits", "rm"}, `rm takes a TENANT (or --group NAME), got ""`},
+		{[]string{"limits", "list", "a", "b"}, `list takes at most a PREFIX, got "a b"`},
+		{[]string{"limits", "frob"}, `unknown command "frob"`},
+	} {
+		cli(t, tc.args...).want(t, strings.Join(tc.args, " "), exitConfig, nil, []string{tc.want, "usage: throttler limits set"})
+	}
+}

@@ -50,8 +50,10 @@ type Report struct {
 	// Paused is the tenant's pause (throttler pause), nil when it has
 	// none; a pause whose --until has passed is shown with Active false.
 	Paused *Paused `json:"paused,omitempty"`
-	// Failures maps each job whose handler failed, and that has not run
-	// since, to its failures.
+	// Failures maps each job whose handler failed in the last 24 h to its
+	// failures: a count is kept a day after the job's last failure, even
+	// once the job has run, so that a job whose success went unacked and
+	// fails again keeps counting towards THROTTLER_MAX_FAILURES.
 	Failures map[string]int64 `json:"handler_failures,omitempty"`
 	// Levels are the limits above the tenant that apply to its jobs (the
 	// global limit, groups) and the levels holding its jobs waiting for
