@@ -80,6 +80,13 @@ func (h redisWatchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // report tells the reporter whether Redis answered.
 func (h redisWatchHook) report(ctx context.Context, err error) {
 	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// The caller's deadline passed (or it cancelled) before Redis was
+		// asked, most often while the call waited for a connection of a
+		// busy pool, as after a burst: that says nothing of Redis. A Redis
+		// that does not answer fails on the connection's own timeouts
+		// (the client does not take them from contexts), which are net
+		// errors, reported below.
 	case redisFailed(err):
 		h.r.Fail(err)
 	case err == nil || ctx.Err() == nil:

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -68,5 +69,39 @@ func TestWatchRedisLogsAnOutageOnce(t *testing.T) {
 	}
 	if n := strings.Count(got, "\n"); n != 2 {
 		t.Errorf("%d lines, want 2:\n%s", n, got)
+	}
+}
+
+// TestWatchRedisIgnoresACallersDeadline: a call whose own deadline passes
+// while it waits for the one connection of a busy pool says nothing of
+// Redis, which answers the call holding it: no outage is logged.
+func TestWatchRedisIgnoresACallersDeadline(t *testing.T) {
+	r := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(r.URL(), "redis://"), PoolSize: 1, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	var log lockedLog
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	WatchRedis(ctx, c, r.URL(), slog.New(slog.NewTextHandler(&log, nil)))
+
+	held := make(chan error, 1)
+	go func() { held <- c.BLPop(ctx, time.Second, "nothing-here").Err() }()
+	// The BLPOP holds the pool's connection for a second; a PING given
+	// 100 ms waits for it and gives up.
+	var err error
+	testenv.Eventually(t, 5*time.Second, "a PING that gave up waiting for the pool", func() bool {
+		pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer pcancel()
+		err = c.Ping(pctx).Err()
+		return err != nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PING failed with %v, want its deadline passed", err)
+	}
+	if err := <-held; !errors.Is(err, redis.Nil) {
+		t.Fatalf("BLPOP: %v, want redis.Nil after its second", err)
+	}
+	if got := log.String(); got != "" {
+		t.Fatalf("a caller's deadline was logged as an outage:\n%s", got)
 	}
 }
