@@ -257,7 +257,7 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 			continue
 		}
 		r = top.Row{Tenant: tw.tenant}
-		oldest := int64(1<<63 - 1)
+		oldest, unparked := int64(1<<63-1), int64(1<<63-1)
 		live := 0
 		stillPaused := -1           // unknown
 		var whole [waitKinds]int64  // buckets all still away
@@ -289,6 +289,18 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 			}
 			if b.n > 0 {
 				oldest = min(oldest, b.oldest)
+				if b.kind != waitParked {
+					unparked = min(unparked, b.oldest)
+				}
+			}
+			if b.kind == waitParked {
+				// Parked jobs come back woken to any worker: the fleet's
+				// runs together say which still wait (top.Gather).
+				run := top.ParkedRun{DueIn: time.Duration(b.due-ms) * time.Millisecond, N: int64(math.Round(b.at(ms)))}
+				if run.N > 0 {
+					run.Wait = time.Duration(now.UnixMicro()-b.oldest) * time.Microsecond
+				}
+				r.Runs = append(r.Runs, run)
 			}
 		}
 		if partly {
@@ -315,6 +327,9 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 		}
 		if oldest != 1<<63-1 && r.Waiting() > 0 {
 			r.OldestWait = max(0, float64(now.UnixMicro()-oldest)/1e6)
+		}
+		if unparked != 1<<63-1 && r.Runs != nil {
+			r.UnparkedWait = max(0, float64(now.UnixMicro()-unparked)/1e6)
 		}
 		if r.Waiting() > 0 || r.Deferred > 0 {
 			r.Binding = tw.binding

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The rows workers answer a top request with, and their encoding: one
@@ -40,6 +41,25 @@ type Row struct {
 	Binding string `json:"held_by,omitempty"`
 	// DeadLetters counts its jobs dead-lettered in the last hour.
 	DeadLetters int64 `json:"dead_letters_1h"`
+	// Runs, in a worker's row, are its parked jobs of Parked run by run,
+	// and UnparkedWait the oldest wait (in seconds) of its other jobs
+	// waiting: a parked job woken early comes back to any worker, which
+	// counts it off (a run of N < 0), so only the fleet's runs together
+	// say which parked jobs still wait, and Gather nets them to find the
+	// oldest. Nil in a row without parked jobs (then OldestWait is its
+	// other jobs'); not in JSON.
+	Runs         []ParkedRun `json:"-"`
+	UnparkedWait float64     `json:"-"`
+}
+
+// ParkedRun is a run of a tenant's jobs one worker parked for a lease or
+// a turn (N > 0), the oldest of them waiting Wait so far; or of parked
+// jobs woken early that came back to it (N < 0). Either way the run is
+// due back by DueIn at the latest, the parked jobs' fallback time: a
+// woken job's run is due when the run it was parked in is.
+type ParkedRun struct {
+	DueIn, Wait time.Duration
+	N           int64
 }
 
 // Waiting is the row's jobs waiting, of every kind.
@@ -119,7 +139,46 @@ func appendRow(b []byte, r *Row) []byte {
 		}
 		b = append(b, c)
 	}
+	if r.Runs != nil {
+		// After the binding, which holds no tab: the oldest wait of the
+		// jobs not parked, then ";due,n,wait" a run, in milliseconds.
+		b = append(b, '\t')
+		b = strconv.AppendInt(b, int64(r.UnparkedWait*1000+0.5), 10)
+		for _, p := range r.Runs {
+			b = append(b, ';')
+			b = strconv.AppendInt(b, p.DueIn.Milliseconds(), 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, p.N, 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, p.Wait.Milliseconds(), 10)
+		}
+	}
 	return append(b, '\n')
+}
+
+// parseRuns reads the field appendRow writes after the binding.
+func parseRuns(f []byte, r *Row) error {
+	parts := strings.Split(string(f), ";")
+	w, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return err
+	}
+	r.UnparkedWait = float64(w) / 1000
+	r.Runs = make([]ParkedRun, 0, len(parts)-1)
+	for _, p := range parts[1:] {
+		var n [3]int64
+		fs := strings.Split(p, ",")
+		if len(fs) != 3 {
+			return fmt.Errorf("run %q: want due,n,wait", p)
+		}
+		for i, x := range fs {
+			if n[i], err = strconv.ParseInt(x, 10, 64); err != nil {
+				return fmt.Errorf("run %q: %w", p, err)
+			}
+		}
+		r.Runs = append(r.Runs, ParkedRun{DueIn: time.Duration(n[0]) * time.Millisecond, N: n[1], Wait: time.Duration(n[2]) * time.Millisecond})
+	}
+	return nil
 }
 
 // Reply is one message of a worker's reply, read back.
@@ -177,11 +236,18 @@ func parseRow(line []byte, held map[string]string) (Row, error) {
 		}
 		n[i] = v
 	}
-	h, ok := held[string(f[9])]
+	binding, runs, hasRuns := bytes.Cut(f[9], []byte{'\t'})
+	h, ok := held[string(binding)]
 	if !ok {
-		h = string(f[9])
+		h = string(binding)
 		held[h] = h
 	}
-	return Row{Tenant: string(f[0]), Admitted: float64(n[0]) / 1000, Deferred: float64(n[1]) / 1000,
-		Naked: n[2], Moved: n[3], Parked: n[4], Paused: n[5], OldestWait: float64(n[6]) / 1000, DeadLetters: n[7], Binding: h}, nil
+	r := Row{Tenant: string(f[0]), Admitted: float64(n[0]) / 1000, Deferred: float64(n[1]) / 1000,
+		Naked: n[2], Moved: n[3], Parked: n[4], Paused: n[5], OldestWait: float64(n[6]) / 1000, DeadLetters: n[7], Binding: h}
+	if hasRuns {
+		if err := parseRuns(runs, &r); err != nil {
+			return Row{}, fmt.Errorf("bad top row %q: %w", line, err)
+		}
+	}
+	return r, nil
 }

@@ -118,26 +118,68 @@ gather:
 type merged struct {
 	row  Row
 	busy float64 // the deferral rate of the worker Binding came from
+	// waits is the longest wait the workers gave of jobs not parked (or,
+	// from a worker that sends no runs, of all its jobs); runs are every
+	// worker's runs of parked and woken jobs.
+	waits float64
+	runs  []ParkedRun
 }
 
 // add adds one worker's row of a tenant.
 func add(by map[string]*merged, r Row) {
 	m, ok := by[r.Tenant]
 	if !ok {
-		by[r.Tenant] = &merged{row: r, busy: r.Deferred}
-		return
+		m = &merged{row: r, busy: r.Deferred}
+		m.row.Runs = nil
+		by[r.Tenant] = m
+	} else {
+		m.row.Admitted += r.Admitted
+		m.row.Deferred += r.Deferred
+		m.row.Naked += r.Naked
+		m.row.Moved += r.Moved
+		m.row.Parked += r.Parked
+		m.row.Paused += r.Paused
+		m.row.DeadLetters += r.DeadLetters
+		if r.Binding != "" && (m.row.Binding == "" || r.Deferred > m.busy) {
+			m.row.Binding, m.busy = r.Binding, r.Deferred
+		}
 	}
-	m.row.Admitted += r.Admitted
-	m.row.Deferred += r.Deferred
-	m.row.Naked += r.Naked
-	m.row.Moved += r.Moved
-	m.row.Parked += r.Parked
-	m.row.Paused += r.Paused
-	m.row.DeadLetters += r.DeadLetters
-	m.row.OldestWait = max(m.row.OldestWait, r.OldestWait)
-	if r.Binding != "" && (m.row.Binding == "" || r.Deferred > m.busy) {
-		m.row.Binding, m.busy = r.Binding, r.Deferred
+	if r.Runs != nil {
+		m.waits = max(m.waits, r.UnparkedWait)
+		m.runs = append(m.runs, r.Runs...)
+	} else {
+		m.waits = max(m.waits, r.OldestWait)
 	}
+}
+
+// oldestWait is the longest wait of the tenant's jobs still waiting: of
+// those not parked, as the workers said; of the parked, their runs net of
+// the jobs woken early, wherever those came back, taken off the runs due
+// first, since parked jobs are woken in their order. A worker's own
+// OldestWait cannot say it: the jobs it parked may have come back to
+// another worker.
+func (m *merged) oldestWait() float64 {
+	w := m.waits
+	var woken int64
+	parked := make([]ParkedRun, 0, len(m.runs))
+	for _, p := range m.runs {
+		switch {
+		case p.N < 0:
+			woken -= p.N
+		case p.N > 0:
+			parked = append(parked, p)
+		}
+	}
+	slices.SortFunc(parked, func(a, b ParkedRun) int { return cmp.Compare(a.DueIn, b.DueIn) })
+	for _, p := range parked {
+		if woken >= p.N {
+			woken -= p.N
+			continue
+		}
+		woken = 0
+		w = max(w, p.Wait.Seconds())
+	}
+	return w
 }
 
 // view sorts the merged tenants and keeps the first n.
@@ -148,6 +190,16 @@ func view(by map[string]*merged, workers, n int) View {
 		// A worker's negative count (jobs others parked, woken here) is
 		// only part of a sum: a sum below 0 means a parker left.
 		r.Naked, r.Moved, r.Parked, r.Paused = max(0, r.Naked), max(0, r.Moved), max(0, r.Parked), max(0, r.Paused)
+		r.OldestWait = 0
+		if r.Waiting() > 0 {
+			r.OldestWait = m.oldestWait()
+		}
+		if r.Waiting() == 0 && r.Admitted == 0 && r.Deferred == 0 && r.DeadLetters == 0 {
+			// Parked jobs all woken, counted off by other workers than
+			// their parkers': nothing to show, as a worker forgets a
+			// tenant with nothing.
+			continue
+		}
 		rows = append(rows, r)
 	}
 	slices.SortFunc(rows, func(a, b Row) int {
