@@ -300,7 +300,12 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 				if run.N > 0 {
 					run.Wait = time.Duration(now.UnixMicro()-b.oldest) * time.Microsecond
 				}
-				r.Runs = append(r.Runs, run)
+				if r.Runs == nil {
+					r.Runs = []top.ParkedRun{} // sent even if empty: the other jobs' wait is apart
+				}
+				if run.N != 0 {
+					r.Runs = append(r.Runs, run)
+				}
 			}
 		}
 		if partly {
