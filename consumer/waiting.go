@@ -296,7 +296,7 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 			if b.kind == waitParked {
 				// Parked jobs come back woken to any worker: the fleet's
 				// runs together say which still wait (top.Gather).
-				run := top.ParkedRun{DueIn: time.Duration(b.due-ms) * time.Millisecond, N: int64(math.Round(b.at(ms)))}
+				run := top.ParkedRun{N: int64(math.Round(b.at(ms)))}
 				if run.N > 0 {
 					run.Wait = time.Duration(now.UnixMicro()-b.oldest) * time.Microsecond
 				}

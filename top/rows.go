@@ -54,12 +54,10 @@ type Row struct {
 
 // ParkedRun is a run of a tenant's jobs one worker parked for a lease or
 // a turn (N > 0), the oldest of them waiting Wait so far; or of parked
-// jobs woken early that came back to it (N < 0). Either way the run is
-// due back by DueIn at the latest, the parked jobs' fallback time: a
-// woken job's run is due when the run it was parked in is.
+// jobs woken early that came back to it (N < 0).
 type ParkedRun struct {
-	DueIn, Wait time.Duration
-	N           int64
+	N    int64
+	Wait time.Duration
 }
 
 // Waiting is the row's jobs waiting, of every kind.
@@ -141,13 +139,11 @@ func appendRow(b []byte, r *Row) []byte {
 	}
 	if r.Runs != nil {
 		// After the binding, which holds no tab: the oldest wait of the
-		// jobs not parked, then ";due,n,wait" a run, in milliseconds.
+		// jobs not parked, then ";n,wait" a run, waits in milliseconds.
 		b = append(b, '\t')
 		b = strconv.AppendInt(b, int64(r.UnparkedWait*1000+0.5), 10)
 		for _, p := range r.Runs {
 			b = append(b, ';')
-			b = strconv.AppendInt(b, p.DueIn.Milliseconds(), 10)
-			b = append(b, ',')
 			b = strconv.AppendInt(b, p.N, 10)
 			b = append(b, ',')
 			b = strconv.AppendInt(b, p.Wait.Milliseconds(), 10)
@@ -166,17 +162,17 @@ func parseRuns(f []byte, r *Row) error {
 	r.UnparkedWait = float64(w) / 1000
 	r.Runs = make([]ParkedRun, 0, len(parts)-1)
 	for _, p := range parts[1:] {
-		var n [3]int64
+		var n [2]int64
 		fs := strings.Split(p, ",")
-		if len(fs) != 3 {
-			return fmt.Errorf("run %q: want due,n,wait", p)
+		if len(fs) != 2 {
+			return fmt.Errorf("run %q: want n,wait", p)
 		}
 		for i, x := range fs {
 			if n[i], err = strconv.ParseInt(x, 10, 64); err != nil {
 				return fmt.Errorf("run %q: %w", p, err)
 			}
 		}
-		r.Runs = append(r.Runs, ParkedRun{DueIn: time.Duration(n[0]) * time.Millisecond, N: n[1], Wait: time.Duration(n[2]) * time.Millisecond})
+		r.Runs = append(r.Runs, ParkedRun{N: n[0], Wait: time.Duration(n[1]) * time.Millisecond})
 	}
 	return nil
 }

@@ -18,9 +18,9 @@ func TestTopRowsRoundTrip(t *testing.T) {
 	}
 	// Some rows carry their parked runs (one of woken jobs), one has
 	// parked jobs all back (no run) and one no binding.
-	rows[8].Runs, rows[8].UnparkedWait = []ParkedRun{{DueIn: time.Minute, N: 3, Wait: 12500 * time.Millisecond}, {DueIn: 2 * time.Second, N: -2}}, 1.25
+	rows[8].Runs, rows[8].UnparkedWait = []ParkedRun{{N: 3, Wait: 12500 * time.Millisecond}, {N: -2}}, 1.25
 	rows[9].Runs = []ParkedRun{}
-	rows[10].Runs, rows[10].Binding = []ParkedRun{{DueIn: time.Second, N: 1, Wait: time.Millisecond}}, ""
+	rows[10].Runs, rows[10].Binding = []ParkedRun{{N: 1, Wait: time.Millisecond}}, ""
 	chunks := EncodeRows("w1", rows)
 	if len(chunks) < 2 {
 		t.Fatalf("%d messages for 20,000 rows, want several under %d bytes each", len(chunks), replyChunk)

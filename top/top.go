@@ -154,8 +154,8 @@ func add(by map[string]*merged, r Row) {
 
 // oldestWait is the longest wait of the tenant's jobs still waiting: of
 // those not parked, as the workers said; of the parked, their runs net of
-// the jobs woken early, wherever those came back, taken off the runs due
-// first, since parked jobs are woken in their order. A worker's own
+// the jobs woken early, wherever those came back, taken off the oldest
+// runs first, since parked jobs are woken in their order. A worker's own
 // OldestWait cannot say it: the jobs it parked may have come back to
 // another worker.
 func (m *merged) oldestWait() float64 {
@@ -170,14 +170,13 @@ func (m *merged) oldestWait() float64 {
 			parked = append(parked, p)
 		}
 	}
-	slices.SortFunc(parked, func(a, b ParkedRun) int { return cmp.Compare(a.DueIn, b.DueIn) })
+	slices.SortFunc(parked, func(a, b ParkedRun) int { return cmp.Compare(b.Wait, a.Wait) })
 	for _, p := range parked {
 		if woken >= p.N {
 			woken -= p.N
 			continue
 		}
-		woken = 0
-		w = max(w, p.Wait.Seconds())
+		return max(w, p.Wait.Seconds())
 	}
 	return w
 }
@@ -194,10 +193,11 @@ func view(by map[string]*merged, workers, n int) View {
 		if r.Waiting() > 0 {
 			r.OldestWait = m.oldestWait()
 		}
-		if r.Waiting() == 0 && r.Admitted == 0 && r.Deferred == 0 && r.DeadLetters == 0 {
+		if len(m.runs) > 0 && r.Waiting() == 0 && r.Admitted == 0 && r.Deferred == 0 && r.DeadLetters == 0 {
 			// Parked jobs all woken, counted off by other workers than
-			// their parkers': nothing to show, as a worker forgets a
-			// tenant with nothing.
+			// their parkers', who keep their runs until the parked jobs'
+			// fallback: nothing to show, as a worker forgets a tenant
+			// with nothing.
 			continue
 		}
 		rows = append(rows, r)

@@ -39,19 +39,21 @@ func TestParkedJobsWokenElsewhereStopCounting(t *testing.T) {
 	by := map[string]*merged{}
 	for _, r := range []Row{
 		// Worker 1 parked 20 of gq's jobs 41 s ago (all woken since, on
-		// worker 2) and 20 more 2 s ago, of which 5 were woken on worker 1.
+		// worker 2) and 20 more 2 s ago, of which 5 were woken on worker 1;
+		// a worker of its own parked 3 more 1 s ago.
 		{Tenant: "gq", Parked: 35, OldestWait: 41, Runs: []ParkedRun{
-			{DueIn: 9*time.Minute + 19*time.Second, N: 20, Wait: 41 * time.Second},
-			{DueIn: 9*time.Minute + 58*time.Second, N: 20, Wait: 2 * time.Second},
-			{DueIn: 9*time.Minute + 58*time.Second, N: -5},
+			{N: 20, Wait: 41 * time.Second},
+			{N: 20, Wait: 2 * time.Second},
+			{N: -5},
 		}},
-		{Tenant: "gq", Parked: -20, Runs: []ParkedRun{{DueIn: 9*time.Minute + 19*time.Second, N: -20}}},
+		{Tenant: "gq", Parked: -20, Runs: []ParkedRun{{N: -20}}},
+		{Tenant: "gq", Parked: 3, OldestWait: 1, Runs: []ParkedRun{{N: 3, Wait: time.Second}}},
 		// ga's parked jobs are all back: nothing to show.
-		{Tenant: "ga", Parked: 4, OldestWait: 30, Runs: []ParkedRun{{DueIn: time.Minute, N: 4, Wait: 30 * time.Second}}},
-		{Tenant: "ga", Parked: -4, Runs: []ParkedRun{{DueIn: time.Minute, N: -4}}},
+		{Tenant: "ga", Parked: 4, OldestWait: 30, Runs: []ParkedRun{{N: 4, Wait: 30 * time.Second}}},
+		{Tenant: "ga", Parked: -4, Runs: []ParkedRun{{N: -4}}},
 		// acme's moved jobs wait 7 s on worker 1; an older worker says 9.
-		{Tenant: "acme", Moved: 3, Parked: 1, OldestWait: 20, UnparkedWait: 7, Runs: []ParkedRun{{DueIn: time.Minute, N: 1, Wait: 20 * time.Second}}},
-		{Tenant: "acme", Parked: -1, Runs: []ParkedRun{{DueIn: time.Minute, N: -1}}},
+		{Tenant: "acme", Moved: 3, Parked: 1, OldestWait: 20, UnparkedWait: 7, Runs: []ParkedRun{{N: 1, Wait: 20 * time.Second}}},
+		{Tenant: "acme", Parked: -1, Runs: []ParkedRun{{N: -1}}},
 		{Tenant: "acme", Moved: 1, OldestWait: 9},
 	} {
 		add(by, r)
@@ -63,8 +65,8 @@ func TestParkedJobsWokenElsewhereStopCounting(t *testing.T) {
 	for _, r := range v.Rows {
 		switch r.Tenant {
 		case "gq":
-			if r.Parked != 15 || r.OldestWait != 2 {
-				t.Errorf("gq: %d parked, oldest %gs, want 15 parked 2 s ago", r.Parked, r.OldestWait)
+			if r.Parked != 18 || r.OldestWait != 2 {
+				t.Errorf("gq: %d parked, oldest %gs, want 18 parked, the oldest 2 s ago", r.Parked, r.OldestWait)
 			}
 		case "acme":
 			if r.Moved != 4 || r.Parked != 0 || r.OldestWait != 9 {
