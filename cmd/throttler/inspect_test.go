@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -143,6 +144,10 @@ func TestInspectShowsSettleDebt(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli(t, "inspect", "acme").want(t, "inspect before any debt", exitOK, []string{"IN DEBT UNTIL"}, nil)
+	// The debt is dated from the first decision, so its bounds are read
+	// from the clock around the decisions, not from inspect's time, which
+	// a busy machine delays.
+	t0 := time.Now()
 	for i, want := range []throttle.Outcome{throttle.Admitted, throttle.Reserved, throttle.Reserved, throttle.Reserved} {
 		cp := throttle.Copy{Request: throttle.Request{Tenant: "acme", JobID: fmt.Sprint("j", i)}, Incarnation: int64(i + 1), Fresh: true}
 		if d, err := dec.Decide(ctx, cp); err != nil || d.Outcome != want {
@@ -156,6 +161,7 @@ func TestInspectShowsSettleDebt(t *testing.T) {
 	if err != nil || out.Shift != 5*time.Second {
 		t.Fatalf("settle: %+v, %v; want a shift of 5s", out, err)
 	}
+	t1 := time.Now()
 	cli(t, "inspect", "acme").want(t, "inspect after the settle", exitOK, []string{
 		"debt from settled cost: reserved jobs run up to 5s later than their slots (3 of them, moved when they come back; exact); buckets in debt until ",
 		"all the debts together moved the slots reserved before them 5s",
@@ -167,8 +173,16 @@ func TestInspectShowsSettleDebt(t *testing.T) {
 	}
 	d, b := in.Debt, in.Buckets
 	if d == nil || d.PendingJobs != 3 || d.LaterSeconds != 5 || d.ShiftSeconds != 5 || d.InDebtUntil == nil || len(b) != 1 ||
-		b[0].Tokens > -50 || b[0].Tokens < -53 || b[0].ReservedUntil == nil || !b[0].ReservedUntil.Equal(*d.InDebtUntil) ||
-		d.InDebtUntil.Sub(in.At) < 5*time.Second || d.InDebtUntil.Sub(in.At) > 5300*time.Millisecond || !slices.Contains(in.Seen, "the shift of a settled debt") {
+		b[0].ReservedUntil == nil || !b[0].ReservedUntil.Equal(*d.InDebtUntil) || !slices.Contains(in.Seen, "the shift of a settled debt") {
 		t.Fatalf("inspect --json after the settle: debt %+v, buckets %+v, seen %q\n%s", d, b, in.Seen, r.stdout)
+	}
+	// In debt until the three slots after j0 (0.3 s) and the 50 tokens
+	// settled (5 s) are paid, from j0's decision; the bucket is that far
+	// below zero at 10 tokens a second when inspect read it.
+	until, owed := *d.InDebtUntil, 10*d.InDebtUntil.Sub(in.At).Seconds()
+	if until.Before(t0.Add(5300*time.Millisecond-10*time.Millisecond)) || until.After(t1.Add(5300*time.Millisecond+10*time.Millisecond)) ||
+		math.Abs(b[0].Tokens+owed) > 0.5 {
+		t.Fatalf("inspect --json after the settle: in debt until %s, %.3fs after the decisions began (want 5.3 s, from %s to %s after), tokens %.2f (want %.2f)",
+			until, until.Sub(t0).Seconds(), 5300*time.Millisecond, t1.Sub(t0)+5300*time.Millisecond, b[0].Tokens, -owed)
 	}
 }
