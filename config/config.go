@@ -178,7 +178,8 @@ type Config struct {
 	// Defaults to 16.
 	Concurrency int `env:"THROTTLER_CONCURRENCY" envDefault:"16"`
 
-	// MaxAckPending is the consumer's MaxAckPending, 1 to 1000000 and at
+	// MaxAckPending is the most jobs the jobs consumer keeps delivered and
+	// not yet acked (JetStream's max ack pending), 1 to 1000000 and at
 	// least Concurrency. Defaults to 1000.
 	MaxAckPending int `env:"THROTTLER_MAX_ACK_PENDING" envDefault:"1000"`
 
@@ -276,7 +277,9 @@ type Config struct {
 	// allows it, with Defer auto or schedule) or off. Defaults to auto.
 	FastLane FastLaneMode `env:"THROTTLER_FAST_LANE" envDefault:"auto"`
 
-	// AckWait is the consumer's AckWait, at least 1s. Defaults to 30s.
+	// AckWait is how long the jobs consumer waits for a delivered job's
+	// ack before it delivers the job again (JetStream's ack wait), at
+	// least 1s. Defaults to 30s.
 	AckWait time.Duration `env:"THROTTLER_ACK_WAIT" envDefault:"30s"`
 
 	// RedisTimeout bounds each call to Redis; more than 0. Defaults to 2s.

@@ -3,6 +3,7 @@ package throttle_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,11 @@ func TestParseCalendar(t *testing.T) {
 		if _, err := throttle.ParsePolicy(spec, 0); err == nil {
 			t.Errorf("ParsePolicy(%q) accepted", spec)
 		}
+	}
+	// A zone with a + is cut in two terms; the error says so.
+	_, err := throttle.ParsePolicy("window:10/d@Etc/GMT+5", 0)
+	if err == nil || !strings.Contains(err.Error(), `cut the time zone "Etc/GMT+5" in two`) {
+		t.Errorf("ParsePolicy of a zone with a +: %v, want it to name the zone cut", err)
 	}
 }
 

@@ -150,7 +150,10 @@ func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 		return Policy{}, errors.New("empty limit")
 	}
 	var p Policy
+	prev := ""
 	for _, part := range strings.Split(s, "+") {
+		after := prev
+		prev = part
 		if strings.TrimSpace(part) == ShadowTerm {
 			if p.Shadow {
 				return Policy{}, fmt.Errorf("%q given twice", ShadowTerm)
@@ -212,6 +215,10 @@ func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 		}
 		l, err := ParseLimit(part, defaultBurst)
 		if err != nil {
+			if _, zone, ok := strings.Cut(after, "@"); ok {
+				// Etc/GMT+5 and the like: the + split the zone.
+				return Policy{}, fmt.Errorf("%w (a + joins terms, so it cut the time zone %q in two: name a city's zone instead)", err, zone+"+"+part)
+			}
 			return Policy{}, err
 		}
 		p.Limits = append(p.Limits, l)

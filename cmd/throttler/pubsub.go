@@ -94,7 +94,7 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	}
 	// A job's id is STREAM:SEQ; the worker stores moved jobs in the same
 	// stream, so the sequences of jobs published together need not follow.
-	fmt.Fprintf(stdout, "published %d job(s) to %s, stored in stream %s: ids %s:%d to %s:%d\n", *n, subj, first.Stream,
+	fmt.Fprintf(stdout, "published %d job(s) to %s, stored in stream %s: first id %s:%d, last %s:%d\n", *n, subj, first.Stream,
 		first.Stream, first.Sequence, last.Stream, last.Sequence)
 	return exitOK
 }

@@ -29,7 +29,7 @@ func TestPubStoresJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli(t, "pub", "-H", "Job-Cost: 2", "-n", "3", "jobs.acme.x", "job {n}").want(t, "pub -n 3", exitOK,
-		[]string{"published 3 job(s) to jobs.acme.x, stored in stream JOBS: ids JOBS:1 to JOBS:3"}, nil)
+		[]string{"published 3 job(s) to jobs.acme.x, stored in stream JOBS: first id JOBS:1, last JOBS:3"}, nil)
 	m, err := stream.GetMsg(ctx, 2)
 	if err != nil {
 		t.Fatal(err)

@@ -193,7 +193,9 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 				s.Admitted, s.Deferred, s.Completed, s.Failed, s.DeadLettered, s.DownstreamHolds, s.CapDeferred, s.Running = 1, 2, 3, 4, 5, 6, 7, 8
 				s.Delivered, s.Moved, s.RedisErrors, s.AllowedOnRedisError, s.Duplicates, s.RedisCalls, s.FastLaned = 9, 10, 11, 12, 13, 14, 15
 				s.DeadLettersCut, s.MovesTooLarge, s.ShadowLimited, s.BadLimits, s.Woken, s.LeasesLost, s.HeldBack = 16, 17, 18, 19, 20, 21, 22
+				s.CreditsWaiting, s.Paused = 23, 24
 				s.ShadowWait = 1500 * time.Millisecond
+				s.SettledCharged, s.SettledRefunded = 25, 26
 			}
 			stats.Add("acme", fill)
 			stats.Add("beta", fill)
@@ -208,7 +210,7 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 
 			perTenant := []string{"admitted", "deferred", "completed", "failed", "dead_lettered", "downstream_holds", "parks"}
 			totals := []string{"delivered", "moved", "redis_errors", "allowed_on_redis_error", "duplicates", "redis_calls", "fast_laned",
-				"dead_letters_cut", "moves_too_large", "shadow_limited", "bad_limits", "woken", "leases_lost", "held_back"}
+				"dead_letters_cut", "moves_too_large", "shadow_limited", "bad_limits", "woken", "leases_lost", "held_back", "credit_waits", "paused"}
 			var want []string
 			for i, name := range perTenant {
 				want = append(want, fmt.Sprintf("# TYPE throttler_%s_total counter", name),
@@ -222,6 +224,12 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 				} else {
 					want = append(want, fmt.Sprintf(`throttler_%s_total %d`, name, 2*(i+9)))
 				}
+			}
+			if detail {
+				want = append(want, `throttler_settled_cost_total{direction="charged",tenant="acme"} 25`,
+					`throttler_settled_cost_total{direction="refunded",tenant="acme"} 26`)
+			} else {
+				want = append(want, `throttler_settled_cost_total{direction="charged"} 50`, `throttler_settled_cost_total{direction="refunded"} 52`)
 			}
 			if detail {
 				want = append(want, `throttler_shadow_wait_seconds_total{tenant="acme"} 1.5`)
@@ -251,7 +259,7 @@ func TestMetricsKeepTheirNames(t *testing.T) {
 				}
 			}
 			// docs/operations.md, "Metrics and cardinality".
-			if wantSeries := map[bool]int{false: 8, true: 23}[detail]; series != wantSeries {
+			if wantSeries := map[bool]int{false: 8, true: 27}[detail]; series != wantSeries {
 				t.Errorf("%d series of tenant acme, want %d", series, wantSeries)
 			}
 		})

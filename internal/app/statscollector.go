@@ -142,8 +142,10 @@ func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now f
 		counter("credit_waits_total", "Times a job was parked because its tenant's credits could not cover it (credits); "+
 			"a job parked again after a top-up that did not cover it counts again.", total,
 			func(s consumer.TenantStats) float64 { return n(s.CreditsWaiting) }),
+		// A total by default: the operator knows whom they paused (top,
+		// inspect, pause list), and a tenant's series stay at most 8.
 		counter("paused_total", "Jobs deferred, uncharged, because an operator paused their tenant (throttler pause).",
-			perTenant, func(s consumer.TenantStats) float64 { return n(s.Paused) }),
+			total, func(s consumer.TenantStats) float64 { return n(s.Paused) }),
 		settled("charged", "charged as debt: jobs reported more than they were charged", func(s consumer.TenantStats) float64 { return n(s.SettledCharged) }),
 		settled("refunded", "given back: jobs reported less than they were charged", func(s consumer.TenantStats) float64 { return n(s.SettledRefunded) }),
 	}
