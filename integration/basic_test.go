@@ -84,6 +84,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // NAK delays of pending jobs and redelivers them after AckWait, hence the
 // short AckWait here.)
 func TestNATSRestartMidRun(t *testing.T) {
+	countsOnly(t)
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100/s:10", "THROTTLER_ACK_WAIT": "3s"})
 	e.ensureStream(cfg)

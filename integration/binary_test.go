@@ -103,6 +103,7 @@ func closedPort(t *testing.T) int {
 
 // TestBinary runs the built throttler command.
 func TestBinary(t *testing.T) {
+	countsOnly(t)
 	bin := buildThrottler(t)
 
 	t.Run("SIGTERMMidRunLosesNothing", func(t *testing.T) { testSIGTERM(t, bin) })

@@ -537,3 +537,14 @@ func must(t testing.TB, err error, what string, args ...any) {
 
 // getenv reads an optional tuning variable of a benchmark.
 func getenv(name string) string { return os.Getenv(name) }
+
+// countsOnly marks a test whose assertions are counts (nothing lost,
+// nothing run twice) under generous deadlines, not rates or latencies: it
+// runs in parallel with the other such tests, after the rest of the
+// package, so that these long tests overlap (at most GOMAXPROCS at once,
+// go test's -parallel default) and no test that measures a rate shares
+// the cores with one.
+func countsOnly(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}

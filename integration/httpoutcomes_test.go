@@ -182,6 +182,7 @@ func checkHoldWindow(t *testing.T, calls []call, tenant string, grace, holdEnd t
 // stuck's. Each outcome is checked, per job, in the downstream's ledger and
 // on the dead-letter subject.
 func TestHTTPFleetFailures(t *testing.T) {
+	countsOnly(t)
 	const (
 		maxFailures = 3
 		timeout     = 500 * time.Millisecond
@@ -316,6 +317,7 @@ func checkFailedAttempts(t *testing.T, id string, cs []call, dl collected, maxFa
 // reaches the downstream with a 2xx, and none is sent twice: the same
 // Idempotency-Key never arrives again outside a crash.
 func TestHTTPFleetLedgerLosesNothing(t *testing.T) {
+	countsOnly(t)
 	f := startHTTPFleet(t, downstreamOptions{Took: map[string]time.Duration{"slow": 100 * time.Millisecond, "quiet": 50 * time.Millisecond}},
 		map[string]string{"THROTTLER_TENANT_LIMITS": "flood=150/s,slow=10/s:5"})
 	f.start(fleetSize)

@@ -534,6 +534,7 @@ func checkSlowJobsRunOnce(t *testing.T, vars map[string]string, work time.Durati
 // arriving hands back every job it pulled and did not finish, so the next
 // worker gets them at once, not after AckWait (30s).
 func TestStopHandsBackEveryPulledJob(t *testing.T) {
+	countsOnly(t)
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "100000/s"})
 	e.ensureStream(cfg)

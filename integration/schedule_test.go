@@ -229,6 +229,7 @@ func TestTwoCopiesOfOneMoveRunOnce(t *testing.T) {
 // them too, or the jobs they carry would wait in the stream until a worker
 // that moves jobs came back.
 func TestNakWorkerUnpacksBundlesLeftByAnEarlierRun(t *testing.T) {
+	countsOnly(t)
 	e := setup(t)
 	vars := map[string]string{"THROTTLER_TENANT_LIMITS": "slow=20/m:1", "THROTTLER_DEFER": "schedule"}
 	first := e.config(vars)
