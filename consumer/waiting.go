@@ -150,7 +150,37 @@ func (w *waiting) arrived(job Job, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ms := until.UnixMilli()
-	w.get(job.Tenant).add(waitBucket{from: ms, due: ms, kind: waitParked, n: -1, oldest: 1<<63 - 1}, now.UnixMilli())
+	tw := w.get(job.Tenant)
+	if tw.unpark(ms, now.UnixMilli()) {
+		return
+	}
+	tw.add(waitBucket{from: ms, due: ms, kind: waitParked, n: -1, oldest: 1<<63 - 1}, now.UnixMilli())
+}
+
+// unparkSlack is how far (ms) a woken job's fallback time, read from its
+// copy, may lie outside the run of parked jobs that counted it: the two
+// are read from the clock a moment apart.
+const unparkSlack = 1000
+
+// unpark takes a parked job due back at due (Unix ms) off this worker's
+// run that counts it, when this worker parked it, and reports whether it
+// did. A negative run instead would expire on its own: once either run is
+// merged with others, one outlives the other and the count is off (jobs
+// shown parked after they ran) until the later is due.
+func (tw *tenantWaits) unpark(due, now int64) bool {
+	for i := range tw.nb {
+		b := &tw.buckets[i]
+		if b.kind != waitParked || b.n <= 0 || b.due <= now || due < b.from-unparkSlack || due > b.due+unparkSlack {
+			continue
+		}
+		*b = b.rebase(now)
+		if b.n--; b.n < 0.5 {
+			tw.nb--
+			tw.buckets[i] = tw.buckets[tw.nb]
+		}
+		return true
+	}
+	return false
 }
 
 // admitted records a job started at now.

@@ -395,7 +395,7 @@
     if (!el) return;
     const r = lastRow || { nakd: 0, moved: 0, parked: 0, paused: 0, oldest_wait_s: 0 };
     el.innerHTML = `<dt>NAK'd on the consumer</dt><dd>${num(r.nakd)}</dd><dt>Moved off the consumer</dt><dd>${num(r.moved)}</dd>
-      <dt>Parked for a lease</dt><dd>${num(r.parked)}</dd><dt>Paused</dt><dd>${num(r.paused)}</dd>
+      <dt>Parked (for a lease or a turn)</dt><dd>${num(r.parked)}</dd><dt>Paused</dt><dd>${num(r.paused)}</dd>
       <dt>Holding a reserved slot</dt><dd>${num(Number(el.dataset.slots || 0))}</dd><dt>Oldest wait</dt><dd>${seconds(r.oldest_wait_s)}</dd>`;
   }
 
