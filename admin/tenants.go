@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -72,7 +73,7 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) error {
 	if order != "asc" && order != "desc" {
 		return fmt.Errorf("%w: order %q: want asc or desc", ErrBadInput, order)
 	}
-	offset, err := intParam(q.Get("offset"), "offset", 0, 0, 1<<31)
+	offset, err := intParam(q.Get("offset"), "offset", 0, 0, math.MaxInt32)
 	if err != nil {
 		return err
 	}
