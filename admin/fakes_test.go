@@ -38,7 +38,8 @@ func (f *fakeFleet) Top(context.Context) (admin.TopView, error) {
 }
 
 func (f *fakeFleet) Inspect(_ context.Context, t string) (inspect.Report, error) {
-	return inspect.Report{Tenant: t, At: time.Unix(1000, 0).UTC(), Limits: "5/s:5", Buckets: []inspect.Bucket{{Limit: "5/s:5", Tokens: 2, Burst: 5}}}, nil
+	return inspect.Report{Tenant: t, At: time.Unix(1000, 0).UTC(), Limits: "5/s:5", Buckets: []inspect.Bucket{{Limit: "5/s:5", Tokens: 2, Burst: 5}},
+		Seen: []string{"bucket state in Redis"}}, nil
 }
 
 func (f *fakeFleet) InspectLevel(_ context.Context, lv throttle.Level) (inspect.LevelReport, error) {
