@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/throttler/throttler/header"
+	tenantpkg "github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/top"
 )
 
@@ -75,8 +76,13 @@ func newWaiting(maxTenants int) *waiting {
 	return &waiting{maxTenants: maxTenants, index: map[string]int32{}}
 }
 
-// get returns tenant's record; w.mu is held.
+// get returns tenant's record (tenant.Invalid's for a job without a
+// valid tenant, as Stats and the dead-letter subject name it: "" marks a
+// free record); w.mu is held.
 func (w *waiting) get(tenant string) *tenantWaits {
+	if tenant == "" {
+		tenant = tenantpkg.Invalid
+	}
 	i, ok := w.index[tenant]
 	if !ok && len(w.index) >= w.maxTenants {
 		tenant = OtherTenants

@@ -11,6 +11,7 @@ import (
 
 	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/tenant"
 	"github.com/throttler/throttler/top"
 )
 
@@ -196,4 +197,18 @@ func BenchmarkTopAnswer100k(b *testing.B) {
 	perAnswer := (cpu1 - cpu0) / time.Duration(n)
 	b.ReportMetric(float64(perAnswer)/float64(time.Millisecond), "cpu-ms/answer")
 	b.ReportMetric(100*perAnswer.Seconds(), "%core@1Hz")
+}
+
+// TestWaitingCountsInvalidTenantsDeadLetters: a job without a valid
+// tenant is dead-lettered under tenant.Invalid, and top counts it there,
+// as /metrics and the dead-letter subject do ("" marks a free record).
+func TestWaitingCountsInvalidTenantsDeadLetters(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	w := newWaiting(10)
+	w.deadLettered("", t0)
+	w.deadLettered("", t0)
+	rows := w.rows(t0.Add(time.Second), nil)
+	if len(rows) != 1 || rows[0].Tenant != tenant.Invalid || rows[0].DeadLetters != 2 {
+		t.Fatalf("rows %+v, want %s with 2 dead letters", rows, tenant.Invalid)
+	}
 }
