@@ -29,10 +29,14 @@ func TestParseCalendar(t *testing.T) {
 			t.Errorf("ParsePolicy(%q) accepted", spec)
 		}
 	}
-	// A zone with a + is cut in two terms; the error says so.
+	// A zone with a + is cut in two terms; the error says so, and only
+	// then.
 	_, err := throttle.ParsePolicy("window:10/d@Etc/GMT+5", 0)
 	if err == nil || !strings.Contains(err.Error(), `cut the time zone "Etc/GMT+5" in two`) {
 		t.Errorf("ParsePolicy of a zone with a +: %v, want it to name the zone cut", err)
+	}
+	if _, err := throttle.ParsePolicy("window:10/d@Europe/Paris+abc", 0); err == nil || strings.Contains(err.Error(), "time zone") {
+		t.Errorf("ParsePolicy of a bad term after a zone: %v, want the term's error alone", err)
 	}
 }
 

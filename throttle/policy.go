@@ -215,7 +215,7 @@ func ParsePolicy(s string, defaultBurst int64) (Policy, error) {
 		}
 		l, err := ParseLimit(part, defaultBurst)
 		if err != nil {
-			if _, zone, ok := strings.Cut(after, "@"); ok {
+			if _, zone, ok := strings.Cut(after, "@"); ok && strings.HasSuffix(zone, "GMT") {
 				// Etc/GMT+5 and the like: the + split the zone.
 				return Policy{}, fmt.Errorf("%w (a + joins terms, so it cut the time zone %q in two: name a city's zone instead)", err, zone+"+"+part)
 			}
