@@ -1,11 +1,14 @@
 package testenv
 
 import (
+	"bufio"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -38,7 +41,11 @@ func StartLegacyNATS(tb testing.TB) *LegacyNATS {
 		tb.Fatalf("testenv: legacy nats: %v", err)
 	}
 	logPath := filepath.Join(dir, "nats.log")
-	cmd := exec.Command(bin, "-a", loopback, "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "store"), "-l", logPath)
+	// A name of its own: the port, picked free, may be taken by another
+	// test process's server before this one binds it, and only the name
+	// in the INFO it greets with tells the two apart.
+	name := fmt.Sprintf("testenv-legacy-%d-%d", os.Getpid(), port)
+	cmd := exec.Command(bin, "-a", loopback, "-p", strconv.Itoa(port), "-n", name, "-js", "-sd", filepath.Join(dir, "store"), "-l", logPath)
 	configureChild(cmd)
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("testenv: start %s: %v", bin, err)
@@ -55,7 +62,18 @@ func StartLegacyNATS(tb testing.TB) *LegacyNATS {
 		if err != nil {
 			return err
 		}
-		return c.Close()
+		defer c.Close()
+		if err := c.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
+			return err
+		}
+		info, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("read INFO: %w", err)
+		}
+		if !strings.Contains(info, `"server_name":"`+name+`"`) {
+			return fmt.Errorf("%s is another server: %.120s", addr, info)
+		}
+		return nil
 	})
 	if err != nil {
 		tail := logTail(logPath)

@@ -277,15 +277,21 @@ func spawnRedis(bin, dir string, port int, args []string) (*redisProc, error) {
 	return p, nil
 }
 
-// waitReady waits until the process answers PING.
+// waitReady waits until the process answers on its port, as itself. A
+// port picked free can be taken by another test process's server before
+// this one binds it: that server would answer a PING, and two tests would
+// share it (one flushing or killing what the other reads). So the answer
+// must come from this process (INFO's process_id); this one then fails to
+// bind, exits, and is started again on another port.
 func (p *redisProc) waitReady() error {
+	pid := strconv.Itoa(p.cmd.Process.Pid)
 	err := waitUntil(startTimeout, p.done, func() error {
-		reply, err := respCommand(p.addr, "PING")
+		info, err := respCommand(p.addr, "INFO", "server")
 		if err != nil {
 			return err
 		}
-		if reply != "PONG" {
-			return fmt.Errorf("PING answered %q", reply)
+		if got := parseInfo(info)["process_id"]; got != pid {
+			return fmt.Errorf("%s answered by process %q, not redis-server pid %s", p.addr, got, pid)
 		}
 		return nil
 	})

@@ -91,6 +91,21 @@ func TestRedisStopRestart(t *testing.T) {
 	}
 }
 
+// A redis-server started on a port another server holds exits, and the
+// other's answers must not pass for its own: two tests would share one
+// server, and one's FLUSHALL or kill would reach the other.
+func TestRedisOnATakenPortIsNotTheOther(t *testing.T) {
+	other := StartRedis(t)
+	proc, err := launchRedis(lookBinary(t, "redis-server"), t.TempDir(), other.port, nil)
+	if err == nil {
+		_ = proc.kill()
+		t.Fatalf("a redis-server on the taken port %d passed as started: the other server answered for it", other.port)
+	}
+	if !errors.Is(err, errExited) {
+		t.Fatalf("start on a taken port: %v, want the process's exit (so another port is tried)", err)
+	}
+}
+
 func TestRedisCluster(t *testing.T) {
 	ctx := t.Context()
 	cl := StartRedisCluster(t, 3)
