@@ -13,8 +13,11 @@ package admin
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -122,10 +125,40 @@ func (s *Server) routes() {
 	for _, rt := range s.apiRoutes() {
 		s.mux.Handle(rt.method+" "+apiPrefix+rt.path, s.authed(apiHandler(rt.handle)))
 	}
-	s.mux.Handle(apiPrefix+"/", s.authed(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path)
-	})))
+	s.mux.Handle(apiPrefix+"/", s.authed(s.unrouted()))
 	s.consoleRoutes()
+}
+
+// unrouted answers, as JSON, a request of the API that no route took:
+// 405 with the methods its path takes (Allow), as net/http would, or 404
+// when no route has the path. The catch-all that keeps the API's errors
+// JSON matches every method, so net/http's own 405 never comes.
+func (s *Server) unrouted() http.Handler {
+	paths := http.NewServeMux() // matched against, never served
+	var methods []string
+	for _, rt := range s.apiRoutes() {
+		paths.Handle(rt.method+" "+apiPrefix+rt.path, http.NotFoundHandler())
+		if !slices.Contains(methods, rt.method) {
+			methods = append(methods, rt.method)
+		}
+	}
+	slices.Sort(methods)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range methods {
+			probe := *r
+			probe.Method = m
+			if _, pattern := paths.Handler(&probe); pattern != "" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) == 0 {
+			writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path)
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, strings.Join(allow, " or "), r.Method))
+	})
 }
 
 // apiHandler turns a handler returning an error into an http.Handler that

@@ -189,6 +189,34 @@ func TestEmptySelectionRefused(t *testing.T) {
 	}
 }
 
+// TestWrongMethodAnswers405: a route's path with a method it does not take
+// answers 405 with the methods it does (Allow), as JSON; a path no route
+// has answers 404.
+func TestWrongMethodAnswers405(t *testing.T) {
+	t.Parallel()
+	srv := admin.New((&fakeFleet{}).config(token))
+	for _, c := range []struct{ method, path, allow string }{
+		{"DELETE", "/api/v1/tenants/acme/limits", "GET, PUT"},
+		{"GET", "/api/v1/tenants/acme/pause", "POST"},
+		{"POST", "/api/v1/tenants", "GET"},
+	} {
+		rec := do(t, srv, c.method, c.path, ``, "Bearer "+token)
+		if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d, Allow %q; want 405, Allow %q", c.method, c.path, rec.Code, rec.Header().Get("Allow"), c.allow)
+		}
+		var body struct{ Error string }
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || !strings.Contains(body.Error, c.method) {
+			t.Errorf("%s %s: body %q, want a JSON error naming the method", c.method, c.path, rec.Body)
+		}
+	}
+	if rec := do(t, srv, "GET", "/api/v1/nothing/here", ``, "Bearer "+token); rec.Code != http.StatusNotFound {
+		t.Errorf("a path no route has: %d, want 404", rec.Code)
+	}
+	if rec := do(t, srv, "DELETE", "/api/v1/tenants/acme/limits", ``, ""); rec.Code != http.StatusUnauthorized {
+		t.Errorf("a wrong method without the token: %d, want 401 first", rec.Code)
+	}
+}
+
 // TestTenantsFilterSortPage: GET /tenants filters by name, sorts by any
 // column and pages, and its totals add up every tenant.
 func TestTenantsFilterSortPage(t *testing.T) {
