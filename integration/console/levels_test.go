@@ -11,7 +11,8 @@ import (
 // TestLevelsPage: the Levels page lists the global limit and each group's
 // (from the environment and from the limits bucket), with where each
 // comes from, and the jobs a level holds waiting for a
-// turn with the tenants next in line.
+// turn with the tenants next in line; a tenant's page names the level
+// holding its jobs.
 func TestLevelsPage(t *testing.T) {
 	f := setup(t, map[string]string{
 		"THROTTLER_GLOBAL_LIMIT": "2/s:2", "THROTTLER_GROUP_FROM": "subject:2", "THROTTLER_GROUP_LIMITS": "org-1=100/s",
@@ -41,4 +42,12 @@ func TestLevelsPage(t *testing.T) {
 		t.Errorf("the global level shows %d jobs waiting for a turn, want some", n)
 	}
 	screenshot(t, ctx, "console-levels.png")
+	do(t, ctx, 30*time.Second, "acme's page names the global limit and the level holding its jobs",
+		chromedp.Navigate(f.url+"/#/tenant/acme"),
+		waitJS(`(() => {
+			const el = document.getElementById('tenant-levels');
+			const g = el && el.querySelector('[data-level="_global"]');
+			return g && el.textContent.includes('2/s') && el.textContent.includes('THROTTLER_GLOBAL_LIMIT') &&
+				el.textContent.includes('subject:2') && g.textContent.includes('waiting for a turn') && /holds [1-9]/.test(g.textContent);
+		})()`))
 }

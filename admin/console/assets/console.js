@@ -279,6 +279,8 @@
           <dl class="kv" id="waiting"></dl>
           <h2>Caps</h2>
           <div id="caps" class="muted">None.</div>
+          <h2>Limits above the tenant</h2>
+          <div id="tenant-levels" class="muted">None.</div>
         </section>
       </div>
       <section aria-labelledby="h-buckets">
@@ -382,9 +384,27 @@
     if (rep.fleet_cap) caps.push(`Fleet cap ${rep.max_running}: ${rep.fleet_cap.running ?? 0} running, ${rep.fleet_cap.called ?? 0} called back, ${rep.fleet_cap.waiting ?? 0} waiting`);
     $("caps").innerHTML = caps.length ? caps.map(esc).join("<br>") : "None.";
     $("caps").classList.toggle("muted", !caps.length);
+    renderTenantLevels(rep.levels);
     const j = rep.jobs || {};
     $("waiting").dataset.slots = String((j.holding_slots || {}).n || 0);
     renderWaiting();
+  }
+
+  // The limits above a tenant (the global one, groups read per job) and
+  // the levels whose lists hold its jobs waiting for a turn: the holding
+  // level, not only the tenant, can be why its jobs wait.
+  function renderTenantLevels(lv) {
+    const el = $("tenant-levels");
+    const parts = [];
+    if (lv && lv.global) parts.push(`Global limit <strong>${esc(lv.global)}</strong>${lv.global_source ? ", from " + esc(lv.global_source.where) : ""}`);
+    if (lv && lv.group_from) parts.push(`Group limits, the group read from each job (${esc(lv.group_from)})`);
+    for (const q of (lv && lv.holding) || []) {
+      const n = q.jobs || {};
+      parts.push(`<span data-level="${esc(q.level)}"><a href="#/levels">${esc(q.level)}</a> holds <strong>${n.exact === false ? "at least " : ""}${num(n.n || 0)}</strong> of its jobs waiting for a turn: ` +
+        `${num(q.ahead)} of the list's ${num(q.queued)} are called before them</span>`);
+    }
+    el.innerHTML = parts.length ? parts.join("<br>") : "None.";
+    el.classList.toggle("muted", !parts.length);
   }
 
   let lastRow = null;
