@@ -7,7 +7,8 @@
 // tb.Cleanup that stops the server and waits for it to exit.
 //
 // The package keeps no global state: every server is owned by the value that
-// Start* returns.
+// Start* returns. Only the ports it picks are claimed for the process's
+// life, in lock files the test processes of the machine share (claimPort).
 package testenv
 
 import (
@@ -48,8 +49,10 @@ var (
 
 // FreePort returns a TCP port on 127.0.0.1 that was free when it was
 // checked: it listens on 127.0.0.1:0, reads the port the kernel picked and
-// closes the listener. Another process may take the port before the caller
-// binds it, so callers that start servers should be ready to retry.
+// closes the listener. No other test process using this package picks it
+// again while this one runs, but any other process may take it before
+// the caller binds it, so callers that start servers should be ready to
+// retry.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	port, err := freePort()
@@ -59,18 +62,30 @@ func FreePort(tb testing.TB) int {
 	return port
 }
 
-// freePort is FreePort without a testing.TB.
+// freePort is FreePort without a testing.TB. The port is also claimed for
+// this process (claimPort), so no other test process picks it while this
+// one may still start a server on it.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(loopback, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("pick free port: %w", err)
+	for range claimAttempts {
+		l, err := net.Listen("tcp", net.JoinHostPort(loopback, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("pick free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if err := l.Close(); err != nil {
+			return 0, fmt.Errorf("pick free port: close listener on %d: %w", port, err)
+		}
+		if claimPort(port) {
+			return port, nil
+		}
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, fmt.Errorf("pick free port: close listener on %d: %w", port, err)
-	}
-	return port, nil
+	return 0, fmt.Errorf("pick free port: the kernel's %d picks were all claimed by test processes", claimAttempts)
 }
+
+// claimAttempts bounds how many ports freePort asks the kernel for before
+// it gives up: each one claimed already is a port a test process may
+// start a server on again.
+const claimAttempts = 100
 
 // portFree reports whether port can currently be bound on 127.0.0.1.
 func portFree(port int) bool {

@@ -91,6 +91,19 @@ func TestRedisStopRestart(t *testing.T) {
 	}
 }
 
+// A port picked is claimed: no later pick, of this process or another
+// test process, gets it while this process lives, so a server stopped
+// and started again finds its port free.
+func TestPickedPortIsClaimed(t *testing.T) {
+	port := FreePort(t)
+	if claimPort(port) {
+		t.Fatalf("port %d, picked, could be claimed again", port)
+	}
+	if other := FreePort(t); other == port {
+		t.Fatalf("port %d picked twice", port)
+	}
+}
+
 // A redis-server started on a port another server holds exits, and the
 // other's answers must not pass for its own: two tests would share one
 // server, and one's FLUSHALL or kill would reach the other.
