@@ -32,6 +32,7 @@ var intBounds = map[string]struct{ min, max int64 }{
 	"THROTTLER_METRICS_TENANTS": {1, 1_000_000},
 	"THROTTLER_LANE_MOVE_RATE":  {0, 1_000_000},
 	"THROTTLER_MAX_RUNNING":     {0, 1_000_000},
+	"THROTTLER_STREAM_REPLICAS": {1, 5},
 }
 
 // durBounds holds the accepted range of each duration variable; a max of 0
@@ -102,6 +103,7 @@ func (c *Config) check(failed map[string]bool) Problems {
 	ck.intIn("THROTTLER_FETCH_BATCH", int64(c.FetchBatch))
 	ck.intIn("THROTTLER_METRICS_TENANTS", int64(c.MetricsTenants))
 	ck.intIn("THROTTLER_LANE_MOVE_RATE", int64(c.LaneMoveRate))
+	ck.intIn("THROTTLER_STREAM_REPLICAS", int64(c.StreamReplicas))
 	if ck.intIn("THROTTLER_MAX_RUNNING", c.MaxRunning) && c.MaxRunning > 0 && c.Handler == HandlerForward {
 		ck.addf("THROTTLER_MAX_RUNNING", "needs THROTTLER_HANDLER=http: the forward handler's job ends when it is published, so the worker cannot see how many run; got %d", c.MaxRunning)
 	}

@@ -68,6 +68,13 @@ type Config struct {
 	// Defaults to 168h (7 days).
 	StreamMaxAge time.Duration `env:"THROTTLER_STREAM_MAX_AGE" envDefault:"168h"`
 
+	// StreamReplicas is the number of copies a clustered NATS keeps of the
+	// jobs stream when the worker creates it, 1 to 5: with 3, a server of
+	// the cluster can fail without losing or stalling jobs. The output
+	// streams and the buckets the worker creates get the jobs stream's
+	// replicas. An existing stream is left as it is. Defaults to 1.
+	StreamReplicas int `env:"THROTTLER_STREAM_REPLICAS" envDefault:"1"`
+
 	// ForwardMaxAge is the max age of the stream <STREAM>_FORWARD when the
 	// worker creates it to store the forwarded jobs. 0 keeps them for ever;
 	// else at least 1h. Defaults to 168h (7 days).

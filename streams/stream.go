@@ -30,6 +30,10 @@ type StreamSpec struct {
 	// MaxAge, when positive, is the max age of a stream EnsureStream
 	// creates. An existing stream is left as it is.
 	MaxAge time.Duration
+	// Replicas is the replicas of a stream EnsureStream creates, at least
+	// 1 (a clustered server keeps that many copies). An existing stream is
+	// left as it is.
+	Replicas int
 }
 
 // EnsureStream returns the jobs stream, creating it if missing. A stream
@@ -47,6 +51,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, spec StreamSpec) 
 		AllowMsgSchedules: len(spec.ScheduleSubjects) > 0,
 		AllowDirect:       spec.AllowDirect,
 		MaxAge:            spec.MaxAge,
+		Replicas:          max(1, spec.Replicas),
 	}
 	s, err := js.Stream(ctx, spec.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {

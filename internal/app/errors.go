@@ -47,6 +47,24 @@ func refusedIsConfig(err error, what, vars string) error {
 	return fmt.Errorf("JetStream refused %s (%s); check %s: %w: %w", what, apiErr.Description, vars, err, ErrUnsupported)
 }
 
+// jsErrReplicasNotSupported is the JetStream API error code of a stream
+// asked for more than one replica on a server that is not clustered
+// (JSStreamReplicasNotSupportedErr).
+const jsErrReplicasNotSupported = 10074
+
+// replicasIsConfig turns err, from creating the jobs stream with
+// replicas, into a setting to change (ErrUnsupported, naming
+// THROTTLER_STREAM_REPLICAS) when the server is not clustered: the server
+// answers it as its own failure, which retrying cannot mend.
+func replicasIsConfig(err error, replicas int) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrReplicasNotSupported {
+		return err
+	}
+	return fmt.Errorf("THROTTLER_STREAM_REPLICAS=%d needs a clustered nats-server, and this one is not (%s); set it to 1, or point NATS_URL at a cluster: %w: %w",
+		replicas, apiErr.Description, err, ErrUnsupported)
+}
+
 // jsErrConsumerCreate is the JetStream API error code of a consumer that
 // cannot be created or updated (JSConsumerCreateErrF); its description says
 // why.

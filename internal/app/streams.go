@@ -62,6 +62,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	}
 	stream, err := streams.EnsureStream(ctx, js, spec)
 	if err != nil {
+		err = replicasIsConfig(err, spec.Replicas)
 		// Subjects that overlap another stream's (another fleet's schedule
 		// prefix, say) are a setting to change, whatever THROTTLER_DEFER:
 		// falling back to NAK would quietly give up fairness.
@@ -83,6 +84,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	path.movesBack = path.mode != config.DeferNak || holdsMovedJobs(stream, cfg)
 	path.maxAge = stream.CachedInfo().Config.MaxAge
 	warnUnbounded(stream, "it holds the jobs", "THROTTLER_STREAM_MAX_AGE", cfg.StreamMaxAge, log)
+	warnOneCopy(stream, nc.ConnectedClusterName(), log)
 	// A NAK'd job stays the same message, so it ages while it waits; a
 	// max age of a day or more (the default is 7 days) leaves room for any
 	// usual backlog and is not worth a warning at every start.
@@ -126,7 +128,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 func choosePath(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Settings, log *slog.Logger) (deferPath, streams.StreamSpec, error) {
 	version := nc.ConnectedServerVersion()
 	path := deferPath{mode: cfg.Defer, termWithReason: serverAtLeast(version, 2, 10)}
-	spec := streams.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: cfg.StreamMaxAge}
+	spec := streams.StreamSpec{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: cfg.StreamMaxAge, Replicas: cfg.StreamReplicas}
 	if path.mode == config.DeferNak {
 		return path, spec, nil
 	}
@@ -194,6 +196,19 @@ func warnUnbounded(s jetstream.Stream, uses, bound string, maxAge time.Duration,
 	}
 	log.Warn("stream "+c.Name+" keeps every message for ever, and grows without end; bound it, e.g. `nats stream edit "+c.Name+" --max-age 7d` (docs/operations.md, Storage)",
 		"stream", c.Name, "uses", uses, "bound_for_new_streams", bound)
+}
+
+// warnOneCopy warns when the jobs stream has one replica on a clustered
+// server: the cluster then keeps its jobs on one server only, and they
+// are out of reach while that server is down (lost with its disk). The
+// output streams and buckets the worker creates copy its replicas.
+func warnOneCopy(s jetstream.Stream, cluster string, log *slog.Logger) {
+	c := s.CachedInfo().Config
+	if cluster == "" || c.Replicas > 1 {
+		return
+	}
+	log.Warn("stream "+c.Name+" has one replica on a clustered NATS: its jobs are on one server only, out of reach while it is down; give it more, e.g. `nats stream edit "+c.Name+" --replicas 3` (a new stream: THROTTLER_STREAM_REPLICAS)",
+		"stream", c.Name, "cluster", cluster)
 }
 
 // b2i is 1 for true, else 0.

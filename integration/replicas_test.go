@@ -1,0 +1,79 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+// TestStreamReplicas: on a three-server NATS cluster, a worker with
+// THROTTLER_STREAM_REPLICAS=3 creates the jobs stream at 3 replicas, and
+// the output streams and the limits bucket with it; a worker creating a
+// stream of one replica there warns that its jobs sit on one server; and
+// on a server that is not clustered, 3 stops the start with a message
+// naming the variable (exit 2), not a retry for ever.
+func TestStreamReplicas(t *testing.T) {
+	bin, natsServer := buildThrottler(t), buildNATSServer(t)
+	cluster := startNATSCluster(t, natsServer, 3)
+	rs := testenv.StartRedis(t)
+	vars := map[string]string{
+		"NATS_URL": cluster.URL(), "REDIS_URL": rs.URL(),
+		"THROTTLER_STREAM_REPLICAS": "3", "THROTTLER_LOG_LEVEL": "info",
+	}
+	nc, err := nats.Connect(cluster.URL())
+	must(t, err, "connect")
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(t, err, "jetstream")
+	replicas := func(stream string) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return 0
+		}
+		return s.CachedInfo().Config.Replicas
+	}
+
+	run := func(vars map[string]string) *lockedBuffer {
+		cmd, _, stderr := throttlerCmd(context.Background(), bin, vars)
+		must(t, cmd.Start(), "start throttler")
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		testenv.Eventually(t, 60*time.Second, "worker running", func() bool {
+			return strings.Contains(stderr.String(), "worker running")
+		})
+		return stderr
+	}
+	log := run(vars)
+	for _, s := range []string{"JOBS", "JOBS_FORWARD", "JOBS_DLQ", "KV_throttler_limits"} {
+		if got := replicas(s); got != 3 {
+			t.Errorf("stream %s: %d replicas, want 3", s, got)
+		}
+	}
+	if strings.Contains(log.String(), "one replica") {
+		t.Errorf("a stream of 3 replicas warned of one:\n%s", log)
+	}
+
+	// Another fleet's stream on the same cluster, at the default.
+	one := map[string]string{"NATS_URL": cluster.URL(), "REDIS_URL": rs.URL(), "THROTTLER_STREAM": "SOLO",
+		"THROTTLER_SUBJECTS": "solo.>", "THROTTLER_CONSUMER": "solo", "THROTTLER_SCHEDULE_SUBJECT": "solosched", "THROTTLER_LOG_LEVEL": "info"}
+	log = run(one)
+	if got := replicas("SOLO"); got != 1 {
+		t.Errorf("stream SOLO: %d replicas, want the default 1", got)
+	}
+	if !strings.Contains(log.String(), "stream SOLO has one replica on a clustered NATS") {
+		t.Errorf("a stream of one replica on a cluster: no warning\n%s", log)
+	}
+
+	single := testenv.StartNATS(t, "")
+	status, _, errOut := runCLI(t, bin, map[string]string{"NATS_URL": single.URL(), "REDIS_URL": rs.URL(), "THROTTLER_STREAM_REPLICAS": "3"})
+	if status != 2 || !strings.Contains(errOut, "THROTTLER_STREAM_REPLICAS=3 needs a clustered nats-server") {
+		t.Errorf("3 replicas on a single server: status %d, want 2 naming THROTTLER_STREAM_REPLICAS\n%s", status, errOut)
+	}
+}
