@@ -51,6 +51,7 @@ func (p *puller) start(ctx, work context.Context) (msgs <-chan jetstream.Msg, fe
 	done := make(chan struct{})
 	go func() {
 		pulls.Wait()
+		p.settingUp.Wait()
 		close(out)
 		close(done)
 	}()
@@ -70,6 +71,7 @@ type puller struct {
 	pulled      *pulledMsgs                 // the worker's: pulled messages are kept alive until acted on
 	recreate    func(context.Context) error // nil without one
 	recreating  sync.Mutex                  // one recreate at a time (see recreateIfGone)
+	settingUp   sync.WaitGroup              // the recreate under way, which start waits for
 	cfg         Config
 	log         *slog.Logger
 }
@@ -103,8 +105,12 @@ func (p *puller) now() time.Time { return p.cfg.Now() }
 // delivered and undecided: they count against the consumer's
 // MaxAckPending.
 func (p *puller) fetchLoop(ctx context.Context, cons jetstream.Consumer, batch int, msgs chan<- jetstream.Msg, direct func(jetstream.Msg) bool) error {
+	// A failed pull costs the server nothing ("no responders" comes back
+	// at once; a pull waits at most maxPullExpiry), so the retries stay
+	// within a second of each other: a cluster's election over, pulling
+	// resumes within a second.
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		// Wait for one credit, then take as many more as are free.
 		select {
@@ -209,22 +215,37 @@ func (p *puller) handBack(group []jetstream.Msg) {
 }
 
 // recreateIfGone sets up the stream and consumers again when err, from a
-// pull, says the consumer is gone: deleted, or no one answers for it. The
-// worker's pulling loops all see it at once; they set things up one after
-// the other, since a stream update at the same time as a consumer's
-// creation races inside nats-server 2.15.2 (fileStore.UpdateConfig
-// against fileStore.ConsumerStore, caught by the race detector).
+// pull, says the consumer is gone: deleted, or no one answers for it (as
+// also during a cluster's election, when setting up changes nothing). It
+// does so in the background, and the pulls go on meanwhile: in an
+// election, a consumer's creation waits for the cluster's metadata leader
+// while the consumer's own leader, elected sooner, already serves pulls.
+// The worker's pulling loops all see the error at once; one of them sets
+// things up and the others go on pulling, since a stream update at the
+// same time as a consumer's creation races inside nats-server 2.15.2
+// (fileStore.UpdateConfig against fileStore.ConsumerStore, caught by the
+// race detector).
 func (p *puller) recreateIfGone(ctx context.Context, err error) {
-	if p.recreate == nil || !(errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders)) {
+	gone := errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound)
+	if p.recreate == nil || !(gone || errors.Is(err, nats.ErrNoResponders)) || !p.recreating.TryLock() {
 		return
 	}
-	p.recreating.Lock()
-	defer p.recreating.Unlock()
-	if rerr := p.recreate(ctx); rerr != nil {
-		p.log.Warn("setting up the consumer again failed; retrying", "err", rerr)
-		return
-	}
-	p.log.Warn("the consumer was gone; set it up again", "err", err)
+	p.settingUp.Add(1)
+	go func() {
+		defer p.settingUp.Done()
+		defer p.recreating.Unlock()
+		if rerr := p.recreate(ctx); rerr != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("setting up the stream and consumers again failed; retrying", "err", rerr)
+			}
+			return
+		}
+		if gone {
+			p.log.Warn("the consumer was gone; set it up again", "err", err)
+			return
+		}
+		p.log.Warn("no server answered a pull; the stream and consumers are set up again where missing", "err", err)
+	}()
 }
 
 // pulledMsgs are the messages a worker has pulled and not yet acted on,

@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net"
 	"os/exec"
 	"strconv"
@@ -19,6 +21,7 @@ type natsNode struct {
 	name        string
 	port        int
 	clusterPort int
+	monitorPort int // the HTTP monitoring endpoint (/jsz)
 	storeDir    string
 	cmd         *exec.Cmd // nil while stopped
 	out         *lockedBuffer
@@ -46,6 +49,7 @@ func startNATSCluster(tb testing.TB, bin string, size int) *natsCluster {
 			name:        "n" + strconv.Itoa(i+1),
 			port:        testenv.FreePort(tb),
 			clusterPort: testenv.FreePort(tb),
+			monitorPort: testenv.FreePort(tb),
 			storeDir:    tb.TempDir(),
 		})
 	}
@@ -93,7 +97,7 @@ func (c *natsCluster) start(tb testing.TB, n *natsNode) {
 	}
 	n.out = &lockedBuffer{}
 	n.cmd = exec.Command(c.bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(n.port),
-		"-sd", n.storeDir, "-n", n.name, "-cluster_name", "fleet",
+		"-sd", n.storeDir, "-n", n.name, "-cluster_name", "fleet", "-m", strconv.Itoa(n.monitorPort),
 		"-cluster", "nats://127.0.0.1:"+strconv.Itoa(n.clusterPort),
 		"-routes", strings.Join(routes, ","))
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
@@ -106,6 +110,42 @@ func (c *natsCluster) start(tb testing.TB, n *natsNode) {
 		_ = conn.Close()
 		return true
 	})
+}
+
+// metaLeader returns the name of the cluster's metadata leader, as a
+// running node's /jsz reports it ("" when none is elected).
+func (c *natsCluster) metaLeader(tb testing.TB) string {
+	tb.Helper()
+	for _, n := range c.nodes {
+		if n.cmd == nil {
+			continue
+		}
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(n.monitorPort) + "/jsz")
+		if err != nil {
+			continue
+		}
+		var jsz struct {
+			Meta struct {
+				Leader string `json:"leader"`
+			} `json:"meta_cluster"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&jsz)
+		_ = resp.Body.Close()
+		if err == nil {
+			return jsz.Meta.Leader
+		}
+	}
+	return ""
+}
+
+// kill sends the node SIGKILL, as a crash, and waits for it to exit.
+func (c *natsCluster) kill(n *natsNode) {
+	if n.cmd == nil {
+		return
+	}
+	_ = n.cmd.Process.Kill()
+	_ = n.cmd.Wait()
+	n.cmd = nil
 }
 
 // stop sends the node SIGTERM (a graceful shutdown, as an orchestrator

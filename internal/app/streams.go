@@ -44,6 +44,11 @@ const nakAgeWarning = 24 * time.Hour
 // watch (NATSWatch) says why, so the retries do not.
 var errNotConnected = errors.New("not connected to NATS")
 
+// recreateTimeout bounds the first look at the jobs stream when a worker
+// sets the stream and consumers up again during a run: a server that is up
+// answers in milliseconds.
+const recreateTimeout = 2 * time.Second
+
 // streamRecreateDelay is how long a worker waits before it creates again a
 // jobs stream it found deleted.
 const streamRecreateDelay = 2 * time.Second
@@ -269,7 +274,15 @@ func arrivalsConsumer(cfg *Settings) string { return cfg.Consumer + "_arrivals" 
 
 // recreate sets up the jobs stream and the consumers of specs again.
 func recreate(ctx context.Context, js jetstream.JetStream, cfg *Settings, spec streams.StreamSpec, specs []streams.ConsumerSpec, log *slog.Logger) error {
-	if _, err := js.Stream(ctx, cfg.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
+	// The first look is bounded by recreateTimeout, not the client's 5 s
+	// a call: in a cluster's election no server answers, and the pull
+	// that failed is retried (and this called again) sooner than a wait
+	// would end. Once the stream answers, the rest takes milliseconds.
+	sctx, cancel := context.WithTimeout(ctx, recreateTimeout)
+	_, err := js.Stream(sctx, cfg.Stream)
+	cancel()
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
 		// A stream created again at once under the name of one just
 		// deleted can inherit the remains of the old one's store and take
 		// no message (seen with nats-server 2.15.2): give the deletion time
@@ -280,6 +293,8 @@ func recreate(ctx context.Context, js jetstream.JetStream, cfg *Settings, spec s
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	case err != nil:
+		return fmt.Errorf("stream %s: %w", cfg.Stream, err)
 	}
 	if _, err := streams.EnsureStream(ctx, js, spec); err != nil {
 		return err
