@@ -3,8 +3,8 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
