@@ -30,10 +30,13 @@ const (
 )
 
 // answerRollCalls answers the fleet's roll calls with this worker's
-// identity and readiness until the returned stop is called.
-func answerRollCalls(nc *nats.Conn, cfg *Settings, ready *readiness, log *slog.Logger) (stop func()) {
+// identity, readiness and environment limits until the returned stop is
+// called, and checks once that the workers answering agree with it on
+// those limits (warnLimitsDisagree); stop waits for that check.
+func answerRollCalls(ctx context.Context, nc *nats.Conn, cfg *Settings, ready *readiness, log *slog.Logger) (stop func()) {
 	host, _ := os.Hostname()
-	self := rollcall.Worker{ID: strings.TrimPrefix(nats.NewInbox(), "_INBOX."), Host: host, Version: Version(), Started: time.Now().UTC()}
+	self := rollcall.Worker{ID: strings.TrimPrefix(nats.NewInbox(), "_INBOX."), Host: host, Version: Version(), Started: time.Now().UTC(),
+		Limits: envLimits(cfg)}
 	stop, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker {
 		w := self
 		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
@@ -46,7 +49,15 @@ func answerRollCalls(nc *nats.Conn, cfg *Settings, ready *readiness, log *slog.L
 		log.Warn("answering roll calls failed; this worker is missing from the console's fleet page", "err", err)
 		return func() {}
 	}
-	return stop
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		warnLimitsDisagree(ctx, nc, cfg, self, log)
+	}()
+	return func() {
+		<-checked
+		stop()
+	}
 }
 
 // startAdmin serves the admin API and console on THROTTLER_ADMIN_ADDR

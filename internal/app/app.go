@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	}
 	// Every worker answers the console's roll call, with an admin address
 	// or not, so that any worker's console lists the whole fleet.
-	defer answerRollCalls(opts.NATS, cfg, ready, log)()
+	defer answerRollCalls(ctx, opts.NATS, cfg, ready, log)()
 	stopAdmin, err := startAdmin(cfg, opts, js, log)
 	if err != nil {
 		return err

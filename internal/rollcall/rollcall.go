@@ -30,6 +30,10 @@ type Worker struct {
 	// answering; Problems say what is not, when not.
 	Ready    bool     `json:"ready"`
 	Problems []string `json:"problems,omitempty"`
+	// Limits fingerprints the limits the worker read from its
+	// environment: workers that differ decide some tenants at different
+	// rates. Empty from a worker that does not say.
+	Limits string `json:"limits,omitempty"`
 }
 
 // Answer answers every request on subj with what self returns, until the
