@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -66,7 +67,7 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	announce(stderr, quiet, cfg.Config, uses{nats: true})
-	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout+time.Duration(*n)*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout+pubRetryFor+time.Duration(*n)*time.Millisecond)
 	defer cancel()
 	nc, js, err := connectJetStream(cfg, "pub")
 	if err != nil {
@@ -74,15 +75,23 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	}
 	defer nc.Close()
 	var first, last *jetstream.PubAck
+	run := strings.TrimPrefix(nats.NewInbox(), "_INBOX.") // this run's jobs' ids
 	for i := 1; i <= *n; i++ {
 		msg := &nats.Msg{Subject: subj, Data: []byte(strings.ReplaceAll(data, "{n}", strconv.Itoa(i))), Header: nats.Header{}}
 		for k, vs := range hdr {
 			msg.Header[k] = slices.Clone(vs)
 		}
-		ack, err := js.PublishMsg(ctx, msg)
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		if msg.Header.Get(jetstream.MsgIDHeader) == "" {
+			msg.Header.Set(jetstream.MsgIDHeader, "pub-"+run+"-"+strconv.Itoa(i))
+		}
+		ack, err := publishRetried(ctx, js, msg)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fail(exitFailed, "no stream stores %s: start the worker first (it creates the stream %s for %s), or publish to a subject it binds",
 				subj, cfg.Stream, strings.Join(cfg.Subjects, ","))
+		}
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return fail(exitFailed, "publishing job %d of %d to %s: no server answered for the stream that stores it, for %s (a leader election, or its servers down); the jobs before it are stored",
+				i, *n, subj, pubRetryFor)
 		}
 		if err != nil {
 			return fail(exitFailed, "publishing job %d of %d to %s: %v", i, *n, subj, err)
@@ -97,6 +106,38 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "published %d job(s) to %s, stored in stream %s: first id %s:%d, last %s:%d\n", *n, subj, first.Stream,
 		first.Stream, first.Sequence, last.Stream, last.Sequence)
 	return exitOK
+}
+
+// pubRetryFor is how long pub retries a job whose publish failed for want
+// of an answer: a cluster electing a stream leader answers again within
+// seconds.
+const pubRetryFor = 10 * time.Second
+
+// publishRetried stores msg, retrying a publish that found no server
+// answering or had no acknowledgement for up to pubRetryFor, as the docs
+// ask of every publisher: msg's Nats-Msg-Id stores it once however often
+// it is sent. A refusal by JetStream (a 4xx API error) is not retried,
+// nor a subject no stream binds (jetstream.ErrStreamNotFound): a publish
+// nothing answers is told apart from one whose stream is electing its
+// leader by asking which stream binds the subject.
+func publishRetried(ctx context.Context, js jetstream.JetStream, msg *nats.Msg) (*jetstream.PubAck, error) {
+	bo := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(pubRetryFor)), ctx)
+	return backoff.RetryWithData(func() (*jetstream.PubAck, error) {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		ack, err := js.PublishMsg(actx, msg)
+		var apiErr *jetstream.APIError
+		switch {
+		case errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500:
+			return nil, backoff.Permanent(err)
+		case errors.Is(err, jetstream.ErrNoStreamResponse):
+			if _, serr := js.StreamNameBySubject(actx, msg.Subject); errors.Is(serr, jetstream.ErrStreamNotFound) {
+				return nil, backoff.Permanent(serr)
+			}
+		}
+		return ack, err
+	}, bo)
 }
 
 // subCmd runs `throttler sub ARGS`: it prints each message arriving on the

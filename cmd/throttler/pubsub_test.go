@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,50 @@ func TestPubStoresJobs(t *testing.T) {
 		t.Fatalf("second job: data %q, headers %v; want \"job 2\" and Job-Cost 2", m.Data, m.Header)
 	}
 	cli(t, "pub", "-H", "nocolon", "jobs.acme.x").want(t, "pub with a bad header", exitConfig, nil, []string{"want Name:Value"})
+}
+
+// TestPubRetriesThroughARestart: NATS restarts while pub stores jobs; pub
+// retries the publishes that failed meanwhile and exits 0, and every job
+// is stored once (its Nats-Msg-Id makes a retry of a job stored in fact a
+// duplicate the stream drops).
+func TestPubRetriesThroughARestart(t *testing.T) {
+	s := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js, err := jetstream.New(s.nats.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	done := make(chan result, 1)
+	go func() {
+		var out, errw syncBuffer
+		code := run([]string{"pub", "-n", strconv.Itoa(n), "jobs.acme.x", "job {n}"}, &out, &errw)
+		done <- result{code: code, stdout: out.String(), stderr: errw.String()}
+	}()
+	stored := func() uint64 {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return 0
+		}
+		return info.State.Msgs
+	}
+	testenv.Eventually(t, 30*time.Second, "pub under way", func() bool { return stored() >= 500 })
+	select {
+	case r := <-done:
+		t.Fatalf("pub ended before the restart: %+v", r)
+	default:
+	}
+	s.nats.Restart(t)
+	r := <-done
+	r.want(t, "pub through a restart", exitOK, []string{fmt.Sprintf("published %d job(s)", n)}, nil)
+	if got := stored(); got != n {
+		t.Fatalf("the stream holds %d jobs, want each of the %d once", got, n)
+	}
 }
 
 // TestSubPrintsWhatComesOut listens on the default subjects, the forward
