@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,9 @@ func WatchRedis(ctx context.Context, c any, url string, log *slog.Logger) *outag
 	case *redis.ClusterClient:
 		// A cluster client runs every command through the client of one
 		// node: a hook on those (each made after this) sees each once.
+		// While one master is down the others answer, so the cluster is
+		// up again only once no node has failed for a while.
+		h.nodes = &nodeFailures{quiet: clusterQuiet, now: time.Now}
 		c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
 	case interface{ AddHook(redis.Hook) }:
 		c.AddHook(h)
@@ -53,7 +57,39 @@ func WatchRedis(ctx context.Context, c any, url string, log *slog.Logger) *outag
 }
 
 // redisWatchHook reports each command's outcome to a Reporter.
-type redisWatchHook struct{ r *outage.Reporter }
+type redisWatchHook struct {
+	r     *outage.Reporter
+	nodes *nodeFailures // a cluster's nodes; nil for one server
+}
+
+// clusterQuiet is how long no node of a Redis Cluster must have failed
+// before the cluster counts as answering again: a dead master's tenants
+// fail until its replica takes over (seconds) while the other masters
+// answer, which would otherwise log the outage and its end by turns.
+const clusterQuiet = 2 * time.Second
+
+// nodeFailures is when a node of a cluster last failed. Safe for
+// concurrent use.
+type nodeFailures struct {
+	quiet time.Duration
+	now   func() time.Time
+	mu    sync.Mutex
+	last  time.Time
+}
+
+// failed records a failure of a node.
+func (n *nodeFailures) failed() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.last = n.now()
+}
+
+// quietFor reports whether no node has failed for the quiet period.
+func (n *nodeFailures) quietFor() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.now().Sub(n.last) >= n.quiet
+}
 
 // DialHook implements redis.Hook: dials are seen through the commands
 // that needed them.
@@ -88,7 +124,13 @@ func (h redisWatchHook) report(ctx context.Context, err error) {
 		// (the client does not take them from contexts), which are net
 		// errors, reported below.
 	case redisFailed(err):
+		if h.nodes != nil {
+			h.nodes.failed()
+		}
 		h.r.Fail(err)
+	case h.nodes != nil && !h.nodes.quietFor():
+		// Another node failed a moment ago: this one answering does not
+		// end the cluster's outage.
 	case err == nil || ctx.Err() == nil:
 		// An answer, even an error reply, is Redis up; a call the caller
 		// cancelled says nothing either way.

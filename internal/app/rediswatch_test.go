@@ -105,3 +105,52 @@ func TestWatchRedisIgnoresACallersDeadline(t *testing.T) {
 		t.Fatalf("a caller's deadline was logged as an outage:\n%s", got)
 	}
 }
+
+// TestWatchRedisClusterLogsAFailoverOnce: while a Redis Cluster's master
+// is dead and its replica not yet promoted, calls to its keys fail and
+// calls to the other masters' answer; the watch logs the outage once and
+// its end once, after the takeover, not one line each by turns.
+func TestWatchRedisClusterLogsAFailoverOnce(t *testing.T) {
+	cl := testenv.StartRedisClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	var log lockedLog
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	WatchRedis(ctx, c, "redis://cluster", slog.New(slog.NewTextHandler(&log, nil)))
+	// One key on each master, each a tag of its own third of the slots.
+	keys := []string{"{slow}:k", "{mid}:k", "{fast}:k"}
+	for _, k := range keys {
+		if err := c.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", k, err)
+		}
+	}
+	old, err := cl.MasterOf("{fast}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.KillNode(t, old)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			for _, k := range keys {
+				_ = c.Get(ctx, k).Err()
+			}
+			c.ReloadState(ctx) // as the worker's client reads the slot map every second
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	cl.WaitFailover(t, "{fast}", old, 20*time.Second)
+	testenv.Eventually(t, 20*time.Second, "the outage's end logged", func() bool { return strings.Contains(log.String(), "Redis answers again") })
+	cancel()
+	<-done
+	got := log.String()
+	if n := strings.Count(got, "Redis unreachable"); n != 1 {
+		t.Errorf("the outage was logged %d times, want once:\n%s", n, got)
+	}
+	if n := strings.Count(got, "Redis answers again"); n != 1 {
+		t.Errorf("its end was logged %d times, want once:\n%s", n, got)
+	}
+}
