@@ -171,7 +171,9 @@ func newStatsCollector(src statsSource, detail bool, warmUp time.Duration, now f
 		maxAckPending: prometheus.NewDesc("throttler_max_ack_pending", "The jobs consumer's MaxAckPending, as last read.", nil, nil),
 		waiting: prometheus.NewDesc("throttler_waiting_jobs",
 			"Jobs of the whole fleet taken in and waiting to run, by kind: nak (NAK'd, due back on the consumer; an estimate), "+
-				"scheduled (moved into schedules) and parked (waiting for a lease of a running cap). The same on every worker: read it with max.",
+				"scheduled (moved into schedules), parked (waiting for a lease of a running cap), queued (waiting for a turn under "+
+				"the global or a group's limit), paused (of paused tenants) and held (of tenants whose downstream asked to wait). "+
+				"The same on every worker: read it with max.",
 			[]string{"kind"}, nil),
 	}
 }
