@@ -60,6 +60,26 @@ func (s *Server) putLimits(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, ch)
 }
 
+// deleteLimits answers DELETE /tenants/{tenant}/limits: the tenant's value
+// removed from the limits bucket, the environment's limits applying again.
+func (s *Server) deleteLimits(w http.ResponseWriter, r *http.Request) error {
+	t, err := limitsParam(r)
+	if err != nil {
+		return err
+	}
+	if s.cfg.Limits == nil {
+		return fmt.Errorf("limits: %w", errUnavailable)
+	}
+	ch, err := s.cfg.Limits.Remove(r.Context(), t)
+	if err != nil {
+		return err
+	}
+	if ch.Removed {
+		s.log.Info("admin: limits removed", "tenant", t, "before", ch.Before, "after", ch.After, "revision", ch.Revision, "remote", r.RemoteAddr)
+	}
+	return writeJSON(w, http.StatusOK, ch)
+}
+
 // duration reads an optional duration of a body; "" is 0.
 func duration(s, name string) (time.Duration, error) {
 	if s == "" {

@@ -89,3 +89,36 @@ func (b BucketLimits) Set(ctx context.Context, tenant, spec string) (LimitsChang
 	}
 	return LimitsChange{Tenant: tenant, Before: before.Limits, After: p.String(), Revision: rev}, nil
 }
+
+// Remove deletes tenant's value from the bucket, only the value read (a
+// write in between is not removed unseen), so that the environment's
+// limits apply again.
+func (b BucketLimits) Remove(ctx context.Context, tenant string) (LimitsChange, error) {
+	before, err := b.Get(ctx, tenant)
+	if err != nil {
+		return LimitsChange{}, err
+	}
+	kv, err := b.bucket(ctx, false)
+	if err != nil {
+		return LimitsChange{}, fmt.Errorf("the limits bucket: %w", err)
+	}
+	none := LimitsChange{Tenant: tenant, Before: before.Limits, After: before.Limits}
+	if kv == nil {
+		return none, nil
+	}
+	cur, err := kv.Get(ctx, tenant)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return none, nil
+	}
+	if err != nil {
+		return LimitsChange{}, fmt.Errorf("reading %s: %w", tenant, err)
+	}
+	if err := kv.Delete(ctx, tenant, jetstream.LastRevision(cur.Revision())); err != nil {
+		return LimitsChange{}, fmt.Errorf("removing %s (revision %d; if it changed meanwhile, try again): %w", tenant, cur.Revision(), err)
+	}
+	after, err := b.Get(ctx, tenant)
+	if err != nil {
+		return LimitsChange{}, err
+	}
+	return LimitsChange{Tenant: tenant, Before: before.Limits, After: after.Limits, Revision: cur.Revision(), Removed: true}, nil
+}

@@ -57,6 +57,10 @@ func (f *fakeFleet) Get(_ context.Context, t string) (admin.LimitsView, error) {
 	return admin.LimitsView{Tenant: t, Limits: "5/s:5", Where: "bucket", Revision: 3}, nil
 }
 
+func (f *fakeFleet) Remove(_ context.Context, t string) (admin.LimitsChange, error) {
+	return admin.LimitsChange{Tenant: t, Before: "5/s:5", After: "100/s", Revision: 3, Removed: true}, nil
+}
+
 func (f *fakeFleet) Set(_ context.Context, t, spec string) (admin.LimitsChange, error) {
 	if spec == "bad" {
 		return admin.LimitsChange{}, fmt.Errorf("%w: bad: the parser's message", admin.ErrBadInput)

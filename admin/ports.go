@@ -64,6 +64,10 @@ type Limits interface {
 	// has read it; a spec it refuses matches ErrBadInput, with the
 	// parser's message, and nothing is written.
 	Set(ctx context.Context, tenant, spec string) (LimitsChange, error)
+	// Remove deletes tenant's limits from the bucket, as `throttler
+	// limits rm`, so that the environment's apply again; a tenant without
+	// a value there is left as it is (Removed false).
+	Remove(ctx context.Context, tenant string) (LimitsChange, error)
 }
 
 // LimitsView is the limits that apply to a tenant.
@@ -83,10 +87,15 @@ type LimitsView struct {
 // LimitsChange is what a write of limits did.
 type LimitsChange struct {
 	Tenant string `json:"tenant"`
-	// Before is what applied before, After the policy written.
-	Before   string `json:"before"`
-	After    string `json:"after"`
+	// Before is what applied before, After the policy written (what
+	// applies after a removal).
+	Before string `json:"before"`
+	After  string `json:"after"`
+	// Revision is the value's written, or removed, revision (0 when a
+	// removal found none).
 	Revision uint64 `json:"revision"`
+	// Removed says a removal deleted a value (DELETE only).
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Pauser pauses and resumes tenants fleet-wide (`throttler pause`,

@@ -96,6 +96,7 @@ func (s *Server) apiRoutes() []route {
 		{"GET", "/tenants/{tenant}", s.inspectTenant},
 		{"GET", "/tenants/{tenant}/limits", s.getLimits},
 		{"PUT", "/tenants/{tenant}/limits", s.putLimits},
+		{"DELETE", "/tenants/{tenant}/limits", s.deleteLimits},
 		{"POST", "/tenants/{tenant}/pause", s.pause},
 		{"POST", "/tenants/{tenant}/resume", s.resume},
 		{"POST", "/tenants/{tenant}/purge", s.purge},

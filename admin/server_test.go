@@ -196,7 +196,7 @@ func TestWrongMethodAnswers405(t *testing.T) {
 	t.Parallel()
 	srv := admin.New((&fakeFleet{}).config(token))
 	for _, c := range []struct{ method, path, allow string }{
-		{"DELETE", "/api/v1/tenants/acme/limits", "GET, PUT"},
+		{"PATCH", "/api/v1/tenants/acme/limits", "DELETE, GET, PUT"},
 		{"GET", "/api/v1/tenants/acme/pause", "POST"},
 		{"POST", "/api/v1/tenants", "GET"},
 	} {
@@ -212,7 +212,7 @@ func TestWrongMethodAnswers405(t *testing.T) {
 	if rec := do(t, srv, "GET", "/api/v1/nothing/here", ``, "Bearer "+token); rec.Code != http.StatusNotFound {
 		t.Errorf("a path no route has: %d, want 404", rec.Code)
 	}
-	if rec := do(t, srv, "DELETE", "/api/v1/tenants/acme/limits", ``, ""); rec.Code != http.StatusUnauthorized {
+	if rec := do(t, srv, "PATCH", "/api/v1/tenants/acme/limits", ``, ""); rec.Code != http.StatusUnauthorized {
 		t.Errorf("a wrong method without the token: %d, want 401 first", rec.Code)
 	}
 }

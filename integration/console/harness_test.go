@@ -127,8 +127,12 @@ func (f *fleet) startWorker(addr string) string {
 
 // get fetches path from the console at base with the token into v and
 // returns the status.
-func (f *fleet) get(base, path string, v any) int {
-	req, _ := http.NewRequest("GET", base+path, nil)
+func (f *fleet) get(base, path string, v any) int { return f.call("GET", base, path, "", v) }
+
+// call sends method path with body (JSON, "" for none) to the console at
+// base with the token, decodes the answer into v and returns the status.
+func (f *fleet) call(method, base, path, body string, v any) int {
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -91,3 +91,32 @@ func TestPauseAndResumeFromThePage(t *testing.T) {
 		waitJS(`document.getElementById('tenant-state').dataset.paused === '0'`))
 	testenv.Eventually(t, 15*time.Second, "acme's 10 jobs run after the resume", func() bool { return forwarded.Load() == 10 })
 }
+
+// TestAPIRemovesALimit: DELETE /tenants/{tenant}/limits removes the
+// tenant's value from the limits bucket, as `throttler limits rm`, and the
+// environment's limit applies again; a second DELETE finds none and
+// changes nothing.
+func TestAPIRemovesALimit(t *testing.T) {
+	f := setup(t, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=7/s"})
+	type change struct {
+		Before, After string
+		Revision      uint64
+		Removed       bool
+	}
+	var set change
+	if st := f.call("PUT", f.url, "/api/v1/tenants/acme/limits", `{"spec": "2/s"}`, &set); st != 200 || set.After != "2/s:2" {
+		t.Fatalf("PUT 2/s: status %d, %+v", st, set)
+	}
+	var rm change
+	if st := f.call("DELETE", f.url, "/api/v1/tenants/acme/limits", "", &rm); st != 200 || !rm.Removed || rm.Before != "2/s:2" || rm.After != "7/s:7" || rm.Revision != set.Revision {
+		t.Fatalf("DELETE: status %d, %+v; want the bucket's 2/s:2 removed (revision %d), the environment's 7/s:7 applying", st, rm, set.Revision)
+	}
+	var view struct{ Limits, Where string }
+	if f.get(f.url, "/api/v1/tenants/acme/limits", &view); view.Limits != "7/s:7" || view.Where != "THROTTLER_TENANT_LIMITS" {
+		t.Fatalf("after DELETE acme's limits are %+v, want 7/s:7 from THROTTLER_TENANT_LIMITS", view)
+	}
+	var again change
+	if st := f.call("DELETE", f.url, "/api/v1/tenants/acme/limits", "", &again); st != 200 || again.Removed || again.After != "7/s:7" {
+		t.Fatalf("a second DELETE: status %d, %+v; want nothing removed", st, again)
+	}
+}

@@ -37,7 +37,7 @@ func answerRollCalls(ctx context.Context, nc *nats.Conn, cfg *Settings, ready *r
 	host, _ := os.Hostname()
 	self := rollcall.Worker{ID: strings.TrimPrefix(nats.NewInbox(), "_INBOX."), Host: host, Version: Version(), Started: time.Now().UTC(),
 		Limits: envLimits(cfg)}
-	stop, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker {
+	unanswer, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker {
 		w := self
 		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 		defer cancel()
@@ -56,7 +56,7 @@ func answerRollCalls(ctx context.Context, nc *nats.Conn, cfg *Settings, ready *r
 	}()
 	return func() {
 		<-checked
-		stop()
+		unanswer()
 	}
 }
 
