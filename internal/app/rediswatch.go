@@ -99,6 +99,13 @@ func (h redisWatchHook) DialHook(next redis.DialHook) redis.DialHook { return ne
 func (h redisWatchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
+		if h.nodes != nil && cmd.Name() == "cluster" {
+			// The client reading the slot map (CLUSTER SLOTS) tries
+			// the nodes it knows, a dead master among them until it
+			// forgets it, and goes on to the next: its housekeeping,
+			// not Redis failing the worker.
+			return err
+		}
 		h.report(ctx, err)
 		return err
 	}
