@@ -61,7 +61,7 @@ func TestWrongTokenSeesNothing(t *testing.T) {
 // message and changes nothing; a good one, saved from the tenant's page,
 // is what the workers enforce within 1 s: a burst of 40 jobs published
 // 1 s after saving runs at once, where the old limit (1/s:1) would have
-// run one a second.
+// run one a second. Removing it gives the tenant back the environment's.
 func TestLimitChangeFromThePage(t *testing.T) {
 	f := setup(t, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=1/s:1"})
 	var forwarded atomic.Int64
@@ -106,4 +106,11 @@ func TestLimitChangeFromThePage(t *testing.T) {
 	})
 	do(t, ctx, 10*time.Second, "acme's buckets shown",
 		waitJS(`document.querySelectorAll('#buckets meter').length === 1`))
+
+	do(t, ctx, 10*time.Second, "back to the environment's 1/s:1",
+		chromedp.Click(chromedp.CSS("#limits-remove")),
+		waitJS(`document.getElementById('limits-value')?.textContent === '1/s:1' && document.getElementById('limits-remove').hidden`))
+	if f.get(f.url, "/api/v1/tenants/acme/limits", &limits); limits.Limits != "1/s:1" {
+		t.Fatalf("after the removal acme's limits are %q, want the environment's 1/s:1", limits.Limits)
+	}
 }

@@ -258,6 +258,7 @@
             <label for="limits-spec">New limits</label>
             <input id="limits-spec" placeholder="50/s:100+10000/d" autocomplete="off" required aria-describedby="limits-error">
             <button type="submit" class="primary" id="limits-save">Save limits</button>
+            <button type="button" id="limits-remove" hidden>Back to the environment's</button>
           </form>
           <p id="limits-error" class="error" role="alert"></p>
         </section>
@@ -313,6 +314,20 @@
         $("limits-spec").focus();
       }
     });
+    // The tenant's own value removed from the limits bucket: the
+    // environment's limits (or _default's) apply again.
+    $("limits-remove").addEventListener("click", async () => {
+      $("limits-error").textContent = "";
+      try {
+        const ch = await api("DELETE", path + "/limits");
+        say(ch.removed ? `${t}: limits ${ch.before} → ${ch.after}, removed from the bucket; every worker applies them within a second`
+          : `${t}: no limits of its own in the bucket; nothing removed`);
+        await inspectNow();
+      } catch (err) {
+        if (err instanceof Unauthorized) return signedOut();
+        $("limits-error").textContent = err.message;
+      }
+    });
     const act = async (fn) => {
       $("action-error").textContent = "";
       try { await fn(); await inspectNow(); } catch (err) {
@@ -363,6 +378,7 @@
     $("limits-now").innerHTML = `<strong id="limits-value">${esc(rep.limits)}</strong> from ${where}${rep.shadow ? " — shadow mode: counted, not enforced" : ""}` +
       (src.ignored ? `<br><span class="error">Ignored, as unreadable: ${esc(src.ignored)}</span>` : "");
     $("limits-now").classList.remove("muted");
+    $("limits-remove").hidden = src.where !== "bucket";
     const paused = rep.paused && rep.paused.active;
     $("tenant-state").textContent = paused ? "(paused)" : "";
     $("tenant-state").dataset.paused = paused ? "1" : "0";
