@@ -14,14 +14,10 @@ import (
 	"github.com/throttler/throttler/internal/testenv"
 )
 
-// TestPubStoresJobs publishes jobs with a header and numbered data: none
-// before a stream binds the subject (exit 1, saying to start the worker),
-// then each stored with its header and number.
-func TestPubStoresJobs(t *testing.T) {
-	s := setup(t)
-	cli(t, "pub", "jobs.acme.x", "hi").want(t, "pub with no stream", exitFailed, nil, []string{"no stream stores jobs.acme.x: start the worker first"})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+// jobsStream creates the stream JOBS of jobs.> on s's NATS server, as a
+// worker would before pub can store jobs.
+func jobsStream(ctx context.Context, t *testing.T, s servers) jetstream.Stream {
+	t.Helper()
 	js, err := jetstream.New(s.nats.Connect(t))
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +26,18 @@ func TestPubStoresJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return stream
+}
+
+// TestPubStoresJobs publishes jobs with a header and numbered data: none
+// before a stream binds the subject (exit 1, saying to start the worker),
+// then each stored with its header and number.
+func TestPubStoresJobs(t *testing.T) {
+	s := setup(t)
+	cli(t, "pub", "jobs.acme.x", "hi").want(t, "pub with no stream", exitFailed, nil, []string{"no stream stores jobs.acme.x: start the worker first"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream := jobsStream(ctx, t, s)
 	cli(t, "pub", "-H", "Job-Cost: 2", "-n", "3", "jobs.acme.x", "job {n}").want(t, "pub -n 3", exitOK,
 		[]string{"published 3 job(s) to jobs.acme.x, stored in stream JOBS: first id JOBS:1, last JOBS:3"}, nil)
 	m, err := stream.GetMsg(ctx, 2)
@@ -50,14 +58,7 @@ func TestPubRetriesThroughARestart(t *testing.T) {
 	s := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	js, err := jetstream.New(s.nats.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := jobsStream(ctx, t, s)
 	const n = 20000
 	done := make(chan result, 1)
 	go func() {
