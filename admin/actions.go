@@ -74,7 +74,7 @@ func (s *Server) deleteLimits(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if ch.Removed {
+	if ch.Removed != nil && *ch.Removed {
 		s.log.Info("admin: limits removed", "tenant", t, "before", ch.Before, "after", ch.After, "revision", ch.Revision, "remote", r.RemoteAddr)
 	}
 	return writeJSON(w, http.StatusOK, ch)

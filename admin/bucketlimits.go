@@ -102,7 +102,7 @@ func (b BucketLimits) Remove(ctx context.Context, tenant string) (LimitsChange, 
 	if err != nil {
 		return LimitsChange{}, fmt.Errorf("the limits bucket: %w", err)
 	}
-	none := LimitsChange{Tenant: tenant, Before: before.Limits, After: before.Limits}
+	none := LimitsChange{Tenant: tenant, Before: before.Limits, After: before.Limits, Removed: new(bool)}
 	if kv == nil {
 		return none, nil
 	}
@@ -120,5 +120,6 @@ func (b BucketLimits) Remove(ctx context.Context, tenant string) (LimitsChange, 
 	if err != nil {
 		return LimitsChange{}, err
 	}
-	return LimitsChange{Tenant: tenant, Before: before.Limits, After: after.Limits, Revision: cur.Revision(), Removed: true}, nil
+	removed := true
+	return LimitsChange{Tenant: tenant, Before: before.Limits, After: after.Limits, Revision: cur.Revision(), Removed: &removed}, nil
 }

@@ -58,7 +58,8 @@ func (f *fakeFleet) Get(_ context.Context, t string) (admin.LimitsView, error) {
 }
 
 func (f *fakeFleet) Remove(_ context.Context, t string) (admin.LimitsChange, error) {
-	return admin.LimitsChange{Tenant: t, Before: "5/s:5", After: "100/s", Revision: 3, Removed: true}, nil
+	removed := true
+	return admin.LimitsChange{Tenant: t, Before: "5/s:5", After: "100/s", Revision: 3, Removed: &removed}, nil
 }
 
 func (f *fakeFleet) Set(_ context.Context, t, spec string) (admin.LimitsChange, error) {

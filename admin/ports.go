@@ -94,8 +94,9 @@ type LimitsChange struct {
 	// Revision is the value's written, or removed, revision (0 when a
 	// removal found none).
 	Revision uint64 `json:"revision"`
-	// Removed says a removal deleted a value (DELETE only).
-	Removed bool `json:"removed,omitempty"`
+	// Removed says whether a removal deleted a value: set by Remove
+	// (DELETE) alone, nil for a write.
+	Removed *bool `json:"removed,omitempty"`
 }
 
 // Pauser pauses and resumes tenants fleet-wide (`throttler pause`,

@@ -5,24 +5,38 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
-	"strconv"
+	"maps"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/throttler/throttler/internal/rollcall"
+	"github.com/throttler/throttler/throttle"
 )
 
-// envLimits fingerprints the limits a worker reads from its environment
-// (the default, the tenants', the global and group limits, their burst and
-// time zone): two workers of a fleet that disagree on them decide the same
-// tenants at different rates.
+// envLimits fingerprints the limits a worker reads from its environment,
+// as parsed (the default, the tenants', the global and group limits, with
+// their bursts; 10/s and 10/s:10 are one limit), and its time zone: two
+// workers of a fleet that disagree on them decide the same tenants at
+// different rates.
 func envLimits(cfg *Settings) string {
 	h := sha256.New()
-	for _, v := range []string{cfg.DefaultLimit, strconv.FormatInt(cfg.DefaultBurst, 10), cfg.TenantLimits,
-		cfg.GlobalLimit, cfg.GroupLimits, cfg.DefaultGroupLimit, cfg.TimeZone} {
+	field := func(k, v string) {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
 		h.Write([]byte(v))
 		h.Write([]byte{0})
 	}
+	policies := func(kind string, def throttle.Policy, each map[string]throttle.Policy) {
+		field(kind, def.String())
+		for _, name := range slices.Sorted(maps.Keys(each)) {
+			field(kind+" "+name, each[name].String())
+		}
+	}
+	policies("tenant", cfg.Rules.Default, cfg.Rules.Tenants)
+	policies("group", cfg.Levels.DefaultGroup, cfg.Levels.Groups)
+	field("global", cfg.Levels.GlobalPolicy.String())
+	field("zone", cfg.TimeZone)
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
