@@ -1,13 +1,14 @@
 package admin
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/throttler/throttler/internal/httpserve"
 )
 
 // ErrNeedsToken refuses to serve a non-loopback address without a token.
@@ -37,18 +38,9 @@ func Listen(addr, token string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Serve serves h on ln until stop is called, which shuts the server down
-// within a few seconds.
+// Serve serves h on ln until stop is called, which shuts the server down:
+// the requests in flight get httpserve.Grace to finish, then every
+// connection still open is closed.
 func Serve(ln net.Listener, h http.Handler, log *slog.Logger) (stop func()) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("admin server failed", "addr", ln.Addr().String(), "err", err)
-		}
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}
+	return httpserve.Serve(&http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, ln, "admin", log)
 }

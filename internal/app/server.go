@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/httpserve"
 )
 
 // server is the worker's HTTP side on THROTTLER_METRICS_ADDR: /healthz,
@@ -91,15 +91,5 @@ func serveHTTP(addr string, m *metrics, ready http.Handler, log *slog.Logger) (s
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })
 	mux.Handle("/readyz", ready)
 	mux.Handle("/metrics", m.handler(log))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", "addr", addr, "err", err)
-		}
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}
+	return httpserve.Serve(&http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}, nil, "metrics", log)
 }

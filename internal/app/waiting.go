@@ -161,7 +161,7 @@ func (c *waitingCounter) tick(parent context.Context) {
 		err := c.count(cctx, now)
 		ccancel()
 		c.counted, c.took = now, c.now().Sub(now)
-		if err != nil {
+		if err != nil && parent.Err() == nil { // not the worker stopping
 			c.log.Warn("counting the waiting jobs failed; throttler_waiting_jobs keeps the last counts", "err", err)
 		}
 	}
