@@ -214,8 +214,12 @@ func (ck *checker) natsURLs(s string) {
 		u, err := url.Parse(full)
 		bad := err != nil || u.Host == "" || u.Hostname() == "" ||
 			!slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme)
-		if !bad && u.Port() != "" {
-			bad = !portOK(u.Port())
+		if !bad {
+			hp := u.Host
+			if u.Port() == "" {
+				hp += ":4222" // nats.Connect's default port
+			}
+			bad = !dialAddrOK(hp)
 		}
 		if bad {
 			// Never echo err: url.Parse errors quote the URL, password included.
@@ -371,4 +375,12 @@ func isAlnum(r rune) bool {
 func portOK(s string) bool {
 	n, err := strconv.Atoi(s)
 	return err == nil && n >= 0 && n <= 65535 && strings.TrimLeft(s, "0123456789") == ""
+}
+
+// dialAddrOK reports whether hp is a host:port a client can dial: a host
+// (an IPv6 one in brackets) and a port from 1 to 65535. url.Parse takes
+// "nats://:::" and "redis://h:99999", which only the dial would refuse.
+func dialAddrOK(hp string) bool {
+	host, port, err := net.SplitHostPort(hp)
+	return err == nil && host != "" && portOK(port) && strings.TrimLeft(port, "0") != ""
 }

@@ -90,6 +90,12 @@ func (ck *checker) redis(mode RedisMode, s string) []string {
 		ck.addf(name, "%s (%v%s), got %q", want, err, modeHint(mode, u.Query()), maskRedisURL(s))
 		return nil
 	}
+	for _, a := range addrs {
+		if !dialAddrOK(a) {
+			ck.addf(name, "%s: %q is not a host and a port from 1 to 65535, got %q", want, a, maskRedisURL(s))
+			return nil
+		}
+	}
 	return addrs
 }
 
