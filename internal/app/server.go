@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -41,7 +42,14 @@ func startServer(ctx context.Context, cfg *Settings, opts Options, log *slog.Log
 	if err := m.reg.Register(ready.gauge()); err != nil {
 		return nil, fmt.Errorf("registering the readiness gauge: %w", err)
 	}
-	return &server{metrics: m, ready: ready, stop: serveHTTP(cfg.MetricsAddr, m, ready, log)}, nil
+	// Bound now, as the admin address is: a worker that cannot serve its
+	// probes would be restarted by them, for a reason its log would give
+	// only in passing.
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %q (THROTTLER_METRICS_ADDR): %w", cfg.MetricsAddr, err)
+	}
+	return &server{metrics: m, ready: ready, stop: serveHTTP(ln, m, ready, log)}, nil
 }
 
 // observer is what the worker reports its timings to: the histograms, or
@@ -85,11 +93,11 @@ func (s *server) close() {
 }
 
 // serveHTTP serves /healthz (liveness: the process serves), /readyz (see
-// readiness) and /metrics on addr until stop is called.
-func serveHTTP(addr string, m *metrics, ready http.Handler, log *slog.Logger) (stop func()) {
+// readiness) and /metrics on ln until stop is called.
+func serveHTTP(ln net.Listener, m *metrics, ready http.Handler, log *slog.Logger) (stop func()) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })
 	mux.Handle("/readyz", ready)
 	mux.Handle("/metrics", m.handler(log))
-	return httpserve.Serve(&http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}, nil, "metrics", log)
+	return httpserve.Serve(&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln, "metrics", log)
 }

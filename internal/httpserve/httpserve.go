@@ -22,26 +22,14 @@ import (
 // otherwise keep the shutdown waiting for the whole of its timeout.
 const Grace = 500 * time.Millisecond
 
-// Serve serves srv in the background, on ln, or on srv.Addr when ln is
-// nil (a failure to listen there is logged, and the worker goes on without
-// the endpoints), until the returned stop is called. stop waits up to
-// Grace for the requests in flight, then closes the connections left; it
-// returns once the server has stopped. name says which server a failure
-// is of in the log.
+// Serve serves srv on ln in the background until the returned stop is
+// called. stop waits up to Grace for the requests in flight, then closes
+// the connections left; it returns once the server has stopped. name says
+// which server a failure is of in the log.
 func Serve(srv *http.Server, ln net.Listener, name string, log *slog.Logger) (stop func()) {
-	addr := srv.Addr
-	if ln != nil {
-		addr = ln.Addr().String()
-	}
 	go func() {
-		var err error
-		if ln != nil {
-			err = srv.Serve(ln)
-		} else {
-			err = srv.ListenAndServe()
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(name+" server failed", "addr", addr, "err", err)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(name+" server failed", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
 	return func() {
