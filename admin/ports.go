@@ -91,8 +91,10 @@ type LimitsChange struct {
 	// applies after a removal).
 	Before string `json:"before"`
 	After  string `json:"after"`
-	// Revision is the value's written, or removed, revision (0 when a
-	// removal found none).
+	// Revision is the revision written; for a removal, the revision of
+	// the value removed, as `throttler limits rm` says (the removal is a
+	// revision of its own, which the workers log); 0 when a removal found
+	// none.
 	Revision uint64 `json:"revision"`
 	// Removed says whether a removal deleted a value: set by Remove
 	// (DELETE) alone, nil for a write.
