@@ -28,11 +28,16 @@ func creditsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return status
 	}
 	// Only --json is a flag: "-5" is an amount (refused below, by name),
-	// not a flag the command does not know.
+	// not a flag the command does not know. After "--" nothing is a flag:
+	// a tenant may start with '-'.
 	asJSON := false
 	var rest []string
-	for _, a := range args {
+args:
+	for i, a := range args {
 		switch {
+		case a == "--":
+			rest = append(rest, args[i+1:]...)
+			break args
 		case a == "--json" || a == "-json":
 			asJSON = true
 		case strings.HasPrefix(a, "-") && strings.TrimLeft(a[1:], "0123456789") != "":

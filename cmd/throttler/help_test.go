@@ -1,7 +1,10 @@
 package main
 
 import (
+	"flag"
+	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,5 +73,59 @@ func TestBadArgumentsSayWhat(t *testing.T) {
 		{[]string{"top", "extra"}, `unexpected "extra"`},
 	} {
 		cli(t, c.args...).want(t, strings.Join(c.args, " "), exitConfig, nil, []string{c.want})
+	}
+}
+
+// TestUnknownFlagsAndArgumentsAreRefused: every command refuses a flag it
+// does not know, or an argument it does not take, with its usage and
+// exit 2, before it reads the environment or connects. Before, `run
+// --bogus` started the worker, `check-config extra` and `version --bogus`
+// exited 0, and `inspect --bogus` and `limits get --bogus` read a tenant
+// named "--bogus" (it passes tenant.Validate).
+func TestUnknownFlagsAndArgumentsAreRefused(t *testing.T) {
+	t.Setenv("THROTTLER_MAX_ACK_PENDING", "not-a-number") // read, it would be named
+	t.Setenv("NATS_URL", "nats://127.0.0.1:1")
+	for _, args := range [][]string{
+		{"run", "--bogus"}, {"run", "extra"}, {"check-config", "--bogus"}, {"check-config", "extra"},
+		{"version", "--bogus"}, {"--version", "extra"},
+		{"inspect", "--bogus"}, {"inspect", "--bogus", "--json"}, {"inspect", "--global", "--frob"},
+		{"limits", "get", "--bogus"}, {"limits", "set", "--bogus", "5/s"}, {"limits", "list", "--frob"},
+		{"pause", "--bogus"}, {"resume", "--bogus"}, {"credits", "get", "--bogus"},
+		{"purge", "--bogus", "--yes"}, {"top", "--bogus"},
+	} {
+		r := cli(t, args...)
+		r.want(t, strings.Join(args, " "), exitConfig, nil, []string{"usage: throttler"})
+		if contains(r.stderr, "THROTTLER_MAX_ACK_PENDING") || contains(r.stdout, "never seen") {
+			t.Errorf("%s read the environment or a server:\n%s%s", strings.Join(args, " "), r.stdout, r.stderr)
+		}
+	}
+	cli(t, "help", "--bogus").want(t, "help --bogus", exitConfig, nil, []string{`throttler help: takes no arguments, got "--bogus"`})
+	cli(t, "help", "-h").want(t, "help -h", exitOK, []string{"commands:"}, nil)
+}
+
+// TestDoubleDashEndsTheFlags: a tenant may start with '-' (tenant.Validate
+// allows it), so after "--" an argument is never a flag; a "--" that is a
+// flag's value ends nothing.
+func TestDoubleDashEndsTheFlags(t *testing.T) {
+	for _, c := range []struct {
+		args       []string
+		rest       []string
+		yes        bool
+		reasonWant string
+	}{
+		{[]string{"acme", "--yes"}, []string{"acme"}, true, ""},
+		{[]string{"--yes", "--", "-acme"}, []string{"-acme"}, true, ""},
+		{[]string{"--", "-acme", "--yes"}, []string{"-acme", "--yes"}, false, ""},
+		{[]string{"--reason", "--", "acme", "--yes"}, []string{"acme"}, true, "--"},
+		{[]string{"--reason=x", "--", "--yes"}, []string{"--yes"}, false, "x"},
+	} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		yes := fs.Bool("yes", false, "")
+		reason := fs.String("reason", "", "")
+		rest, err := parseInterleaved(fs, c.args)
+		if err != nil || !slices.Equal(rest, c.rest) || *yes != c.yes || *reason != c.reasonWant {
+			t.Errorf("%q: rest %q, --yes %v, --reason %q, %v; want %q, %v, %q", c.args, rest, *yes, *reason, err, c.rest, c.yes, c.reasonWant)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -32,32 +33,30 @@ func inspectCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "throttler inspect: "+format+"\n", a...)
 		return status
 	}
-	asJSON, global, group := false, false, false
-	var rest []string
-	for _, a := range args {
-		switch a {
-		case "--json":
-			asJSON = true
-		case "--global":
-			global = true
-		case "--group":
-			group = true
-		default:
-			rest = append(rest, a)
-		}
+	// Flags, not arguments matched by hand: an unknown one is refused
+	// rather than inspected as a tenant ("--bogus" passes
+	// tenant.Validate); a tenant that starts with '-' comes after "--".
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	asJSON := fs.Bool("json", false, "")
+	global := fs.Bool("global", false, "")
+	group := fs.Bool("group", false, "") // its NAME is the argument
+	rest, err := parseInterleaved(fs, args)
+	if err != nil {
+		return fail(exitConfig, "%v\n%s", err, inspectUsage)
 	}
 	want := 1
-	if global {
+	if *global {
 		want = 0
 	}
-	if len(rest) != want || (global && group) {
+	if len(rest) != want || (*global && *group) {
 		return fail(exitConfig, "%s", inspectUsage)
 	}
 	var level *throttle.Level
 	switch {
-	case global:
+	case *global:
 		level = &throttle.Global
-	case group:
+	case *group:
 		if err := tenant.ValidateGroup(rest[0]); err != nil {
 			return fail(exitConfig, "%v", err)
 		}
@@ -75,7 +74,6 @@ func inspectCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
 	var in any
-	var err error
 	if level != nil {
 		in, err = inspectLevel(ctx, cfg, *level)
 	} else {
@@ -84,7 +82,7 @@ func inspectCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
-	if asJSON {
+	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(in); err != nil {

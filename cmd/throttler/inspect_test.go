@@ -186,3 +186,14 @@ func TestInspectShowsSettleDebt(t *testing.T) {
 			until, until.Sub(t0).Seconds(), 5300*time.Millisecond, t1.Sub(t0)+5300*time.Millisecond, b[0].Tokens, -owed)
 	}
 }
+
+// TestATenantStartingWithADash: such a tenant is valid, and given after
+// "--" it is read as one, not refused as an unknown flag.
+func TestATenantStartingWithADash(t *testing.T) {
+	setup(t)
+	cli(t, "limits", "set", "--", "-acme", "5/s").want(t, "limits set -- -acme", exitOK, []string{"-acme: 5/s"}, nil)
+	cli(t, "limits", "get", "--", "-acme").want(t, "limits get -- -acme", exitOK, []string{"-acme: 5/s"}, nil)
+	cli(t, "inspect", "--", "-acme").want(t, "inspect -- -acme", exitOK, []string{"tenant -acme at", "limits 5/s"}, nil)
+	cli(t, "credits", "get", "--", "-acme").want(t, "credits get -- -acme", exitOK, []string{"-acme: "}, nil)
+	cli(t, "inspect", "-acme").want(t, "inspect -acme", exitConfig, nil, []string{"flag provided but not defined: -acme"})
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -38,7 +39,17 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return status
 	}
 	want := map[string]int{"set": 2, "get": 1, "list": -1, "rm": 1, "history": 1}
-	args, group := stripFlag(args, "--group")
+	// Flags, not arguments matched by hand: an unknown one is refused
+	// rather than read as a tenant ("--bogus" passes tenant.Validate); a
+	// tenant that starts with '-' comes after "--".
+	fs := flag.NewFlagSet("limits", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	groupFlag := fs.Bool("group", false, "") // its NAME is the argument
+	args, err := parseInterleaved(fs, args)
+	if err != nil {
+		return fail(exitConfig, "%v\n%s", err, limitsUsage)
+	}
+	group := *groupFlag
 	if len(args) == 0 {
 		return fail(exitConfig, "no command\n%s", limitsUsage)
 	}
@@ -63,7 +74,6 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	announce(stderr, quiet, cfg.Config, uses{nats: true})
 	var target limitsTarget
 	if args[0] != "list" {
-		var err error
 		if target, err = parseTarget(args[1], group); err != nil {
 			return fail(exitConfig, "%v", err)
 		}

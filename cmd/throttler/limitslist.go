@@ -44,21 +44,6 @@ func parseTarget(arg string, group bool) (limitsTarget, error) {
 	return limitsTarget{key: arg}, nil
 }
 
-// stripFlag removes flag (or its one-dash form) from args and reports
-// whether it was there.
-func stripFlag(args []string, flag string) ([]string, bool) {
-	out := make([]string, 0, len(args))
-	found := false
-	for _, a := range args {
-		if a == flag || a == strings.TrimPrefix(flag, "-") {
-			found = true
-			continue
-		}
-		out = append(out, a)
-	}
-	return out, found
-}
-
 // levelVars are the variables a level's limit may come from.
 var levelVars = []string{"THROTTLER_GLOBAL_LIMIT", "THROTTLER_GROUP_LIMITS", "THROTTLER_DEFAULT_GROUP_LIMIT"}
 

@@ -67,8 +67,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch sub {
 	case "", "run":
+		if !noArgs("run", args, stderr) {
+			return exitConfig
+		}
 		return serve(stderr)
 	case "check-config":
+		if !noArgs(sub, args, stderr) {
+			return exitConfig
+		}
 		return checkConfig(stdout, stderr)
 	case "limits":
 		return limitsCmd(args[1:], quiet, stdout, stderr)
@@ -99,9 +105,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	case "version", "--version":
+		if !noArgs("version", args, stderr) {
+			return exitConfig
+		}
 		printVersion(stdout)
 		return exitOK
 	case "help", "-h", "--help":
+		if len(args) > 1 && !wantsHelp(args[1:]) {
+			fmt.Fprintf(stderr, "throttler help: takes no arguments, got %q; the commands' own usage: throttler COMMAND -h\n", strings.Join(args[1:], " "))
+			return exitConfig
+		}
 		printHelp(stdout)
 		return exitOK
 	default:
@@ -138,6 +151,20 @@ func usageOf(sub string) (string, bool) {
 		return "usage: throttler version   the module version, commit and Go version", true
 	}
 	return "", false
+}
+
+// noArgs reports whether args (the command line from the command's name
+// on) hold nothing after the name; if they do, it says so on stderr with
+// the usage of the command name. A command that takes no arguments
+// refuses them rather than ignore them: `run --bogus` would otherwise
+// start the worker, and `check-config --bogus` say all is well.
+func noArgs(name string, args []string, stderr io.Writer) bool {
+	if len(args) <= 1 {
+		return true
+	}
+	usage, _ := usageOf(name)
+	fmt.Fprintf(stderr, "throttler %s: takes no arguments, got %q\n%s\n", name, strings.Join(args[1:], " "), usage)
+	return false
 }
 
 // wantsHelp reports whether args hold -h or --help.

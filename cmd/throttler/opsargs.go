@@ -23,7 +23,9 @@ import (
 
 // parseInterleaved parses fs's flags wherever they stand among args, and
 // returns the other arguments in order: `purge acme --yes` and
-// `purge --yes acme` are the same.
+// `purge --yes acme` are the same. Every argument after "--" is one of the
+// others, even one that starts with '-': a tenant may ("-x" passes
+// tenant.Validate), and without "--" it is refused as an unknown flag.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var rest []string
 	for {
@@ -33,9 +35,34 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		if fs.NArg() == 0 {
 			return rest, nil
 		}
+		if endedFlags(fs, args) {
+			return append(rest, fs.Args()...), nil
+		}
 		rest = append(rest, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+}
+
+// endedFlags reports whether fs.Parse(args) stopped at a "--" (which it
+// drops), rather than at an argument that is not a flag (which it keeps):
+// only the first case ends the flags. A "--" that is the value of a flag
+// before it (--reason --) ends nothing.
+func endedFlags(fs *flag.FlagSet, args []string) bool {
+	i := len(args) - fs.NArg() - 1 // the last argument Parse consumed
+	if i < 0 || args[i] != "--" {
+		return false
+	}
+	if i == 0 {
+		return true
+	}
+	prev := args[i-1]
+	name := strings.TrimPrefix(strings.TrimPrefix(prev, "-"), "-")
+	f := fs.Lookup(name)
+	if !strings.HasPrefix(prev, "-") || f == nil { // not a flag, or one with its =value
+		return true
+	}
+	b, isBool := f.Value.(interface{ IsBoolFlag() bool })
+	return isBool && b.IsBoolFlag()
 }
 
 // durationValue is a flag holding a duration: Go's (90s, 2h30m), or a

@@ -19,22 +19,6 @@ import (
 const pauseUsage = `usage: throttler pause TENANT [--until TIME | --for DURATION] [--reason TEXT] [--json]
        throttler resume TENANT [--json]`
 
-// parseArgs parses fs's flags wherever they stand among args, and returns
-// the other arguments.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var rest []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return rest, nil
-		}
-		rest = append(rest, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
 // pauseCmd runs `throttler pause ARGS` (resume: `throttler resume ARGS`)
 // and returns the exit status.
 func pauseCmd(args []string, resume, quiet bool, stdout, stderr io.Writer) int {
@@ -56,7 +40,7 @@ func pauseCmd(args []string, resume, quiet bool, stdout, stderr io.Writer) int {
 		fs.Var(durationValue{&forD}, "for", "")
 		fs.StringVar(&reason, "reason", "", "")
 	}
-	rest, err := parseArgs(fs, args)
+	rest, err := parseInterleaved(fs, args)
 	if err != nil {
 		return fail(exitConfig, "%v\n%s", err, pauseUsage)
 	}

@@ -32,7 +32,7 @@ func topCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "")
 	n := fs.Int("n", 20, "")
-	rest, err := parseArgs(fs, args)
+	rest, err := parseInterleaved(fs, args)
 	if err != nil {
 		return fail(exitConfig, "%v\n%s", err, topUsage)
 	}
