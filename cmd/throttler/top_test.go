@@ -40,3 +40,24 @@ func TestTopJSONIsAnArrayOfRows(t *testing.T) {
 		t.Fatalf("worker exit %d", code)
 	}
 }
+
+// TestTopWithoutWorkersSaysSo: with NATS up and no worker, top says that
+// no worker answered and what to check, once prefixed: --json exits 1,
+// the live view keeps retrying with the same words. Before, NATS's "no
+// responders" reply came out as "throttler top: top: empty top reply".
+func TestTopWithoutWorkersSaysSo(t *testing.T) {
+	setup(t)
+	const said = "no worker answered within 1.5s on _THROTTLER.JOBS.throttler.top: is a worker running on this NATS, with the same THROTTLER_STREAM (JOBS) and THROTTLER_CONSUMER (throttler)?"
+	r := cli(t, "top", "--quiet", "--json")
+	r.want(t, "top --json without workers", exitFailed, nil, []string{"throttler top: " + said})
+	if strings.Contains(r.stderr, "top: top:") || strings.Contains(r.stderr, "empty top reply") {
+		t.Errorf("top --json without workers: stderr %q", r.stderr)
+	}
+	live := startChild(t, "top", "--quiet")
+	testenv.Eventually(t, 30*time.Second, "the live view saying no worker answered", func() bool {
+		return strings.Contains(live.stderr.String(), "throttler top: "+said+" (retrying)")
+	})
+	if code := live.stop(t); code != exitOK {
+		t.Fatalf("top exit %d:\n%s", code, live.stderr)
+	}
+}
