@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/subject"
 )
 
 // pubUsage and subUsage are the usage of `throttler pub` and `throttler sub`.
@@ -50,18 +51,28 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return status
 	}
 	fs := flag.NewFlagSet("throttler pub", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, pubUsage); fs.PrintDefaults() }
 	hdr := headerFlags{}
 	fs.Var(hdr, "H", "a header of every job, Name:Value (repeat for more)")
 	n := fs.Int("n", 1, "how many jobs to publish")
-	if err := fs.Parse(args); err != nil {
-		return parseStatus(err)
+	if status, ok := parseFlags(fs, args, pubUsage, stderr); !ok {
+		return status
 	}
-	if fs.NArg() < 1 || fs.NArg() > 2 || *n < 1 {
-		return fail(exitConfig, "%s", pubUsage)
+	switch {
+	case fs.NArg() < 1:
+		return fail(exitConfig, "want a SUBJECT\n%s", pubUsage)
+	case fs.NArg() > 2:
+		return fail(exitConfig, "unexpected %q after SUBJECT and DATA\n%s", strings.Join(fs.Args()[2:], " "), pubUsage)
+	case *n < 1:
+		return fail(exitConfig, "-n must be at least 1, got %d\n%s", *n, pubUsage)
 	}
 	subj, data := fs.Arg(0), fs.Arg(1)
+	// A job is stored under one subject: a pattern, or a subject NATS
+	// would refuse, is said at once, not after pub's retries for an
+	// answer that never comes (jobs..x) or stored under its wildcard
+	// (jobs.acme.>).
+	if err := subject.Validate(subj, false); err != nil {
+		return fail(exitConfig, "%v: a job goes to one subject, not a pattern, with no empty token or white space\n%s", err, pubUsage)
+	}
 	cfg, ok := loadConfig(stderr)
 	if !ok {
 		return exitConfig
@@ -149,11 +160,9 @@ func subCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return status
 	}
 	fs := flag.NewFlagSet("throttler sub", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, subUsage); fs.PrintDefaults() }
 	n := fs.Int("n", 0, "exit after this many messages; 0: run until interrupted")
-	if err := fs.Parse(args); err != nil {
-		return parseStatus(err)
+	if status, ok := parseFlags(fs, args, subUsage, stderr); !ok {
+		return status
 	}
 	cfg, ok := loadConfig(stderr)
 	if !ok {
@@ -194,13 +203,27 @@ func subCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// parseStatus is the exit status of flags that did not parse: 0 for -h,
-// which printed the usage, 2 for the rest.
-func parseStatus(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+// parseFlags parses args into fs, whose name starts its messages (as
+// "throttler pub"). ok is false when the command is to end with status:
+// after -h, which prints usage and the flags (0), or a flag that does not
+// parse, said with the command's prefix before the same (2). The flag
+// package would print that error itself, without the prefix.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) (status int, ok bool) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	if err == nil {
+		return exitOK, true
 	}
-	return exitConfig
+	status = exitOK
+	if !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		status = exitConfig
+	}
+	fmt.Fprintln(stderr, usage)
+	fs.SetOutput(stderr)
+	fs.PrintDefaults()
+	return status, false
 }
 
 // maxShown bounds the bytes of a message's data sub prints.

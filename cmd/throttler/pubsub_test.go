@@ -125,3 +125,36 @@ func TestPubSubHelp(t *testing.T) {
 	cli(t, "pub", "-h").want(t, "pub -h", exitOK, nil, []string{"usage: throttler pub", "-n int"})
 	cli(t, "sub", "-h").want(t, "sub -h", exitOK, nil, []string{"usage: throttler sub", "exit after this many messages"})
 }
+
+// TestPubRefusesBadInput: a subject that is not one subject, a bad -n or
+// a bad header exit 2 at once with a message, prefixed as every other
+// and naming what is wrong, before any connection (NATS_URL points
+// nowhere: a connection would fail with 1). Before, `pub jobs..x` waited
+// 10 s for an answer, `pub 'jobs.ta.>'` stored a job under the wildcard,
+// -n 0 printed the usage alone, and -H's error came without the prefix.
+func TestPubRefusesBadInput(t *testing.T) {
+	t.Setenv("NATS_URL", "nats://127.0.0.1:1")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pub", "jobs..x", "hi"}, `throttler pub: subject "jobs..x" has an empty token`},
+		{[]string{"pub", "jobs.ta.>", "hi"}, `throttler pub: subject "jobs.ta.>" has a wildcard`},
+		{[]string{"pub", "jobs.*.x"}, `throttler pub: subject "jobs.*.x" has a wildcard`},
+		{[]string{"pub", "jobs.a b"}, `throttler pub: subject "jobs.a b" contains white space`},
+		{[]string{"pub", "jobs.acme."}, `has an empty token`},
+		{[]string{"pub", "-n", "0", "jobs.acme.x"}, "throttler pub: -n must be at least 1, got 0"},
+		{[]string{"pub", "-H", "nocolon", "jobs.acme.x"}, `throttler pub: invalid value "nocolon" for flag -H: want Name:Value`},
+		{[]string{"pub", "--bogus", "jobs.acme.x"}, "throttler pub: flag provided but not defined: -bogus"},
+		{[]string{"pub"}, "throttler pub: want a SUBJECT"},
+		{[]string{"pub", "jobs.acme.x", "hi", "extra"}, `throttler pub: unexpected "extra"`},
+		{[]string{"sub", "-n", "x"}, `throttler sub: invalid value "x" for flag -n`},
+	} {
+		start := time.Now()
+		r := cli(t, c.args...)
+		r.want(t, strings.Join(c.args, " "), exitConfig, nil, []string{c.want, "usage: throttler"})
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s took %s to refuse", strings.Join(c.args, " "), d)
+		}
+	}
+}
