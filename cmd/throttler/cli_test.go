@@ -71,7 +71,7 @@ const childArgs = "GO_TEST_THROTTLER_ARGS"
 // TestMain runs the command when started as a child by startChild.
 func TestMain(m *testing.M) {
 	if args, ok := os.LookupEnv(childArgs); ok {
-		os.Exit(run(strings.Fields(args), os.Stdout, os.Stderr))
+		os.Exit(runProcess(strings.Fields(args)))
 	}
 	os.Exit(m.Run())
 }
@@ -99,6 +99,18 @@ func startChild(t *testing.T, args ...string) *child {
 		<-c.done
 	})
 	return c
+}
+
+// wait waits for the command to exit, within a minute, and returns its
+// exit status.
+func (c *child) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("the command did not exit within a minute; it wrote:\n%s", c.stderr)
+	}
+	return c.cmd.ProcessState.ExitCode()
 }
 
 // stop sends SIGTERM and returns the exit status.

@@ -49,7 +49,20 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runProcess(os.Args[1:]))
+}
+
+// runProcess runs the command as the process: it sets go-redis' logger,
+// which is process-wide (go-redis has no logger per client), then runs
+// the subcommand on the process's stdout and stderr. Its default logger
+// printed a raw line per failed dial (`redis: ... pool.go:...: redis:
+// connection pool: failed to dial ...`) before the command's own error
+// that says the same; the logger of the worker's log keeps that line at
+// debug, below what the commands print. The worker sets its own once it
+// has read its settings.
+func runProcess(args []string) int {
+	redis.SetLogger(redisLogger{slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	return run(args, os.Stdout, os.Stderr)
 }
 
 // run dispatches the subcommand and returns the exit status.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -49,6 +50,27 @@ func TestFlushBudget(t *testing.T) {
 	} {
 		if got := flushBudget(c.signalled, 3*time.Second, c.now); got != c.want {
 			t.Errorf("%s: flushBudget = %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// TestCommandsKeepGoRedisLinesOut: with Redis down, inspect and credits
+// say so in their own words alone. Before, go-redis' default logger
+// printed a raw line per failed dial ("redis: 2026/12/06 08:39:41
+// pool.go:770: redis: connection pool: failed to dial ...") first. The
+// logger is the process's, so each command runs as a process of its own.
+func TestCommandsKeepGoRedisLinesOut(t *testing.T) {
+	s := setup(t)
+	s.redis.Stop(t)
+	for _, args := range [][]string{{"inspect", "acme"}, {"credits", "get", "acme"}, {"credits", "add", "acme", "5"}} {
+		c := startChild(t, append(args, "--quiet")...)
+		code := c.wait(t)
+		out := c.stderr.String()
+		if code != exitFailed || !strings.Contains(out, "throttler "+args[0]+": ") {
+			t.Errorf("%v with Redis down: exit %d, want %d with the command's error:\n%s", args, code, exitFailed, out)
+		}
+		if strings.Contains(out, "pool.go") || strings.Contains(out, "connection pool") {
+			t.Errorf("%v with Redis down printed go-redis' own lines:\n%s", args, out)
 		}
 	}
 }
