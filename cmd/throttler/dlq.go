@@ -94,17 +94,20 @@ func dlqCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	case "replay":
 		var r ops.ReplayReport
 		r, err = ops.ReplayDeadLetters(s.ctx, s.fleet, ops.ReplayOptions{DeadLetterFilter: filter, DryRun: *dryRun})
-		if !*asJSON || err != nil {
+		if shown(err, *asJSON, len(r.Replayed)+len(r.Skipped)) {
 			printReplay(stdout, r)
 		}
 		out = r
 	case "purge":
 		var r ops.DeadLetterPurgeReport
 		r, err = ops.PurgeDeadLetters(s.ctx, s.fleet, ops.DeadLetterPurgeOptions{DeadLetterFilter: filter, DryRun: *dryRun || !*yes})
-		if !*asJSON || err != nil {
+		if shown(err, *asJSON, len(r.Removed)) {
 			printDLQPurge(stdout, r)
 		}
 		out = r
+	}
+	if msg, ok := streamMissing(s.cfg, err); ok {
+		return fail(exitFailed, "%s: %s", sub, msg)
 	}
 	if err != nil {
 		return fail(statusOf(err), "%s: %v", sub, err)
@@ -115,6 +118,18 @@ func dlqCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		}
 	}
 	return exitOK
+}
+
+// shown reports whether a replay's or a purge's report is printed as
+// text: after a success without --json, or after a failure once it did
+// done things (what it did before failing). A failure before anything
+// was done prints none: "replayed 0 dead letters" then an error read as
+// a success that went wrong.
+func shown(err error, asJSON bool, done int) bool {
+	if err != nil {
+		return done > 0
+	}
+	return !asJSON
 }
 
 // printDeadLetters writes a table of dead letters.

@@ -54,3 +54,20 @@ func TestOpsServerDown(t *testing.T) {
 		}
 	}
 }
+
+// TestOpsWithoutTheJobsStream: on a NATS server no worker has started on,
+// purge and dlq replay say the jobs stream is missing and what to do,
+// exit 1, and print nothing on stdout. Before, they printed JetStream's
+// "API error: code=404 ... stream not found", and replay "replayed 0 dead
+// letters" on stdout first.
+func TestOpsWithoutTheJobsStream(t *testing.T) {
+	setup(t)
+	const said = "no stream JOBS on this server: start the worker first (it creates the stream JOBS for "
+	for _, args := range [][]string{{"purge", "acme"}, {"purge", "acme", "--yes"}, {"dlq", "replay"}, {"dlq", "replay", "--json"}} {
+		r := cli(t, append(args, "--quiet")...)
+		r.want(t, strings.Join(args, " "), exitFailed, nil, []string{"throttler " + args[0] + ": ", said})
+		if r.stdout != "" || contains(r.stderr, "API error") {
+			t.Errorf("%v without the jobs stream: stdout %q, stderr %q", args, r.stdout, r.stderr)
+		}
+	}
+}

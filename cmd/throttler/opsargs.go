@@ -153,6 +153,19 @@ func statusOf(err error) int {
 	return exitFailed
 }
 
+// streamMissing says, for err of a command that reads the jobs stream,
+// that this server has no such stream and what to do, as pub does; ok is
+// false for any other error. JetStream's own words ("nats: API error:
+// code=404 err_code=10059 description=stream not found") name neither the
+// stream nor the cause, most often a server no worker has started on.
+func streamMissing(cfg *app.Settings, err error) (msg string, ok bool) {
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return "", false
+	}
+	return fmt.Sprintf("no stream %s on this server: start the worker first (it creates the stream %s for %s), or run the command with the workers' THROTTLER_STREAM",
+		cfg.Stream, cfg.Stream, strings.Join(cfg.Subjects, ",")), true
+}
+
 // printJSON writes v as one indented JSON document.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -58,6 +58,9 @@ func purgeCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		if rep.Removed > 0 {
 			printPurge(stderr, rep)
 		}
+		if msg, ok := streamMissing(s.cfg, err); ok {
+			return fail(exitFailed, "%s", msg)
+		}
 		return fail(statusOf(err), "%v", err)
 	}
 	if *asJSON {
