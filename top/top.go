@@ -45,6 +45,14 @@ type View struct {
 	Rows []Row `json:"rows"`
 }
 
+// statusHeader and noResponders are the header and status NATS answers a
+// request with when nothing subscribes to its subject (nats.go reads them
+// so for Request, and keeps the names unexported).
+const (
+	statusHeader = "Status"
+	noResponders = "503"
+)
+
 // ErrNoWorkers says no worker answered.
 var ErrNoWorkers = errors.New("no worker answered: is any running, with the same THROTTLER_STREAM and THROTTLER_CONSUMER?")
 
@@ -82,6 +90,11 @@ gather:
 	for {
 		select {
 		case m := <-ch:
+			if len(m.Data) == 0 && m.Header.Get(statusHeader) == noResponders {
+				// NATS's answer to a request nobody subscribes to: no
+				// worker listens, so none will answer.
+				return View{}, ErrNoWorkers
+			}
 			r, err := DecodeReply(m.Data)
 			if err != nil {
 				badErr = err

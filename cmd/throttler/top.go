@@ -102,31 +102,19 @@ func topCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 const topWait = 1500 * time.Millisecond
 
 // gatherTop is top.Gather, its errors said for the command: a fleet with
-// no worker answering is told as such, with what to check. NATS answers
-// a request nobody subscribes to with an empty "no responders" message,
-// which Gather reads as a bad reply ("empty top reply"); a plain request
-// to the same subject tells that case apart (it fails at once with
-// nats.ErrNoResponders), and is only sent when Gather failed.
+// no worker answering is told as such, with the settings to check.
 func gatherTop(ctx context.Context, nc *nats.Conn, cfg *app.Settings, o top.Options) (top.View, error) {
 	v, err := top.Gather(ctx, nc, o)
 	if err == nil || ctx.Err() != nil {
 		return v, err
 	}
-	if errors.Is(err, top.ErrNoWorkers) || noResponders(ctx, nc, o.Subject) {
+	if errors.Is(err, top.ErrNoWorkers) {
 		return v, fmt.Errorf("no worker answered within %s on %s: is a worker running on this NATS, with the same THROTTLER_STREAM (%s) and THROTTLER_CONSUMER (%s)?",
 			o.Wait, o.Subject, cfg.Stream, cfg.Consumer)
 	}
 	// Gather names its package at the start of its errors, which the
 	// command's own prefix already does: "throttler top: top: ...".
 	return v, errors.New(strings.TrimPrefix(err.Error(), "top: "))
-}
-
-// noResponders reports whether NATS says nothing subscribes to subj.
-func noResponders(ctx context.Context, nc *nats.Conn, subj string) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	_, err := nc.RequestWithContext(ctx, subj, nil)
-	return errors.Is(err, nats.ErrNoResponders)
 }
 
 // printTop writes v for people.
