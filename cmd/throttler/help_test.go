@@ -81,7 +81,7 @@ func TestBadArgumentsSayWhat(t *testing.T) {
 // exit 2, before it reads the environment or connects. Before, `run
 // --bogus` started the worker, `check-config extra` and `version --bogus`
 // exited 0, and `inspect --bogus` and `limits get --bogus` read a tenant
-// named "--bogus" (it passes tenant.Validate).
+// named "--bogus" (it passes tenant.Validate), and `demo --bogus` exited 1.
 func TestUnknownFlagsAndArgumentsAreRefused(t *testing.T) {
 	t.Setenv("THROTTLER_MAX_ACK_PENDING", "not-a-number") // read, it would be named
 	t.Setenv("NATS_URL", "nats://127.0.0.1:1")
@@ -99,6 +99,9 @@ func TestUnknownFlagsAndArgumentsAreRefused(t *testing.T) {
 			t.Errorf("%s read the environment or a server:\n%s%s", strings.Join(args, " "), r.stdout, r.stderr)
 		}
 	}
+	// demo prints the flag package's usage, and says its command line is bad.
+	cli(t, "demo", "--bogus").want(t, "demo --bogus", exitConfig, nil, []string{"throttler demo: bad command line"})
+	cli(t, "demo", "extra").want(t, "demo extra", exitConfig, nil, []string{"throttler demo: bad command line"})
 	cli(t, "help", "--bogus").want(t, "help --bogus", exitConfig, nil, []string{`throttler help: takes no arguments, got "--bogus"`})
 	cli(t, "help", "-h").want(t, "help -h", exitOK, []string{"commands:"}, nil)
 }

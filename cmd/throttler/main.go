@@ -114,6 +114,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer stop()
 		if err := demo.Run(ctx, demo.Options{Args: args[1:], Out: stdout, Log: stderr, Quiet: quiet}); err != nil {
 			fmt.Fprintln(stderr, "throttler demo:", err)
+			if errors.Is(err, demo.ErrUsage) {
+				return exitConfig
+			}
 			return exitFailed
 		}
 		return exitOK

@@ -92,7 +92,11 @@ func writerOr(w io.Writer) io.Writer {
 	return w
 }
 
-// parseFlags reads the demo's flags from args.
+// ErrUsage marks an error of the demo's command line (a flag it does not
+// know, a bad value, an argument): the command's status 2.
+var ErrUsage = errors.New("bad command line")
+
+// parseFlags reads the demo's flags from args; an error wraps ErrUsage.
 func parseFlags(args []string, usage io.Writer) (settings, error) {
 	fs := flag.NewFlagSet("throttler demo", flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -101,15 +105,18 @@ func parseFlags(args []string, usage io.Writer) (settings, error) {
 	fs.IntVar(&fl.workers, "workers", 2, "how many workers run, each with its own NATS connection")
 	fs.BoolVar(&fl.shareRedis, "share-redis", false, "run even though REDIS_URL holds keys the demo did not write (it adds keys and its function library there)")
 	if err := fs.Parse(args); err != nil {
-		return fl, fmt.Errorf("parse flags: %w", err)
+		if errors.Is(err, flag.ErrHelp) {
+			return fl, err
+		}
+		return fl, fmt.Errorf("%w: parse flags: %w", ErrUsage, err)
 	}
 	switch {
 	case fs.NArg() > 0:
-		return fl, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return fl, fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
 	case fl.duration <= 0:
-		return fl, fmt.Errorf("-duration must be more than 0, got %s", fl.duration)
+		return fl, fmt.Errorf("%w: -duration must be more than 0, got %s", ErrUsage, fl.duration)
 	case fl.workers < 1 || fl.workers > maxWorkers:
-		return fl, fmt.Errorf("-workers must be between 1 and %d, got %d", maxWorkers, fl.workers)
+		return fl, fmt.Errorf("%w: -workers must be between 1 and %d, got %d", ErrUsage, maxWorkers, fl.workers)
 	}
 	return fl, nil
 }
