@@ -169,6 +169,12 @@ func subCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return exitConfig
 	}
 	subjects := fs.Args()
+	for _, s := range subjects {
+		// Refused here, not by the server after connecting.
+		if err := subject.Validate(s, true); err != nil {
+			return fail(exitConfig, "%v\n%s", err, subUsage)
+		}
+	}
 	if len(subjects) == 0 {
 		subjects = []string{cfg.Forward.Pattern(), cfg.DLQ.Pattern()}
 	}
