@@ -121,8 +121,8 @@ func dlqCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 }
 
 // shown reports whether a replay's or a purge's report is printed as
-// text: after a success without --json, or after a failure once it did
-// done things (what it did before failing). A failure before anything
+// text: after a success without --json, or after a failure once it had done
+// something (what it did before failing). A failure before anything
 // was done prints none: "replayed 0 dead letters" then an error read as
 // a success that went wrong.
 func shown(err error, asJSON bool, done int) bool {
