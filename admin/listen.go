@@ -21,19 +21,19 @@ func Listen(addr, token string) (net.Listener, error) {
 	if token == "" {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
-			return nil, fmt.Errorf("admin address %q: %w", addr, err)
+			return nil, fmt.Errorf("admin address %q (THROTTLER_ADMIN_ADDR): %w", addr, err)
 		}
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return nil, fmt.Errorf("admin address %q: %w", addr, ErrNeedsToken)
+			return nil, fmt.Errorf("admin address %q (THROTTLER_ADMIN_ADDR): %w", addr, ErrNeedsToken)
 		}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("admin address %q: %w", addr, err)
+		return nil, fmt.Errorf("admin address %q (THROTTLER_ADMIN_ADDR): %w", addr, err)
 	}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && token == "" && !tcp.IP.IsLoopback() {
 		_ = ln.Close()
-		return nil, fmt.Errorf("admin address %q bound %s: %w", addr, tcp, ErrNeedsToken)
+		return nil, fmt.Errorf("admin address %q (THROTTLER_ADMIN_ADDR) bound %s: %w", addr, tcp, ErrNeedsToken)
 	}
 	return ln, nil
 }

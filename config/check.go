@@ -205,6 +205,7 @@ func (ck *checker) natsURLs(s string) {
 		ck.addf(name, "%s, got %q", want, s)
 		return
 	}
+	ws, other := false, false // the client refuses a list that mixes them
 	for _, raw := range strings.Split(s, ",") {
 		raw = strings.TrimSpace(raw)
 		full := raw
@@ -215,6 +216,11 @@ func (ck *checker) natsURLs(s string) {
 		bad := err != nil || u.Host == "" || u.Hostname() == "" ||
 			!slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme)
 		if !bad {
+			if u.Scheme == "ws" || u.Scheme == "wss" {
+				ws = true
+			} else {
+				other = true
+			}
 			hp := u.Host
 			if u.Port() == "" {
 				hp += ":4222" // nats.Connect's default port
@@ -229,6 +235,9 @@ func (ck *checker) natsURLs(s string) {
 				ck.addf(name, "%s, got %q in %q", want, maskNATSURLs(raw), maskNATSURLs(s))
 			}
 		}
+	}
+	if ws && other {
+		ck.addf(name, "must not mix ws:// or wss:// URLs with nats:// or tls:// ones (the client refuses such a list), got %q", maskNATSURLs(s))
 	}
 }
 
@@ -251,7 +260,7 @@ func (ck *checker) bucket(name, s string) {
 
 // header checks a message header name.
 func (ck *checker) header(name, s string) {
-	if !headerNameOK(s) {
+	if !HeaderNameOK(s) {
 		ck.addf(name, "must be a header name of letters, digits and !#$%%&'*+-.^_`|~, got %q", s)
 	}
 }
@@ -289,7 +298,7 @@ func (ck *checker) source(name, s string) (token int, header string) {
 		}
 		return n, ""
 	case "header":
-		if !headerNameOK(arg) {
+		if !HeaderNameOK(arg) {
 			ck.addf(name, "header:NAME needs NAME a header name of letters, digits and !#$%%&'*+-.^_`|~, got %q", s)
 			return 0, ""
 		}
@@ -340,8 +349,10 @@ func (ck *checker) metricsAddr(s string) {
 	}
 }
 
-// headerNameOK reports whether s is a header field name (RFC 9110 token).
-func headerNameOK(s string) bool {
+// HeaderNameOK reports whether s is a header field name (RFC 9110 token):
+// what the settings naming a header take, and what a NATS header may be
+// named (the server refuses a message whose header name has a space).
+func HeaderNameOK(s string) bool {
 	if s == "" {
 		return false
 	}

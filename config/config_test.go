@@ -216,6 +216,7 @@ func TestInvalidValues(t *testing.T) {
 		{"NATS_URL", "nats://n1:4222,:::", "URLs"},
 		{"NATS_URL", "nats://n1:99999", "URLs"},
 		{"NATS_URL", "nats://n1:0", "URLs"},
+		{"NATS_URL", "nats://n1:4222,ws://n2:80/path", "must not mix"},
 		{"REDIS_URL", "redis://r:99999", "from 1 to 65535"},
 		{"REDIS_URL", "redis://r:0", "from 1 to 65535"},
 		{"REDIS_URL", "http://r:6379", "redis://"},

@@ -31,7 +31,7 @@ func (ck *checker) httpSettings(c *Config) []HeaderField {
 	case c.Handler == HandlerHTTP:
 		ck.addf("THROTTLER_HTTP_URL", "is required with THROTTLER_HANDLER=http: an http:// or https:// URL, {tenant} and {subject} replaced, such as https://api.example.com/jobs/{tenant}")
 	}
-	if !headerNameOK(c.HTTPMethod) {
+	if !HeaderNameOK(c.HTTPMethod) {
 		ck.addf("THROTTLER_HTTP_METHOD", "must be an HTTP method such as POST or PUT, got %q", c.HTTPMethod)
 	}
 	ck.durIn("THROTTLER_HTTP_TIMEOUT", c.HTTPTimeout)
@@ -71,7 +71,7 @@ func (ck *checker) httpHeaders(s string) []HeaderField {
 		switch {
 		case !ok:
 			ck.addf(name, "%s: entry %d has no NAME=", want, i+1)
-		case !headerNameOK(k):
+		case !HeaderNameOK(k):
 			ck.addf(name, "%s: entry %d's name %q is not a header name (letters, digits and !#$%%&'*+-.^_`|~)", want, i+1, k)
 		case strings.ContainsAny(v, "\r\n\x00"):
 			ck.addf(name, "%s: the value of %s holds a line break or NUL", want, k)

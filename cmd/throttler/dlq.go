@@ -62,8 +62,11 @@ func dlqCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	case len(rest) > 0 || sub == "show":
 		return fail(exitConfig, "%s: unexpected %q\n%s", sub, strings.Join(rest, " "), dlqUsage)
 	}
-	if (*dryRun && sub != "replay" && sub != "purge") || (*yes && sub != "purge") {
-		return fail(exitConfig, "%s takes neither --dry-run nor --yes\n%s", sub, dlqUsage)
+	if *dryRun && sub != "replay" && sub != "purge" {
+		return fail(exitConfig, "%s takes no --dry-run (replay and purge do)\n%s", sub, dlqUsage)
+	}
+	if *yes && sub != "purge" {
+		return fail(exitConfig, "%s takes no --yes (purge does)\n%s", sub, dlqUsage)
 	}
 	if since > 0 {
 		filter.Since = time.Now().Add(-since)

@@ -28,7 +28,9 @@ func TestOpsBadInput(t *testing.T) {
 		{[]string{"dlq", "list", "--since", "7x"}, "want a duration"},
 		{[]string{"dlq", "list", "--tenant", "a/b"}, "tenant"},
 		{[]string{"dlq", "list", "extra"}, "unexpected \"extra\""},
-		{[]string{"dlq", "list", "--yes"}, "neither --dry-run nor --yes"},
+		{[]string{"dlq", "list", "--yes"}, "list takes no --yes (purge does)"},
+		{[]string{"dlq", "replay", "--yes"}, "replay takes no --yes (purge does)"},
+		{[]string{"dlq", "show", "1", "--dry-run"}, "show takes no --dry-run"},
 	} {
 		var out, errOut bytes.Buffer
 		if status := run(c.args, &out, &errOut); status != exitConfig || !strings.Contains(errOut.String(), c.want) {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/subject"
 )
@@ -38,6 +39,9 @@ func (h headerFlags) Set(v string) error {
 	name, value, ok := strings.Cut(v, ":")
 	if !ok || strings.TrimSpace(name) == "" {
 		return fmt.Errorf("want Name:Value, got %q", v)
+	}
+	if !config.HeaderNameOK(strings.TrimSpace(name)) {
+		return fmt.Errorf("header name %q: want letters, digits and !#$%%&'*+-.^_`|~ only", strings.TrimSpace(name))
 	}
 	nats.Header(h).Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	return nil
@@ -163,6 +167,9 @@ func subCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 0, "exit after this many messages; 0: run until interrupted")
 	if status, ok := parseFlags(fs, args, subUsage, stderr); !ok {
 		return status
+	}
+	if *n < 0 {
+		return fail(exitConfig, "-n must be 0 (run until interrupted) or more, got %d\n%s", *n, subUsage)
 	}
 	cfg, ok := loadConfig(stderr)
 	if !ok {

@@ -150,6 +150,8 @@ func TestPubRefusesBadInput(t *testing.T) {
 		{[]string{"pub", "jobs.acme.x", "hi", "extra"}, `throttler pub: unexpected "extra"`},
 		{[]string{"sub", "-n", "x"}, `throttler sub: invalid value "x" for flag -n`},
 		{[]string{"sub", "done.>", "done..x"}, `throttler sub: subject "done..x" has an empty token`},
+		{[]string{"sub", "-n", "-1"}, "throttler sub: -n must be 0 (run until interrupted) or more, got -1"},
+		{[]string{"pub", "-H", "Na me:v", "jobs.acme.x"}, `throttler pub: invalid value "Na me:v" for flag -H: header name "Na me"`},
 	} {
 		start := time.Now()
 		r := cli(t, c.args...)

@@ -109,8 +109,8 @@ func gatherTop(ctx context.Context, nc *nats.Conn, cfg *app.Settings, o top.Opti
 		return v, err
 	}
 	if errors.Is(err, top.ErrNoWorkers) {
-		return v, fmt.Errorf("no worker answered within %s on %s: is a worker running on this NATS, with the same THROTTLER_STREAM (%s) and THROTTLER_CONSUMER (%s)?",
-			o.Wait, o.Subject, cfg.Stream, cfg.Consumer)
+		return v, fmt.Errorf("no worker answered on %s: is a worker running on this NATS, with the same THROTTLER_STREAM (%s) and THROTTLER_CONSUMER (%s)?",
+			o.Subject, cfg.Stream, cfg.Consumer)
 	}
 	// Gather names its package at the start of its errors, which the
 	// command's own prefix already does: "throttler top: top: ...".

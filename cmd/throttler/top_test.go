@@ -47,7 +47,7 @@ func TestTopJSONIsAnArrayOfRows(t *testing.T) {
 // responders" reply came out as "throttler top: top: empty top reply".
 func TestTopWithoutWorkersSaysSo(t *testing.T) {
 	setup(t)
-	const said = "no worker answered within 1.5s on _THROTTLER.JOBS.throttler.top: is a worker running on this NATS, with the same THROTTLER_STREAM (JOBS) and THROTTLER_CONSUMER (throttler)?"
+	const said = "no worker answered on _THROTTLER.JOBS.throttler.top: is a worker running on this NATS, with the same THROTTLER_STREAM (JOBS) and THROTTLER_CONSUMER (throttler)?"
 	r := cli(t, "top", "--quiet", "--json")
 	r.want(t, "top --json without workers", exitFailed, nil, []string{"throttler top: " + said})
 	if strings.Contains(r.stderr, "top: top:") || strings.Contains(r.stderr, "empty top reply") {
