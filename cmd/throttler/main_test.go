@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/throttler/throttler/internal/testenv"
 )
 
 // TestRedisLoggerKeepsTheLogFormat checks that go-redis' own messages come
@@ -72,5 +74,19 @@ func TestCommandsKeepGoRedisLinesOut(t *testing.T) {
 		if strings.Contains(out, "pool.go") || strings.Contains(out, "connection pool") {
 			t.Errorf("%v with Redis down printed go-redis' own lines:\n%s", args, out)
 		}
+	}
+}
+
+// Pointed at a server started without JetStream (Debian's default), the
+// commands that need JetStream say so at once, rather than pass on a
+// request nobody answered, or, as pub did, wait out an election.
+func TestCommandsSayTheServerHasNoJetStream(t *testing.T) {
+	t.Setenv("NATS_URL", testenv.StartNATSWithoutJetStream(t))
+	t.Setenv("REDIS_URL", testenv.StartRedis(t).URL())
+	for _, args := range [][]string{
+		{"pub", "jobs.acme.x", "hi"}, {"inspect", "acme"}, {"limits", "get", "acme"},
+		{"pause", "acme"}, {"purge", "acme", "--yes"}, {"dlq", "list"},
+	} {
+		cli(t, args...).want(t, strings.Join(args, " "), exitFailed, nil, []string{"runs without JetStream: start it with JetStream on"})
 	}
 }

@@ -186,5 +186,18 @@ func connectJetStream(cfg *app.Settings, name string, opts ...jetstream.JetStrea
 		nc.Close()
 		return nil, nil, err
 	}
+	if on, _ := nc.ConnectedServerJetStream(); !on {
+		// The server says it has no JetStream. One that reaches
+		// JetStream elsewhere (a leaf node) still answers this; one that
+		// cannot is said so now, not as a request nobody answered.
+		ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+			err = app.ExplainNoJetStream(nc, err)
+			nc.Close()
+			return nil, nil, err
+		}
+	}
 	return nc, js, nil
 }

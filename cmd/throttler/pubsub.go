@@ -90,6 +90,7 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	}
 	defer nc.Close()
 	var first, last *jetstream.PubAck
+	seqs := map[uint64]bool{}                             // the messages this run's jobs are stored as
 	run := strings.TrimPrefix(nats.NewInbox(), "_INBOX.") // this run's jobs' ids
 	for i := 1; i <= *n; i++ {
 		msg := &nats.Msg{Subject: subj, Data: []byte(strings.ReplaceAll(data, "{n}", strconv.Itoa(i))), Header: nats.Header{}}
@@ -115,11 +116,17 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 			first = ack
 		}
 		last = ack
+		seqs[ack.Sequence] = true
 	}
 	// A job's id is STREAM:SEQ; the worker stores moved jobs in the same
 	// stream, so the sequences of jobs published together need not follow.
 	fmt.Fprintf(stdout, "published %d job(s) to %s, stored in stream %s: first id %s:%d, last %s:%d\n", *n, subj, first.Stream,
 		first.Stream, first.Sequence, last.Stream, last.Sequence)
+	if same := *n - len(seqs); same > 0 {
+		// A Nats-Msg-Id given with -H names every job: the stream keeps
+		// the first within its duplicate window.
+		fmt.Fprintf(stdout, "%d of them had the Nats-Msg-Id of a job before them and were not stored again: %d stored\n", same, len(seqs))
+	}
 	return exitOK
 }
 

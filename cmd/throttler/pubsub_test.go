@@ -48,6 +48,11 @@ func TestPubStoresJobs(t *testing.T) {
 		t.Fatalf("second job: data %q, headers %v; want \"job 2\" and Job-Cost 2", m.Data, m.Header)
 	}
 	cli(t, "pub", "-H", "nocolon", "jobs.acme.x").want(t, "pub with a bad header", exitConfig, nil, []string{"want Name:Value"})
+	// One Nats-Msg-Id for every job: the stream keeps the first, and pub
+	// says the others were not stored.
+	cli(t, "pub", "-H", "Nats-Msg-Id: same", "-n", "2", "jobs.acme.x", "hi").want(t, "pub -n 2 with one id", exitOK,
+		[]string{"published 2 job(s) to jobs.acme.x, stored in stream JOBS: first id JOBS:4, last JOBS:4",
+			"1 of them had the Nats-Msg-Id of a job before them and were not stored again: 1 stored"}, nil)
 }
 
 // TestPubRetriesThroughARestart: NATS restarts while pub stores jobs; pub

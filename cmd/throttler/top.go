@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -72,7 +73,7 @@ func topCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		if err := enc.Encode(rows); err != nil {
 			return fail(exitFailed, "%v", err)
 		}
-		fmt.Fprintf(stderr, "throttler top: %d workers, %d tenants, %d more than shown\n", v.Workers, v.Tenants, v.More)
+		fmt.Fprintf(stderr, "throttler top: %s, %d tenants, %d more than shown\n", workers(v.Workers), v.Tenants, v.More)
 		return exitOK
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -117,10 +118,18 @@ func gatherTop(ctx context.Context, nc *nats.Conn, cfg *app.Settings, o top.Opti
 	return v, errors.New(strings.TrimPrefix(err.Error(), "top: "))
 }
 
+// workers says how many workers answered: "1 worker", "3 workers".
+func workers(n int) string {
+	if n == 1 {
+		return "1 worker"
+	}
+	return strconv.Itoa(n) + " workers"
+}
+
 // printTop writes v for people.
 func printTop(w io.Writer, v top.View) {
-	fmt.Fprintf(w, "throttler top at %s: %d workers, %d tenants, sorted by jobs waiting\n",
-		v.At.Format(time.TimeOnly), v.Workers, v.Tenants)
+	fmt.Fprintf(w, "throttler top at %s: %s, %d tenants, sorted by jobs waiting\n",
+		v.At.Format(time.TimeOnly), workers(v.Workers), v.Tenants)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "TENANT\tADMITTED/S\tDEFERRED/S\tNAK'D\tMOVED\tPARKED\tPAUSED\tOLDEST WAIT\tDLQ 1H\t HELD BY\t")
 	for _, r := range v.Rows {

@@ -33,7 +33,7 @@ func TestTopJSONIsAnArrayOfRows(t *testing.T) {
 		}
 		return false
 	})
-	if !strings.Contains(last.stderr, "1 workers, ") || !strings.Contains(last.stderr, "more than shown") {
+	if !strings.Contains(last.stderr, "1 worker, ") || !strings.Contains(last.stderr, "more than shown") {
 		t.Errorf("stderr %q, want the workers that answered and the tenants left out", last.stderr)
 	}
 	if code := worker.stop(t); code != exitOK {

@@ -214,7 +214,7 @@ func setUpWithRetry(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 			log.Debug("waiting for NATS to set up JetStream", "retry_in", d)
 			return
 		}
-		log.Warn("setting up JetStream failed; retrying", "err", err, "retry_in", d)
+		log.Warn("setting up JetStream failed; retrying", "err", ExplainNoJetStream(nc, err), "retry_in", d)
 	}
 	if err := backoff.RetryNotify(setup, backoff.WithContext(bo, ctx), notify); err != nil {
 		if ctx.Err() != nil {

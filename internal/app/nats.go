@@ -1,9 +1,11 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/config"
 )
@@ -53,4 +55,24 @@ func ConnectNATS(cfg *config.Config, name string, extra ...nats.Option) (*nats.C
 		return nil, fmt.Errorf("connecting to NATS: %w", err)
 	}
 	return nc, nil
+}
+
+// ExplainNoJetStream returns err, a request to JetStream that nothing
+// answered, with what to do when the server nc is connected to runs
+// without JetStream: a first-hour mistake (a server started without -js,
+// Debian's default), which would otherwise read as an election to wait
+// out. Any other err, or a server with JetStream (a cluster electing a
+// leader answers again soon), is returned as it is. The server's own word
+// (its INFO) is taken only once a request has gone unanswered: a server
+// without JetStream may still reach one with it (a leaf node).
+func ExplainNoJetStream(nc *nats.Conn, err error) error {
+	if err == nil || !(errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled)) {
+		return err
+	}
+	if on, _ := nc.ConnectedServerJetStream(); on || !nc.IsConnected() {
+		return err
+	}
+	return fmt.Errorf("the NATS server at %s runs without JetStream: start it with JetStream on (nats-server -js, or jetstream {} in its configuration): %w",
+		nc.ConnectedUrlRedacted(), err)
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,35 @@ func TestConnectNATSJetStreamWithCredentials(t *testing.T) {
 	}
 	if _, err := js.Publish(ctx, "jobs.acme.1", []byte("x")); err != nil {
 		t.Fatalf("publish: %v", err)
+	}
+}
+
+// A request to JetStream that a server without JetStream leaves unanswered
+// is explained as such; the same error from a server with JetStream (a
+// stream electing its leader) is left as it is.
+func TestExplainNoJetStream(t *testing.T) {
+	t.Parallel()
+	noJS, err := nats.Connect(testenv.StartNATSWithoutJetStream(t))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer noJS.Close()
+	js, err := jetstream.New(noJS)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = js.Stream(ctx, "JOBS")
+	explained := ExplainNoJetStream(noJS, err)
+	if !errors.Is(explained, err) || !strings.Contains(explained.Error(), "runs without JetStream") {
+		t.Errorf("without JetStream: %v, want %v explained", explained, err)
+	}
+	withJS := testenv.StartNATS(t, "").Connect(t)
+	if got := ExplainNoJetStream(withJS, err); got != err {
+		t.Errorf("with JetStream: %v, want %v as it is", got, err)
+	}
+	if got := ExplainNoJetStream(noJS, jetstream.ErrStreamNotFound); got != jetstream.ErrStreamNotFound {
+		t.Errorf("another error: %v, want it as it is", got)
 	}
 }

@@ -156,3 +156,23 @@ func (n *NATS) shutdownLocked() {
 	n.srv.WaitForShutdown()
 	n.srv = nil
 }
+
+// StartNATSWithoutJetStream starts an in-process nats-server without
+// JetStream, as one started without -js is, on a port of 127.0.0.1 the
+// server picks, and returns its URL. A cleanup shuts it down.
+func StartNATSWithoutJetStream(tb testing.TB) string {
+	tb.Helper()
+	srv, err := server.NewServer(&server.Options{Host: loopback, Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		tb.Fatalf("testenv: configure nats-server without JetStream: %v", err)
+	}
+	srv.Start()
+	tb.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	if !srv.ReadyForConnections(startTimeout) {
+		tb.Fatalf("testenv: nats-server without JetStream not ready for connections after %s", startTimeout)
+	}
+	return srv.ClientURL()
+}
