@@ -16,7 +16,10 @@ type Request struct {
 	// Cost is the number of tokens the job takes. Defaults to 1.
 	Cost int64
 	// At is the time of the decision. Defaults to Redis TIME. Set it only
-	// for deterministic tests or replays.
+	// for deterministic tests or replays, and never let it run slower than
+	// real time: the state's keys expire by Redis's clock once they hold
+	// nothing more by At's (a bucket full again, a window's admissions out
+	// of its span), so a clock that falls behind finds them forgotten.
 	At time.Time
 	// Limits overrides the tenant's limits for this one request when
 	// non-empty; whether they are shadowed still comes from its Policy.

@@ -236,7 +236,8 @@ func TestSlidingBoundWithTwoDeciders(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	w := throttle.SlidingWindow(10, 100*ms)
-	var clock atomic.Int64
+	var clock atomic.Int64 // µs after t0, moved under turn
+	began := time.Now()
 	var mu, turn sync.Mutex
 	var admitted []time.Time
 	var wg sync.WaitGroup
@@ -248,7 +249,18 @@ func TestSlidingBoundWithTwoDeciders(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(g), 2))
 			for range 600 {
 				turn.Lock()
-				at := t0.Add(time.Duration(clock.Add(rng.Int64N(600))) * time.Microsecond)
+				// The clock never runs slower than the real one: the
+				// window's key expires by Redis's clock once its last
+				// admission left the span, so a clock that crawled through
+				// a stall of a loaded machine (over the span: seen in CI)
+				// found the window emptied, as a replay slower than real
+				// time would (Request.At).
+				c := clock.Add(rng.Int64N(600))
+				if real := time.Since(began).Microseconds(); c < real {
+					clock.Store(real)
+					c = real
+				}
+				at := t0.Add(time.Duration(c) * time.Microsecond)
 				d, err := l.Decide(ctx, throttle.Request{Tenant: "acme", At: at})
 				turn.Unlock()
 				if err != nil {
