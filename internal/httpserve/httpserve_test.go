@@ -64,6 +64,40 @@ func TestStopClosesAConnectionThatSentNothing(t *testing.T) {
 	}
 }
 
+// A connection that sent nothing does not make the stop wait out its
+// grace: with a grace of a minute, the stop still returns at once, where
+// net/http alone would wait for the connection's first 5 s.
+func TestStopDoesNotWaitForAConnectionThatSentNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srv := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: time.Minute}
+	stop := httpserve.ServeWithGrace(srv, ln, "test", log, time.Minute)
+	addr := ln.Addr().String()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	resp, err := http.Get("http://" + addr + "/") // the accept loop is past conn
+	if err != nil {
+		t.Fatalf("GET: %v", err)
+	}
+	resp.Body.Close()
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(4 * time.Second):
+		t.Fatal("the stop still waited 4 s for a connection that sent nothing")
+	}
+	if !closedBy(t, conn, 2*time.Second) {
+		t.Errorf("the connection that sent nothing was still open after the stop")
+	}
+}
+
 // A request still running at the end of the grace is cut: the stop does
 // not wait for it.
 func TestStopCutsARequestPastTheGrace(t *testing.T) {
