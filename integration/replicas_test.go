@@ -15,9 +15,11 @@ import (
 // TestStreamReplicas: on a three-server NATS cluster, a worker with
 // THROTTLER_STREAM_REPLICAS=3 creates the jobs stream at 3 replicas, and
 // the output streams and the limits bucket with it; a worker creating a
-// stream of one replica there warns that its jobs sit on one server; and
-// on a server that is not clustered, 3 stops the start with a message
-// naming the variable (exit 2), not a retry for ever.
+// stream of one replica there warns that its jobs sit on one server; a
+// worker asking for 3 replicas of a stream that exists with one warns
+// that the setting did not apply; and on a server that is not clustered,
+// 3 stops the start with a message naming the variable (exit 2), not a
+// retry for ever.
 func TestStreamReplicas(t *testing.T) {
 	bin, natsServer := buildThrottler(t), buildNATSServer(t)
 	cluster := startNATSCluster(t, natsServer, 3)
@@ -69,6 +71,20 @@ func TestStreamReplicas(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "stream SOLO has one replica on a clustered NATS") {
 		t.Errorf("a stream of one replica on a cluster: no warning\n%s", log)
+	}
+
+	// The setting asks for 3, but SOLO exists with one: left as it is, and
+	// the worker says the setting did not apply.
+	three := map[string]string{"THROTTLER_STREAM_REPLICAS": "3"}
+	for k, v := range one {
+		three[k] = v
+	}
+	log = run(three)
+	if got := replicas("SOLO"); got != 1 {
+		t.Errorf("existing stream SOLO: %d replicas after a worker asked for 3, want it left at 1", got)
+	}
+	if !strings.Contains(log.String(), "THROTTLER_STREAM_REPLICAS=3 applies to a stream the worker creates: stream SOLO exists with 1") {
+		t.Errorf("THROTTLER_STREAM_REPLICAS=3 against an existing stream of 1: no warning\n%s", log)
 	}
 
 	single := testenv.StartNATS(t, "")

@@ -118,16 +118,27 @@ func pubCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		last = ack
 		seqs[ack.Sequence] = true
 	}
-	// A job's id is STREAM:SEQ; the worker stores moved jobs in the same
-	// stream, so the sequences of jobs published together need not follow.
-	fmt.Fprintf(stdout, "published %d job(s) to %s, stored in stream %s: first id %s:%d, last %s:%d\n", *n, subj, first.Stream,
-		first.Stream, first.Sequence, last.Stream, last.Sequence)
+	fmt.Fprintln(stdout, pubSummary(*n, subj, first, last, len(seqs)))
 	if same := *n - len(seqs); same > 0 {
 		// A Nats-Msg-Id given with -H names every job: the stream keeps
 		// the first within its duplicate window.
 		fmt.Fprintf(stdout, "%d of them had the Nats-Msg-Id of a job before them and were not stored again: %d stored\n", same, len(seqs))
 	}
 	return exitOK
+}
+
+// pubSummary says where n jobs published to subj were stored: the ids of
+// the first and the last (STREAM:SEQ), and whether the ids between them
+// include other messages (stored of them, by their sequences, were
+// stored): the worker stores moved jobs in the same stream, so the
+// sequences of jobs published together need not follow each other.
+func pubSummary(n int, subj string, first, last *jetstream.PubAck, stored int) string {
+	between := ""
+	if last.Sequence-first.Sequence+1 > uint64(stored) {
+		between = " (the ids between include other messages of the stream)"
+	}
+	return fmt.Sprintf("published %d job(s) to %s, stored in stream %s: first id %s:%d, last %s:%d%s", n, subj, first.Stream,
+		first.Stream, first.Sequence, last.Stream, last.Sequence, between)
 }
 
 // pubRetryFor is how long pub retries a job whose publish failed for want

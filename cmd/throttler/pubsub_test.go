@@ -55,6 +55,21 @@ func TestPubStoresJobs(t *testing.T) {
 			"1 of them had the Nats-Msg-Id of a job before them and were not stored again: 1 stored"}, nil)
 }
 
+// TestPubSummarySaysWhenOtherMessagesLieBetween: jobs whose sequences
+// follow each other are a range; when other messages (moved copies) were
+// stored between them, the summary says so.
+func TestPubSummarySaysWhenOtherMessagesLieBetween(t *testing.T) {
+	first, last := &jetstream.PubAck{Stream: "JOBS", Sequence: 4}, &jetstream.PubAck{Stream: "JOBS", Sequence: 41}
+	got := pubSummary(20, "jobs.acme.x", first, last, 20)
+	if want := "published 20 job(s) to jobs.acme.x, stored in stream JOBS: first id JOBS:4, last JOBS:41 (the ids between include other messages of the stream)"; got != want {
+		t.Errorf("20 jobs over 38 sequences:\n got %q\nwant %q", got, want)
+	}
+	last.Sequence = 23
+	if got := pubSummary(20, "jobs.acme.x", first, last, 20); strings.Contains(got, "other messages") {
+		t.Errorf("20 jobs over 20 sequences: %q", got)
+	}
+}
+
 // TestPubRetriesThroughARestart: NATS restarts while pub stores jobs; pub
 // retries the publishes that failed meanwhile and exits 0, and every job
 // is stored once (its Nats-Msg-Id makes a retry of a job stored in fact a

@@ -90,6 +90,7 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 	path.maxAge = stream.CachedInfo().Config.MaxAge
 	warnUnbounded(stream, "it holds the jobs", "THROTTLER_STREAM_MAX_AGE", cfg.StreamMaxAge, log)
 	warnOneCopy(stream, nc.ConnectedClusterName(), log)
+	warnReplicasUnapplied(stream, cfg.StreamReplicas, log)
 	// A NAK'd job stays the same message, so it ages while it waits; a
 	// max age of a day or more (the default is 7 days) leaves room for any
 	// usual backlog and is not worth a warning at every start.
@@ -214,6 +215,20 @@ func warnOneCopy(s jetstream.Stream, cluster string, log *slog.Logger) {
 	}
 	log.Warn("stream "+c.Name+" has one replica on a clustered NATS: its jobs are on one server only, out of reach while it is down; give it more, e.g. `nats stream edit "+c.Name+" --replicas 3` (a new stream: THROTTLER_STREAM_REPLICAS)",
 		"stream", c.Name, "cluster", cluster)
+}
+
+// warnReplicasUnapplied warns when THROTTLER_STREAM_REPLICAS asks for
+// more replicas than the jobs stream, which existed before, has: the
+// setting applies to a stream the worker creates, and the worker never
+// changes one that exists, so an operator who set it for an existing
+// stream would otherwise believe the jobs had the copies asked for.
+func warnReplicasUnapplied(s jetstream.Stream, want int, log *slog.Logger) {
+	c := s.CachedInfo().Config
+	if want <= 1 || c.Replicas >= want {
+		return
+	}
+	log.Warn(fmt.Sprintf("THROTTLER_STREAM_REPLICAS=%d applies to a stream the worker creates: stream %s exists with %d and is left as it is; raise it with `nats stream edit %s --replicas %d` (on a clustered NATS)", want, c.Name, c.Replicas, c.Name, want),
+		"stream", c.Name, "replicas", c.Replicas)
 }
 
 // b2i is 1 for true, else 0.
