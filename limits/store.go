@@ -61,9 +61,8 @@ const maxShared = 4096
 // those set from the bucket (Set, Remove; Watch calls them). Safe for
 // concurrent use.
 type Store struct {
-	env throttle.Rules
-
 	mu        sync.RWMutex
+	env       throttle.Rules              // the environment's policies (SetEnv)
 	overrides map[string]*throttle.Policy // tenant → its policy from the bucket
 	def       *throttle.Policy            // DefaultKey's policy, or nil
 	// shared holds one Policy per spec: tenants on the same plan share it,
@@ -81,33 +80,42 @@ func NewStore(env throttle.Rules) *Store {
 func (s *Store) Policy(t string) throttle.Policy {
 	s.mu.RLock()
 	p, ok := s.overrides[t]
-	def := s.def
+	def, env := s.def, s.env
 	s.mu.RUnlock()
 	if ok {
 		return *p
 	}
-	return s.fallback(t, def)
+	return fallback(t, env, def)
 }
 
 // Fallback returns the policy that applies to t without a key of its own
 // in the bucket.
 func (s *Store) Fallback(t string) throttle.Policy {
 	s.mu.RLock()
-	def := s.def
+	def, env := s.def, s.env
 	s.mu.RUnlock()
-	return s.fallback(t, def)
+	return fallback(t, env, def)
 }
 
-// fallback is t's policy from the environment, or def (DefaultKey's) for
-// a tenant the environment does not list.
-func (s *Store) fallback(t string, def *throttle.Policy) throttle.Policy {
-	if p, ok := s.env.Tenants[t]; ok {
+// fallback is t's policy from the environment's env, or def (DefaultKey's)
+// for a tenant the environment does not list.
+func fallback(t string, env throttle.Rules, def *throttle.Policy) throttle.Policy {
+	if p, ok := env.Tenants[t]; ok {
 		return p
 	}
 	if def != nil {
 		return *def
 	}
-	return s.env.Default
+	return env.Default
+}
+
+// SetEnv replaces the environment's policies with env, from the next
+// decision on: the fleet's workers agree on one environment while they
+// are rolled to another (the caller keeps env unchanged afterwards).
+func (s *Store) SetEnv(env throttle.Rules) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.env = env
 }
 
 // Set makes p the policy of key (a tenant, or DefaultKey), read from spec.

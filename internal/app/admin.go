@@ -29,14 +29,18 @@ const (
 	rollCallQuiet = 150 * time.Millisecond
 )
 
-// answerRollCalls answers the fleet's roll calls with this worker's
-// identity, readiness and environment limits until the returned stop is
-// called, and checks once that the workers answering agree with it on
-// those limits (warnLimitsDisagree); stop waits for that check.
-func answerRollCalls(ctx context.Context, nc *nats.Conn, cfg *Settings, ready *readiness, log *slog.Logger) (stop func()) {
+// newSelf is this worker's answer to the fleet's roll calls, but for its
+// readiness: who it is and the limits it read from its environment.
+func newSelf(cfg *Settings) rollcall.Worker {
 	host, _ := os.Hostname()
-	self := rollcall.Worker{ID: strings.TrimPrefix(nats.NewInbox(), "_INBOX."), Host: host, Version: Version(), Started: time.Now().UTC(),
-		Limits: envLimits(cfg)}
+	return rollcall.Worker{ID: strings.TrimPrefix(nats.NewInbox(), "_INBOX."), Host: host, Version: Version(), Started: time.Now().UTC(),
+		Limits: envLimits(cfg), Rules: envRules(cfg.Rules)}
+}
+
+// answerRollCalls answers the fleet's roll calls as self, with its
+// readiness, until the returned stop is called; asked hears what each
+// asker said of itself.
+func answerRollCalls(nc *nats.Conn, cfg *Settings, self rollcall.Worker, ready *readiness, asked func([]byte), log *slog.Logger) (stop func()) {
 	unanswer, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker {
 		w := self
 		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
@@ -44,20 +48,12 @@ func answerRollCalls(ctx context.Context, nc *nats.Conn, cfg *Settings, ready *r
 		v := ready.verdict(ctx)
 		w.Ready, w.Problems = len(v.problems) == 0, v.problems
 		return w
-	})
+	}, asked)
 	if err != nil {
 		log.Warn("answering roll calls failed; this worker is missing from the console's fleet page", "err", err)
 		return func() {}
 	}
-	checked := make(chan struct{})
-	go func() {
-		defer close(checked)
-		warnLimitsDisagree(ctx, nc, cfg, self, log)
-	}()
-	return func() {
-		<-checked
-		unanswer()
-	}
+	return unanswer
 }
 
 // startAdmin serves the admin API and console on THROTTLER_ADMIN_ADDR
@@ -124,5 +120,5 @@ type workers struct {
 
 // Workers implements admin.Workers.
 func (w workers) Workers(ctx context.Context) ([]rollcall.Worker, error) {
-	return rollcall.Gather(ctx, w.nc, w.subject, rollCallWait, rollCallQuiet)
+	return rollcall.Gather(ctx, w.nc, w.subject, nil, rollCallWait, rollCallQuiet)
 }

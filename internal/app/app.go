@@ -67,7 +67,9 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	}
 	// Every worker answers the console's roll call, with an admin address
 	// or not, so that any worker's console lists the whole fleet.
-	defer answerRollCalls(ctx, opts.NATS, cfg, ready, log)()
+	self := newSelf(cfg)
+	agreement := newEnvAgreement(opts.NATS, cfg, self, log)
+	defer answerRollCalls(opts.NATS, cfg, self, ready, agreement.asked, log)()
 	stopAdmin, err := startAdmin(cfg, opts, js, log)
 	if err != nil {
 		return err
@@ -83,6 +85,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if policies == nil {
 		return nil // stopped before the limits were in: nothing in flight
 	}
+	defer agreement.start(ctx, policies)()
 	pauses, ok := livePauses(ctx, opts.NATS, js, cfg, st.stream.CachedInfo().Config.Replicas, log)
 	if !ok {
 		return nil // stopped before the pauses were in: nothing in flight

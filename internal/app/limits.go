@@ -20,9 +20,9 @@ import (
 // values are in (a worker that decided before would apply the
 // environment's limits to tenants with limits of their own); with it off,
 // the environment's. It returns nils when ctx ends first.
-func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rdb throttle.Client, cfg *Settings, replicas int, stats *consumer.Stats, log *slog.Logger) (throttle.Policies, throttle.LevelPolicies) {
+func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rdb throttle.Client, cfg *Settings, replicas int, stats *consumer.Stats, log *slog.Logger) (*limits.Store, throttle.LevelPolicies) {
 	if cfg.LimitsBucket == config.LimitsOff {
-		return cfg.Rules, cfg.Levels
+		return limits.NewStore(cfg.Rules), cfg.Levels
 	}
 	kv, ok := openBucket(ctx, "limits", cfg.LimitsBucket, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return limits.OpenBucket(ctx, js, cfg.LimitsBucket, replicas)

@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/throttler/throttler/internal/rollcall"
+	"github.com/throttler/throttler/limits"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -40,27 +44,222 @@ func envLimits(cfg *Settings) string {
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-// warnLimitsDisagree asks the fleet's roll call once, at start, and warns
-// when other workers answer with other environment limits than this one's
-// (self): a rollout that changes a limit in the environment, during which
-// a tenant whose limit changed is not held to either (docs/usage.md,
-// "Changing a limit set in the environment"). Workers too old to say are
-// left out.
-func warnLimitsDisagree(ctx context.Context, nc *nats.Conn, cfg *Settings, self rollcall.Worker, log *slog.Logger) {
-	workers, err := rollcall.Gather(ctx, nc, RollCallSubject(cfg), rollCallWait, rollCallQuiet)
-	if err != nil {
-		return // the fleet page says why, when asked
+// envRules writes the tenants' limits of an environment as the roll call
+// carries them (rollcall.Worker.Rules): each tenant's spec by its name,
+// the default's under limits.DefaultKey.
+func envRules(r throttle.Rules) map[string]string {
+	m := make(map[string]string, len(r.Tenants)+1)
+	m[limits.DefaultKey] = r.Default.String()
+	for t, p := range r.Tenants {
+		m[t] = p.String()
 	}
-	differ := 0
+	return m
+}
+
+// rulesOf reads back what envRules wrote. Every burst is written, so no
+// default burst is needed.
+func rulesOf(m map[string]string) (throttle.Rules, error) {
+	var r throttle.Rules
+	parse := func(spec string) (throttle.Policy, error) {
+		if spec == "" {
+			return throttle.Policy{}, nil // no limit
+		}
+		return throttle.ParsePolicy(spec, 0)
+	}
+	def, ok := m[limits.DefaultKey]
+	if !ok {
+		return r, fmt.Errorf("no %s limit", limits.DefaultKey)
+	}
+	p, err := parse(def)
+	if err != nil {
+		return r, fmt.Errorf("%s limit %q: %w", limits.DefaultKey, def, err)
+	}
+	r.Default = p
+	for t, spec := range m {
+		if t == limits.DefaultKey {
+			continue
+		}
+		if p, err = parse(spec); err != nil {
+			return r, fmt.Errorf("tenant %s's limit %q: %w", t, spec, err)
+		}
+		if r.Tenants == nil {
+			r.Tenants = make(map[string]throttle.Policy, len(m)-1)
+		}
+		r.Tenants[t] = p
+	}
+	return r, nil
+}
+
+// newestEnv returns, of the environments the workers answering read their
+// limits from, the one first started last, by its fingerprint, with its
+// tenants' limits: the configuration a rollout is rolling the fleet to. A
+// configuration's start is its oldest worker's, so that a worker of an
+// older one restarted meanwhile does not make it the newest. ok is false
+// when no worker says (workers too old to).
+func newestEnv(workers []rollcall.Worker) (fingerprint string, rules map[string]string, ok bool) {
+	since := map[string]time.Time{}
 	for _, w := range workers {
-		if w.ID != self.ID && w.Limits != "" && w.Limits != self.Limits {
-			differ++
+		if w.Limits == "" || w.Rules == nil {
+			continue
+		}
+		if s, seen := since[w.Limits]; !seen || w.Started.Before(s) {
+			since[w.Limits] = w.Started
 		}
 	}
-	if differ == 0 {
-		log.Debug("the workers answering the roll call agree on the limits in their environment", "workers", len(workers))
+	var best time.Time
+	for fp, s := range since {
+		if !ok || s.After(best) || (s.Equal(best) && fp > fingerprint) {
+			fingerprint, best, ok = fp, s, true
+		}
+	}
+	for _, w := range workers {
+		if ok && w.Limits == fingerprint && w.Rules != nil {
+			return fingerprint, w.Rules, true
+		}
+	}
+	return "", nil, false
+}
+
+// agreeEvery is how often a worker asks the fleet which environment limits
+// apply: it bounds how long workers apply different ones once a rollout's
+// first or last worker of a configuration has come or gone.
+const agreeEvery = 2 * time.Second
+
+// envAgreement keeps the worker applying the fleet's newest environment
+// limits for the tenants (newestEnv): while a rollout that changes
+// THROTTLER_DEFAULT_LIMIT or THROTTLER_TENANT_LIMITS is under way, old
+// and new workers would otherwise decide one tenant's bucket at two
+// rates, each forgiving the debt of the slots the other reserved, and
+// the tenant would be held to neither. It asks the roll call every
+// agreeEvery, and at once when a worker of a configuration it has not
+// seen asks (asked). The limits above the tenant (group, global) and the
+// time zone are not agreed: a difference in them is warned of.
+type envAgreement struct {
+	nc   *nats.Conn
+	subj string
+	self rollcall.Worker // this worker's answer: its own limits
+	own  throttle.Rules
+	log  *slog.Logger
+	poke chan struct{}
+
+	mu    sync.Mutex
+	known map[string]bool // the configurations the last roll call heard
+
+	differ int // the workers of other environments the last roll call heard
+}
+
+// newEnvAgreement returns the agreement of the worker that answers roll
+// calls as self, on cfg's fleet.
+func newEnvAgreement(nc *nats.Conn, cfg *Settings, self rollcall.Worker, log *slog.Logger) *envAgreement {
+	return &envAgreement{nc: nc, subj: RollCallSubject(cfg), self: self, own: cfg.Rules, log: log,
+		poke: make(chan struct{}, 1), known: map[string]bool{self.Limits: true}}
+}
+
+// asked is the roll call's hook: a worker asking with a configuration the
+// last roll call did not hear has just started, and may be a rollout's
+// first: the fleet is asked again at once rather than at the next tick.
+func (a *envAgreement) asked(from []byte) {
+	if len(from) == 0 {
 		return
 	}
-	log.Warn("other workers of the fleet run with other limits in their environment: until all run the same, a tenant whose limit differs is not held to either; change a limit live with `throttler limits set` around a rollout (docs/usage.md, Changing a limit set in the environment)",
-		"workers_differing", differ, "workers", len(workers))
+	a.mu.Lock()
+	known := a.known[string(from)]
+	a.mu.Unlock()
+	if !known {
+		select {
+		case a.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// start applies the fleet's newest environment limits to store until ctx
+// ends or the returned stop is called. It asks the fleet once before it
+// returns, so that a worker restarted in the middle of a rollout decides
+// nothing under limits the fleet has left.
+func (a *envAgreement) start(ctx context.Context, store *limits.Store) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	applied, warned := a.check(ctx, store, a.self.Limits, false)
+	if a.differ == 0 {
+		a.log.Debug("the workers answering the roll call agree on the limits in their environment")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(agreeEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			case <-a.poke:
+			}
+			applied, warned = a.check(ctx, store, applied, warned)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// check asks the roll call once and applies the newest environment's
+// tenant limits to store when they are not those applied (by
+// fingerprint). It warns once of workers that differ in what is not
+// agreed (warned says it has), and returns what it applied and whether it
+// has warned.
+func (a *envAgreement) check(ctx context.Context, store *limits.Store, applied string, warned bool) (string, bool) {
+	workers, err := rollcall.Gather(ctx, a.nc, a.subj, []byte(a.self.Limits), rollCallWait, rollCallQuiet)
+	if err != nil {
+		return applied, warned // NATS unreachable: keep what applies
+	}
+	// differ counts the workers of other environments; unagreed those
+	// whose difference this agreement leaves: in the limits above the
+	// tenant or the time zone (their tenants' limits are the same), or
+	// from a worker too old to say its tenants' limits.
+	known, differ, unagreed := map[string]bool{a.self.Limits: true}, 0, 0
+	for _, w := range workers {
+		if w.Limits == "" || w.Limits == a.self.Limits {
+			continue
+		}
+		known[w.Limits] = true
+		differ++
+		if w.Rules == nil || maps.Equal(w.Rules, a.self.Rules) {
+			unagreed++
+		}
+	}
+	a.mu.Lock()
+	a.known = known
+	a.mu.Unlock()
+	a.differ = differ
+	fp, rules, ok := newestEnv(workers)
+	if !ok {
+		fp, rules = a.self.Limits, a.self.Rules
+	}
+	if unagreed > 0 && !warned {
+		a.log.Warn("other workers of the fleet run with other group or global limits or another time zone in their environment (or are too old to say their tenants' limits): until all run the same, a group or tenant whose limit differs is not held to either; change a limit live with `throttler limits set` around a rollout (docs/usage.md, Changing a limit set in the environment)",
+			"workers_differing", unagreed, "workers", len(workers))
+	}
+	warned = unagreed > 0
+	if fp == applied {
+		return applied, warned
+	}
+	if maps.Equal(rules, a.self.Rules) {
+		store.SetEnv(a.own)
+		if applied != a.self.Limits {
+			a.log.Info("the tenants' limits of this worker's own environment apply again: no worker started later runs with others",
+				"workers", len(workers))
+		}
+		return fp, warned
+	}
+	r, err := rulesOf(rules)
+	if err != nil {
+		a.log.Warn("workers started later run with tenants' limits this worker cannot read; it keeps its own", "limits", fp, "err", err)
+		return fp, warned
+	}
+	store.SetEnv(r)
+	a.log.Warn("workers started later run with other tenants' limits in their environment: this worker applies theirs, so that the fleet holds each tenant to one limit while it is rolled out (docs/usage.md, Changing a limit set in the environment)",
+		"default", rules[limits.DefaultKey], "tenants", len(rules)-1, "workers_differing", differ, "workers", len(workers))
+	return fp, warned
 }

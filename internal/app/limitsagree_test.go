@@ -1,6 +1,19 @@
 package app
 
-import "testing"
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/internal/rollcall"
+	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/limits"
+)
 
 // TestEnvLimitsFingerprintsTheParsedLimits: workers agree when their
 // environments give the same limits, however written (a burst left out is
@@ -33,4 +46,131 @@ func TestEnvLimitsFingerprintsTheParsedLimits(t *testing.T) {
 			t.Errorf("%v: the same fingerprint as acme=10/s,globex=5/m", other)
 		}
 	}
+}
+
+// TestEnvRulesReadBack: the tenants' limits a worker sends in the roll
+// call read back as the same policies, whatever terms they hold.
+func TestEnvRulesReadBack(t *testing.T) {
+	s := mustSettle(t, map[string]string{
+		"THROTTLER_DEFAULT_LIMIT": "100/s:200+5000/d",
+		"THROTTLER_TENANT_LIMITS": "acme=10/s+sliding:50/1m,globex=window:1000/d,initech=20/s+running:3,hooli=5/s+credits,umbrella=7/s+weight:3",
+		"THROTTLER_DEFAULT_BURST": "9",
+		"THROTTLER_HANDLER":       "http",
+		"THROTTLER_HTTP_URL":      "http://127.0.0.1:1/jobs",
+	})
+	got, err := rulesOf(envRules(s.Rules))
+	if err != nil {
+		t.Fatalf("rulesOf(envRules(...)): %v", err)
+	}
+	if !reflect.DeepEqual(got, s.Rules) {
+		t.Errorf("read back:\n got %+v\nwant %+v", got, s.Rules)
+	}
+	if _, err := rulesOf(map[string]string{"acme": "10/s"}); err == nil {
+		t.Errorf("rules without a default read back")
+	}
+	if _, err := rulesOf(map[string]string{limits.DefaultKey: "10/s", "acme": "ten a second"}); err == nil || !strings.Contains(err.Error(), "acme") {
+		t.Errorf("a bad tenant's spec: err %v, want one naming acme", err)
+	}
+}
+
+// TestNewestEnv: the newest environment is the one whose oldest worker
+// started last; a worker of an older one restarted since does not make it
+// the newest, and workers that do not say their rules are left out.
+func TestNewestEnv(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(int64(s), 0) }
+	old, newer := map[string]string{limits.DefaultKey: "10/s:10"}, map[string]string{limits.DefaultKey: "5/s:5"}
+	workers := []rollcall.Worker{
+		{ID: "o1", Limits: "A", Rules: old, Started: at(100)},
+		{ID: "o2", Limits: "A", Rules: old, Started: at(300)}, // restarted during the rollout
+		{ID: "n1", Limits: "B", Rules: newer, Started: at(200)},
+		{ID: "x", Limits: "C", Started: at(400)}, // too old to say its rules
+	}
+	fp, rules, ok := newestEnv(workers)
+	if !ok || fp != "B" || rules[limits.DefaultKey] != "5/s:5" {
+		t.Errorf("newestEnv = %q, %v, %v; want B (started 200, A's oldest 100)", fp, rules, ok)
+	}
+	if _, _, ok := newestEnv(workers[3:]); ok {
+		t.Errorf("newestEnv of a worker that does not say its rules: ok")
+	}
+}
+
+// TestAgreementAppliesTheNewestAndGoesBack: against a real NATS, a worker
+// applies the tenants' limits of a worker started after it with others,
+// warns that it does, and goes back to its own once that worker stops
+// answering; a roll call from a configuration it has not heard makes it
+// ask again at once, one it has heard does not.
+func TestAgreementAppliesTheNewestAndGoesBack(t *testing.T) {
+	nc := testenv.StartNATS(t, "").Connect(t)
+	cfg := mustSettle(t, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=20/s"})
+	other := mustSettle(t, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=5/s"})
+	logged := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logged, nil))
+	self := newSelf(cfg)
+	self.Started = time.Now().Add(-time.Hour)
+	a := newEnvAgreement(nc, cfg, self, log)
+	stopSelf, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker { return self }, a.asked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopSelf()
+	store := limits.NewStore(cfg.Rules)
+	ctx := context.Background()
+
+	applied, _ := a.check(ctx, store, self.Limits, false)
+	if got := store.Policy("acme").String(); got != "20/s:20" || applied != self.Limits {
+		t.Fatalf("alone: acme %s, applied %s; want its own 20/s:20", got, applied)
+	}
+	later := newSelf(other)
+	stopLater, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker { return later }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The later worker's first roll call, with a configuration not heard.
+	if _, err := rollcall.Gather(ctx, nc, RollCallSubject(cfg), []byte(later.Limits), time.Second, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.poke:
+	default:
+		t.Fatalf("a roll call from a configuration not heard did not make the worker ask again")
+	}
+	applied, _ = a.check(ctx, store, applied, false)
+	if got := store.Policy("acme").String(); got != "5/s:5" || applied != later.Limits {
+		t.Fatalf("beside a later worker: acme %s, applied %s; want the later one's 5/s:5", got, applied)
+	}
+	if !strings.Contains(logged.String(), "this worker applies theirs") {
+		t.Errorf("no warning that it applies the later workers' limits:\n%s", logged.String())
+	}
+	a.asked([]byte(later.Limits))
+	select {
+	case <-a.poke:
+		t.Errorf("a roll call from a configuration heard made the worker ask again")
+	default:
+	}
+	stopLater()
+	applied, _ = a.check(ctx, store, applied, false)
+	if got := store.Policy("acme").String(); got != "20/s:20" || applied != self.Limits {
+		t.Fatalf("once the later worker left: acme %s, applied %s; want its own 20/s:20 again", got, applied)
+	}
+	if !strings.Contains(logged.String(), "own environment apply again") {
+		t.Errorf("no line saying its own limits apply again:\n%s", logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

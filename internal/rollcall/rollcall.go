@@ -34,14 +34,25 @@ type Worker struct {
 	// environment: workers that differ decide some tenants at different
 	// rates. Empty from a worker that does not say.
 	Limits string `json:"limits,omitempty"`
+	// Rules are the tenants' limits the worker read from its environment,
+	// as specs: each tenant's by its name, the default's under
+	// "_default". While the fleet's workers disagree on them (a rollout
+	// that changes them), every worker applies those of the workers
+	// started last with them. Empty from a worker that does not say.
+	Rules map[string]string `json:"rules,omitempty"`
 }
 
 // Answer answers every request on subj with what self returns, until the
-// returned stop is called. self is called once per request.
-func Answer(nc *nats.Conn, subj string, self func() Worker) (stop func(), err error) {
+// returned stop is called. self is called once per request, and asked,
+// when not nil, with the request's data first: what the asker said of
+// itself (Gather's from).
+func Answer(nc *nats.Conn, subj string, self func() Worker, asked func(from []byte)) (stop func(), err error) {
 	sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
 		if m.Reply == "" {
 			return
+		}
+		if asked != nil {
+			asked(m.Data)
 		}
 		b, err := json.Marshal(self())
 		if err != nil {
@@ -58,8 +69,10 @@ func Answer(nc *nats.Conn, subj string, self func() Worker) (stop func(), err er
 // Gather asks every worker on subj and returns their answers, by host
 // then ID. It waits for answers until quiet has passed since the last one
 // (the first is awaited up to wait), so a fleet's answers come back in
-// little more than one round trip and quiet.
-func Gather(ctx context.Context, nc *nats.Conn, subj string, wait, quiet time.Duration) ([]Worker, error) {
+// little more than one round trip and quiet. from, possibly empty, is
+// sent with the request: what the asker says of itself.
+func Gather(ctx context.Context, nc *nats.Conn, subj string, from []byte, wait, quiet time.Duration) ([]Worker, error) {
+
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	inbox := nc.NewRespInbox()
@@ -69,7 +82,7 @@ func Gather(ctx context.Context, nc *nats.Conn, subj string, wait, quiet time.Du
 		return nil, fmt.Errorf("roll call: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(subj, inbox, nil); err != nil {
+	if err := nc.PublishRequest(subj, inbox, from); err != nil {
 		return nil, fmt.Errorf("roll call: asking the workers: %w", err)
 	}
 	timer := time.NewTimer(wait)
