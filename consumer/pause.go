@@ -50,7 +50,7 @@ func mayHaveReservation(job Job) bool {
 // before, or kept in the worker for its slot. A slot kept would let its
 // job run at once on resume, ahead of the jobs paused before it.
 func pausedSlot(it *item) (throttle.Slot, bool) {
-	return throttle.Slot{Tenant: it.job.Tenant, JobID: it.job.ID}, it.shortWaited || mayHaveReservation(it.job)
+	return throttle.Slot{Tenant: it.job.Tenant, JobID: it.job.ID, Group: it.job.Group, Cost: it.job.Cost}, it.shortWaited || mayHaveReservation(it.job)
 }
 
 // pauseGate asks the Pauser whether a tenant is paused and gives up the

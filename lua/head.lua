@@ -229,6 +229,8 @@ several calls, pipelined. Per call:
            entry); one sweep of the expired passes (ZREMRANGEBYSCORE)
   unshare  its terms read once before the first write; at most MAX_JOBS
            jobs, each refunded as settle refunds one
+  unqueue  at most MAX_JOBS jobs, each a ZREM and, of a group, two
+           entries of its group's order found by one ZRANGEBYLEX
   settle   one job: at most MAX_LIMITS terms read and written once each
            (a sliding window as decide reads it, plus one read; a
            calendar window one field), its marker and the balance

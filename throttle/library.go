@@ -49,7 +49,7 @@ type library struct {
 	// The functions' names.
 	decide, claim, release, failed, carry, hold, admit, lease string
 	credits, refund, balance, settle                          string
-	share, unshare                                            string
+	share, unshare, unqueue                                   string
 }
 
 // newLibrary returns the library for rdb.
@@ -77,6 +77,7 @@ func newLibrary(rdb Client) *library {
 		settle:  name("settle"),
 		share:   name("share"),
 		unshare: name("unshare"),
+		unqueue: name("unqueue"),
 	}
 }
 

@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,5 +43,40 @@ func TestUnreserveDecidesAJobAnew(t *testing.T) {
 	}
 	if err := c.Unreserve(context.Background(), []throttle.Slot{{Tenant: "acme", JobID: "a b"}}); err == nil {
 		t.Fatal("Unreserve of a bad job id: no error")
+	}
+}
+
+// TestUnreserveGivesBackALevelPass: a paused tenant's job called in its
+// turn at the global level, back while paused, gives its unused pass back
+// with its charge: the level's room goes to another tenant now, and the
+// job, back after the resume, takes its turn anew instead of passing at
+// once on a pass from the pause.
+func TestUnreserveGivesBackALevelPass(t *testing.T) {
+	ctx := context.Background()
+	d, s := levelDecider(t, throttle.Limits{{Rate: 100, Period: time.Second, Burst: 100}},
+		throttle.LevelRules{GlobalPolicy: throttle.Policy{Limits: throttle.Limits{{Rate: 1, Period: time.Minute, Burst: 1}}}})
+	job := func(n int) throttle.LevelJob {
+		return throttle.LevelJob{Tenant: "pa", JobID: fmt.Sprintf("s:%d", n), Flow: "pa", Cost: 1, Weight: 1}
+	}
+	lvs := []throttle.Level{throttle.Global, throttle.Global}
+	ds, _, _ := s.Decide(ctx, lvs, []throttle.LevelJob{job(1), job(2)})
+	if !ds[0].Passed || ds[1].Passed {
+		t.Fatalf("decisions %+v: want s:1 passed, s:2 queued", ds)
+	}
+	// s:1's token back: s:2 is called, charged, and holds a pass.
+	if err := s.GiveBack(ctx, []throttle.Grant{{Level: throttle.Global, Job: job(1), Slot: time.Now(), Refund: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := s.Poke(ctx, []throttle.Level{throttle.Global}); err != nil || len(ws) != 1 || ws[0].JobID != "s:2" {
+		t.Fatalf("poke called %+v, %v; want s:2", ws, err)
+	}
+	if err := d.Unreserve(ctx, []throttle.Slot{{Tenant: "pa", JobID: "s:2", Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := passAtOnce(t, s, throttle.Global, 3); n != 1 {
+		t.Fatalf("%d jobs passed the global level at once after s:2 gave its pass back, want its 1 token", n)
+	}
+	if got, err := d.Decide(ctx, throttle.Copy{Request: throttle.Request{Tenant: "pa", JobID: "s:2", Cost: 1}, Incarnation: 9}); err != nil || got.Outcome != throttle.Queued {
+		t.Fatalf("s:2 back after the resume: %+v, %v; want queued for a turn anew, its pass gone", got, err)
 	}
 }

@@ -46,13 +46,14 @@ func purgeCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	if olderThan > 0 {
 		opts.Before = time.Now().Add(-olderThan)
 	}
-	// The parked jobs' places in the caps' waiting lists go with them.
+	// The parked jobs' places in the caps' and the levels' waiting lists
+	// go with them.
 	lim, closeRedis, err := s.limiter()
 	if err != nil {
 		return fail(exitConfig, "%v", err)
 	}
 	defer closeRedis()
-	opts.Waiting = lim
+	opts.Waiting, opts.Levels = lim, lim
 	rep, err := ops.PurgeTenant(s.ctx, s.fleet, opts)
 	if err != nil {
 		if rep.Removed > 0 {

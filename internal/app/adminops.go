@@ -31,12 +31,13 @@ func addOperations(c *admin.Config, cfg *Settings, nc *nats.Conn, js jetstream.J
 	if cfg.PauseBucket != config.LimitsOff {
 		c.Pauser = pauser{pause.Options{JetStream: js, Bucket: cfg.PauseBucket, Stream: cfg.Stream, Schedules: cfg.Schedules}}
 	}
-	// The parked jobs' places in the caps' waiting lists go with them.
+	// The parked jobs' places in the caps' and the levels' waiting lists
+	// go with them.
 	lim, err := throttle.New(rdb, throttle.Options{Policies: cfg.Rules, Prefix: cfg.KeyPrefix, TimeZone: cfg.Location()})
 	if err != nil {
 		return err
 	}
-	c.Purger = purger{fleet: cfg.Fleet(js), waiting: lim}
+	c.Purger = purger{fleet: cfg.Fleet(js), waiting: lim, levels: lim}
 	c.DeadLetters = deadLetters{cfg.Fleet(js)}
 	return nil
 }
@@ -79,11 +80,12 @@ func (p pauser) Resume(ctx context.Context, tenant string) (any, error) {
 type purger struct {
 	fleet   ops.Fleet
 	waiting ops.Unwaiter
+	levels  ops.Unqueuer
 }
 
 // Purge implements admin.Purger.
 func (p purger) Purge(ctx context.Context, r admin.PurgeRequest) (any, error) {
-	o := ops.PurgeOptions{Tenant: r.Tenant, DryRun: r.DryRun, Waiting: p.waiting}
+	o := ops.PurgeOptions{Tenant: r.Tenant, DryRun: r.DryRun, Waiting: p.waiting, Levels: p.levels}
 	if r.OlderThan > 0 {
 		o.Before = time.Now().Add(-r.OlderThan)
 	}

@@ -6,12 +6,19 @@ import (
 	"time"
 
 	"github.com/throttler/throttler/tenant"
+	"github.com/throttler/throttler/throttle"
 )
 
 // Unwaiter removes jobs from the running caps' waiting lists;
 // *throttle.Limiter satisfies it.
 type Unwaiter interface {
 	Unwait(ctx context.Context, tenant string, jobIDs []string) (int, error)
+}
+
+// Unqueuer removes jobs from the waiting lists of the levels above the
+// tenant (a group's, the global); *throttle.Limiter satisfies it.
+type Unqueuer interface {
+	Unqueue(ctx context.Context, tenant string, jobs []throttle.QueuedJob) (int, error)
 }
 
 // PurgeOptions says whose waiting jobs PurgeTenant removes.
@@ -28,6 +35,11 @@ type PurgeOptions struct {
 	// found empty, handed on (consumer.Waker), which slows the tenant's
 	// later jobs under its cap for a while.
 	Waiting Unwaiter
+	// Levels, when set, removes the purged jobs parked for a turn under a
+	// level from its waiting list; without it their places are called in
+	// turn and, found empty, handed on, which takes the level's room from
+	// the other tenants for as long as the purged backlog takes to call.
+	Levels Unqueuer
 }
 
 // PurgeReport counts the jobs a purge removed (in a dry run, would
@@ -56,6 +68,9 @@ type PurgeReport struct {
 	InFlight int `json:"in_flight"`
 	// Unwaited counts the places removed from the caps' waiting lists.
 	Unwaited int `json:"unwaited"`
+	// Unqueued counts the places removed from the waiting lists of the
+	// levels above the tenant (jobs parked for a turn, counted in Moved).
+	Unqueued int `json:"unqueued"`
 	// Passes is how many times the purge looked: jobs move while it runs
 	// (a schedule fires, a bundle is unpacked), so it looks again until a
 	// pass finds nothing more, at most maxPasses times.
@@ -101,6 +116,7 @@ func PurgeTenant(ctx context.Context, fl Fleet, opts PurgeOptions) (PurgeReport,
 		rep.Fast += pass.Fast
 		rep.Woken += pass.Woken
 		rep.Unwaited += pass.Unwaited
+		rep.Unqueued += pass.Unqueued
 		rep.Warnings = append(rep.Warnings, pass.Warnings...)
 		rep.InFlight = pass.InFlight
 		n := pass.Pending + pass.Moved + pass.Parked + pass.Fast + pass.Woken

@@ -13,6 +13,7 @@ import (
 	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/tenant"
+	"github.com/throttler/throttler/throttle"
 )
 
 // unwaiter records the jobs a purge removes from the waiting lists.
@@ -112,5 +113,41 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// unqueuer records the jobs a purge takes out of the levels' lists.
+type unqueuer struct{ jobs []throttle.QueuedJob }
+
+func (u *unqueuer) Unqueue(_ context.Context, _ string, jobs []throttle.QueuedJob) (int, error) {
+	u.jobs = append(u.jobs, jobs...)
+	return len(jobs), nil
+}
+
+// TestPurgeTakesTurnsOutOfTheLevels: a job parked for its turn under a
+// level above its tenant is removed with the others (counted as moved),
+// and taken out of that level's waiting list, named with its cost; a dry
+// run takes nothing out, and a copy moved for its slot is not a turn.
+func TestPurgeTakesTurnsOutOfTheLevels(t *testing.T) {
+	f := setup(t)
+	turn := copyHeader("JOBS:21", "acme", header.WaitTurn+"_global")
+	turn.Set("Job-Cost", "3")
+	f.store("sched.acme.21", turn)
+	f.store("sched.acme.22", copyHeader("JOBS:22", "acme", header.WaitTurn+"group.org"))
+	f.store("sched.acme.23", copyHeader("JOBS:23", "acme", "limit 1/h"))
+	u := &unqueuer{}
+	dry, err := ops.PurgeTenant(f.ctx, f.fleet, ops.PurgeOptions{Tenant: "acme", DryRun: true, Levels: u})
+	must(t, err)
+	if dry.Moved != 3 || dry.Unqueued != 0 || len(u.jobs) != 0 {
+		t.Errorf("dry run: %+v, taken out %v; want 3 moved, none taken out", dry, u.jobs)
+	}
+	rep, err := ops.PurgeTenant(f.ctx, f.fleet, ops.PurgeOptions{Tenant: "acme", Levels: u})
+	must(t, err)
+	if rep.Moved != 3 || rep.Unqueued != 2 {
+		t.Errorf("purge: %+v; want 3 moved, 2 taken out of the levels' lists", rep)
+	}
+	want := []throttle.QueuedJob{{Level: "_global", JobID: "JOBS:21", Cost: 3}, {Level: "group.org", JobID: "JOBS:22", Cost: 1}}
+	if fmt.Sprint(u.jobs) != fmt.Sprint(want) {
+		t.Errorf("taken out %v, want %v", u.jobs, want)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/header"
+	"github.com/throttler/throttler/throttle"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -135,13 +136,19 @@ func (p *purge) copies(ctx context.Context, rep *PurgeReport) error {
 		seq    uint64
 		parked bool
 		id     string
+		turn   *throttle.QueuedJob // parked for its turn under a level
 	}
 	var all []found
 	filter := string(p.fl.Schedules) + "." + p.opts.Tenant + ".*"
 	err := scan(ctx, p.stream, scanOptions{Filters: []string{filter}, HeadersOnly: true}, func(st stored) (bool, error) {
 		if p.selects(st) {
-			all = append(all, found{seq: st.Seq, id: st.Header.Get(header.JobID),
-				parked: strings.HasPrefix(st.Header.Get(header.WaitReason), header.WaitLease)})
+			reason := st.Header.Get(header.WaitReason)
+			f := found{seq: st.Seq, id: st.Header.Get(header.JobID), parked: strings.HasPrefix(reason, header.WaitLease)}
+			if lv, ok := strings.CutPrefix(reason, header.WaitTurn); ok {
+				cost, _ := header.ParseCost(st.Header, p.fl.CostHeader) // a bad one was dead-lettered, not parked
+				f.turn = &throttle.QueuedJob{Level: lv, JobID: f.id, Cost: cost}
+			}
+			all = append(all, f)
 		}
 		return true, nil
 	})
@@ -149,6 +156,7 @@ func (p *purge) copies(ctx context.Context, rep *PurgeReport) error {
 		return err
 	}
 	var parked []string
+	var turns []throttle.QueuedJob
 	for _, f := range all {
 		ok := true
 		if !p.opts.DryRun {
@@ -163,16 +171,28 @@ func (p *purge) copies(ctx context.Context, rep *PurgeReport) error {
 			parked = append(parked, f.id)
 		default:
 			rep.Moved++
+			if f.turn != nil {
+				turns = append(turns, *f.turn)
+			}
 		}
 	}
-	if p.opts.DryRun || p.opts.Waiting == nil || len(parked) == 0 {
+	if p.opts.DryRun {
 		return nil
 	}
-	n, err := p.opts.Waiting.Unwait(ctx, p.opts.Tenant, parked)
-	rep.Unwaited += n
-	if err != nil {
-		// The jobs are gone already; their places only cost turns.
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("removing %d purged jobs from the waiting lists failed (their places are handed on when called): %v", len(parked), err))
+	if p.opts.Waiting != nil && len(parked) > 0 {
+		n, err := p.opts.Waiting.Unwait(ctx, p.opts.Tenant, parked)
+		rep.Unwaited += n
+		if err != nil {
+			// The jobs are gone already; their places only cost turns.
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("removing %d purged jobs from the waiting lists failed (their places are handed on when called): %v", len(parked), err))
+		}
+	}
+	if p.opts.Levels != nil && len(turns) > 0 {
+		n, err := p.opts.Levels.Unqueue(ctx, p.opts.Tenant, turns)
+		rep.Unqueued += n
+		if err != nil {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("removing %d purged jobs from the levels' waiting lists failed (their turns are handed on when called): %v", len(turns), err))
+		}
 	}
 	return nil
 }
