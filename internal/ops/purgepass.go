@@ -13,8 +13,8 @@ import (
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/header"
-	"github.com/throttler/throttler/throttle"
 	"github.com/throttler/throttler/subject"
+	"github.com/throttler/throttler/throttle"
 )
 
 // purge is one PurgeTenant run.
