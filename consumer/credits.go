@@ -8,6 +8,12 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
+// creditsGateRecheck bounds the wait of a job a top-up's gate holds back.
+// The gate is set for throttle.CreditsGate (a minute) while the top-up
+// runs, should its releaser die, and closed a second after the release:
+// a job that came during the top-up would otherwise wait out the minute.
+const creditsGateRecheck = time.Second
+
 // unfunded is the stage of the jobs their tenant's credits refused
 // (throttle.Unfunded).
 type unfunded struct {
@@ -25,7 +31,7 @@ func (u unfunded) take(g *groupActs, it *item, res throttle.Result) bool {
 		// A top-up is bringing the jobs that waited back, in order: this
 		// one comes after them.
 		u.rec.add(it.job.Tenant, func(s *TenantStats) { s.Deferred++ })
-		g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: d.Wait,
+		g.deferrals = append(g.deferrals, Deferral{Msg: it.msg, Job: it.job, Wait: min(d.Wait, creditsGateRecheck),
 			Reason: "credits: the jobs a top-up brought back go first"})
 	case d.CreditsDeadLetter && !d.Untrusted:
 		// An untrusted balance is Redis', not the tenant's: the job waits

@@ -70,6 +70,26 @@ func TestUnfundedJobWaitsForTheGateOrIsDeadLettered(t *testing.T) {
 	}
 }
 
+// A job that came while a top-up ran, when its gate is still set for a
+// minute, is deferred a second at most: the gate closes a second after
+// the release.
+func TestUnfundedJobWaitsASecondAtMostForTheGate(t *testing.T) {
+	e := setup(t)
+	deferrer := &fakeDeferrer{}
+	e.params.Deferrer = deferrer
+	e.decider.decide = func(_ context.Context, cp throttle.Copy) throttle.Result {
+		return throttle.Result{Decision: throttle.Decision{Outcome: throttle.Unfunded, Wait: throttle.CreditsGate}}
+	}
+	e.start()
+	gated := newMsg(5, "jobs.acme")
+	e.push(gated)
+	e.waitSettled(gated)
+	e.stop()
+	if ds := deferrer.deferred(); len(ds) != 1 || ds[0].Park || ds[0].Wait != time.Second {
+		t.Fatalf("deferrals %+v, want one deferred 1s, not parked", ds)
+	}
+}
+
 // A copy a top-up brought back within CreditsGate is Released; one
 // brought back long ago, or never, is not.
 func TestReleasedByTopUp(t *testing.T) {

@@ -137,7 +137,13 @@ func change(ctx context.Context, o Options, tenant, op string, n int64,
 	if err != nil {
 		return out, fmt.Errorf("%s's balance is %d; bringing back its waiting jobs failed (they come back by themselves within THROTTLER_MAX_DEFER): %w", tenant, r.Balance, err)
 	}
-	if err := o.Balances.OpenCredits(ctx, tenant, settle, int64(head)); err != nil {
+	// Nothing brought back, nothing to go first: new jobs pass at once,
+	// in their order, rather than wait a second and race the later ones.
+	gate := settle
+	if released == 0 {
+		gate = 0
+	}
+	if err := o.Balances.OpenCredits(ctx, tenant, gate, int64(head)); err != nil {
 		return out, fmt.Errorf("%s's balance is %d and %d waiting jobs are back; new jobs wait until %s: %w",
 			tenant, r.Balance, released, now().Add(throttle.CreditsGate).UTC().Format(time.RFC3339), err)
 	}

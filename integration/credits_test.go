@@ -252,6 +252,33 @@ func TestCreditsAdmitExactlyTheBalanceAndATopUpReleasesInOrder(t *testing.T) {
 	}
 }
 
+// TestCreditsJobsRightAfterASetDrawInOrder: with one worker, jobs
+// published at once after a `credits set` that brought nothing back draw
+// on the balance in their order: the first ten (30 of cost) run, the
+// eleventh heads the line, and every later one waits behind it. (The
+// set's gate used to hold them a second, and jobs that came after it
+// closed drew first.)
+func TestCreditsJobsRightAfterASetDrawInOrder(t *testing.T) {
+	r := startCreditsRun(t, 1)
+	ctx := context.Background()
+	ch, err := credits.Set(ctx, r.opts, "acme", 30)
+	if err != nil || ch.Released != 0 {
+		t.Fatalf("set 30 = %+v, %v; want nothing brought back", ch, err)
+	}
+	r.publish(30) // costs 1 to 5, twice, cover 30
+	head, left := r.waitQuiet(t, 30, 30*time.Second)
+	r.log.mu.Lock()
+	defer r.log.mu.Unlock()
+	for i, seq := range r.seqs {
+		if _, ran := r.log.costs[seq]; ran != (i < 10) {
+			t.Errorf("job %d of 30 (seq %d): ran %v, want only the first 10 run", i+1, seq, ran)
+		}
+	}
+	if head != r.seqs[10] || left != 0 {
+		t.Errorf("head of the line seq %d with %d left, want the 11th job (seq %d) and 0", head, left, r.seqs[10])
+	}
+}
+
 // TestCreditsRedisRestartedEmptySpendsNoCreditTwice: Redis restarted
 // empty mid-run forgets the balance; the jobs wait (nothing is admitted
 // against a balance Redis lost), the history keeps every change, and a
