@@ -1,36 +1,17 @@
 package consumer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/throttle"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRedisOutageLoggedOnceThenEvery30s: while Redis fails, the worker
 // says what it does with the jobs once, then once per 30 s of its clock
@@ -38,7 +19,7 @@ func (s *syncBuffer) String() string {
 // The clock is the test's, so nothing sleeps through the 30 s.
 func TestRedisOutageLoggedOnceThenEvery30s(t *testing.T) {
 	e := setup(t)
-	var log syncBuffer
+	var log testenv.Buffer
 	e.params.Config.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -38,39 +37,15 @@ func buildThrottler(t testing.TB) string {
 	return bin
 }
 
-// lockedBuffer is a bytes.Buffer safe to read while a process writes it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *lockedBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
-}
-
 // throttlerCmd returns a command running bin with exactly the variables
 // vars, its stdout and stderr captured.
-func throttlerCmd(ctx context.Context, bin string, vars map[string]string, args ...string) (cmd *exec.Cmd, stdout, stderr *lockedBuffer) {
+func throttlerCmd(ctx context.Context, bin string, vars map[string]string, args ...string) (cmd *exec.Cmd, stdout, stderr *testenv.Buffer) {
 	cmd = exec.CommandContext(ctx, bin, args...)
 	cmd.Env = []string{}
 	for k, v := range withTestMetrics(vars) {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	stdout, stderr = &testenv.Buffer{}, &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	return cmd, stdout, stderr
 }
@@ -390,7 +365,7 @@ func testSIGKILL(t *testing.T, bin string) {
 		return len(runs), twice
 	}
 
-	start := func() (*exec.Cmd, *lockedBuffer) {
+	start := func() (*exec.Cmd, *testenv.Buffer) {
 		cmd, _, stderr := throttlerCmd(context.Background(), bin, vars)
 		must(t, cmd.Start(), "start throttler")
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

@@ -19,7 +19,7 @@ func TestWorkersWarnOfOtherEnvironmentLimits(t *testing.T) {
 	bin := buildThrottler(t)
 	n := testenv.StartNATS(t, "")
 	rs := testenv.StartRedis(t)
-	start := func(groups string) *lockedBuffer {
+	start := func(groups string) *testenv.Buffer {
 		vars := map[string]string{"NATS_URL": n.URL(), "REDIS_URL": rs.URL(), "THROTTLER_TENANT_LIMITS": "acme=10/s",
 			"THROTTLER_GROUP_FROM": "subject:3", "THROTTLER_GROUP_LIMITS": groups, "THROTTLER_LOG_LEVEL": "debug"}
 		cmd, _, stderr := throttlerCmd(context.Background(), bin, vars)

@@ -44,7 +44,7 @@ func TestEnvironmentRollout(t *testing.T) {
 	must(t, err, "subscribe done.acme")
 	must(t, sub.SetPendingLimits(-1, -1), "pending limits")
 	defer func() { _ = sub.Unsubscribe() }()
-	start := func(limits string) (stop func(), log *lockedBuffer) {
+	start := func(limits string) (stop func(), log *testenv.Buffer) {
 		cmd, _, stderr := throttlerCmd(context.Background(), bin, vars(limits))
 		must(t, cmd.Start(), "start throttler")
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

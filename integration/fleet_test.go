@@ -72,7 +72,7 @@ func BenchmarkFleet(b *testing.B) {
 // fleetWorker is one throttler process of the fleet.
 type fleetWorker struct {
 	cmd     *exec.Cmd
-	stderr  *lockedBuffer
+	stderr  *testenv.Buffer
 	metrics string        // host:port of /metrics
 	done    chan struct{} // closed when the process exited
 	err     error         // its exit, once done is closed

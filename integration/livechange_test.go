@@ -82,7 +82,7 @@ func TestLiveLimitChangeAcrossProcesses(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs []*lockedBuffer
+	var logs []*testenv.Buffer
 	for range 3 {
 		cmd, _, stderr := throttlerCmd(ctx, bin, vars)
 		must(t, cmd.Start(), "start throttler")

@@ -24,7 +24,7 @@ type natsNode struct {
 	monitorPort int // the HTTP monitoring endpoint (/jsz)
 	storeDir    string
 	cmd         *exec.Cmd // nil while stopped
-	out         *lockedBuffer
+	out         *testenv.Buffer
 }
 
 // addr returns the node's client address, "127.0.0.1:port".
@@ -95,7 +95,7 @@ func (c *natsCluster) start(tb testing.TB, n *natsNode) {
 			routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(o.clusterPort))
 		}
 	}
-	n.out = &lockedBuffer{}
+	n.out = &testenv.Buffer{}
 	n.cmd = exec.Command(c.bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(n.port),
 		"-sd", n.storeDir, "-n", n.name, "-cluster_name", "fleet", "-m", strconv.Itoa(n.monitorPort),
 		"-cluster", "nats://127.0.0.1:"+strconv.Itoa(n.clusterPort),

@@ -15,7 +15,7 @@ import (
 // runningBinary is a throttler process a test started.
 type runningBinary struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testenv.Buffer
 	exited chan struct{} // closed once err is set
 	err    error
 }

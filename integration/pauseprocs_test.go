@@ -82,8 +82,8 @@ func TestPauseAcrossProcesses(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var fleetStops []func() // stop the worker processes started last
-	startFleet := func() []*lockedBuffer {
-		var logs []*lockedBuffer
+	startFleet := func() []*testenv.Buffer {
+		var logs []*testenv.Buffer
 		for range 3 {
 			cmd, _, stderr := throttlerCmd(context.Background(), bin, vars)
 			must(t, cmd.Start(), "start throttler")

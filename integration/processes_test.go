@@ -403,7 +403,7 @@ func startNATSProcess(tb testing.TB, bin string) string {
 	tb.Helper()
 	port := testenv.FreePort(tb)
 	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", tb.TempDir())
-	out := &lockedBuffer{}
+	out := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	must(tb, cmd.Start(), "start nats-server")
 	tb.Cleanup(func() {

@@ -43,7 +43,7 @@ func TestStreamReplicas(t *testing.T) {
 		return s.CachedInfo().Config.Replicas
 	}
 
-	run := func(vars map[string]string) *lockedBuffer {
+	run := func(vars map[string]string) *testenv.Buffer {
 		cmd, _, stderr := throttlerCmd(context.Background(), bin, vars)
 		must(t, cmd.Start(), "start throttler")
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

@@ -43,7 +43,7 @@ func TestStreamsTheWorkerCreatesAreBounded(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := setup(t)
-			var log lockedBuffer
+			var log testenv.Buffer
 			w := e.startWorkerWith(e.config(tt.vars), nil, slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})))
 			testenv.Eventually(t, 20*time.Second, "the worker built", w.built)
 			got := e.maxAges("JOBS", "JOBS_FORWARD", "JOBS_DLQ")
@@ -62,7 +62,7 @@ func TestStreamsTheWorkerCreatesAreBounded(t *testing.T) {
 		e := setup(t)
 		e.createJobsStream(jetstream.StreamConfig{Name: "JOBS", Subjects: []string{"jobs.>"}})
 		e.createJobsStream(jetstream.StreamConfig{Name: "OUT", Subjects: []string{"done.*"}})
-		var log lockedBuffer
+		var log testenv.Buffer
 		w := e.startWorkerWith(e.config(nil), nil, slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})))
 		testenv.Eventually(t, 20*time.Second, "the worker built", w.built)
 		for _, want := range []string{

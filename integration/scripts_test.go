@@ -23,11 +23,11 @@ import (
 // startScript runs scripts/NAME with args in a process group of its own,
 // its output captured; the test's end interrupts the group if it still
 // runs.
-func startScript(t *testing.T, name string, args ...string) (cmd *exec.Cmd, stdout, stderr *lockedBuffer, done <-chan struct{}) {
+func startScript(t *testing.T, name string, args ...string) (cmd *exec.Cmd, stdout, stderr *testenv.Buffer, done <-chan struct{}) {
 	t.Helper()
 	cmd = exec.Command("bash", append([]string{"../scripts/" + name}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	stdout, stderr = &testenv.Buffer{}, &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting scripts/%s: %v", name, err)

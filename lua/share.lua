@@ -320,6 +320,19 @@ local function unplace(V, fk, step, base)
   end
 end
 
+-- unplaceJob moves back the fair places a job of tenant ten, cost c and
+-- weight w took in flow: its tenant's, or, when the flow is its group's
+-- (GROUPS AT THE GLOBAL LEVEL), its group's, of weight 1, and its place
+-- in the group's own order.
+local function unplaceJob(V, flow, ten, c, w, Vn)
+  if ten and ten ~= flow then
+    unplace(V, flow, c, Vn)
+    unplace(V, flow .. '/' .. ten, c / w, tonum(call('HGET', V, '#' .. flow) or 0) or 0)
+  else
+    unplace(V, flow, c / w, Vn)
+  end
+end
+
 --[[
 unshare___VERSION__: give back what share granted jobs that then did not
 run (a later level or the tenant's own limits made them wait), or forget
@@ -376,15 +389,7 @@ local function unshare(keys, args)
       for i = 1, #TA do sa[7 + i] = TA[i] end
       local r = settle(SK, sa)
       if not r.err and r[1] == 1 then given = given + 1 end
-      local ten = match(member, '^%d+/([^/]+)/')
-      if ten and ten ~= flow then
-        -- A group's job: its group's flow, of weight 1, and its place in
-        -- the group's own order (GROUPS AT THE GLOBAL LEVEL).
-        unplace(V, flow, c, Vn)
-        unplace(V, flow .. '/' .. ten, c / w, tonum(call('HGET', V, '#' .. flow) or 0) or 0)
-      else
-        unplace(V, flow, c / w, Vn)
-      end
+      unplaceJob(V, flow, match(member, '^%d+/([^/]+)/'), c, w, Vn)
     end
   end
   call('DEL', X)
@@ -434,11 +439,8 @@ local function unqueue(keys, args)
         -- Out of its group's order without moving the group on: it was
         -- never called.
         call('ZREM', I, e, g .. ' ' .. ps .. ' ' .. m)
-        unplace(V, g, c, Vn)
-        unplace(V, g .. '/' .. ten, c / w, tonum(call('HGET', V, '#' .. g) or 0) or 0)
-      else
-        unplace(V, ten, c / w, Vn)
       end
+      unplaceJob(V, g or ten, ten, c, w, Vn)
     end
   end
   return n

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -79,7 +78,7 @@ func TestMain(m *testing.M) {
 // child is a run of the command in a process of its own.
 type child struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testenv.Buffer
 	done   chan struct{}
 }
 
@@ -87,7 +86,7 @@ type child struct {
 // environment; the test's end kills it if it still runs.
 func startChild(t *testing.T, args ...string) *child {
 	t.Helper()
-	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$"), stderr: &syncBuffer{}, done: make(chan struct{})}
+	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$"), stderr: &testenv.Buffer{}, done: make(chan struct{})}
 	c.cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(args, " "))
 	c.cmd.Stdout, c.cmd.Stderr = c.stderr, c.stderr
 	if err := c.cmd.Start(); err != nil {
@@ -125,24 +124,4 @@ func (c *child) stop(t *testing.T) int {
 		t.Fatalf("the worker did not stop within 30s of SIGTERM; it wrote:\n%s", c.stderr)
 	}
 	return c.cmd.ProcessState.ExitCode()
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// Write implements io.Writer.
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns what was written so far.
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -82,7 +82,7 @@ func TestPubRetriesThroughARestart(t *testing.T) {
 	const n = 20000
 	done := make(chan result, 1)
 	go func() {
-		var out, errw syncBuffer
+		var out, errw testenv.Buffer
 		code := run([]string{"pub", "-n", strconv.Itoa(n), "jobs.acme.x", "job {n}"}, &out, &errw)
 		done <- result{code: code, stdout: out.String(), stderr: errw.String()}
 	}()
@@ -111,7 +111,7 @@ func TestPubRetriesThroughARestart(t *testing.T) {
 // and dead-letter ones, and prints each message with its headers.
 func TestSubPrintsWhatComesOut(t *testing.T) {
 	s := setup(t)
-	var out, errw syncBuffer
+	var out, errw testenv.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run([]string{"sub", "-n", "2"}, &out, &errw) }()
 	testenv.Eventually(t, 10*time.Second, "sub listening", func() bool {

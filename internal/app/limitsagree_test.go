@@ -1,12 +1,10 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -103,7 +101,7 @@ func TestAgreementAppliesTheNewestAndGoesBack(t *testing.T) {
 	nc := testenv.StartNATS(t, "").Connect(t)
 	cfg := mustSettle(t, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=20/s"})
 	other := mustSettle(t, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=5/s"})
-	logged := &syncBuffer{}
+	logged := &testenv.Buffer{}
 	log := slog.New(slog.NewTextHandler(logged, nil))
 	self := newSelf(cfg)
 	self.Started = time.Now().Add(-time.Hour)
@@ -155,22 +153,4 @@ func TestAgreementAppliesTheNewestAndGoesBack(t *testing.T) {
 	if !strings.Contains(logged.String(), "own environment apply again") {
 		t.Errorf("no line saying its own limits apply again:\n%s", logged.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
