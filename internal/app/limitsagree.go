@@ -259,7 +259,7 @@ func (a *envAgreement) check(ctx context.Context, store *limits.Store, applied s
 		return fp, warned
 	}
 	store.SetEnv(r)
-	a.log.Warn("workers started later run with other tenants' limits in their environment: this worker applies theirs, so that the fleet holds each tenant to one limit while it is rolled out (docs/usage.md, Changing a limit set in the environment)",
-		"default", rules[limits.DefaultKey], "tenants", len(rules)-1, "workers_differing", differ, "workers", len(workers))
+	a.log.Warn("workers started later run with other THROTTLER_DEFAULT_LIMIT or THROTTLER_TENANT_LIMITS: this worker applies theirs, so that the fleet holds each tenant to one limit while it is rolled out (docs/usage.md, Changing a limit set in the environment)",
+		"their_default", rules[limits.DefaultKey], "their_tenants", len(rules)-1, "workers_differing", differ, "workers", len(workers))
 	return fp, warned
 }
