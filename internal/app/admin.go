@@ -37,18 +37,17 @@ func newSelf(cfg *Settings) rollcall.Worker {
 		Limits: envLimits(cfg), Rules: envRules(cfg.Rules)}
 }
 
-// answerRollCalls answers the fleet's roll calls as self, with its
-// readiness, until the returned stop is called; asked hears what each
-// asker said of itself.
-func answerRollCalls(nc *nats.Conn, cfg *Settings, self rollcall.Worker, ready *readiness, asked func([]byte), log *slog.Logger) (stop func()) {
+// answerRollCalls answers the fleet's roll calls as the agreement's
+// worker, with its readiness, until the returned stop is called.
+func answerRollCalls(nc *nats.Conn, cfg *Settings, a *envAgreement, ready *readiness, log *slog.Logger) (stop func()) {
 	unanswer, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker {
-		w := self
+		w := a.answer(a.self)
 		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 		defer cancel()
 		v := ready.verdict(ctx)
 		w.Ready, w.Problems = len(v.problems) == 0, v.problems
 		return w
-	}, asked)
+	}, a.asked)
 	if err != nil {
 		log.Warn("answering roll calls failed; this worker is missing from the console's fleet page", "err", err)
 		return func() {}

@@ -67,9 +67,8 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	}
 	// Every worker answers the console's roll call, with an admin address
 	// or not, so that any worker's console lists the whole fleet.
-	self := newSelf(cfg)
-	agreement := newEnvAgreement(opts.NATS, cfg, self, log)
-	defer answerRollCalls(opts.NATS, cfg, self, ready, agreement.asked, log)()
+	agreement := newEnvAgreement(opts.NATS, cfg, newSelf(cfg), log)
+	defer answerRollCalls(opts.NATS, cfg, agreement, ready, log)()
 	stopAdmin, err := startAdmin(cfg, opts, js, log)
 	if err != nil {
 		return err

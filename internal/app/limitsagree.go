@@ -93,8 +93,10 @@ func rulesOf(m map[string]string) (throttle.Rules, error) {
 // newestEnv returns, of the environments the workers answering read their
 // limits from, the one first started last, by its fingerprint, with its
 // tenants' limits: the configuration a rollout is rolling the fleet to. A
-// configuration's start is its oldest worker's, so that a worker of an
-// older one restarted meanwhile does not make it the newest. ok is false
+// configuration's start is the earliest its workers know of
+// (rollcall.Worker.ConfigSince): a worker of an older one restarted
+// meanwhile learns it from the others of it, and keeps it once they are
+// gone, so it does not make its configuration the newest. ok is false
 // when no worker says (workers too old to).
 func newestEnv(workers []rollcall.Worker) (fingerprint string, rules map[string]string, ok bool) {
 	since := map[string]time.Time{}
@@ -102,8 +104,8 @@ func newestEnv(workers []rollcall.Worker) (fingerprint string, rules map[string]
 		if w.Limits == "" || w.Rules == nil {
 			continue
 		}
-		if s, seen := since[w.Limits]; !seen || w.Started.Before(s) {
-			since[w.Limits] = w.Started
+		if s, seen := since[w.Limits]; !seen || w.ConfigSince().Before(s) {
+			since[w.Limits] = w.ConfigSince()
 		}
 	}
 	var best time.Time
@@ -144,6 +146,7 @@ type envAgreement struct {
 
 	mu    sync.Mutex
 	known map[string]bool // the configurations the last roll call heard
+	since time.Time       // when this worker's configuration first ran, as far as it knows
 
 	differ int // the workers of other environments the last roll call heard
 }
@@ -152,7 +155,16 @@ type envAgreement struct {
 // calls as self, on cfg's fleet.
 func newEnvAgreement(nc *nats.Conn, cfg *Settings, self rollcall.Worker, log *slog.Logger) *envAgreement {
 	return &envAgreement{nc: nc, subj: RollCallSubject(cfg), self: self, own: cfg.Rules, log: log,
-		poke: make(chan struct{}, 1), known: map[string]bool{self.Limits: true}}
+		poke: make(chan struct{}, 1), known: map[string]bool{self.Limits: true}, since: self.Started}
+}
+
+// answer is this worker's answer to a roll call: w with when its
+// configuration first ran, as far as it knows.
+func (a *envAgreement) answer(w rollcall.Worker) rollcall.Worker {
+	a.mu.Lock()
+	w.Since = a.since
+	a.mu.Unlock()
+	return w
 }
 
 // asked is the roll call's hook: a worker asking with a configuration the
@@ -231,6 +243,11 @@ func (a *envAgreement) check(ctx context.Context, store *limits.Store, applied s
 	}
 	a.mu.Lock()
 	a.known = known
+	for _, w := range workers {
+		if w.Limits == a.self.Limits && w.ConfigSince().Before(a.since) {
+			a.since = w.ConfigSince()
+		}
+	}
 	a.mu.Unlock()
 	a.differ = differ
 	fp, rules, ok := newestEnv(workers)

@@ -90,13 +90,29 @@ func TestNewestEnv(t *testing.T) {
 	if _, _, ok := newestEnv(workers[3:]); ok {
 		t.Errorf("newestEnv of a worker that does not say its rules: ok")
 	}
+	// o1 gone, o2 restarted (started 300) after learning from o1 that A
+	// first ran at 100: A is still the older.
+	restarted := []rollcall.Worker{
+		{ID: "o2", Limits: "A", Rules: old, Started: at(300), Since: at(100)},
+		{ID: "n1", Limits: "B", Rules: newer, Started: at(200)},
+	}
+	if fp, _, _ := newestEnv(restarted); fp != "B" {
+		t.Errorf("newestEnv = %q beside a restarted worker that knows its configuration ran from 100; want B", fp)
+	}
+	// Without what it learnt, A would look newer.
+	restarted[0].Since = time.Time{}
+	if fp, _, _ := newestEnv(restarted); fp != "A" {
+		t.Errorf("newestEnv = %q beside a restarted worker that says nothing of its configuration; want A (started 300)", fp)
+	}
 }
 
 // TestAgreementAppliesTheNewestAndGoesBack: against a real NATS, a worker
 // applies the tenants' limits of a worker started after it with others,
 // warns that it does, and goes back to its own once that worker stops
 // answering; a roll call from a configuration it has not heard makes it
-// ask again at once, one it has heard does not.
+// ask again at once, one it has heard does not. A worker of its own
+// configuration that ran before it teaches it when that configuration
+// first ran.
 func TestAgreementAppliesTheNewestAndGoesBack(t *testing.T) {
 	nc := testenv.StartNATS(t, "").Connect(t)
 	cfg := mustSettle(t, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=20/s"})
@@ -106,7 +122,7 @@ func TestAgreementAppliesTheNewestAndGoesBack(t *testing.T) {
 	self := newSelf(cfg)
 	self.Started = time.Now().Add(-time.Hour)
 	a := newEnvAgreement(nc, cfg, self, log)
-	stopSelf, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker { return self }, a.asked)
+	stopSelf, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker { return a.answer(self) }, a.asked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +130,17 @@ func TestAgreementAppliesTheNewestAndGoesBack(t *testing.T) {
 	store := limits.NewStore(cfg.Rules)
 	ctx := context.Background()
 
+	elder := self
+	elder.ID, elder.Started = "elder", self.Started.Add(-time.Hour)
+	stopElder, err := rollcall.Answer(nc, RollCallSubject(cfg), func() rollcall.Worker { return elder }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	applied, _ := a.check(ctx, store, self.Limits, false)
+	stopElder()
+	if got := a.answer(self).Since; !got.Equal(elder.Started) {
+		t.Errorf("since %v, want %v, when the elder worker of its configuration started", got, elder.Started)
+	}
 	if got := store.Policy("acme").String(); got != "20/s:20" || applied != self.Limits {
 		t.Fatalf("alone: acme %s, applied %s; want its own 20/s:20", got, applied)
 	}

@@ -40,6 +40,20 @@ type Worker struct {
 	// that changes them), every worker applies those of the workers
 	// started last with them. Empty from a worker that does not say.
 	Rules map[string]string `json:"rules,omitempty"`
+	// Since is when the worker's configuration (Limits) first ran, as
+	// far as it knows: the earliest start of the workers of it that it
+	// heard, its own start at the least. Zero from a worker that does
+	// not say.
+	Since time.Time `json:"since,omitzero"`
+}
+
+// ConfigSince is when w's configuration first ran, as far as w knows:
+// Since, or its own start when it does not say.
+func (w Worker) ConfigSince() time.Time {
+	if w.Since.IsZero() || w.Started.Before(w.Since) {
+		return w.Started
+	}
+	return w.Since
 }
 
 // Answer answers every request on subj with what self returns, until the
