@@ -68,7 +68,7 @@ func TestLoadedLibraryIsTheSource(t *testing.T) {
 		t.Fatalf("lua.Source(%q) (%d bytes) is not lua/%v read from disk and joined (%d bytes)", version, len(want), lua.Files(), len(got))
 	}
 	// Every function the library registers is loaded.
-	if n := len(libs[0].Functions); n != 14 {
-		t.Fatalf("%s has %d functions, want 14", name, n)
+	if n := len(libs[0].Functions); n != 15 {
+		t.Fatalf("%s has %d functions, want 15", name, n)
 	}
 }
