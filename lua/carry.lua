@@ -67,8 +67,14 @@ local function carry(keys, args)
   local v = get(keys[1])
   if v == nil then return {WRONGTYPE, 1, 0, 0} end
   if not v then return {1, 1, b, 0} end
-  if #v ~= 16 then return {INVALID, E_STATE, 1, 0} end
-  local a, f, r0 = sunpack(STATE, v)
+  local a, f, r0
+  if #v == 16 then
+    a, f, r0 = sunpack(STATE, v)
+  elseif #v == 20 then
+    a, f, r0 = sunpack(STATE_E, v) -- its epoch goes with it: a new period is a new bucket
+  else
+    return {INVALID, E_STATE, 1, 0}
+  end
   if a < 0 or r0 < 1 or r0 > MAX_N or f < 0 or f >= r0 or a > EXACT then return {INVALID, E_STATE, 1, 0} end
   if call('PTTL', keys[1]) < 0 then return {INVALID, E_STATE_TTL, 1, 0} end
   call('DEL', keys[1])

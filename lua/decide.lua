@@ -75,6 +75,7 @@ local function decide(keys, args)
   -- the reservation (unless every job naming it is fresh) and owner of
   -- each job id (once per id). kb maps a KEYS position to its bucket.
   local B, kb, byName, RK = {}, {}, {}, {}
+  local EP = nil -- the buckets' epochs by offset, those not 0 (EPOCH, rules.lua)
   local EN, byResv = nil, nil
   local nb, ne, nr = 0, 0, 0
   local ZS, nzs = nil, 0 -- the windows (WINDOWS), one table each
@@ -143,6 +144,50 @@ local function decide(keys, args)
     now = clock(now)
   end
 
+  -- readBucket reads bucket bo (KEYS position y), as read (V), for the
+  -- limit at LI offset l, once per call: its state into B, and its
+  -- status. A job back to its slot calls it (epochOf); a charge reads
+  -- the bucket inline.
+  local function readBucket(bo, y, l)
+    local x, s = B[bo + 1], nil
+    if wrong and wrong[x] then
+      s = WRONGTYPE
+    else
+      local a, f, rebased, ep = 0, 0, false, 0
+      if V[x] then a, f, rebased, ep = state(V[x], keys[y], LI[l + 1], LI[l + 2], LI[l + 3], LI[l + 6], now) end
+      if a then
+        B[bo + 2], B[bo + 3], s = a, f, 1
+        if ep > 0 then EP = EP or {}; EP[bo] = ep end
+        if rebased then B[bo + 5], s = l, 2 end -- see many (fast.lua)
+      else
+        s = f
+      end
+    end
+    B[bo + 4] = s
+    return s
+  end
+
+  -- epochOf is the sum of the epochs of the buckets of a job's limits
+  -- (KEYS first to last, LI from lo), read if need be (EPOCH); nil when a
+  -- bucket cannot be read, or is in another rate in this call (a job
+  -- before named it at another): the job's slot is then given up.
+  local function epochOf(first, last, lo)
+    local sum, l = 0, lo
+    for y = first, last do
+      if LI[l + 4] >= 0 then
+        local bo = kb[y]
+        local s = B[bo + 4]
+        if s == 0 then s = readBucket(bo, y, l) end
+        if s ~= 1 and s ~= 2 then return nil end
+        local u = B[bo + 5]
+        if u and u ~= l and LI[u + 1] ~= LI[l + 1] then return nil end
+        sum = sum + (EP and EP[bo] or 0)
+      end
+      l = l + LW
+    end
+    return sum
+  end
+
   -- Decide each job in order, in memory; every write is made at the end.
   -- CHG holds, per changed entry, the TTL of its keys (ms, as text) and
   -- whether its slot and its owner changed.
@@ -190,8 +235,14 @@ local function decide(keys, args)
       local slot, own = false, false
       if e then slot, own = EN[e + 5], EN[e + 6] end
       local so, oo = slot, own
-      -- A slot reserved under other limits is given up: decided again.
-      if slot and EN[e + 7] ~= regime(LI, lo, L) then slot, so = false, -1 end
+      -- A slot reserved under other limits, or whose debt a rebase
+      -- forgave since (EPOCH), is given up: decided again.
+      if slot then
+        -- (A bucket that cannot be read gives the slot up too: decided
+        -- again, the job is refused naming it.)
+        local ep = epochOf(first, last, lo)
+        if not ep or EN[e + 7] ~= regimeE(regime(LI, lo, L), ep) then slot, so = false, -1 end
+      end
       local hz = horizon
       -- The tenant's shift (SHIFT), once the job holds or gets a slot.
       local sh, shx = nil, e and EN[e + 1] + 2
@@ -229,15 +280,17 @@ local function decide(keys, args)
           else
           local s = B[bo + 4]
           if s == 0 then
+            -- readBucket, inlined (see many, fast.lua).
             local x = B[bo + 1]
             if wrong and wrong[x] then
               s = WRONGTYPE
             else
-              local a, f, rebased = 0, 0, false
-              if V[x] then a, f, rebased = state(V[x], keys[y], LI[l + 1], LI[l + 2], LI[l + 3], LI[l + 6], now) end
+              local a, f, rebased, ep = 0, 0, false, 0
+              if V[x] then a, f, rebased, ep = state(V[x], keys[y], LI[l + 1], LI[l + 2], LI[l + 3], LI[l + 6], now) end
               if a then
                 B[bo + 2], B[bo + 3], s = a, f, 1
-                if rebased then B[bo + 5], s = l, 2 end -- see many (fast.lua)
+                if ep > 0 then EP = EP or {}; EP[bo] = ep end
+                if rebased then B[bo + 5], s = l, 2 end
               else
                 s = f
               end
@@ -254,7 +307,9 @@ local function decide(keys, args)
             B[bo + 5] = l -- read in this limit's rate
           elseif u ~= l and LI[u + 1] ~= r then
             -- A job before, in this call, named the bucket at another rate.
-            B[bo + 2], B[bo + 3] = rebase(B[bo + 2], B[bo + 3], LI[u + 1], r, LI[l + 2], LI[l + 3], now)
+            local _, forgave
+            B[bo + 2], B[bo + 3], _, forgave = rebase(B[bo + 2], B[bo + 3], LI[u + 1], r, LI[l + 2], LI[l + 3], now)
+            if forgave then EP = EP or {}; EP[bo] = nextEpoch(EP[bo] or 0) end
             B[bo + 4], B[bo + 5] = 2, l
           end
           local a, f
@@ -339,7 +394,7 @@ local function decide(keys, args)
         CHG[e + 1] = lts
         if slot ~= so then
           EN[e + 5], CHG[e + 2] = slot, true
-          if slot then EN[e + 7], EN[e + 8] = regime(LI, lo, L), sh end
+          if slot then EN[e + 7], EN[e + 8] = regimeE(regime(LI, lo, L), epochOf(first, last, lo)), sh end
         end
         if own ~= oo then EN[e + 6], CHG[e + 3] = own, true end
       end
@@ -357,7 +412,7 @@ local function decide(keys, args)
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
       if ttl > 0 then
         if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-        call('SET', RK[B[bo + 1]], spack(STATE, a, f, LI[l + 1]), 'PX', lts)
+        call('SET', RK[B[bo + 1]], stateValue(a, f, LI[l + 1], EP and EP[bo]), 'PX', lts)
       else
         call('DEL', RK[B[bo + 1]])
       end

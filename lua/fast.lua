@@ -60,18 +60,32 @@ local function one(keys, args, nargv, K)
     if own == nil then return {INVALID, code, 3, 0} end
   end
   local so, oo = slot, own
-  -- A slot reserved under other limits is given up: decided again.
-  if slot and sid ~= regime1(r, p) then slot, so = false, -1 end
+  -- The bucket, read first for a job back to its slot: its epoch says
+  -- whether the slot's debt was forgiven since (EPOCH).
+  local a, f, rebased, e = nil, nil, false, 0
+  if slot then
+    a = get(name)
+    if a == nil then return {WRONGTYPE, 1, 0, 0} end
+    a, f, rebased, e = state(a, name, r, p, b, fill, now)
+    if a == nil then return {INVALID, f, 1, 0} end
+    -- A slot reserved under other limits, or forgiven since, is given
+    -- up: decided again.
+    if sid ~= regimeE(regime1(r, p), e) then slot, so = false, -1 end
+  end
   local st, a1, a3
   local a2 = 0
   if slot and sh > rs then slot = slot + sh - rs end -- moved (SHIFT)
   st, a1, a3, slot, own = held(own, inc, slot, K, now)
+  if st and rebased then
+    call('SET', name, stateValue(a, f, r, e), 'PX', format('%d', fullIn(a, f, r, q, m, now)))
+  end
   if not st then
-    -- The bucket.
-    local a, f, rebased = get(name), nil, false
-    if a == nil then return {WRONGTYPE, 1, 0, 0} end
-    a, f, rebased = state(a, name, r, p, b, fill, now)
-    if a == nil then return {INVALID, f, 1, 0} end
+    if not a then
+      a = get(name)
+      if a == nil then return {WRONGTYPE, 1, 0, 0} end
+      a, f, rebased, e = state(a, name, r, p, b, fill, now)
+      if a == nil then return {INVALID, f, 1, 0} end
+    end
     local na, nf, wait = charge(a, f, r, p, q, m, c, now)
     local charged
     st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, shadow)
@@ -85,7 +99,10 @@ local function one(keys, args, nargv, K)
     end
     if charged then a, f = na, nf end
     if charged or rebased then
-      call('SET', name, spack(STATE, a, f, r), 'PX', format('%d', fullIn(a, f, r, q, m, now)))
+      -- stateValue, inlined: a call costs Redis hundreds of instructions.
+      local v
+      if e > 0 then v = spack(STATE_E, a, f, r, e) else v = spack(STATE, a, f, r) end
+      call('SET', name, v, 'PX', format('%d', fullIn(a, f, r, q, m, now)))
     end
     if a3 == 0 then a2 = tokens(a, f, r, p, b, now) end
     if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
@@ -94,7 +111,7 @@ local function one(keys, args, nargv, K)
     local ttl = format('%d', ceil((horizon + fill) / 1000))
     if slot ~= so then
       if slot then
-        call('SET', resv, resvValue(slot, regime1(r, p), sh), 'PX', ttl)
+        call('SET', resv, resvValue(slot, regimeE(regime1(r, p), e), sh), 'PX', ttl)
         if sh > 0 then call('PEXPIRE', keys[4], ttl, 'GT') end
       else
         call('DEL', resv)
@@ -142,10 +159,13 @@ local function many(keys, args, nargv, nkeys)
   -- cost, incarnation, flags, offset of its limit, offset of its
   -- bucket. Buckets, 6 slots each: KEYS position, RK position, empty time
   -- (a, f), status (0 not read, 1 read, 2 changed, or an E_* code or
-  -- WRONGTYPE), offset of the limit in whose rate its empty time is. RK names the
+  -- WRONGTYPE), offset of the limit in whose rate its empty time is; EP
+  -- their epochs (EPOCH, rules.lua) by offset, those not 0 only (most
+  -- are). RK names the
   -- buckets to read, JK the job keys (in job order: the reservation unless
   -- the job is fresh, and with K = 2 the owner).
   local LI, J, B, byName, RK, JK = {}, {}, {}, {}, {}, {}
+  local EP = nil
   local seen = K > 0 and {}
   local nl, nb, nr, nj, o = -7, 0, 0, 0, 0
   local lrs, lps, lbs, lcs, lis = nil, nil, nil, '1', '0'
@@ -207,6 +227,30 @@ local function many(keys, args, nargv, nkeys)
   local V, wrong = getAll(RK, nr)
   local JV, jwrong = nil, false
   if nj > 0 then JV, jwrong = getAll(JK, nj) end
+  -- readBucket reads bucket bo, as read (V), for the limit at LI offset
+  -- lo, once per call: its state into B, and its status. A job back to
+  -- its slot calls it; a charge reads the bucket inline.
+  local function readBucket(bo, lo)
+    local x, s = B[bo + 2], nil
+    if wrong and wrong[x] then
+      s = WRONGTYPE
+    else
+      local a, f, rebased, e = 0, 0, false, 0
+      if V[x] then a, f, rebased, e = state(V[x], RK[x], LI[lo + 1], LI[lo + 2], LI[lo + 3], LI[lo + 6], now) end
+      if a then
+        B[bo + 3], B[bo + 4], s = a, f, 1
+        if e > 0 then EP = EP or {}; EP[bo] = e end
+        -- Which limit's rate the state is in is written only when it
+        -- must be (a slot written costs Redis hundreds of
+        -- instructions): at a charge, or here when it was rebased.
+        if rebased then B[bo + 6], s = lo, 2 end
+      else
+        s = f
+      end
+    end
+    B[bo + 5] = s
+    return s
+  end
 
   -- Decide each job in order, in memory. Writes to job keys are listed in
   -- W (KEYS position, value or false to delete, TTL) and made at the end,
@@ -245,8 +289,24 @@ local function many(keys, args, nargv, nkeys)
       end
     end
     local so, oo = slot, own
-    -- A slot reserved under another limit is given up: decided again.
-    if slot and sid ~= regime1(LI[lo + 1], LI[lo + 2]) then slot, so = false, -1 end
+    if slot and not st then
+      -- A slot reserved under another limit, or whose debt a rebase
+      -- forgave since (EPOCH), is given up: decided again. So is one on
+      -- a bucket a job before, in this call, named at another rate.
+      local s = B[bo + 5]
+      if s == 0 then s = readBucket(bo, lo) end
+      if s == WRONGTYPE then
+        st, a1 = WRONGTYPE, B[bo + 1]
+      elseif s ~= 1 and s ~= 2 then
+        st, a1, a2 = INVALID, s, B[bo + 1]
+      else
+        local u = B[bo + 6]
+        local id = regime1(LI[lo + 1], LI[lo + 2])
+        local ep = EP and EP[bo]
+        if ep then id = (id * 31 + ep) % RID end
+        if sid ~= id or (u and u ~= lo and LI[u + 1] ~= LI[lo + 1]) then slot, so = false, -1 end
+      end
+    end
     if not st and slot and K == 3 then
       if keys[kx + 3] == shk then
         sh = shv
@@ -261,17 +321,17 @@ local function many(keys, args, nargv, nkeys)
     if not st then
       local s = B[bo + 5]
       if s == 0 then
+        -- readBucket, inlined: a call costs Redis hundreds of
+        -- instructions, and this one is made for every bucket.
         local x = B[bo + 2]
         if wrong and wrong[x] then
           s = WRONGTYPE
         else
-          local a, f, rebased = 0, 0, false
-          if V[x] then a, f, rebased = state(V[x], RK[x], LI[lo + 1], LI[lo + 2], LI[lo + 3], LI[lo + 6], now) end
+          local a, f, rebased, ep = 0, 0, false, 0
+          if V[x] then a, f, rebased, ep = state(V[x], RK[x], LI[lo + 1], LI[lo + 2], LI[lo + 3], LI[lo + 6], now) end
           if a then
             B[bo + 3], B[bo + 4], s = a, f, 1
-            -- Which limit's rate the state is in is written only when it
-            -- must be (a slot written costs Redis hundreds of
-            -- instructions): at a charge, or here when it was rebased.
+            if ep > 0 then EP = EP or {}; EP[bo] = ep end
             if rebased then B[bo + 6], s = lo, 2 end
           else
             s = f
@@ -287,7 +347,9 @@ local function many(keys, args, nargv, nkeys)
         local r, u = LI[lo + 1], B[bo + 6]
         if u and u ~= lo and LI[u + 1] ~= r then
           -- A job before, in this call, named the bucket at another rate.
-          B[bo + 3], B[bo + 4] = rebase(B[bo + 3], B[bo + 4], LI[u + 1], r, LI[lo + 2], LI[lo + 3], now)
+          local _, forgave
+          B[bo + 3], B[bo + 4], _, forgave = rebase(B[bo + 3], B[bo + 4], LI[u + 1], r, LI[lo + 2], LI[lo + 3], now)
+          if forgave then EP = EP or {}; EP[bo] = nextEpoch(EP[bo] or 0) end
           B[bo + 5], B[bo + 6] = 2, lo
         end
         local a, f, wait = charge(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
@@ -321,10 +383,13 @@ local function many(keys, args, nargv, nkeys)
       -- resvValue, inlined: a call costs Redis hundreds of instructions.
       local v = slot
       if v then
+        local id = regime1(LI[lo + 1], LI[lo + 2])
+        local ep = EP and EP[bo]
+        if ep then id = (id * 31 + ep) % RID end
         if sh and sh > 0 then
-          v = format('%d:%d:%d', slot, regime1(LI[lo + 1], LI[lo + 2]), sh)
+          v = format('%d:%d:%d', slot, id, sh)
         else
-          v = format('%d:%d', slot, regime1(LI[lo + 1], LI[lo + 2]))
+          v = format('%d:%d', slot, id)
         end
       end
       W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, v, LI[lo + 7]
@@ -352,7 +417,10 @@ local function many(keys, args, nargv, nkeys)
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
       if ttl > 0 then
         if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
-        call('SET', keys[B[bo + 1]], spack(STATE, a, f, LI[l + 1]), 'PX', lts)
+        local ep = EP and EP[bo]
+        local v
+        if ep then v = spack(STATE_E, a, f, LI[l + 1], ep) else v = spack(STATE, a, f, LI[l + 1]) end
+        call('SET', keys[B[bo + 1]], v, 'PX', lts)
       else
         call('DEL', keys[B[bo + 1]])
       end

@@ -100,9 +100,11 @@ bucket with another rate than its state was stored for (a changed burst
 alone needs nothing: a stored state is never full, and the burst only caps
 it). A bucket in debt is empty from then on: its debt is the slots
 reserved under the old limit, and every slot is stored with the regime id
-of the limits it was reserved under (regime), so a job that comes back to
-a slot of other limits gives it up and is decided again, charged under the
-limits of now. Any other bucket keeps the tokens it holds at that moment,
+of the limits it was reserved under and of their buckets' epochs (regime,
+EPOCH in rules.lua: a forgiving rebase moves the bucket's epoch on), so a
+job that comes back to a slot of other limits, or whose debt was forgiven
+since (a limit that comes back), gives it up and is decided again,
+charged under the limits of now. Any other bucket keeps the tokens it holds at that moment,
 exactly (fractions included), at most the new burst, and fills at the new
 rate from then on. The state is written in the new rate's units at once,
 even by a call that charges nothing. So a change grants nothing by itself,
@@ -267,6 +269,8 @@ local MAX_N = 1000000000 -- the largest cost, rate and burst
 -- stored, until it is full again (fullIn), only when charged or rebased:
 -- never full, so its TTL is never 0.
 local STATE = '<i8i4i4'
+-- The same with the bucket's epoch (EPOCH, rules.lua), when not 0.
+local STATE_E = '<i8i4i4i4'
 -- A job's flags argument: 1 fresh, 2 shadow, 3 both.
 local FLAGS = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3}
 

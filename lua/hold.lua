@@ -66,9 +66,9 @@ local function hold(keys, args)
     local v = get(keys[k])
     if v == nil then return {WRONGTYPE, k, 0, 0} end
     local r, p, b, q, m, fill = unpk(L[k])
-    local a, f, rebased = state(v, keys[k], r, p, b, fill, now)
+    local a, f, rebased, e = state(v, keys[k], r, p, b, fill, now)
     if a == nil then return {INVALID, f, k, 0} end
-    W[k] = {a, f, rebased}
+    W[k] = {a, f, rebased, e}
   end
   local sh = 0
   if #keys > n then
@@ -80,21 +80,22 @@ local function hold(keys, args)
       return {INVALID, code, n + 2, 0}
     end
   end
-  local held = 0
+  local held, epochs = 0, 0
   for k = 1, n do
     local r, _, _, q, m = unpk(L[k])
-    local a, f, rebased = unpk(W[k])
+    local a, f, rebased, e = unpk(W[k])
     if a < untilAt then
       a, f, rebased = untilAt, 0, true
       held = held + 1
     end
     if rebased then
-      call('SET', keys[k], spack(STATE, a, f, r), 'PX', format('%d', fullIn(a, f, r, q, m, now)))
+      call('SET', keys[k], stateValue(a, f, r, e), 'PX', format('%d', fullIn(a, f, r, q, m, now)))
     end
+    epochs = epochs + e
   end
   if #keys > n then
     local ttl = format('%d', ceil((untilAt - now + longest) / 1000))
-    call('SET', keys[n + 1], resvValue(untilAt, regime(LI, 0, n), sh), 'PX', ttl)
+    call('SET', keys[n + 1], resvValue(untilAt, regimeE(regime(LI, 0, n), epochs), sh), 'PX', ttl)
     if sh > 0 then call('PEXPIRE', keys[n + 2], ttl, 'GT') end
   end
   return {1, held, 0, 0}

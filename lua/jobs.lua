@@ -14,7 +14,9 @@ local JW = 6
 local LW = 7
 -- Buckets, BW slots each: RK position (its name, read), empty time (a, f),
 -- status (0 not read, 1 read, 2 changed, WRONGTYPE, or the E_* code of a
--- bad state), LI offset of the limit in whose rate its empty time is.
+-- bad state), LI offset of the limit in whose rate its empty time is. (A
+-- call's EP holds their epochs by offset, those not 0 only: EPOCH,
+-- rules.lua.)
 local BW = 5
 -- Entries (one per job id), EW slots each: KEYS position of the
 -- reservation (the owner's is the next), RK positions of both (false when

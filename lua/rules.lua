@@ -40,17 +40,38 @@ local function fullIn(a, f, r, q, m, now)
   return ceil(whole_ / 1000)
 end
 
+-- EPOCH: a bucket's epoch counts the debts a rebase forgave it (CHANGE).
+-- Every slot records, in its regime id, the epochs of the buckets it was
+-- reserved on: a job back to a slot whose debt was forgiven since is
+-- decided again, even under the limits it was reserved under (a limit A,
+-- then B, then A again). A state of epoch 0 is stored as before epochs
+-- (16 bytes, STATE); another with it (20 bytes, STATE_E).
+
+-- nextEpoch is the epoch after e: 1 to 2^31 - 1, round.
+local function nextEpoch(e)
+  if e >= 2147483647 then return 1 end
+  return e + 1
+end
+
+-- stateValue is the stored state of empty time (a, f) in rate r and
+-- epoch e.
+local function stateValue(a, f, r, e)
+  if e and e > 0 then return spack(STATE_E, a, f, r, e) end
+  return spack(STATE, a, f, r)
+end
+
 -- rebase expresses a bucket's empty time (a, f), kept in units of 1/r0 µs
 -- for a limit of rate r0, for the rate r of a changed limit of the same
 -- period p and burst b (see CHANGE): a bucket in debt is empty now (its
 -- debt is the slots reserved under the old limit, and each of those jobs
 -- is charged again when it comes back: see regime); any other keeps its
 -- tokens exactly, fractions included, at most b. It returns the new empty
--- time, and whether the bucket is full under the new limit: its empty
--- time is then that of a bucket full at now, the same as none (a state
--- full at now is deleted, never written: see fullIn).
+-- time, whether the bucket is full under the new limit (its empty time
+-- is then that of a bucket full at now, the same as none: a state full
+-- at now is deleted, never written, see fullIn), and whether it forgave a
+-- debt: the bucket's epoch then moves on (EPOCH).
 local function rebase(a, f, r0, r, p, b, now)
-  if a > now or (a == now and f > 0) then return now, 0, false end
+  if a > now or (a == now and f > 0) then return now, 0, false, true end
   -- d is the tokens held times p: (now - (a + f/r0)) * r0, exactly.
   local d = (now - a) * r0 - f
   local full = d >= b * p
@@ -63,13 +84,22 @@ end
 
 -- state reads a stored bucket state v (or false) of a limit of rate r,
 -- period p, burst b and fill time fill: its empty time (a, f), (0, 0) when
--- absent, and whether it was stored for another rate and rebased (it must
--- then be written, or the old rate would go on filling it); or nil and an
+-- absent, whether it was stored for another rate and rebased (it must
+-- then be written, or the old rate would go on filling it), and its
+-- epoch (EPOCH), moved on when the rebase forgave a debt; or nil and an
 -- E_* code when it is malformed or has no TTL.
 local function state(v, name, r, p, b, fill, now)
-  if not v then return 0, 0, false end
-  if #v ~= 16 then return nil, E_STATE end
-  local a, f, r0 = sunpack(STATE, v)
+  if not v then return 0, 0, false, 0 end
+  local a, f, r0, e
+  if #v == 16 then
+    a, f, r0 = sunpack(STATE, v)
+    e = 0
+  elseif #v == 20 then
+    a, f, r0, e = sunpack(STATE_E, v)
+    if e < 1 then return nil, E_STATE end
+  else
+    return nil, E_STATE
+  end
   -- A state of another rate may lie further ahead: its fill time is
   -- another's, so only its range is checked.
   local far = now + MAX_HORIZON + fill
@@ -79,12 +109,15 @@ local function state(v, name, r, p, b, fill, now)
   end
   if call('PTTL', name) < 0 then return nil, E_STATE_TTL end
   if r0 ~= r then
-    local full
-    a, f, full = rebase(a, f, r0, r, p, b, now)
-    if full then return 0, 0, false end -- nothing to keep
-    return a, f, true
+    local full, forgave
+    a, f, full, forgave = rebase(a, f, r0, r, p, b, now)
+    if forgave then e = nextEpoch(e) end
+    -- A full bucket keeps nothing but its epoch: written, not deleted,
+    -- when the epoch moved on.
+    if full and not forgave then return 0, 0, false, e end
+    return a, f, true, e
   end
-  return a, f, false
+  return a, f, false, e
 end
 
 
@@ -108,6 +141,13 @@ local RID = 2147483647
 -- (r * 1000003 + p stays below 2^53 for every valid limit.)
 local function regime1(r, p)
   return (r * 1000003 + p) % RID
+end
+
+-- regimeE is regime id id with the epochs e (their sum over a job's
+-- buckets, EPOCH) folded in: id itself for 0, as before epochs.
+local function regimeE(id, e)
+  if not e or e == 0 then return id end
+  return (id * 31 + e) % RID
 end
 
 local function regime(LI, lo, L)

@@ -84,9 +84,10 @@ local function settleBucket(keys, k, t, charging, d, now)
   local r, p, b, q, m, fill = unpk(t, 1, 6)
   local v = get(keys[k])
   if v == nil then return WRONGTYPE end
-  local a, f = 0, 0
+  local a, f, e = 0, 0, 0
   if v then
-    a, f = state(v, keys[k], r, p, b, fill, now)
+    local _
+    a, f, _, e = state(v, keys[k], r, p, b, fill, now)
     if a == nil then return f end
   end
   if charging then
@@ -104,7 +105,7 @@ local function settleBucket(keys, k, t, charging, d, now)
     if a > now + MAX_HORIZON then a, f, wait = now + MAX_HORIZON, 0, MAX_HORIZON end
     local shift = wait - before
     if shift < 0 then shift = 0 end
-    return {kind = 1, a = a, f = f, shift = shift}
+    return {kind = 1, a = a, f = f, e = e, shift = shift}
   end
   if not v then return {kind = 0} end -- full: nothing to give back
   local dd = d
@@ -115,7 +116,7 @@ local function settleBucket(keys, k, t, charging, d, now)
   local la, lf = now - q, 0
   if m > 0 then la, lf = la - 1, r - m end
   if a < la or (a == la and f <= lf) then return {kind = 2} end -- full again
-  return {kind = 1, a = a, f = f, shift = 0}
+  return {kind = 1, a = a, f = f, e = e, shift = 0}
 end
 
 -- settleSliding reads the sliding window of term t at KEYS position k and
@@ -300,7 +301,7 @@ local function settle(keys, args)
       local t = T[z]
       local ms = fullIn(plan.a, plan.f, t[1], t[4], t[5], now)
       if ms > 0 then
-        call('SET', keys[z + 1], spack(STATE, plan.a, plan.f, t[1]), 'PX', format('%d', ms))
+        call('SET', keys[z + 1], stateValue(plan.a, plan.f, t[1], plan.e), 'PX', format('%d', ms))
       else
         call('DEL', keys[z + 1])
       end

@@ -280,3 +280,63 @@ func TestChangedLimitInABatch(t *testing.T) {
 		})
 	}
 }
+
+// A limit that comes back (A, then B, then A again) revives no slot
+// whose debt the change to B forgave: a job back to a slot reserved under
+// the first A is decided again, as under B, not admitted on it on top of
+// the jobs decided since (EPOCH in lua/rules.lua). Through each of
+// decide's paths: one job under one limit, a batch, and two limits.
+func TestALimitThatComesBackRevivesNoForgivenSlot(t *testing.T) {
+	loose := throttle.Limit{Rate: 100000, Period: time.Hour, Burst: 100000}
+	for _, c := range []struct {
+		name  string
+		batch bool
+		extra []throttle.Limit
+	}{{"one", false, nil}, {"batch", true, nil}, {"two limits", false, []throttle.Limit{loose}}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := setup(t)
+			pol := func(rate int64) throttle.Policy {
+				return throttle.Enforce(append([]throttle.Limit{per(rate, 10)}, c.extra...)...)
+			}
+			l, live := newLiveLimiter(t, e, time.Hour, pol(100))
+			run := func(ids []string, at time.Time) []throttle.Decision {
+				t.Helper()
+				if !c.batch {
+					out := make([]throttle.Decision, len(ids))
+					for i, id := range ids {
+						out[i] = decide(t, l, throttle.Request{Tenant: "acme", JobID: id, At: at})
+					}
+					return out
+				}
+				reqs := make([]throttle.Request, len(ids))
+				for i, id := range ids {
+					reqs[i] = throttle.Request{Tenant: "acme", JobID: id, At: at}
+				}
+				var out []throttle.Decision
+				for _, r := range l.DecideBatch(context.Background(), reqs) {
+					if r.Err != nil {
+						t.Fatal(r.Err)
+					}
+					out = append(out, r.Decision)
+				}
+				return out
+			}
+			ids := make([]string, 30)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("old-%d", i)
+			}
+			if ds := run(ids, t0); ds[29].Outcome != throttle.Reserved || ds[29].Wait != in(200*ms) {
+				t.Fatalf("30th job under 100/s: %+v, want reserved for 200ms", ds[29])
+			}
+			live.set(pol(10))
+			if d := run([]string{"b-0", "b-1"}, t0)[0]; d.Outcome != throttle.Reserved {
+				t.Fatalf("first job under 10/s: %+v, want reserved", d)
+			}
+			live.set(pol(100))
+			run([]string{"a-0", "a-1"}, t0)
+			if d := run([]string{"old-10", "a-2"}, t0.Add(in(10*ms)))[0]; d.Outcome == throttle.Admitted {
+				t.Fatalf("old-10 back at its slot of the first 100/s after 10/s and 100/s again: admitted on it, want it decided again")
+			}
+		})
+	}
+}

@@ -168,8 +168,10 @@ func peekBucket(ctx context.Context, node redis.Cmdable, key string, lim Limit, 
 	case errors.Is(err, redis.Nil):
 	case err != nil:
 		return b, &RedisError{Op: "GET " + key, Err: err}
-	case len(v) != 16:
-		return b, &InvalidError{Code: CodeState, Detail: fmt.Sprintf("%s holds %d bytes, not a state of 16", key, len(v))}
+	case len(v) != 16 && len(v) != 20:
+		// 20: with the bucket's epoch (lua/rules.lua, EPOCH), which a
+		// peek does not need.
+		return b, &InvalidError{Code: CodeState, Detail: fmt.Sprintf("%s holds %d bytes, not a state of 16 or 20", key, len(v))}
 	default:
 		b.Stored = true
 	}
