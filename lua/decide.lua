@@ -158,7 +158,7 @@ local function decide(keys, args)
       if a then
         B[bo + 2], B[bo + 3], s = a, f, 1
         if ep > 0 then EP = EP or {}; EP[bo] = ep end
-        if rebased then B[bo + 5], s = l, 2 end -- see many (fast.lua)
+        if rebased then B[bo + 5], s = l, 2 end -- see many (many.lua)
       else
         s = f
       end
@@ -280,7 +280,7 @@ local function decide(keys, args)
           else
           local s = B[bo + 4]
           if s == 0 then
-            -- readBucket, inlined (see many, fast.lua).
+            -- readBucket, inlined (see many, many.lua).
             local x = B[bo + 1]
             if wrong and wrong[x] then
               s = WRONGTYPE

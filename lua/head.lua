@@ -11,7 +11,8 @@ uses it (Lua's local functions must be):
   jobs.lua      decide's layout of a call, and its arguments' checks
   window.lua    the sliding windows (WINDOWS): read, wait, write
   calendar.lua  the calendar windows (CALENDAR): read, place, write
-  fast.lua      decide's fast paths: one job (one), the worker's call (many)
+  one.lua       decide's fast path for one job under one limit (one)
+  many.lua      decide's fast path for the worker's call (many)
   decide.lua    decide, and its general path
   owners.lua    claim, release, failed: a job's owner record and failures
   carry.lua     carry
@@ -21,9 +22,12 @@ uses it (Lua's local functions must be):
   lease.lua     lease
   credits.lua   credits, refund, balance: a prepaid balance (CREDITS)
   settle.lua    settle: a job's cost settled after it ran
+  groups.lua    the groups' own order at the global level
+  share.lua     share, unshare: the levels above the tenant (SHARED LEVELS)
+  unqueue.lua   unqueue: purged jobs out of a level's waiting list
   register.lua  the functions registered with Redis
 
-Twelve functions, each atomic:
+Fifteen functions, each atomic:
 
   decide___VERSION__   decide M jobs against their token buckets and windows
   claim___VERSION__    make an incarnation the owner of a job that has none
@@ -39,6 +43,9 @@ Twelve functions, each atomic:
   balance___VERSION__  read, add, set a tenant's credits; open the gate
   settle___VERSION__   settle once the difference between a job's charged
                        and reported cost on every term it was charged under
+  share___VERSION__    decide M jobs at a level above their tenants, in turns
+  unshare___VERSION__  give back a level's grants of jobs that did not run
+  unqueue___VERSION__  take purged jobs out of a level's waiting list
 
 __VERSION__ stands for a short hash of this source, put in by package
 throttle before FUNCTION LOAD, so that two versions of the worker running

@@ -31,8 +31,10 @@ var (
 	window string
 	//go:embed calendar.lua
 	calendar string
-	//go:embed fast.lua
-	fast string
+	//go:embed one.lua
+	one string
+	//go:embed many.lua
+	many string
 	//go:embed decide.lua
 	decide string
 	//go:embed owners.lua
@@ -55,6 +57,8 @@ var (
 	groups string
 	//go:embed share.lua
 	share string
+	//go:embed unqueue.lua
+	unqueue string
 	//go:embed register.lua
 	register string
 )
@@ -66,11 +70,11 @@ type file struct{ name, text string }
 // files returns the library's source files in the order Library joins
 // them: the head (the library's name, its contract, the constants and
 // argument checks), the shared rules, decide's layout, its sliding
-// windows, fast paths and general path, the owner and failure functions, carry, hold, the running
+// windows, fast paths (one, many) and general path, the owner and failure functions, carry, hold, the running
 // caps' sets, admit, lease, the credits (a prepaid balance: its charge,
 // refund and operator's operations), the settle of a job's cost after it
 // ran, the shared levels (the groups' own order at the global level,
-// then share and unshare), and last the registrations, once
+// then share and unshare, and unqueue), and last the registrations, once
 // every function they name is defined.
 func files() []file {
 	return []file{
@@ -79,7 +83,8 @@ func files() []file {
 		{"jobs.lua", jobs},
 		{"window.lua", window},
 		{"calendar.lua", calendar},
-		{"fast.lua", fast},
+		{"one.lua", one},
+		{"many.lua", many},
 		{"decide.lua", decide},
 		{"owners.lua", owners},
 		{"carry.lua", carry},
@@ -91,6 +96,7 @@ func files() []file {
 		{"settle.lua", settle},
 		{"groups.lua", groups},
 		{"share.lua", share},
+		{"unqueue.lua", unqueue},
 		{"register.lua", register},
 	}
 }
