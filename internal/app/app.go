@@ -68,6 +68,9 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	// Every worker answers the console's roll call, with an admin address
 	// or not, so that any worker's console lists the whole fleet.
 	agreement := newEnvAgreement(opts.NATS, cfg, newSelf(cfg), log)
+	if err := srv.register(agreement.gauge()); err != nil {
+		return err
+	}
 	defer answerRollCalls(opts.NATS, cfg, agreement, ready, log)()
 	stopAdmin, err := startAdmin(cfg, opts, js, log)
 	if err != nil {

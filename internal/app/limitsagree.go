@@ -9,9 +9,11 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttler/throttler/internal/rollcall"
 	"github.com/throttler/throttler/limits"
@@ -148,7 +150,24 @@ type envAgreement struct {
 	known map[string]bool // the configurations the last roll call heard
 	since time.Time       // when this worker's configuration first ran, as far as it knows
 
-	differ int // the workers of other environments the last roll call heard
+	differ  int         // the workers of other environments the last roll call heard
+	foreign atomic.Bool // it applies another configuration's tenants' limits
+}
+
+// gauge returns throttler_env_limits_foreign, 1 while this worker applies
+// the tenants' limits of another configuration of the fleet (a rollout of
+// THROTTLER_TENANT_LIMITS or THROTTLER_DEFAULT_LIMIT in progress): its
+// own environment does not say what it enforces then.
+func (a *envAgreement) gauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "throttler_env_limits_foreign",
+		Help: "1 while the worker applies the tenants' limits of another configuration of the fleet (started after its own), else 0.",
+	}, func() float64 {
+		if a.foreign.Load() {
+			return 1
+		}
+		return 0
+	})
 }
 
 // newEnvAgreement returns the agreement of the worker that answers roll
@@ -264,6 +283,7 @@ func (a *envAgreement) check(ctx context.Context, store *limits.Store, applied s
 	}
 	if maps.Equal(rules, a.self.Rules) {
 		store.SetEnv(a.own)
+		a.foreign.Store(false)
 		if applied != a.self.Limits {
 			a.log.Info("the tenants' limits of this worker's own environment apply again: no worker started later runs with others",
 				"workers", len(workers))
@@ -276,6 +296,7 @@ func (a *envAgreement) check(ctx context.Context, store *limits.Store, applied s
 		return fp, warned
 	}
 	store.SetEnv(r)
+	a.foreign.Store(true)
 	a.log.Warn("workers started later run with other THROTTLER_DEFAULT_LIMIT or THROTTLER_TENANT_LIMITS: this worker applies theirs, so that the fleet holds each tenant to one limit while it is rolled out (docs/usage.md, Changing a limit set in the environment)",
 		"their_default", rules[limits.DefaultKey], "their_tenants", len(rules)-1, "workers_differing", differ, "workers", len(workers))
 	return fp, warned

@@ -165,6 +165,9 @@ func TestAgreementAppliesTheNewestAndGoesBack(t *testing.T) {
 	if !strings.Contains(logged.String(), "this worker applies theirs") {
 		t.Errorf("no warning that it applies the later workers' limits:\n%s", logged.String())
 	}
+	if v := gaugeValue(t, a.gauge()); v != 1 {
+		t.Errorf("throttler_env_limits_foreign %v while it applies the later worker's limits, want 1", v)
+	}
 	a.asked([]byte(later.Limits))
 	select {
 	case <-a.poke:
@@ -175,6 +178,9 @@ func TestAgreementAppliesTheNewestAndGoesBack(t *testing.T) {
 	applied, _ = a.check(ctx, store, applied, false)
 	if got := store.Policy("acme").String(); got != "20/s:20" || applied != self.Limits {
 		t.Fatalf("once the later worker left: acme %s, applied %s; want its own 20/s:20 again", got, applied)
+	}
+	if v := gaugeValue(t, a.gauge()); v != 0 {
+		t.Errorf("throttler_env_limits_foreign %v with its own limits again, want 0", v)
 	}
 	if !strings.Contains(logged.String(), "own environment apply again") {
 		t.Errorf("no line saying its own limits apply again:\n%s", logged.String())

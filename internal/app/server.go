@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
@@ -74,6 +75,17 @@ func (s *server) running(w *consumer.Worker, ackPending *consumer.AckPending, jo
 		return err
 	}
 	s.ready.running(jobs)
+	return nil
+}
+
+// register adds c to /metrics; without a server it does nothing.
+func (s *server) register(c prometheus.Collector) error {
+	if s == nil {
+		return nil
+	}
+	if err := s.metrics.reg.Register(c); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
 	return nil
 }
 
