@@ -292,7 +292,10 @@ func (a *envAgreement) check(ctx context.Context, store *limits.Store, applied s
 	}
 	r, err := rulesOf(rules)
 	if err != nil {
-		a.log.Warn("workers started later run with tenants' limits this worker cannot read; it keeps its own", "limits", fp, "err", err)
+		// A later version may write a spec this one cannot read.
+		store.SetEnv(a.own)
+		a.foreign.Store(false)
+		a.log.Warn("workers started later run with tenants' limits this worker cannot read; it applies its own", "limits", fp, "err", err)
 		return fp, warned
 	}
 	store.SetEnv(r)
