@@ -18,18 +18,18 @@ type Slot struct {
 
 // Unreserve gives up the slots the jobs hold, so that each, back, is
 // decided anew: charged then, as a job that never held one. The charge
-// each paid for its slot stays spent (a bucket in debt stays so): nothing
-// is ever granted back. The worker calls it for the jobs of a paused
-// tenant, whose slots would otherwise all come due during the pause and
-// run at once on resume, on top of the burst the tenant's buckets filled
-// to. One pipelined round trip of plain DELs: each key is the job's own,
-// so no condition is needed.
+// each paid its tenant's buckets for its slot stays spent (a bucket in
+// debt stays so). The worker calls it for the jobs of a paused tenant,
+// whose slots would otherwise all come due during the pause and run at
+// once on resume, on top of the burst the tenant's buckets filled to. One
+// pipelined round trip of plain DELs: each key is the job's own, so no
+// condition is needed.
 //
 // With levels above the tenant (WithLevels), each job also gives back the
-// pass a level granted it, if unused, with its charge (Shared.GiveBack):
-// a paused tenant's jobs called in their turns would otherwise take the
-// level's room from the other tenants during the pause, then all pass at
-// once on resume.
+// pass a level granted it, if unused, with its charge (Shared.GiveBack,
+// one more round trip): a paused tenant's jobs called in their turns
+// would otherwise take the level's room from the other tenants during the
+// pause, then all pass at once on resume.
 func (d *Decider) Unreserve(ctx context.Context, slots []Slot) error {
 	if len(slots) == 0 {
 		return nil
