@@ -95,19 +95,25 @@ func rulesOf(m map[string]string) (throttle.Rules, error) {
 // newestEnv returns, of the environments the workers answering read their
 // limits from, the one first started last, by its fingerprint, with its
 // tenants' limits: the configuration a rollout is rolling the fleet to. A
-// configuration's start is the earliest its workers know of
-// (rollcall.Worker.ConfigSince): a worker of an older one restarted
-// meanwhile learns it from the others of it, and keeps it once they are
-// gone, so it does not make its configuration the newest. ok is false
-// when no worker says (workers too old to).
-func newestEnv(workers []rollcall.Worker) (fingerprint string, rules map[string]string, ok bool) {
+// configuration's start is the earliest known: its workers' (each says
+// when it learnt it first ran, rollcall.Worker.ConfigSince) and what the
+// fleet remembers of it (seen, rollcall.Worker.Seen). So a worker of an
+// older configuration restarted meanwhile, even once none of the workers
+// that knew its start runs, does not make it the newest. ok is false when
+// no worker says (workers too old to).
+func newestEnv(workers []rollcall.Worker, seen map[string]rollcall.Seen) (fingerprint string, rules map[string]string, ok bool) {
 	since := map[string]time.Time{}
 	for _, w := range workers {
 		if w.Limits == "" || w.Rules == nil {
 			continue
 		}
-		if s, seen := since[w.Limits]; !seen || w.ConfigSince().Before(s) {
+		if s, found := since[w.Limits]; !found || w.ConfigSince().Before(s) {
 			since[w.Limits] = w.ConfigSince()
+		}
+	}
+	for fp, s := range since {
+		if k, found := seen[fp]; found && !k.Since.IsZero() && k.Since.Before(s) {
+			since[fp] = k.Since
 		}
 	}
 	var best time.Time
@@ -122,6 +128,42 @@ func newestEnv(workers []rollcall.Worker) (fingerprint string, rules map[string]
 		}
 	}
 	return "", nil, false
+}
+
+// forgetAfter is how long the fleet remembers when a configuration first
+// ran once no worker of it answers: long enough for a crashed worker of
+// it to be restarted, short enough that a rollback, which comes later,
+// is a configuration of its own again.
+const forgetAfter = 30 * time.Second
+
+// remember merges into seen what the roll call's answers say of each
+// configuration, at now: when it first ran (the earliest known) and when
+// a worker of it last answered (the latest known), forgetting those no
+// worker of has answered for forgetAfter.
+func remember(seen map[string]rollcall.Seen, workers []rollcall.Worker, now time.Time) {
+	merge := func(fp string, k rollcall.Seen) {
+		old, found := seen[fp]
+		if found && !old.Since.IsZero() && (k.Since.IsZero() || old.Since.Before(k.Since)) {
+			k.Since = old.Since
+		}
+		if found && old.Last.After(k.Last) {
+			k.Last = old.Last
+		}
+		seen[fp] = k
+	}
+	for _, w := range workers {
+		if w.Limits != "" {
+			merge(w.Limits, rollcall.Seen{Since: w.ConfigSince(), Last: now})
+		}
+		for fp, k := range w.Seen {
+			merge(fp, k)
+		}
+	}
+	for fp, k := range seen {
+		if now.Sub(k.Last) > forgetAfter {
+			delete(seen, fp)
+		}
+	}
 }
 
 // agreeEvery is how often a worker asks the fleet which environment limits
@@ -147,8 +189,9 @@ type envAgreement struct {
 	poke chan struct{}
 
 	mu    sync.Mutex
-	known map[string]bool // the configurations the last roll call heard
-	since time.Time       // when this worker's configuration first ran, as far as it knows
+	known map[string]bool          // the configurations the last roll call heard
+	since time.Time                // when this worker's configuration first ran, as far as it knows
+	seen  map[string]rollcall.Seen // what it knows of the fleet's configurations (remember)
 
 	differ  int         // the workers of other environments the last roll call heard
 	foreign atomic.Bool // it applies another configuration's tenants' limits
@@ -174,7 +217,8 @@ func (a *envAgreement) gauge() prometheus.Collector {
 // calls as self, on cfg's fleet.
 func newEnvAgreement(nc *nats.Conn, cfg *Settings, self rollcall.Worker, log *slog.Logger) *envAgreement {
 	return &envAgreement{nc: nc, subj: RollCallSubject(cfg), self: self, own: cfg.Rules, log: log,
-		poke: make(chan struct{}, 1), known: map[string]bool{self.Limits: true}, since: self.Started}
+		poke: make(chan struct{}, 1), known: map[string]bool{self.Limits: true}, since: self.Started,
+		seen: map[string]rollcall.Seen{}}
 }
 
 // answer is this worker's answer to a roll call: w with when its
@@ -182,6 +226,7 @@ func newEnvAgreement(nc *nats.Conn, cfg *Settings, self rollcall.Worker, log *sl
 func (a *envAgreement) answer(w rollcall.Worker) rollcall.Worker {
 	a.mu.Lock()
 	w.Since = a.since
+	w.Seen = maps.Clone(a.seen)
 	a.mu.Unlock()
 	return w
 }
@@ -262,14 +307,14 @@ func (a *envAgreement) check(ctx context.Context, store *limits.Store, applied s
 	}
 	a.mu.Lock()
 	a.known = known
-	for _, w := range workers {
-		if w.Limits == a.self.Limits && w.ConfigSince().Before(a.since) {
-			a.since = w.ConfigSince()
-		}
+	remember(a.seen, workers, time.Now())
+	if k, found := a.seen[a.self.Limits]; found && !k.Since.IsZero() && k.Since.Before(a.since) {
+		a.since = k.Since
 	}
+	seen := maps.Clone(a.seen)
 	a.mu.Unlock()
 	a.differ = differ
-	fp, rules, ok := newestEnv(workers)
+	fp, rules, ok := newestEnv(workers, seen)
 	if !ok {
 		fp, rules = a.self.Limits, a.self.Rules
 	}

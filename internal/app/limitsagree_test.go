@@ -83,11 +83,11 @@ func TestNewestEnv(t *testing.T) {
 		{ID: "n1", Limits: "B", Rules: newer, Started: at(200)},
 		{ID: "x", Limits: "C", Started: at(400)}, // too old to say its rules
 	}
-	fp, rules, ok := newestEnv(workers)
+	fp, rules, ok := newestEnv(workers, nil)
 	if !ok || fp != "B" || rules[limits.DefaultKey] != "5/s:5" {
 		t.Errorf("newestEnv = %q, %v, %v; want B (started 200, A's oldest 100)", fp, rules, ok)
 	}
-	if _, _, ok := newestEnv(workers[3:]); ok {
+	if _, _, ok := newestEnv(workers[3:], nil); ok {
 		t.Errorf("newestEnv of a worker that does not say its rules: ok")
 	}
 	// o1 gone, o2 restarted (started 300) after learning from o1 that A
@@ -96,13 +96,45 @@ func TestNewestEnv(t *testing.T) {
 		{ID: "o2", Limits: "A", Rules: old, Started: at(300), Since: at(100)},
 		{ID: "n1", Limits: "B", Rules: newer, Started: at(200)},
 	}
-	if fp, _, _ := newestEnv(restarted); fp != "B" {
+	if fp, _, _ := newestEnv(restarted, nil); fp != "B" {
 		t.Errorf("newestEnv = %q beside a restarted worker that knows its configuration ran from 100; want B", fp)
 	}
 	// Without what it learnt, A would look newer.
 	restarted[0].Since = time.Time{}
-	if fp, _, _ := newestEnv(restarted); fp != "A" {
+	if fp, _, _ := newestEnv(restarted, nil); fp != "A" {
 		t.Errorf("newestEnv = %q beside a restarted worker that says nothing of its configuration; want A (started 300)", fp)
+	}
+	// Restarted again once no worker that knew runs: the fleet remembers.
+	seen := map[string]rollcall.Seen{"A": {Since: at(100), Last: at(350)}}
+	if fp, _, _ := newestEnv(restarted, seen); fp != "B" {
+		t.Errorf("newestEnv = %q when the fleet remembers A first ran at 100; want B", fp)
+	}
+}
+
+// TestRememberKeepsAConfigurationsStartAWhile: what the roll call says of
+// each configuration is merged, earliest start and latest answer, from the
+// workers' own answers and from what they remember; a configuration none
+// of whose workers answered for forgetAfter is forgotten, so that a
+// rollback to it later is a configuration of its own again.
+func TestRememberKeepsAConfigurationsStartAWhile(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(int64(s), 0) }
+	seen := map[string]rollcall.Seen{}
+	remember(seen, []rollcall.Worker{
+		{ID: "o1", Limits: "A", Started: at(100)},
+		{ID: "n1", Limits: "B", Started: at(200), Seen: map[string]rollcall.Seen{"A": {Since: at(50), Last: at(190)}}},
+	}, at(210))
+	if k := seen["A"]; !k.Since.Equal(at(50)) || !k.Last.Equal(at(210)) {
+		t.Errorf("A: %+v, want since 50 (remembered), last 210 (answered)", k)
+	}
+	// o1 gone: A is remembered until forgetAfter after its last answer.
+	remember(seen, []rollcall.Worker{{ID: "n1", Limits: "B", Started: at(200)}}, at(210).Add(forgetAfter))
+	if _, found := seen["A"]; !found {
+		t.Errorf("A forgotten at once")
+	}
+	remember(seen, []rollcall.Worker{{ID: "n1", Limits: "B", Started: at(200),
+		Seen: map[string]rollcall.Seen{"A": {Since: at(50), Last: at(210)}}}}, at(211).Add(forgetAfter))
+	if _, found := seen["A"]; found {
+		t.Errorf("A still remembered %v after its last answer", forgetAfter)
 	}
 }
 

@@ -45,6 +45,19 @@ type Worker struct {
 	// heard, its own start at the least. Zero from a worker that does
 	// not say.
 	Since time.Time `json:"since,omitzero"`
+	// Seen says, of every configuration (Limits) the worker heard of
+	// lately, when it first ran and when a worker of it last answered, as
+	// far as the worker knows: what the fleet remembers of a configuration
+	// once none of its workers that knew runs. Empty from a worker that
+	// does not say.
+	Seen map[string]Seen `json:"seen,omitempty"`
+}
+
+// Seen is what a worker knows of one configuration of the fleet: when it
+// first ran, and when a worker of it last answered a roll call.
+type Seen struct {
+	Since time.Time `json:"since"`
+	Last  time.Time `json:"last"`
 }
 
 // ConfigSince is when w's configuration first ran, as far as w knows:
