@@ -47,7 +47,14 @@ func TestStreamReplicas(t *testing.T) {
 		cmd, _, stderr := throttlerCmd(context.Background(), bin, vars)
 		must(t, cmd.Start(), "start throttler")
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		testenv.Eventually(t, 60*time.Second, "worker running", func() bool {
+		// A three-server cluster under a loaded machine can take a while
+		// to elect its leaders; the log says what the worker waited for.
+		defer func() {
+			if t.Failed() {
+				t.Logf("worker's log:\n%s", stderr)
+			}
+		}()
+		testenv.Eventually(t, 2*time.Minute, "worker running", func() bool {
 			return strings.Contains(stderr.String(), "worker running")
 		})
 		return stderr
