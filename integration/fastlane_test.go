@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -508,23 +507,10 @@ func TestFastLaneLeavesTheJobsStreamAlone(t *testing.T) {
 }
 
 // logBuffer keeps a worker's log lines for a test to read.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuffer struct{ testenv.Buffer }
 
 // contains reports whether a line logged so far contains s.
-func (b *logBuffer) contains(s string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Contains(b.buf.String(), s)
-}
+func (b *logBuffer) contains(s string) bool { return strings.Contains(b.String(), s) }
 
 // startWorkerLogged is startWorker with the worker's logs, from Info up,
 // kept in the returned buffer (and shown with -v).

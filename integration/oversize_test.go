@@ -5,7 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,26 +12,16 @@ import (
 
 	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/testenv"
 )
 
 // logLines is a slog handler's output, shared by the goroutines logging.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logLines struct{ testenv.Buffer }
 
 // messages counts the log records by their message.
 func (l *logLines) messages() map[string]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	out := map[string]int{}
-	for _, line := range strings.Split(l.buf.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		if _, rest, ok := strings.Cut(line, `msg="`); ok {
 			msg, _, _ := strings.Cut(rest, `"`)
 			out[msg]++

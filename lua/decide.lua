@@ -146,8 +146,8 @@ local function decide(keys, args)
 
   -- readBucket reads bucket bo (KEYS position y), as read (V), for the
   -- limit at LI offset l, once per call: its state into B, and its
-  -- status. A job back to its slot calls it (epochOf); a charge reads
-  -- the bucket inline.
+  -- status. (many, in many.lua, inlines it: there it is on the path of
+  -- every job of the worker's call.)
   local function readBucket(bo, y, l)
     local x, s = B[bo + 1], nil
     if wrong and wrong[x] then
@@ -279,24 +279,7 @@ local function decide(keys, args)
             if bo.W then w, cal = 0, true else w = windowWait(bo, LI[l + 1], c, now) end
           else
           local s = B[bo + 4]
-          if s == 0 then
-            -- readBucket, inlined (see many, many.lua).
-            local x = B[bo + 1]
-            if wrong and wrong[x] then
-              s = WRONGTYPE
-            else
-              local a, f, rebased, ep = 0, 0, false, 0
-              if V[x] then a, f, rebased, ep = state(V[x], keys[y], LI[l + 1], LI[l + 2], LI[l + 3], LI[l + 6], now) end
-              if a then
-                B[bo + 2], B[bo + 3], s = a, f, 1
-                if ep > 0 then EP = EP or {}; EP[bo] = ep end
-                if rebased then B[bo + 5], s = l, 2 end
-              else
-                s = f
-              end
-            end
-            B[bo + 4] = s
-          end
+          if s == 0 then s = readBucket(bo, y, l) end
           if s ~= 1 and s ~= 2 then
             st, a1, a2, a3, slot, own = INVALID, s, y, 0, so, oo
             if s == WRONGTYPE then st, a1, a2 = WRONGTYPE, y, 0 end

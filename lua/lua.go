@@ -10,7 +10,11 @@
 // one mechanism each (Files lists them), which Library joins in a fixed
 // order: a Lua local function must be defined before the code that calls
 // it, so each file comes after those it uses. head.lua opens the library
-// and documents what every function shares.
+// and documents what every function shares. decide.lua, at over 400
+// lines, is the longest: decide's contract and its general path, one
+// sequence over a call's jobs (read, check each slot, charge, write) that
+// reads best whole; its bucket and window rules live in the files before
+// it.
 package lua
 
 import (
