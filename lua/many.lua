@@ -138,6 +138,9 @@ local function many(keys, args, nargv, nkeys)
   -- The last shift key read and its shift: a call's jobs are mostly of
   -- one tenant, and a call of shiftOf costs Redis hundreds of instructions.
   local shk, shv = nil, nil
+  -- The regime id of the last slot written, with its limit and bucket:
+  -- reset whenever the bucket's epoch may change (a rebase in this call).
+  local rid, rlo, rbo = nil, nil, nil
   local n, nw, jx = 0, 0, 0
   o, kx = 0, 1
   for k = 1, M do
@@ -227,7 +230,7 @@ local function many(keys, args, nargv, nkeys)
           -- A job before, in this call, named the bucket at another rate.
           local _, forgave
           B[bo + 3], B[bo + 4], _, forgave = rebase(B[bo + 3], B[bo + 4], LI[u + 1], r, LI[lo + 2], LI[lo + 3], now)
-          if forgave then EP = EP or {}; EP[bo] = nextEpoch(EP[bo] or 0) end
+          if forgave then EP = EP or {}; EP[bo] = nextEpoch(EP[bo] or 0); rlo = nil end
           B[bo + 5], B[bo + 6] = 2, lo
         end
         local a, f, wait = charge(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
@@ -261,9 +264,15 @@ local function many(keys, args, nargv, nkeys)
       -- resvValue, inlined: a call costs Redis hundreds of instructions.
       local v = slot
       if v then
-        local id = regime1(LI[lo + 1], LI[lo + 2])
-        local ep = EP and EP[bo]
-        if ep then id = (id * 31 + ep) % RID end
+        -- regimeE(regime1(...)), inlined and kept for the next job of
+        -- the same limit and bucket (a flood's jobs are all one).
+        local id = rid
+        if lo ~= rlo or bo ~= rbo then
+          id = (LI[lo + 1] * 1000003 + LI[lo + 2]) % RID
+          local ep = EP and EP[bo]
+          if ep then id = (id * 31 + ep) % RID end
+          rid, rlo, rbo = id, lo, bo
+        end
         if sh and sh > 0 then
           v = format('%d:%d:%d', slot, id, sh)
         else

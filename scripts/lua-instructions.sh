@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # lua-instructions.sh: instructions redis-server executes per call of the
-# engine's decide function (FCALL), counted by valgrind's callgrind, minus
-# those of an empty function called with the same keys and arguments.
+# engine's decide function (FCALL), counted by valgrind's callgrind. Each
+# line gives the count per call less the library's load (a run that loads
+# it and calls nothing: Redis loads a library once, not per job), the same
+# with the load spread over the calls, and the count beyond an empty
+# function's call with the same keys and arguments.
 # Unlike timings, the count is the same from run to run whatever else the
 # machine is doing.
 #
@@ -156,14 +159,15 @@ fi
 # measure [LABEL]: counts the libraries named with the arguments in args,
 # against an empty function called with the same.
 measure() {
-	local base0 empty total name f
+	local base0 empty loaded total name f
 	base0=$(instructions "$work/empty.lua" 0)
 	empty=$(instructions "$work/empty.lua" "$calls")
 	for f in "${libs[@]}"; do
+		loaded=$(instructions "$f" 0)
 		total=$(instructions "$f" "$calls")
 		name=$f
 		[ "$f" != "$work/library.lua" ] || name='lua/*.lua (joined)'
-		echo "$name${1:+ $1}: $(((total - base0) / calls / per)) instructions per $unit, $(((total - empty) / calls / per)) more than an empty script"
+		echo "$name${1:+ $1}: $(((total - loaded) / calls / per)) instructions per $unit, $(((total - base0) / calls / per)) with the library's load spread over the calls, $(((total - empty - loaded + base0) / calls / per)) more than an empty script"
 	done
 }
 libs=("$@")
