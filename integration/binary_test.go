@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,21 +19,11 @@ import (
 	"github.com/throttler/throttler/internal/testenv"
 )
 
-// buildThrottler builds cmd/throttler into a temporary directory and
-// returns the binary's path.
-func buildThrottler(t testing.TB) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	must(t, err, "the go command is needed to build cmd/throttler")
-	root, err := filepath.Abs("..")
-	must(t, err, "module root")
-	bin := filepath.Join(t.TempDir(), "throttler")
-	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/throttler")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/throttler: %v\n%s", err, out)
-	}
-	return bin
+// buildThrottler returns the path of cmd/throttler built for this test
+// run (testPrograms), once it is built.
+func buildThrottler(tb testing.TB) string {
+	tb.Helper()
+	return testPrograms.path(tb, "throttler")
 }
 
 // throttlerCmd returns a command running bin with exactly the variables

@@ -28,8 +28,22 @@ import (
 	"github.com/throttler/throttler/subject"
 )
 
+// testPrograms are the binaries tests run as processes (buildThrottler,
+// buildNATSServer), whose build TestMain starts before the first test.
+var testPrograms *programs
+
 func TestMain(m *testing.M) {
+	progs, err := startPrograms()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testPrograms = progs
 	goleak.VerifyTestMain(m,
+		goleak.Cleanup(func(code int) {
+			progs.stop()
+			os.Exit(code)
+		}),
 		// go-redis keeps a pool reaper per client until Close; nats-server
 		// leaves a few global goroutines behind after shutdown.
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),

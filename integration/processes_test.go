@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -383,17 +382,11 @@ func storedTimes(tb testing.TB, js jetstream.JetStream, stream, subj string) []t
 	return at
 }
 
-// buildNATSServer builds the nats-server binary of the module this project
-// tests against.
+// buildNATSServer returns the path of the nats-server binary of the module
+// this project tests against, built for this test run (testPrograms).
 func buildNATSServer(tb testing.TB) string {
 	tb.Helper()
-	bin := filepath.Join(tb.TempDir(), "nats-server")
-	build := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		tb.Fatalf("go build nats-server: %v\n%s", err, out)
-	}
-	return bin
+	return testPrograms.path(tb, "nats-server")
 }
 
 // startNATSProcess starts the nats-server binary with JetStream on a free
