@@ -52,9 +52,9 @@ func waitReason(d throttle.Decision) string {
 		return "shared limit " + d.LevelName
 	}
 	if d.Binding == (throttle.Limit{}) {
-		return "the slot it holds"
+		return header.WaitSlot
 	}
-	return "limit " + d.Binding.String()
+	return header.WaitLimit + d.Binding.String()
 }
 
 // startDeferring settles the deferrals of each batch sent on batches, in

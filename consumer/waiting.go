@@ -146,8 +146,14 @@ func (w *waiting) deferred(d Deferral, now time.Time) {
 // arrived records a job delivered at now: a parked job woken before its
 // fallback time takes itself off the count of the worker that parked it.
 func (w *waiting) arrived(job Job, now time.Time) {
-	if job.Header.Get(header.Woken) == "" || strings.HasPrefix(job.Header.Get(header.WaitReason), header.WaitPaused) {
+	reason := job.Header.Get(header.WaitReason)
+	if job.Header.Get(header.Woken) == "" || strings.HasPrefix(reason, header.WaitPaused) {
 		return // a released paused job was dropped when its pause lifted
+	}
+	if strings.HasPrefix(reason, header.WaitLimit) || reason == header.WaitSlot {
+		// A moved job brought back after its limits changed: it was
+		// counted moved, not parked, until its copy was due to fire.
+		return
 	}
 	until, err := time.Parse(time.RFC3339Nano, job.Header.Get(header.WaitUntil))
 	if err != nil || !until.After(now) {

@@ -99,6 +99,17 @@ const (
 	WaitTurn = "waiting for a turn under "
 )
 
+// The WaitReason of a job moved to wait for a slot under its tenant's own
+// limits: such a job comes back at its slot by itself, or at once when
+// those limits change (throttler limits set, release.Moved).
+const (
+	// WaitLimit starts the reason of a job given a slot under its
+	// tenant's limits, followed by the limit whose bucket set its wait.
+	WaitLimit = "limit "
+	// WaitSlot is the reason of a job back before the slot it holds.
+	WaitSlot = "the slot it holds"
+)
+
 // ParseCost reads a job's cost from the header name: absent means 1;
 // otherwise a decimal whole number in [1, throttle.MaxBurst].
 func ParseCost(h nats.Header, name string) (int64, error) {

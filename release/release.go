@@ -54,7 +54,32 @@ func Waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	if seen == nil {
 		seen = map[string]bool{}
 	}
-	return waiting(ctx, js, stream, schedules, t, reason, now, seen, nil)
+	return waiting(ctx, js, stream, schedules, t, now, pick{match: reasonIs(reason), released: true, seen: seen})
+}
+
+// Moved brings back at once every copy of tenant t's jobs moved to wait
+// for a slot under the tenant's own limits (header.WaitLimit,
+// header.WaitSlot), stored alone or in a bundle waiting to fire, in
+// the order of the jobs, as Waiting does: so that a change of the
+// tenant's limits applies to its backlog now, not as each job's slot
+// under the old limits comes (a job back with a slot reserved under
+// other limits is decided again). bundle reads a bundle's copies
+// (consumer.BundleCopies); a bundle is brought back whole, when every copy
+// in it waits for a slot, and deleted once all are stored again. Jobs
+// brought back carry no header.Released: a paused tenant's stay paused.
+// A job in seen is not brought back (nor the bundle holding it): one
+// brought back before and moved again was decided under the new limits.
+// It returns how many jobs it brought back, which it adds to seen.
+func Moved(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, now time.Time,
+	bundle func([]byte) ([]*nats.Msg, error), seen map[string]bool) (int, error) {
+	if seen == nil {
+		seen = map[string]bool{}
+	}
+	forSlot := func(h nats.Header) bool {
+		r := h.Get(header.WaitReason)
+		return (strings.HasPrefix(r, header.WaitLimit) || r == header.WaitSlot) && !seen[h.Get(header.JobID)]
+	}
+	return waiting(ctx, js, stream, schedules, t, now, pick{match: forSlot, bundle: bundle, seen: seen})
 }
 
 // Covered is Waiting for the jobs a budget covers: it brings back, in
@@ -77,20 +102,60 @@ func Covered(ctx context.Context, js jetstream.JetStream, stream string, schedul
 		budget -= k
 		return true
 	}
-	released, err = waiting(ctx, js, stream, schedules, t, reason, now, map[string]bool{}, take)
+	released, err = waiting(ctx, js, stream, schedules, t, now, pick{match: reasonIs(reason), released: true, take: take, seen: map[string]bool{}})
 	return released, head, err
 }
 
-// waiting is Waiting, bringing back only the copies take accepts, asked
-// in the jobs' order (nil: every one); once take refuses one, no copy
-// read after it is brought back.
-func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t, reason string, now time.Time,
-	seen map[string]bool, take func(waitingCopy) bool) (int, error) {
+// AnyMoved reports whether tenant t has any job stored off the consumer:
+// a copy or a bundle of copies, whatever it waits for.
+func AnyMoved(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string) (bool, error) {
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: movedFilters(schedules, t, true)})
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading %s's waiting copies: %w", t, err)
+	}
+	return cons.CachedInfo().NumPending > 0, nil
+}
+
+// movedFilters are the subjects of tenant t's copies, and of its bundles
+// too with bundles.
+func movedFilters(schedules subject.Schedules, t string, bundles bool) []string {
+	filter := schedules.Copy(t, 0)
+	filters := []string{filter[:strings.LastIndexByte(filter, '.')] + ".*"}
+	if bundles {
+		filters = append(filters, schedules.Bundle(t, "*"))
+	}
+	return filters
+}
+
+// pick says which of a tenant's waiting copies waiting brings back.
+type pick struct {
+	// match reports, from a copy's headers, whether it waits for what
+	// ended.
+	match func(nats.Header) bool
+	// bundle reads a bundle's copies; nil leaves bundles alone.
+	bundle func([]byte) ([]*nats.Msg, error)
+	// released marks the jobs brought back with header.Released.
+	released bool
+	// take accepts copies, asked in the jobs' order (nil: every one);
+	// once it refuses one, no copy read after it is brought back.
+	take func(waitingCopy) bool
+	// seen holds the jobs brought back before, counted once.
+	seen map[string]bool
+}
+
+// reasonIs matches the copies whose header.WaitReason starts with reason.
+func reasonIs(reason string) func(nats.Header) bool {
+	return func(h nats.Header) bool { return strings.HasPrefix(h.Get(header.WaitReason), reason) }
+}
+
+// waiting brings back the copies of tenant t's jobs that p picks.
+func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, now time.Time, p pick) (int, error) {
 	stopped := false
 	at := now.UTC().Format(time.RFC3339Nano)
-	filter := schedules.Copy(t, 0)
-	filter = filter[:strings.LastIndexByte(filter, '.')] + ".*"
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: movedFilters(schedules, t, p.bundle != nil)})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil
 	}
@@ -100,7 +165,7 @@ func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	left := int(cons.CachedInfo().NumPending) // copies stored later are the next pass's
 	type published struct {
 		ack jetstream.PubAckFuture
-		seq uint64 // the copy's stream sequence, to delete
+		seq uint64 // the stored message to delete: the copy's, or its bundle's
 		id  string // the job's
 	}
 	var acks []published
@@ -109,11 +174,13 @@ func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	publish := func() error {
 		slices.SortFunc(run, func(a, b waitingCopy) int { return cmp.Compare(a.jobSeq, b.jobSeq) })
 		for _, c := range run {
-			if stopped = stopped || (take != nil && !take(c)); stopped {
+			if stopped = stopped || (p.take != nil && !p.take(c)); stopped {
 				break
 			}
 			m := WokenMsg(schedules, t, c.id, c.jobSeq, c.header, c.data)
-			m.Header.Set(header.Released, at)
+			if p.released {
+				m.Header.Set(header.Released, at)
+			}
 			ack, err := js.PublishMsgAsync(m)
 			if err != nil {
 				return fmt.Errorf("bringing back job %s: %w", c.id, err)
@@ -132,9 +199,7 @@ func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 		for m := range batch.Messages() {
 			got++
 			left--
-			if c, ok := parkedCopy(m, reason); ok {
-				run = append(run, c)
-			}
+			run = append(run, p.copies(m)...)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return 0, fmt.Errorf("reading %s's waiting copies: %w", t, err)
@@ -151,33 +216,46 @@ func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 	if err := publish(); err != nil {
 		return len(acks), err
 	}
-	// Every woken message is stored before its copy goes: a copy deleted
-	// first would lose its job if the publish failed.
+	// Every woken message is stored before its copy goes, and a bundle's
+	// only once all its copies are: a copy deleted first would lose its
+	// job if the publish failed.
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	var (
-		mu       sync.Mutex
-		firstErr error
-		released int
-		wg       sync.WaitGroup
-		sem      = make(chan struct{}, releaseDeleters)
-	)
-	for _, p := range acks {
+	var firstErr error
+	stored := map[uint64]bool{} // by message to delete: whether every copy of it is stored again
+	var order []uint64
+	released := 0
+	for _, a := range acks {
+		ok := true
 		select {
-		case <-p.ack.Ok():
-		case err := <-p.ack.Err():
-			mu.Lock()
+		case <-a.ack.Ok():
+		case err := <-a.ack.Err():
 			firstErr = cmpErr(firstErr, fmt.Errorf("bringing back a parked job: %w", err))
-			mu.Unlock()
-			continue // its copy stays, and comes back by itself
+			ok = false // its copy stays, and comes back by itself
 		case <-ctx.Done():
 			return released, ctx.Err()
 		}
-		if !seen[p.id] {
-			seen[p.id] = true
+		if prev, known := stored[a.seq]; !known {
+			order = append(order, a.seq)
+			stored[a.seq] = ok
+		} else {
+			stored[a.seq] = prev && ok
+		}
+		if ok && !p.seen[a.id] {
+			p.seen[a.id] = true
 			released++
+		}
+	}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, releaseDeleters)
+	)
+	for _, seq := range order {
+		if !stored[seq] {
+			continue
 		}
 		sem <- struct{}{}
 		wg.Add(1)
@@ -190,36 +268,66 @@ func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 				firstErr = cmpErr(firstErr, fmt.Errorf("deleting a released copy: %w", err))
 				mu.Unlock()
 			}
-		}(p.seq)
+		}(seq)
 	}
 	wg.Wait()
 	return released, firstErr
+}
+
+// copies reads the copies m stores that p picks: m itself, or a bundle's
+// copies when every one of them is picked (none otherwise).
+func (p pick) copies(m jetstream.Msg) []waitingCopy {
+	meta, err := m.Metadata()
+	if err != nil {
+		return nil
+	}
+	if m.Headers().Get(header.Bundle) == "" {
+		if c, ok := parkedCopy(m.Headers(), m.Data(), meta.Sequence.Stream, p.match); ok {
+			return []waitingCopy{c}
+		}
+		return nil
+	}
+	if p.bundle == nil {
+		return nil
+	}
+	msgs, err := p.bundle(m.Data())
+	if err != nil {
+		return nil // the workers dead-letter an unreadable bundle when it fires
+	}
+	out := make([]waitingCopy, 0, len(msgs))
+	for _, c := range msgs {
+		wc, ok := parkedCopy(c.Header, c.Data, meta.Sequence.Stream, p.match)
+		if !ok {
+			return nil
+		}
+		out = append(out, wc)
+	}
+	return out
 }
 
 // waitingCopy is a parked job's copy, read to be brought back.
 type waitingCopy struct {
 	id     string // the job's id
 	jobSeq uint64 // the job's sequence in the jobs stream: its order
-	seq    uint64 // the copy's sequence, to delete
+	seq    uint64 // the stored message to delete: the copy's, or its bundle's
 	header nats.Header
 	data   []byte
 }
 
-// parkedCopy reads m as the copy of a job parked for reason, or reports
-// false for a copy that waits for something else or that the worker did
-// not write.
-func parkedCopy(m jetstream.Msg, reason string) (waitingCopy, bool) {
-	h := m.Headers()
-	if !strings.HasPrefix(h.Get(header.WaitReason), reason) || h.Get(jetstream.ScheduleTargetHeader) == "" {
+// parkedCopy reads the copy of a job, stored at seq (alone or in a
+// bundle) with headers h and data, when match picks it; it reports false
+// for a copy that waits for something else or that the worker did not
+// write.
+func parkedCopy(h nats.Header, data []byte, seq uint64, match func(nats.Header) bool) (waitingCopy, bool) {
+	if !match(h) || h.Get(jetstream.ScheduleTargetHeader) == "" {
 		return waitingCopy{}, false
 	}
 	id := h.Get(header.JobID)
 	jobSeq, err := strconv.ParseUint(id[strings.LastIndexByte(id, ':')+1:], 10, 64)
-	meta, merr := m.Metadata()
-	if err != nil || merr != nil {
+	if err != nil {
 		return waitingCopy{}, false
 	}
-	return waitingCopy{id: id, jobSeq: jobSeq, seq: meta.Sequence.Stream, header: h, data: m.Data()}, true
+	return waitingCopy{id: id, jobSeq: jobSeq, seq: seq, header: h, data: data}, true
 }
 
 // cmpErr keeps the first error.

@@ -2,6 +2,8 @@ package release
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -182,4 +184,116 @@ func TestCoveredBringsBackWhatTheBudgetCovers(t *testing.T) {
 	if err != nil || n != 2 || head != 0 {
 		t.Fatalf("Covered(10) = %d, head %d, %v; want the 2 left, no head", n, head, err)
 	}
+}
+
+// TestMovedBringsBackCopiesAndWholeBundles: Moved brings back, in the jobs'
+// order and without header.Released, every copy of the tenant moved to
+// wait for a slot under its limits, stored alone or in a bundle whose
+// every copy does, and deletes them; a paused copy, another tenant's, and
+// a bundle holding a paused copy stay, whole; a job brought back before
+// (seen) and moved again stays.
+func TestMovedBringsBackCopiesAndWholeBundles(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.store(t, "acme", 5, "limit 5/s", nil)
+	e.store(t, "acme", 2, header.WaitSlot, nil)
+	e.store(t, "acme", 8, "paused: maintenance", nil)
+	e.store(t, "globex", 4, "limit 5/s", nil)
+	moved := e.bundle(t, "acme", "b1", map[uint64]string{1: "limit 5/s", 6: "limit 5/s"})
+	mixed := e.bundle(t, "acme", "b2", map[uint64]string{10: "limit 5/s", 12: "paused: maintenance"})
+
+	seen := map[string]bool{}
+	n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), jsonBundle, seen)
+	if err != nil || n != 4 {
+		t.Fatalf("Moved = %d, %v; want 4", n, err)
+	}
+	// Job 5 moved again, under the new limits: a second pass leaves it.
+	e.store(t, "acme", 5, "limit 40/s", nil)
+	if n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), jsonBundle, seen); err != nil || n != 0 {
+		t.Fatalf("second Moved = %d, %v; want 0: job 5 was brought back before", n, err)
+	}
+	cons, err := e.js.OrderedConsumer(ctx, testStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{testSchedules.Wokens()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(5, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for m := range batch.Messages() {
+		order = append(order, string(m.Data()))
+		if m.Headers().Get(header.Released) != "" {
+			t.Errorf("job %q brought back with %s: it would pass a pause", m.Data(), header.Released)
+		}
+	}
+	if want := []string{"job 1", "job 2", "job 5", "job 6"}; !slices.Equal(order, want) {
+		t.Fatalf("woken in order %v, want %v", order, want)
+	}
+	st, err := e.js.Stream(ctx, testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(testSchedules.All()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for subj, want := range map[string]bool{
+		testSchedules.Copy("acme", 5): true, testSchedules.Copy("acme", 2): false, moved: false,
+		testSchedules.Copy("acme", 8): true, testSchedules.Copy("globex", 4): true, mixed: true,
+	} {
+		if _, ok := info.State.Subjects[subj]; ok != want {
+			t.Errorf("%s stored: %v, want %v", subj, ok, want)
+		}
+	}
+}
+
+// bundle stores a bundle of tenant's jobs waiting for the given reasons,
+// by job sequence, in the legacy JSON format (jsonBundle reads it), and
+// returns its subject.
+func (e *env) bundle(t *testing.T, tenant, id string, reasons map[uint64]string) string {
+	t.Helper()
+	type stored struct {
+		Subject string      `json:"subject"`
+		Header  nats.Header `json:"header"`
+		Data    []byte      `json:"data"`
+	}
+	var copies []stored
+	for seq, reason := range reasons {
+		h := nats.Header{}
+		h.Set(header.JobID, testStream+":"+strconv.FormatUint(seq, 10))
+		h.Set(header.WaitReason, reason)
+		h.Set(jetstream.ScheduleHeader, "@at "+time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+		h.Set(jetstream.ScheduleTargetHeader, "jobs."+tenant)
+		copies = append(copies, stored{Subject: testSchedules.Copy(tenant, seq), Header: h, Data: []byte("job " + strconv.FormatUint(seq, 10))})
+	}
+	data, err := json.Marshal(copies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: testSchedules.Bundle(tenant, id), Data: data, Header: nats.Header{}}
+	m.Header.Set(header.Bundle, strconv.Itoa(len(copies)))
+	m.Header.Set(jetstream.ScheduleHeader, "@at "+time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	m.Header.Set(jetstream.ScheduleTargetHeader, testSchedules.Unpack(tenant, id))
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Subject
+}
+
+// jsonBundle reads a bundle stored by env.bundle.
+func jsonBundle(data []byte) ([]*nats.Msg, error) {
+	var copies []struct {
+		Subject string      `json:"subject"`
+		Header  nats.Header `json:"header"`
+		Data    []byte      `json:"data"`
+	}
+	if err := json.Unmarshal(data, &copies); err != nil {
+		return nil, err
+	}
+	out := make([]*nats.Msg, len(copies))
+	for i, c := range copies {
+		out[i] = &nats.Msg{Subject: c.Subject, Header: c.Header, Data: c.Data}
+	}
+	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/internal/app"
+	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/limits"
 )
 
@@ -27,7 +28,9 @@ const limitsUsage = `usage: throttler limits set TENANT SPEC   set a tenant's li
        throttler limits history TENANT    the values a tenant's key held, with times
 TENANT may be _global, the limit of all tenants' jobs together, or, with --group NAME
 in its place, a group's limit (set --group org-1 1000/s); list --group [PREFIX] lists
-the global limit and the groups alone. Their specs hold rate and window terms and shadow.`
+the global limit and the groups alone. Their specs hold rate and window terms and shadow.
+set and rm bring a tenant's jobs moved off the consumer for slots under its old limits
+back, to be decided under the new ones.`
 
 // cliTimeout bounds each command's talk with NATS.
 const cliTimeout = 10 * time.Second
@@ -102,9 +105,10 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		return fail(exitFailed, "%v", err)
 	}
 	c := limitsCLI{cfg: cfg, kv: kv, out: stdout}
+	changed := false
 	switch args[0] {
 	case "set":
-		err = c.set(ctx, target.key, args[2])
+		changed, err = c.set(ctx, target.key, args[2])
 	case "get":
 		err = c.get(ctx, target)
 	case "list":
@@ -114,14 +118,35 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		}
 		err = c.list(ctx, prefix, group)
 	case "rm":
-		err = c.rm(ctx, target)
+		changed, err = c.rm(ctx, target)
 	case "history":
 		err = c.history(ctx, target.key)
 	}
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
+	if changed && target.level == nil && target.key != limits.DefaultKey {
+		if err := c.bringBack(js, target.key); err != nil {
+			return fail(exitFailed, "the limits are written; %v; those jobs come back by themselves at their slots", err)
+		}
+	}
 	return exitOK
+}
+
+// bringBackTimeout bounds bringing a tenant's moved jobs back: about
+// 10,000 jobs take 2.5 s.
+const bringBackTimeout = 2 * time.Minute
+
+// bringBack brings tenant's jobs moved to wait for slots under its old
+// limits back to be decided under the new ones (ops.BringBackMoved).
+func (c limitsCLI) bringBack(js jetstream.JetStream, tenant string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), bringBackTimeout)
+	defer cancel()
+	n, err := ops.BringBackMoved(ctx, c.cfg.Fleet(js), tenant, ops.BringBackMovedOptions{})
+	if n > 0 {
+		fmt.Fprintf(c.out, "%s: %d jobs waiting for slots under its old limits brought back, to be decided under the new ones\n", tenant, n)
+	}
+	return err
 }
 
 // bucket opens the limits bucket; set creates it when missing, with the
@@ -148,15 +173,21 @@ type limitsCLI struct {
 	out io.Writer
 }
 
-// set writes spec, as given, to tenant's key.
-func (c limitsCLI) set(ctx context.Context, tenant, spec string) error {
-	rev, err := c.kv.PutString(ctx, tenant, strings.TrimSpace(spec))
+// set writes spec, as given, to tenant's key, and reports whether the key
+// held another value.
+func (c limitsCLI) set(ctx context.Context, tenant, spec string) (changed bool, err error) {
+	spec = strings.TrimSpace(spec)
+	cur, err := c.kv.Get(ctx, tenant)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, fmt.Errorf("reading %s: %w", tenant, err)
+	}
+	rev, err := c.kv.PutString(ctx, tenant, spec)
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", tenant, err)
+		return false, fmt.Errorf("writing %s: %w", tenant, err)
 	}
 	p, _ := reader(c.cfg).Read(tenant, spec)
 	fmt.Fprintf(c.out, "%s: %s (revision %d); every worker applies it within a second\n", tenant, p, rev)
-	return nil
+	return cur == nil || string(cur.Value()) != spec, nil
 }
 
 // get prints the limits that apply to t's tenant, or level, and where
@@ -214,27 +245,27 @@ func describe(s limits.Source) string {
 
 // rm deletes t's key, and says what applies now. A tenant (or level)
 // without a key of its own is told so and nothing is written: a delete
-// marker would be one more revision in the key's history, for nothing.
-func (c limitsCLI) rm(ctx context.Context, t limitsTarget) error {
+// marker would be one more revision in the key's history, for nothing. It
+// reports whether it removed one.
+func (c limitsCLI) rm(ctx context.Context, t limitsTarget) (removed bool, err error) {
 	tenant := t.key
 	var cur jetstream.KeyValueEntry
-	var err error
 	if c.kv != nil {
 		cur, err = c.kv.Get(ctx, tenant)
 	}
 	if c.kv == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
 		fmt.Fprintf(c.out, "%s: no limits of its own in the bucket; nothing removed\n", tenant)
-		return c.get(ctx, t)
+		return false, c.get(ctx, t)
 	}
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", tenant, err)
+		return false, fmt.Errorf("reading %s: %w", tenant, err)
 	}
 	// Only the value read: a write in between is not removed unseen.
 	if err := c.kv.Delete(ctx, tenant, jetstream.LastRevision(cur.Revision())); err != nil {
-		return fmt.Errorf("removing %s (revision %d; if it changed meanwhile, run the command again): %w", tenant, cur.Revision(), err)
+		return false, fmt.Errorf("removing %s (revision %d; if it changed meanwhile, run the command again): %w", tenant, cur.Revision(), err)
 	}
 	fmt.Fprintf(c.out, "%s: removed from the bucket (was %q, revision %d)\n", tenant, cur.Value(), cur.Revision())
-	return c.get(ctx, t)
+	return true, c.get(ctx, t)
 }
 
 // history prints the values tenant's key held, oldest first.

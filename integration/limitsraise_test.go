@@ -1,0 +1,59 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/throttler/throttler/internal/testenv"
+)
+
+// TestRaisedLimitBringsTheBacklogBack: a tenant's backlog moved off the
+// consumer for slots under 2/s runs at once when `throttler limits set`
+// raises its limit to 1000/s, as a customer who changes plan expects, not
+// at 2/s as each slot reserved under the old limit comes (30 s for 60
+// jobs). The command says how many jobs it brought back; each job runs
+// once.
+func TestRaisedLimitBringsTheBacklogBack(t *testing.T) {
+	e := setup(t)
+	vars := map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"}
+	cfg := e.config(vars)
+	kv := e.limitsBucket(cfg.LimitsBucket)
+	w, logs := e.startWorkerLogged(cfg, nil)
+	e.waitBuilt(w)
+	done := e.collect("done.>")
+	rev := put(t, kv, "acme", "2/s:2")
+	waitApplied(t, logs, "acme", "2/s:2", rev)
+
+	const jobs = 60
+	want := e.publishJobs(cfg.Stream, "jobs.acme.a", nil, jobs)
+	st, err := e.js.Stream(context.Background(), cfg.Stream)
+	must(t, err, "jobs stream")
+	testenv.Eventually(t, 20*time.Second, "most of acme's backlog moved off the consumer", func() bool {
+		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(cfg.Schedules.All()))
+		return err == nil && info.State.Msgs > 0 && w.stats()["acme"].Deferred >= jobs-10
+	})
+	if n := len(done.all()); n > 10 {
+		t.Fatalf("%d of acme's jobs ran under 2/s:2 before the change, want a backlog", n)
+	}
+
+	bin := buildThrottler(t)
+	cli := map[string]string{"NATS_URL": e.natsURL, "REDIS_URL": e.redis.URL(), "THROTTLER_DEFAULT_LIMIT": "1000/s"}
+	status, stdout, stderr := runCLI(t, bin, cli, "limits", "set", "acme", "1000/s")
+	if status != 0 || !strings.Contains(stdout, "jobs waiting for slots under its old limits brought back") {
+		t.Fatalf("limits set acme 1000/s: status %d\n%s\n%s", status, stdout, stderr)
+	}
+	t.Logf("limits set acme 1000/s:\n%s", stdout)
+	// Under 2/s the last job's slot is 30 s after the first's: the backlog
+	// runs within seconds of the change only if it was brought back.
+	got := done.waitCount(t, jobs, 10*time.Second)
+	for _, m := range got {
+		if !want[m.jobID] {
+			t.Fatalf("job %q forwarded twice, or unknown", m.jobID)
+		}
+		delete(want, m.jobID)
+	}
+}
