@@ -24,6 +24,26 @@ type BucketLimits struct {
 	// a bucket value (what they would ignore is refused).
 	Rules  throttle.Rules
 	Reader limits.Reader
+	// BringBack brings a tenant's jobs moved off the consumer for slots
+	// under its old limits back, to be decided under the new ones, and
+	// returns how many (ops.BringBackMoved), after Set or Remove changed
+	// a tenant's limits; nil brings none back.
+	BringBack func(ctx context.Context, tenant string) (int, error)
+}
+
+// broughtBack brings tenant's moved jobs back into ch after a change of
+// its limits, as `throttler limits set` does: not for _default, whose
+// change would touch every tenant.
+func (b BucketLimits) broughtBack(ctx context.Context, ch LimitsChange) (LimitsChange, error) {
+	if b.BringBack == nil || ch.Before == ch.After || ch.Tenant == limits.DefaultKey {
+		return ch, nil
+	}
+	n, err := b.BringBack(ctx, ch.Tenant)
+	ch.BroughtBack = n
+	if err != nil {
+		return ch, fmt.Errorf("the limits are written (revision %d); %w; those jobs come back by themselves at their slots", ch.Revision, err)
+	}
+	return ch, nil
 }
 
 // bucket opens the limits bucket; create makes it when missing, with the
@@ -87,7 +107,7 @@ func (b BucketLimits) Set(ctx context.Context, tenant, spec string) (LimitsChang
 	if err != nil {
 		return LimitsChange{}, fmt.Errorf("writing %s: %w", tenant, err)
 	}
-	return LimitsChange{Tenant: tenant, Before: before.Limits, After: p.String(), Revision: rev}, nil
+	return b.broughtBack(ctx, LimitsChange{Tenant: tenant, Before: before.Limits, After: p.String(), Revision: rev})
 }
 
 // Remove deletes tenant's value from the bucket, only the value read (a
@@ -121,5 +141,5 @@ func (b BucketLimits) Remove(ctx context.Context, tenant string) (LimitsChange, 
 		return LimitsChange{}, err
 	}
 	removed := true
-	return LimitsChange{Tenant: tenant, Before: before.Limits, After: after.Limits, Revision: cur.Revision(), Removed: &removed}, nil
+	return b.broughtBack(ctx, LimitsChange{Tenant: tenant, Before: before.Limits, After: after.Limits, Revision: cur.Revision(), Removed: &removed})
 }

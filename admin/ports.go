@@ -99,6 +99,10 @@ type LimitsChange struct {
 	// Removed says whether a removal deleted a value: set by Remove
 	// (DELETE) alone, nil for a write.
 	Removed *bool `json:"removed,omitempty"`
+	// BroughtBack counts the tenant's jobs moved off the consumer for
+	// slots under its old limits that the change brought back, to be
+	// decided under the new ones.
+	BroughtBack int `json:"brought_back"`
 }
 
 // Pauser pauses and resumes tenants fleet-wide (`throttler pause`,

@@ -9,7 +9,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
 )
 
@@ -118,5 +120,51 @@ func TestAPIRemovesALimit(t *testing.T) {
 	var again change
 	if st := f.call("DELETE", f.url, "/api/v1/tenants/acme/limits", "", &again); st != 200 || again.Removed == nil || *again.Removed || again.After != "7/s:7" {
 		t.Fatalf("a second DELETE: status %d, %+v; want removed false, nothing changed", st, again)
+	}
+}
+
+// TestAPILimitRaiseBringsTheBacklogBack: PUT /tenants/{tenant}/limits that
+// raises a tenant's limit brings its jobs moved off the consumer for slots
+// under the old limit back, as `throttler limits set` does, and says how
+// many: the backlog (20 s of it under 2/s) runs within seconds, each job
+// once.
+func TestAPILimitRaiseBringsTheBacklogBack(t *testing.T) {
+	f := setup(t, map[string]string{"THROTTLER_TENANT_LIMITS": "acme=2/s"})
+	ids := make(chan string, 100)
+	sub, err := f.nc.Subscribe("done.acme", func(m *nats.Msg) { ids <- m.Header.Get(header.JobID) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	const jobs = 40
+	f.publish("acme", jobs)
+	st, err := f.js.Stream(context.Background(), f.cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "acme's backlog moved off the consumer", func() bool {
+		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(f.cfg.Schedules.All()))
+		return err == nil && info.State.Msgs > 0
+	})
+	var set struct {
+		After       string
+		BroughtBack int `json:"brought_back"`
+	}
+	if st := f.call("PUT", f.url, "/api/v1/tenants/acme/limits", `{"spec": "1000/s"}`, &set); st != 200 || set.BroughtBack == 0 {
+		t.Fatalf("PUT 1000/s: status %d, %+v; want the moved jobs brought back", st, set)
+	}
+	t.Logf("PUT 1000/s: %+v", set)
+	seen := map[string]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(seen) < jobs {
+		select {
+		case id := <-ids:
+			if seen[id] {
+				t.Fatalf("job %s forwarded twice", id)
+			}
+			seen[id] = true
+		case <-deadline:
+			t.Fatalf("%d of %d jobs forwarded within 10 s of the raise", len(seen), jobs)
+		}
 	}
 }

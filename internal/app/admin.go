@@ -12,6 +12,7 @@ import (
 
 	"github.com/throttler/throttler/admin"
 	"github.com/throttler/throttler/internal/inspect"
+	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/internal/rollcall"
 	"github.com/throttler/throttler/throttle"
 )
@@ -87,6 +88,9 @@ func adminConfig(cfg *Settings, nc *nats.Conn, js jetstream.JetStream, rdb throt
 		Limits: admin.BucketLimits{
 			JetStream: js, Bucket: cfg.InspectSources(js, rdb).LimitsBucket, Stream: cfg.Stream,
 			Rules: cfg.Rules, Reader: cfg.LimitsReader(),
+			BringBack: func(ctx context.Context, tenant string) (int, error) {
+				return ops.BringBackMoved(ctx, cfg.Fleet(js), tenant, ops.BringBackMovedOptions{})
+			},
 		},
 		Workers: workers{nc: nc, subject: RollCallSubject(cfg)},
 	}
