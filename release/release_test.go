@@ -60,6 +60,20 @@ func (e *env) store(t *testing.T, tenant string, seq uint64, reason string, hdr 
 	}
 }
 
+// subjects returns the schedule subjects stored, with their counts.
+func (e *env) subjects(t *testing.T) map[string]uint64 {
+	t.Helper()
+	st, err := e.js.Stream(context.Background(), testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(testSchedules.All()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects
+}
+
 // woken reads the woken subjects back, in stream order: the jobs' data.
 func (e *env) woken(t *testing.T, n int) []string {
 	t.Helper()
@@ -106,28 +120,21 @@ func TestWaitingBringsBackPausedCopiesInOrder(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatalf("Waiting = %d, %v; want 3", n, err)
 	}
-	st, err := e.js.Stream(ctx, testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(testSchedules.All()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	stored := e.subjects(t)
 	var woken []string
-	for subj := range info.State.Subjects {
+	for subj := range stored {
 		if kind, _ := testSchedules.Parse(subj); kind == subject.WokenKind {
 			woken = append(woken, subj)
 		}
 	}
-	if _, ok := info.State.Subjects[testSchedules.Copy("acme", 11)]; !ok {
+	if _, ok := stored[testSchedules.Copy("acme", 11)]; !ok {
 		t.Error("the copy waiting for a slot was taken")
 	}
-	if _, ok := info.State.Subjects[testSchedules.Copy("globex", 12)]; !ok {
+	if _, ok := stored[testSchedules.Copy("globex", 12)]; !ok {
 		t.Error("another tenant's paused copy was taken")
 	}
 	for _, seq := range []uint64{7, 3, 9} {
-		if _, ok := info.State.Subjects[testSchedules.Copy("acme", seq)]; ok {
+		if _, ok := stored[testSchedules.Copy("acme", seq)]; ok {
 			t.Errorf("the released copy of job %d is still there", seq)
 		}
 	}
@@ -230,19 +237,12 @@ func TestMovedBringsBackCopiesAndWholeBundles(t *testing.T) {
 	if want := []string{"job 1", "job 2", "job 5", "job 6"}; !slices.Equal(order, want) {
 		t.Fatalf("woken in order %v, want %v", order, want)
 	}
-	st, err := e.js.Stream(ctx, testStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(testSchedules.All()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	stored := e.subjects(t)
 	for subj, want := range map[string]bool{
 		testSchedules.Copy("acme", 5): true, testSchedules.Copy("acme", 2): false, moved: false,
 		testSchedules.Copy("acme", 8): true, testSchedules.Copy("globex", 4): true, mixed: true,
 	} {
-		if _, ok := info.State.Subjects[subj]; ok != want {
+		if _, ok := stored[subj]; ok != want {
 			t.Errorf("%s stored: %v, want %v", subj, ok, want)
 		}
 	}
@@ -253,19 +253,14 @@ func TestMovedBringsBackCopiesAndWholeBundles(t *testing.T) {
 // returns its subject.
 func (e *env) bundle(t *testing.T, tenant, id string, reasons map[uint64]string) string {
 	t.Helper()
-	type stored struct {
-		Subject string      `json:"subject"`
-		Header  nats.Header `json:"header"`
-		Data    []byte      `json:"data"`
-	}
-	var copies []stored
+	var copies []jsonCopy
 	for seq, reason := range reasons {
 		h := nats.Header{}
 		h.Set(header.JobID, testStream+":"+strconv.FormatUint(seq, 10))
 		h.Set(header.WaitReason, reason)
 		h.Set(jetstream.ScheduleHeader, "@at "+time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 		h.Set(jetstream.ScheduleTargetHeader, "jobs."+tenant)
-		copies = append(copies, stored{Subject: testSchedules.Copy(tenant, seq), Header: h, Data: []byte("job " + strconv.FormatUint(seq, 10))})
+		copies = append(copies, jsonCopy{Subject: testSchedules.Copy(tenant, seq), Header: h, Data: []byte("job " + strconv.FormatUint(seq, 10))})
 	}
 	data, err := json.Marshal(copies)
 	if err != nil {
@@ -281,13 +276,16 @@ func (e *env) bundle(t *testing.T, tenant, id string, reasons map[uint64]string)
 	return m.Subject
 }
 
+// jsonCopy is a copy in a bundle of the legacy JSON format.
+type jsonCopy struct {
+	Subject string      `json:"subject"`
+	Header  nats.Header `json:"header"`
+	Data    []byte      `json:"data"`
+}
+
 // jsonBundle reads a bundle stored by env.bundle.
 func jsonBundle(data []byte) ([]*nats.Msg, error) {
-	var copies []struct {
-		Subject string      `json:"subject"`
-		Header  nats.Header `json:"header"`
-		Data    []byte      `json:"data"`
-	}
+	var copies []jsonCopy
 	if err := json.Unmarshal(data, &copies); err != nil {
 		return nil, err
 	}
