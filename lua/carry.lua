@@ -20,6 +20,15 @@ none, and is not written. The old bucket is deleted. A window's
 admissions are carried whole (renamed), to count for the new span, and
 its TTL is lengthened by how much longer the new span is.
 
+Dropped: KEYS[1] alone, a bucket of a limit the tenant's limits no
+longer name (DROPPED); ARGV[1] now, ARGV[2..4] that limit's rate, period
+and burst. A bucket in debt is forgiven: empty at now, its epoch
+advanced (EPOCH), so that the slots reserved on it are void and the
+limit, should it come back, does not charge again for the jobs those
+slots' holders were decided anew for. Its TTL is kept: the epoch
+outlives every slot. Any other is left to expire. Reply {1, forgave, 0,
+0}, or INVALID and WRONGTYPE as above.
+
 Reply:
   {1, carried, tokens, 0}  carried is 1 when the new bucket was written or
                            the old one held nothing to carry, else 0;
@@ -50,9 +59,46 @@ local function carryWindow(keys, n, p0, p, now)
   return {1, 1, left, 0}
 end
 
+-- readState reads the stored state v of a bucket: its empty time (a, f),
+-- rate and epoch, or nil when v is not a state.
+local function readState(v)
+  local a, f, r0, e
+  if #v == 16 then
+    a, f, r0 = sunpack(STATE, v)
+    e = 0
+  elseif #v == 20 then
+    a, f, r0, e = sunpack(STATE_E, v)
+  else
+    return nil
+  end
+  if a < 0 or r0 < 1 or r0 > MAX_N or f < 0 or f >= r0 or a > EXACT then return nil end
+  return a, f, r0, e
+end
+
+-- carryDropped forgives the debt of a dropped limit's bucket (Dropped,
+-- above).
+local function carryDropped(keys, args)
+  local now = whole(args[1], 0, EXACT - 1)
+  if now == nil then return {INVALID, E_NOW, 1, 0} end
+  local r, code, at = limit(args, 2, whole)
+  if r == nil then return {INVALID, code, at, 0} end
+  now = clock(now)
+  local v = get(keys[1])
+  if v == nil then return {WRONGTYPE, 1, 0, 0} end
+  if not v then return {1, 0, 0, 0} end
+  local a, f, _, e = readState(v)
+  if a == nil then return {INVALID, E_STATE, 1, 0} end
+  local ttl = call('PTTL', keys[1])
+  if ttl < 0 then return {INVALID, E_STATE_TTL, 1, 0} end
+  if a < now or (a == now and f == 0) then return {1, 0, 0, 0} end
+  call('SET', keys[1], spack(STATE_E, now, 0, r, nextEpoch(e)), 'PX', format('%d', ttl))
+  return {1, 1, 0, 0}
+end
+
 local function carry(keys, args)
   if not call then bind() end
-  if #keys ~= 2 or #args ~= 5 then return badcall('carry takes 2 keys and 5 arguments') end
+  if #keys == 1 and #args == 4 then return carryDropped(keys, args) end
+  if #keys ~= 2 or #args ~= 5 then return badcall('carry takes 2 keys and 5 arguments, or 1 key and 4') end
   local now = whole(args[1], 0, EXACT - 1)
   if now == nil then return {INVALID, E_NOW, 1, 0} end
   local p0 = whole(args[2], 1000, MAX_PERIOD)
@@ -67,15 +113,9 @@ local function carry(keys, args)
   local v = get(keys[1])
   if v == nil then return {WRONGTYPE, 1, 0, 0} end
   if not v then return {1, 1, b, 0} end
-  local a, f, r0
-  if #v == 16 then
-    a, f, r0 = sunpack(STATE, v)
-  elseif #v == 20 then
-    a, f, r0 = sunpack(STATE_E, v) -- its epoch goes with it: a new period is a new bucket
-  else
-    return {INVALID, E_STATE, 1, 0}
-  end
-  if a < 0 or r0 < 1 or r0 > MAX_N or f < 0 or f >= r0 or a > EXACT then return {INVALID, E_STATE, 1, 0} end
+  -- Its epoch goes with it: a new period is a new bucket.
+  local a, f, r0 = readState(v)
+  if a == nil then return {INVALID, E_STATE, 1, 0} end
   if call('PTTL', keys[1]) < 0 then return {INVALID, E_STATE_TTL, 1, 0} end
   call('DEL', keys[1])
   -- The whole tokens held now: (now - (a + f/r0)) * r0 / p0.

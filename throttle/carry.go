@@ -26,6 +26,12 @@ import (
 // it is, so every worker may call Carry for the same change. Enforced and
 // shadow buckets are never carried into each other. at is the time of the
 // change; zero means Redis TIME, as for a Request.
+//
+// A bucket of from that no limit of to names (its period is gone: a rate
+// replaced by a sliding window, a term removed) is then forgiven its debt
+// and its epoch advanced (carry's dropped form), so that its reserved
+// slots are void: their jobs are decided again under to, and should the
+// limit come back, its bucket does not charge them a second time.
 func (l *Limiter) Carry(ctx context.Context, tenant string, from, to Policy, at time.Time) error {
 	if from.Shadow != to.Shadow {
 		return nil
@@ -41,6 +47,10 @@ func (l *Limiter) Carry(ctx context.Context, tenant string, from, to Policy, at 
 		olds, news = append(olds, wo[i]), append(news, wn[i])
 	}
 	var errs []error
+	now := "0"
+	if !at.IsZero() {
+		now = strconv.FormatInt(at.UnixMicro(), 10)
+	}
 	for i := range min(len(olds), len(news)) {
 		o, n := olds[i], news[i]
 		if o.Period == n.Period {
@@ -53,14 +63,28 @@ func (l *Limiter) Carry(ctx context.Context, tenant string, from, to Policy, at 
 			l.keys.prefix + ":" + tag + limitKeySuffix(o, to.Shadow),
 			l.keys.prefix + ":" + tag + limitKeySuffix(n, to.Shadow),
 		}
-		now := "0"
-		if !at.IsZero() {
-			now = strconv.FormatInt(at.UnixMicro(), 10)
-		}
 		v, err := l.lib.call(ctx, l.lib.carry, keys, now, strconv.FormatInt(o.periodMicros(), 10),
 			strconv.FormatInt(n.Rate, 10), strconv.FormatInt(n.periodMicros(), 10), burstArg(n))
 		if err == nil {
 			err = replyStatus(l.lib.carry, keys[0], v)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	named := map[time.Duration]bool{}
+	for _, n := range to.Limits.buckets() {
+		named[n.Period] = true
+	}
+	for _, o := range from.Limits.buckets() {
+		if named[o.Period] {
+			continue
+		}
+		key := l.keys.prefix + ":" + tag + limitKeySuffix(o, from.Shadow)
+		v, err := l.lib.call(ctx, l.lib.carry, []string{key}, now,
+			strconv.FormatInt(o.Rate, 10), strconv.FormatInt(o.periodMicros(), 10), strconv.FormatInt(o.Burst, 10))
+		if err == nil {
+			err = replyStatus(l.lib.carry, key, v)
 		}
 		if err != nil {
 			errs = append(errs, err)

@@ -90,3 +90,44 @@ func TestCarryToAnotherPeriod(t *testing.T) {
 		live.set(perHour)
 	})
 }
+
+// A limit dropped while its bucket is in debt (a rate replaced by a sliding
+// window) and then set again does not charge the tenant a second time for
+// the jobs whose slots it held, which were decided again meanwhile: Carry
+// forgave the dropped bucket's debt. Nor do those slots come back to life:
+// one of them, back after the limit returned, is decided again.
+func TestADroppedLimitComesBackWithoutItsDebt(t *testing.T) {
+	ctx := context.Background()
+	perMinute := throttle.Enforce(throttle.PerMinute(10, 10))
+	window := throttle.Enforce(throttle.SlidingWindow(1000, time.Minute))
+	e := setup(t)
+	l, live := newLiveLimiter(t, e, time.Hour, perMinute)
+	for i := range 40 { // 10 admitted, 30 hold slots: 3 minutes of debt
+		decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("a", i), At: t0})
+	}
+	if err := l.Carry(ctx, "acme", perMinute, window, t0); err != nil {
+		t.Fatalf("Carry to the window: %v", err)
+	}
+	live.set(window)
+	at := t0.Add(6 * time.Second) // a token's worth of time under 10/min
+	if err := l.Carry(ctx, "acme", window, perMinute, at); err != nil {
+		t.Fatalf("Carry back: %v", err)
+	}
+	live.set(perMinute)
+	sameDecision(t, "a new job once 10/min is back", decide(t, l, throttle.Request{Tenant: "acme", JobID: "b0", At: at}),
+		throttle.Decision{Outcome: throttle.Admitted})
+	// a39's slot, the last, was at t0 + 3 min: back then, it is charged
+	// (the bucket, full again, holds 10), leaving 9 for new jobs; run on a
+	// revived slot it would leave 10.
+	late := t0.Add(3 * time.Minute)
+	decide(t, l, throttle.Request{Tenant: "acme", JobID: "a39", At: late})
+	admitted := 0
+	for i := range 10 {
+		if decide(t, l, throttle.Request{Tenant: "acme", JobID: fmt.Sprint("c", i), At: late}).Outcome == throttle.Admitted {
+			admitted++
+		}
+	}
+	if admitted != 9 {
+		t.Fatalf("%d of 10 new jobs admitted beside a39 back at its old slot, want 9: its slot was revived", admitted)
+	}
+}
