@@ -2,7 +2,9 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,7 +22,9 @@ import (
 // A job that does not fit once its headers are added (over the server's
 // max_payload, JetStream's 64 KiB of headers, or the output stream's
 // max_msg_size) fails Permanent: it is dead-lettered at once, since no
-// retry can make it fit.
+// retry can make it fit. A publish JetStream cannot store now (unavailable)
+// returns a RetryAfter of forwardRetry instead of a failure: the job is
+// held and forwarded again, uncounted, for as long as the outage lasts.
 func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
 	return func(ctx context.Context, job Job) error {
 		msg := &nats.Msg{Subject: template.Render(job.Tenant), Data: job.Data, Header: nats.Header{}}
@@ -33,11 +37,34 @@ func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
 			return Permanent(fmt.Errorf("forward to %s: %w", msg.Subject, err))
 		}
 		if _, err := js.PublishMsg(ctx, msg); err != nil {
-			if header.TooLarge(err) {
+			switch {
+			case header.TooLarge(err):
 				err = Permanent(err)
+			case unavailable(err):
+				// The output stream cannot take jobs now (no leader, being
+				// moved or recreated, a server down): not the job's
+				// failure, which would dead-letter it after a long enough
+				// outage. Held, uncounted, and tried again.
+				return &RetryAfter{After: forwardRetry, Reason: fmt.Sprintf("forward to %s: %v", msg.Subject, err)}
 			}
 			return fmt.Errorf("forward to %s: %w", msg.Subject, err)
 		}
 		return nil
 	}
+}
+
+// forwardRetry is how long a job waits when the output stream cannot take
+// it, before it is forwarded again.
+const forwardRetry = 2 * time.Second
+
+// unavailable reports whether a publish failed because JetStream could not
+// store it now, rather than because of the message: no stream answered
+// (none bound the subject, or its leader is gone), the ack timed out, the
+// connection is reconnecting, or the server answered 503.
+func unavailable(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
+		(errors.As(err, &api) && api.Code == 503)
 }

@@ -176,6 +176,9 @@ func (h *downstreamHolds) release(ctx context.Context, job Job) bool {
 func (h *downstreamHolds) holdOff(ctx context.Context, f *flight, job Job, ra *RetryAfter) {
 	now := h.now()
 	until := ra.Until
+	if until.IsZero() {
+		until = now.Add(ra.After)
+	}
 	if latest := now.Add(h.maxHold); until.After(latest) {
 		until = latest
 	}

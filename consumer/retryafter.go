@@ -16,6 +16,10 @@ import (
 type RetryAfter struct {
 	// Until is when the destination takes jobs again.
 	Until time.Time
+	// After, when Until is zero, is how long from now (the worker's clock)
+	// the destination takes jobs again: for a handler that knows a wait
+	// but not the time.
+	After time.Duration
 	// Reason says what the destination answered, for the logs and the
 	// deferred copy's Throttler-Wait-Reason.
 	Reason string
@@ -24,6 +28,9 @@ type RetryAfter struct {
 // Error says when the destination takes jobs again, and why.
 func (e *RetryAfter) Error() string {
 	s := "downstream asked to wait until " + e.Until.UTC().Format(time.RFC3339Nano)
+	if e.Until.IsZero() {
+		s = "downstream asked to wait " + e.After.String()
+	}
 	if e.Reason != "" {
 		s += ": " + e.Reason
 	}
