@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/throttler/throttler/internal/testenv"
 )
 
@@ -100,7 +102,23 @@ func TestNATSRestartMidRun(t *testing.T) {
 	publish(150) // 1.5 s of work at 100/s: many jobs are deferred when NATS goes
 	e.nats.Restart(t)
 	testenv.Eventually(t, 10*time.Second, "the test client to reconnect", e.nc.IsConnected)
-	publish(50)
+	// A restarted server may take a while to serve JetStream again on two
+	// busy cores: each job is published until stored, its message id
+	// making a retry after a lost ack store it once.
+	for i := range 50 {
+		msg := &nats.Msg{Subject: "jobs.acme", Data: []byte("x"), Header: nats.Header{jetstream.MsgIDHeader: {fmt.Sprint("after-restart-", i)}}}
+		var seq uint64
+		testenv.Eventually(t, 30*time.Second, "JetStream to store a job after the restart", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			ack, err := e.js.PublishMsg(ctx, msg)
+			if err == nil {
+				seq = ack.Sequence
+			}
+			return err == nil
+		})
+		ids[jobID(cfg.Stream, seq)] = true
+	}
 
 	out := e.collect("done.*")
 	got := out.waitCount(t, len(ids), 60*time.Second)
