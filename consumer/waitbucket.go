@@ -5,7 +5,7 @@ import "slices"
 // waitBucket is n jobs of one kind this worker sent to wait (negative: jobs
 // sent by any worker that came back early), coming back evenly spread over
 // [from, due] (Unix ms; from == due: all at due), the oldest first
-// published at oldest (Unix µs). n is a float: a bucket partly back is
+// published at oldest and the newest at newest (Unix µs). n is a float: a bucket partly back is
 // cut at the present (rebase) before it is merged. Counting a bucket as draining evenly keeps
 // a tenant's count close to the truth while a backlog drains with a few
 // buckets, where counting each bucket whole until its last job is back
@@ -14,6 +14,7 @@ type waitBucket struct {
 	from   int64 // Unix ms
 	due    int64 // Unix ms
 	oldest int64
+	newest int64
 	n      float32
 	kind   waitKind
 }
@@ -38,10 +39,27 @@ func (b waitBucket) at(t int64) float64 {
 // jobs still away. Its count from now on is the same.
 func (b waitBucket) rebase(now int64) waitBucket {
 	if b.from < now && now < b.due {
+		b.oldest = b.oldestAt(now)
 		b.n = float32(b.at(now))
 		b.from = now
 	}
 	return b
+}
+
+// oldestAt is when the oldest of the bucket's jobs still away at t (Unix
+// ms) was first published. Jobs come back in about the order they were
+// published (their slots are given in it), so as the bucket drains its
+// oldest moves from oldest towards newest in proportion: keeping oldest
+// until the last job is back would report the wait of jobs that ran long
+// ago.
+func (b waitBucket) oldestAt(t int64) int64 {
+	if t <= b.from || b.newest <= b.oldest || b.due <= b.from {
+		return b.oldest
+	}
+	if t >= b.due {
+		return b.newest
+	}
+	return b.oldest + int64(float64(b.newest-b.oldest)*float64(t-b.from)/float64(b.due-b.from))
 }
 
 // justBefore is at's limit just before t: a bucket whose jobs all come
@@ -55,7 +73,8 @@ func (b waitBucket) justBefore(t int64) float64 {
 
 // merged is b and c as one bucket spanning both.
 func (b waitBucket) merged(c waitBucket) waitBucket {
-	return waitBucket{from: min(b.from, c.from), due: max(b.due, c.due), oldest: min(b.oldest, c.oldest), n: b.n + c.n, kind: b.kind}
+	return waitBucket{from: min(b.from, c.from), due: max(b.due, c.due), oldest: min(b.oldest, c.oldest), newest: max(b.newest, c.newest),
+		n: b.n + c.n, kind: b.kind}
 }
 
 // mergeError is how far the count of b and c merged is off theirs,

@@ -140,7 +140,7 @@ func (w *waiting) deferred(d Deferral, now time.Time) {
 		due = d.FiresAt
 	}
 	ms := due.UnixMilli()
-	tw.add(waitBucket{from: ms, due: ms, kind: kind, n: 1, oldest: pub}, now.UnixMilli())
+	tw.add(waitBucket{from: ms, due: ms, kind: kind, n: 1, oldest: pub, newest: pub}, now.UnixMilli())
 }
 
 // arrived records a job delivered at now: a parked job woken before its
@@ -329,10 +329,11 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 				part[b.kind] += b.at(ms)
 				partly = true
 			}
+			bo := b.oldestAt(ms)
 			if b.n > 0 {
-				oldest = min(oldest, b.oldest)
+				oldest = min(oldest, bo)
 				if b.kind != waitParked {
-					unparked = min(unparked, b.oldest)
+					unparked = min(unparked, bo)
 				}
 			}
 			if b.kind == waitParked {
@@ -340,7 +341,7 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 				// runs together say which still wait (top.Gather).
 				run := top.ParkedRun{N: int64(math.Round(b.at(ms)))}
 				if run.N > 0 {
-					run.Wait = time.Duration(now.UnixMicro()-b.oldest) * time.Microsecond
+					run.Wait = time.Duration(now.UnixMicro()-bo) * time.Microsecond
 				}
 				if r.Runs == nil {
 					r.Runs = []top.ParkedRun{} // sent even if empty: the other jobs' wait is apart

@@ -212,3 +212,32 @@ func TestWaitingCountsInvalidTenantsDeadLetters(t *testing.T) {
 		t.Fatalf("rows %+v, want %s with 2 dead letters", rows, tenant.Invalid)
 	}
 }
+
+// TestWaitingOldestFollowsTheBacklog: a backlog published over 100 s and
+// moved to slots over the next 100 s (one per second, in publish order)
+// drains in that order, so once half of it is back the oldest still away
+// was published about 50 s in: its wait, not the first job's, which ran
+// long ago, is the oldest wait (merged buckets included).
+func TestWaitingOldestFollowsTheBacklog(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	w := newWaiting(100)
+	for i := range 100 {
+		at := t0.Add(time.Duration(i) * time.Second)
+		job := Job{Tenant: "acme", ID: "JOBS:" + strconv.Itoa(i), Published: at, Header: nats.Header{}}
+		// Decided as it arrives; its slot 100 s after its publish.
+		w.deferred(Deferral{Job: job, Wait: 100 * time.Second, Moved: true, Reason: "limit 1/s"}, at)
+	}
+	now := t0.Add(150 * time.Second) // jobs 0 to 49 are back
+	var r top.Row
+	for _, row := range w.rows(now, nil) {
+		if row.Tenant == "acme" {
+			r = row
+		}
+	}
+	if r.Moved < 45 || r.Moved > 55 {
+		t.Fatalf("at 150 s: %d moved, want about 50", r.Moved)
+	}
+	if r.OldestWait < 95 || r.OldestWait > 105 {
+		t.Fatalf("at 150 s: oldest wait %.1f s, want about 100 (job 50's), not 150 (job 0's, back long ago)", r.OldestWait)
+	}
+}
