@@ -57,14 +57,21 @@ func Forwarder(js jetstream.JetStream, template subject.Template) Handler {
 // it, before it is forwarded again.
 const forwardRetry = 2 * time.Second
 
+// storeRefused is the JetStream error code of a stream refusing to store a
+// message under its limits (maximum messages, bytes or messages per
+// subject, with discard new): the stream is up, and full.
+const storeRefused jetstream.ErrorCode = 10077
+
 // unavailable reports whether a publish failed because JetStream could not
 // store it now, rather than because of the message: no stream answered
 // (none bound the subject, or its leader is gone), the ack timed out, the
-// connection is reconnecting, or the server answered 503.
+// connection is reconnecting, or the server answered 503 (JetStream
+// temporarily unavailable). A full stream that refuses new messages is
+// not an outage, and fails the job as before.
 func unavailable(err error) bool {
 	var api *jetstream.APIError
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
-		(errors.As(err, &api) && api.Code == 503)
+		(errors.As(err, &api) && api.Code == 503 && api.ErrorCode != storeRefused)
 }
