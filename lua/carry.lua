@@ -59,22 +59,6 @@ local function carryWindow(keys, n, p0, p, now)
   return {1, 1, left, 0}
 end
 
--- readState reads the stored state v of a bucket: its empty time (a, f),
--- rate and epoch, or nil when v is not a state.
-local function readState(v)
-  local a, f, r0, e
-  if #v == 16 then
-    a, f, r0 = sunpack(STATE, v)
-    e = 0
-  elseif #v == 20 then
-    a, f, r0, e = sunpack(STATE_E, v)
-  else
-    return nil
-  end
-  if a < 0 or r0 < 1 or r0 > MAX_N or f < 0 or f >= r0 or a > EXACT then return nil end
-  return a, f, r0, e
-end
-
 -- carryDropped forgives the debt of a dropped limit's bucket (Dropped,
 -- above).
 local function carryDropped(keys, args)
