@@ -294,9 +294,12 @@ func testSIGTERM(t *testing.T, bin string) {
 	checkExactlyOnce(t, "forwarded", out.waitAll(t, 10*time.Second), wantAll)
 }
 
-// maxMidRunJobs bounds the jobs the SIGTERM mid-run test publishes: at
-// 900/s they take 13 s of its 20 s deadline.
-const maxMidRunJobs = 12000
+// maxMidRunJobs bounds the jobs the SIGTERM mid-run test publishes: the
+// worker after the binary forwards at most 900/s (the tenants' limits),
+// and as little as 430/s when the suite's last tests share two cores with
+// it (a full run failed with 12,000: 2,395 left at the 20 s deadline); 6,000
+// take at most 14 s then.
+const maxMidRunJobs = 6000
 
 // reportMissing logs how many jobs of want got lacks, and the first ten.
 func reportMissing(t *testing.T, got []collected, want map[string]bool) {
