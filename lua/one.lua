@@ -6,6 +6,13 @@
 local ONE5 = '^%d+ %d+ %d+ %d+ %d+$'
 local ONE9 = '^%d+ %d+ %d+ %d+ %d+ 1 %d+ %d+ %d+$'
 
+-- refusedShift is one's reply when the shift key (KEYS[4]) cannot be
+-- read: shiftRefused's, as the other paths give it.
+local function refusedShift(code)
+  local st, a1, a2 = shiftRefused(code, 4)
+  return {st, a1, a2, 0}
+end
+
 -- one decides a call of one job under one limit, the most common call,
 -- with the same rules (the same functions) as the general path (decide), but
 -- keeping everything in locals: a table costs Redis about as much as a
@@ -46,10 +53,7 @@ local function one(keys, args, nargv, K)
     if slot == nil then return {INVALID, sid, 2, 0} end
     if slot and K == 3 then
       sh, code = shiftRead(keys[4])
-      if sh == nil then
-        if code == WRONGTYPE then return {WRONGTYPE, 4, 0, 0} end
-        return {INVALID, code, 4, 0}
-      end
+      if sh == nil then return refusedShift(code) end
     end
   end
   if K >= 2 then
@@ -91,10 +95,7 @@ local function one(keys, args, nargv, K)
     if slot and K == 3 and sh == 0 then
       -- A job given a slot records the shift now (read before any write).
       sh, code = shiftRead(keys[4])
-      if sh == nil then
-        if code == WRONGTYPE then return {WRONGTYPE, 4, 0, 0} end
-        return {INVALID, code, 4, 0}
-      end
+      if sh == nil then return refusedShift(code) end
     end
     if charged then a, f = na, nf end
     if charged or rebased then
