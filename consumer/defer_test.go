@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/bundle"
 	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/subject"
@@ -544,7 +545,7 @@ func TestBundleOf(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got, v)
 		}
 	}
-	copies, err := decodeBundle(out.Data)
+	copies, err := bundle.Copies(out.Data)
 	if err != nil {
 		t.Fatalf("bundle data: %v", err)
 	}

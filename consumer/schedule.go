@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/bundle"
 	"github.com/throttler/throttler/fastlane/fastcopy"
 	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/subject"
@@ -185,12 +185,20 @@ func (d ScheduleDeferrer) copyOf(df Deferral, now time.Time) *nats.Msg {
 	subject, own := d.copyFields(df, now)
 	out := &nats.Msg{Subject: subject, Data: df.Msg.Data(), Header: nats.Header{}}
 	header.Copy(out.Header, df.Msg.Headers())
-	out.Header.Del(fastcopy.Header) // see replacedInCopy
+	out.Header.Del(fastcopy.Header) // see leftOutOfCopy
 	out.Header.Del(header.Woken)
 	for _, kv := range own {
 		out.Header.Set(kv[0], kv[1])
 	}
 	return out
+}
+
+// leftOutOfCopy reports whether a scheduled copy leaves out the job's
+// header k: a header JetStream acts on, or the fast copy's or woken job's
+// mark (a moved copy is a copy of its own, with an incarnation of its own,
+// back on the job's subject).
+func leftOutOfCopy(k string) bool {
+	return strings.HasPrefix(k, "Nats-") || k == fastcopy.Header || k == header.Woken
 }
 
 // maxBundleBytes caps the data of one bundle, well under NATS' default
@@ -209,7 +217,7 @@ func (d ScheduleDeferrer) bundleRun(ds []Deferral, limit int64) int {
 	if limit > 0 {
 		most = min(most, int(limit/2))
 	}
-	size := func(df Deferral) int { return copySize(df.Job.Subject, df.Msg.Headers(), nil, df.Msg.Data()) }
+	size := func(df Deferral) int { return bundle.CopySize(df.Job.Subject, df.Msg.Headers(), nil, df.Msg.Data()) }
 	n, total := 1, size(ds[0])
 	for n < len(ds) && n < d.Bundle && ds[n].Job.Tenant == ds[0].Job.Tenant && !ds[n].Park {
 		total += size(ds[n])
@@ -233,15 +241,15 @@ func (d ScheduleDeferrer) bundleOf(ds []Deferral, now time.Time) *nats.Msg {
 	var reasons []string
 	for k, df := range ds {
 		subjects[k], own[k] = d.copyFields(df, now)
-		size += copySize(subjects[k], df.Msg.Headers(), own[k][:], df.Msg.Data())
+		size += bundle.CopySize(subjects[k], df.Msg.Headers(), own[k][:], df.Msg.Data())
 		soonest, latest = min(soonest, d.stayFor(df.Wait)), max(latest, df.Wait)
 		if !slices.Contains(reasons, df.Reason) {
 			reasons = append(reasons, df.Reason)
 		}
 	}
-	data := appendBundleStart(make([]byte, 0, size+1+binary.MaxVarintLen32), len(ds))
+	data := bundle.AppendStart(make([]byte, 0, bundle.StartSize+size), len(ds))
 	for k, df := range ds {
-		data = appendCopy(data, subjects[k], df.Msg.Headers(), true, own[k][:], df.Msg.Data())
+		data = bundle.AppendCopy(data, subjects[k], df.Msg.Headers(), leftOutOfCopy, own[k][:], df.Msg.Data())
 	}
 	job := ds[0].Job
 	// The subject and message id name the bundle's exact contents. A

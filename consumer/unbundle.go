@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/bundle"
 	"github.com/throttler/throttler/tenant"
 )
 
@@ -43,7 +44,7 @@ func (u *unbundler) start(ctx, _ context.Context) (stop func()) {
 // <prefix>.u.*.*, which no single copy's subject matches) and unpacks them
 // with unbundle until ctx is cancelled. A bundle that cannot be unpacked
 // now is handed back and tried again after RetryInitial; one that never
-// can be (errBadBundle) is dead-lettered.
+// can be (bundle.ErrMalformed) is dead-lettered.
 func (u *unbundler) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -71,7 +72,7 @@ func (u *unbundler) unbundleOne(ctx context.Context, m jetstream.Msg) {
 	err := unbundle(uctx, u.js, m)
 	switch {
 	case err == nil:
-	case errors.Is(err, errBadBundle):
+	case errors.Is(err, bundle.ErrMalformed):
 		u.deadLetterBundle(uctx, m, err)
 	case errors.Is(err, errBundleLeft):
 		u.log.Warn("could not delete an unpacked bundle; it stays in the stream, acked", "subject", m.Subject(), "err", err)
@@ -92,7 +93,7 @@ func (u *unbundler) unbundleOne(ctx context.Context, m jetstream.Msg) {
 // all the same, its copies being stored, and the error matches
 // errBundleLeft: handed back, it would be unpacked again and again.
 func unbundle(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg) error {
-	copies, err := decodeBundle(msg.Data())
+	copies, err := bundle.Copies(msg.Data())
 	if err != nil {
 		return fmt.Errorf("reading bundle: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/bundle"
 	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/subject"
 )
@@ -63,15 +64,14 @@ func Waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 // the order of the jobs, as Waiting does: so that a change of the
 // tenant's limits applies to its backlog now, not as each job's slot
 // under the old limits comes (a job back with a slot reserved under
-// other limits is decided again). bundle reads a bundle's copies
-// (consumer.BundleCopies); a bundle is brought back whole, when every copy
-// in it waits for a slot, and deleted once all are stored again. Jobs
-// brought back carry no header.Released: a paused tenant's stay paused.
+// other limits is decided again). A bundle is brought back whole, when
+// every copy in it waits for a slot, and deleted once all are stored
+// again. Jobs brought back carry no header.Released: a paused tenant's
+// stay paused.
 // A job in seen is not brought back (nor the bundle holding it): one
 // brought back before and moved again was decided under the new limits.
 // It returns how many jobs it brought back, which it adds to seen.
-func Moved(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, now time.Time,
-	bundle func([]byte) ([]*nats.Msg, error), seen map[string]bool) (int, error) {
+func Moved(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, now time.Time, seen map[string]bool) (int, error) {
 	if seen == nil {
 		seen = map[string]bool{}
 	}
@@ -79,7 +79,7 @@ func Moved(ctx context.Context, js jetstream.JetStream, stream string, schedules
 		r := h.Get(header.WaitReason)
 		return (strings.HasPrefix(r, header.WaitLimit) || r == header.WaitSlot) && !seen[h.Get(header.JobID)]
 	}
-	return waiting(ctx, js, stream, schedules, t, now, pick{match: forSlot, bundle: bundle, seen: seen})
+	return waiting(ctx, js, stream, schedules, t, now, pick{match: forSlot, bundles: true, seen: seen})
 }
 
 // Covered is Waiting for the jobs a budget covers: it brings back, in
@@ -135,8 +135,8 @@ type pick struct {
 	// match reports, from a copy's headers, whether it waits for what
 	// ended.
 	match func(nats.Header) bool
-	// bundle reads a bundle's copies; nil leaves bundles alone.
-	bundle func([]byte) ([]*nats.Msg, error)
+	// bundles says whether the copies in bundles are read too.
+	bundles bool
 	// released marks the jobs brought back with header.Released.
 	released bool
 	// take accepts copies, asked in the jobs' order (nil: every one);
@@ -155,7 +155,7 @@ func reasonIs(reason string) func(nats.Header) bool {
 func waiting(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, now time.Time, p pick) (int, error) {
 	stopped := false
 	at := now.UTC().Format(time.RFC3339Nano)
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: movedFilters(schedules, t, p.bundle != nil)})
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: movedFilters(schedules, t, p.bundles)})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil
 	}
@@ -287,10 +287,10 @@ func (p pick) copies(m jetstream.Msg) []waitingCopy {
 		}
 		return nil
 	}
-	if p.bundle == nil {
+	if !p.bundles {
 		return nil
 	}
-	msgs, err := p.bundle(m.Data())
+	msgs, err := bundle.Copies(m.Data())
 	if err != nil {
 		return nil // the workers dead-letter an unreadable bundle when it fires
 	}

@@ -2,7 +2,6 @@ package release
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/bundle"
 	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/subject"
@@ -210,13 +210,13 @@ func TestMovedBringsBackCopiesAndWholeBundles(t *testing.T) {
 	mixed := e.bundle(t, "acme", "b2", map[uint64]string{10: "limit 5/s", 12: "paused: maintenance"})
 
 	seen := map[string]bool{}
-	n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), jsonBundle, seen)
+	n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), seen)
 	if err != nil || n != 4 {
 		t.Fatalf("Moved = %d, %v; want 4", n, err)
 	}
 	// Job 5 moved again, under the new limits: a second pass leaves it.
 	e.store(t, "acme", 5, "limit 40/s", nil)
-	if n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), jsonBundle, seen); err != nil || n != 0 {
+	if n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), seen); err != nil || n != 0 {
 		t.Fatalf("second Moved = %d, %v; want 0: job 5 was brought back before", n, err)
 	}
 	cons, err := e.js.OrderedConsumer(ctx, testStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{testSchedules.Wokens()}})
@@ -249,24 +249,20 @@ func TestMovedBringsBackCopiesAndWholeBundles(t *testing.T) {
 }
 
 // bundle stores a bundle of tenant's jobs waiting for the given reasons,
-// by job sequence, in the legacy JSON format (jsonBundle reads it), and
-// returns its subject.
+// by job sequence, as the workers store it (bundle.Encode), and returns
+// its subject.
 func (e *env) bundle(t *testing.T, tenant, id string, reasons map[uint64]string) string {
 	t.Helper()
-	var copies []jsonCopy
+	var copies []*nats.Msg
 	for seq, reason := range reasons {
 		h := nats.Header{}
 		h.Set(header.JobID, testStream+":"+strconv.FormatUint(seq, 10))
 		h.Set(header.WaitReason, reason)
 		h.Set(jetstream.ScheduleHeader, "@at "+time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 		h.Set(jetstream.ScheduleTargetHeader, "jobs."+tenant)
-		copies = append(copies, jsonCopy{Subject: testSchedules.Copy(tenant, seq), Header: h, Data: []byte("job " + strconv.FormatUint(seq, 10))})
+		copies = append(copies, &nats.Msg{Subject: testSchedules.Copy(tenant, seq), Header: h, Data: []byte("job " + strconv.FormatUint(seq, 10))})
 	}
-	data, err := json.Marshal(copies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &nats.Msg{Subject: testSchedules.Bundle(tenant, id), Data: data, Header: nats.Header{}}
+	m := &nats.Msg{Subject: testSchedules.Bundle(tenant, id), Data: bundle.Encode(copies), Header: nats.Header{}}
 	m.Header.Set(header.Bundle, strconv.Itoa(len(copies)))
 	m.Header.Set(jetstream.ScheduleHeader, "@at "+time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	m.Header.Set(jetstream.ScheduleTargetHeader, testSchedules.Unpack(tenant, id))
@@ -274,24 +270,4 @@ func (e *env) bundle(t *testing.T, tenant, id string, reasons map[uint64]string)
 		t.Fatal(err)
 	}
 	return m.Subject
-}
-
-// jsonCopy is a copy in a bundle of the legacy JSON format.
-type jsonCopy struct {
-	Subject string      `json:"subject"`
-	Header  nats.Header `json:"header"`
-	Data    []byte      `json:"data"`
-}
-
-// jsonBundle reads a bundle stored by env.bundle.
-func jsonBundle(data []byte) ([]*nats.Msg, error) {
-	var copies []jsonCopy
-	if err := json.Unmarshal(data, &copies); err != nil {
-		return nil, err
-	}
-	out := make([]*nats.Msg, len(copies))
-	for i, c := range copies {
-		out[i] = &nats.Msg{Subject: c.Subject, Header: c.Header, Data: c.Data}
-	}
-	return out, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/release"
 	"github.com/throttler/throttler/tenant"
 )
@@ -56,7 +55,7 @@ func BringBackMoved(ctx context.Context, fl Fleet, t string, opts BringBackMoved
 		case <-ctx.Done():
 			return total, ctx.Err()
 		}
-		n, err := release.Moved(ctx, fl.JetStream, fl.Stream, fl.Schedules, t, now(), consumer.BundleCopies, seen)
+		n, err := release.Moved(ctx, fl.JetStream, fl.Stream, fl.Schedules, t, now(), seen)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("bringing back %s's moved jobs: %w", t, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/bundle"
 	"github.com/throttler/throttler/header"
 	"github.com/throttler/throttler/subject"
 	"github.com/throttler/throttler/throttle"
@@ -211,7 +211,7 @@ func (p *purge) bundles(ctx context.Context, rep *PurgeReport) error {
 	}
 	var all []found
 	err := scan(ctx, p.stream, scanOptions{Filters: filters}, func(st stored) (bool, error) {
-		copies, err := consumer.BundleCopies(st.Data)
+		copies, err := bundle.Copies(st.Data)
 		if err != nil {
 			return true, nil // the workers dead-letter an unreadable bundle
 		}

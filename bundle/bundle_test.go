@@ -1,4 +1,4 @@
-package consumer
+package bundle
 
 import (
 	"bytes"
@@ -36,9 +36,9 @@ func sameCopies(t *testing.T, got, want []*nats.Msg) {
 
 func TestBundleRoundTrip(t *testing.T) {
 	want := bundleCopies()
-	got, err := decodeBundle(encodeBundle(want))
+	got, err := Copies(Encode(want))
 	if err != nil {
-		t.Fatalf("decodeBundle: %v", err)
+		t.Fatalf("Copies: %v", err)
 	}
 	sameCopies(t, got, want)
 }
@@ -60,9 +60,9 @@ func TestBundleReadsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodeBundle(data)
+	got, err := Copies(data)
 	if err != nil {
-		t.Fatalf("decodeBundle: %v", err)
+		t.Fatalf("Copies: %v", err)
 	}
 	sameCopies(t, got, want)
 }
@@ -70,20 +70,20 @@ func TestBundleReadsJSON(t *testing.T) {
 // TestBundleRefusesDamage: a bundle cut short anywhere, with bytes after
 // its end, or of an unknown format is refused, never read as fewer jobs.
 func TestBundleRefusesDamage(t *testing.T) {
-	data := encodeBundle(bundleCopies())
+	data := Encode(bundleCopies())
 	for n := range len(data) {
-		if got, err := decodeBundle(data[:n]); !errors.Is(err, errBadBundle) {
-			t.Fatalf("cut to %d of %d bytes: %d copies, err %v; want errBadBundle", n, len(data), len(got), err)
+		if got, err := Copies(data[:n]); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("cut to %d of %d bytes: %d copies, err %v; want ErrMalformed", n, len(data), len(got), err)
 		}
 	}
 	for what, d := range map[string][]byte{
 		"a byte after the end": append(bytes.Clone(data), 0),
 		"unknown format":       append([]byte{0x02}, data[1:]...),
 		"broken JSON":          []byte(`[{"subject":`),
-		"huge count":           {bundleFormat, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"huge count":           {format, 0xff, 0xff, 0xff, 0xff, 0x0f},
 	} {
-		if _, err := decodeBundle(d); !errors.Is(err, errBadBundle) {
-			t.Errorf("%s: err %v, want errBadBundle", what, err)
+		if _, err := Copies(d); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err %v, want ErrMalformed", what, err)
 		}
 	}
 }
