@@ -30,6 +30,7 @@ type Leaser interface {
 // Waker brings a parked job back to the jobs consumer at once. Wake
 // reports found=false when the job has no parked copy (it came back by
 // itself, or was never parked): its turn then goes to the next in line.
+// *release.Waker satisfies it.
 type Waker interface {
 	Wake(ctx context.Context, tenant, jobID string) (found bool, err error)
 }

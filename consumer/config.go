@@ -212,7 +212,7 @@ type Params struct {
 	// comes back after Config.ParkFor and finds its turn held if it came.
 	Waker Waker
 	// Woken, when set, is the consumer of the jobs the Waker brings back
-	// (StreamWaker publishes them on Schedules.Woken): Run pulls from it
+	// (release.Waker publishes them on Schedules.Woken): Run pulls from it
 	// beside the jobs consumer, so a woken job passes any backlog there.
 	Woken jetstream.Consumer
 	// Config tunes the worker.

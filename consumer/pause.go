@@ -10,10 +10,10 @@ import (
 	"github.com/throttler/throttler/throttle"
 )
 
-// PauseEndGrace is how long after a pause's end its jobs' copies come back
+// pauseEndGrace is how long after a pause's end its jobs' copies come back
 // by themselves: time for a worker to end it and bring them back in order
 // first.
-const PauseEndGrace = 2 * time.Second
+const pauseEndGrace = 2 * time.Second
 
 // Pauser says whether an operator paused a tenant; *pause.Set satisfies
 // it. The worker asks it for every job it is about to decide and again
@@ -124,8 +124,8 @@ func (g *pauseGate) pausedNow(job Job) (Deferral, bool) {
 	if !until.IsZero() {
 		// A worker ends the pause at until and brings its jobs back in
 		// their order (pause.End); the copies come back by themselves
-		// PauseEndGrace later, when no worker did, in no set order.
-		wait = min(wait, until.Sub(now)+PauseEndGrace)
+		// pauseEndGrace later, when no worker did, in no set order.
+		wait = min(wait, until.Sub(now)+pauseEndGrace)
 		text += " until " + until.UTC().Format(time.RFC3339)
 	}
 	if reason != "" {

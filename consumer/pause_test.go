@@ -49,7 +49,7 @@ func (p *fakePauser) set(tenant string, until time.Time) {
 // TestPausedTenantIsNeitherDecidedNorRun: a paused tenant's jobs are not
 // asked of the throttle (so not charged) and not run; each is deferred as
 // a parked, paused job with the pause's reason, for PauseRecheck or until
-// the pause ends if sooner (and PauseEndGrace, the time a worker has to
+// the pause ends if sooner (and pauseEndGrace, the time a worker has to
 // end it first). Another tenant's jobs run as usual.
 func TestPausedTenantIsNeitherDecidedNorRun(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)}
@@ -81,7 +81,7 @@ func TestPausedTenantIsNeitherDecidedNorRun(t *testing.T) {
 	if len(ds) != 2 {
 		t.Fatalf("deferrals %+v, want acme's and soon's", ds)
 	}
-	wantWait := map[string]time.Duration{"acme": time.Minute, "soon": 10*time.Second + PauseEndGrace}
+	wantWait := map[string]time.Duration{"acme": time.Minute, "soon": 10*time.Second + pauseEndGrace}
 	for _, d := range ds {
 		if !d.Paused || !d.Park || !strings.HasPrefix(d.Reason, header.WaitPaused) || !strings.Contains(d.Reason, "maintenance") {
 			t.Errorf("deferral of %s: paused %v park %v reason %q; want a parked paused job with the pause's reason", d.Job.Tenant, d.Paused, d.Park, d.Reason)

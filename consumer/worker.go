@@ -6,8 +6,26 @@
 //
 // An embedder needs New with its Params, a Handler and Run (the package
 // example shows them); package streams creates the stream and the durable
-// consumer it reads. The rest is exported for the worker's other packages:
-// the fast lane, the HTTP handler and the commands.
+// consumer it reads. Everything else it exports is something Params takes
+// or a Handler gives, so that an embedder can assemble what the throttler
+// binary does (internal/app assembles it from the environment):
+//   - the worker: New, Params, Config (with a RedisErrorPolicy), Worker;
+//   - a handler's side: Job, Handler, Forwarder, Permanent and IsPermanent,
+//     RetryAfter, SettleCost (ErrNoCostReport);
+//   - the collaborators Params takes, each an interface that a type of
+//     another package satisfies: Decider, FailureCounter, Leaser, Holder,
+//     Settler, Unreserver and LevelPoker (package throttle), Pauser
+//     (pause), Waker (release), Lane and ClaimSettler (fastlane);
+//   - deferral: a Deferrer puts off each Deferral; NakDeferrer (the
+//     default), ScheduleDeferrer and FairDeferrer, which reads AckPending
+//     (NewAckPending); ScheduleLead and NakedPerWorker are the binary's
+//     settings of them (Example_moveWaitingJobs);
+//   - what it counts: Stats (NewStats; OtherTenants), TenantStats and
+//     LevelStats, and the timings an Observer receives.
+//
+// Stream setup, the bundle format and waking are packages of their own
+// (streams, bundle, release); the fast lane's identity is fastlane's. A
+// test checks that this list names every exported name.
 package consumer
 
 import (

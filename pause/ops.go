@@ -195,8 +195,8 @@ func Resume(ctx context.Context, o Options, t string) (Resumed, error) {
 // ends it, and a pause written again since is left alone. It reports
 // whether this call ended it. Jobs published since Until may run before
 // the paused ones (a resume keeps the pause until they are back). The
-// copies come back by themselves consumer.PauseEndGrace after Until when
-// no worker ends it.
+// copies come back by themselves 2 s after Until (the worker's grace)
+// when no worker ends it.
 func End(ctx context.Context, o Options, p Pause) (Resumed, bool, error) {
 	res := Resumed{Tenant: p.Tenant, Was: &p}
 	kv, err := o.open(ctx, false)

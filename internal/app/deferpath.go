@@ -11,6 +11,7 @@ import (
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/internal/ops"
+	"github.com/throttler/throttler/release"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -76,7 +77,7 @@ func (p deferPath) waker(js jetstream.JetStream, cfg *Settings) consumer.Waker {
 	if p.mode == config.DeferNak {
 		return nil
 	}
-	return &consumer.StreamWaker{JetStream: js, Subjects: cfg.Schedules}
+	return &release.Waker{JetStream: js, Subjects: cfg.Schedules}
 }
 
 // copies counts the moved jobs waiting in schedules for the census of

@@ -9,7 +9,7 @@ import (
 )
 
 // pauseEndEvery is how often a worker looks for pauses whose end has
-// come: well within consumer.PauseEndGrace, after which their jobs' copies
+// come: well within the worker's grace of 2 s, after which their jobs' copies
 // come back by themselves, in no set order.
 const pauseEndEvery = 200 * time.Millisecond
 
