@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -25,6 +26,11 @@ import (
 // Redis is down) is process-wide and has no per-client switch;
 // cmd/throttler demotes that line to debug (redisLogger), since this
 // watch says the same once. A client that takes no hooks is not watched.
+//
+// A Redis that hangs (its port accepts, nothing answers) is reported once
+// no call has been answered for silentPeriod while calls kept ending at
+// their deadlines (see silentCalls), and the outage is timed from when
+// that silence began.
 func WatchRedis(ctx context.Context, c any, url string, log *slog.Logger) *outage.Reporter {
 	r := outage.New(outage.Options{Name: "Redis", Attrs: []any{"url", url}, Log: log})
 	h := redisWatchHook{r: r}
@@ -33,10 +39,18 @@ func WatchRedis(ctx context.Context, c any, url string, log *slog.Logger) *outag
 		// A cluster client runs every command through the client of one
 		// node: a hook on those (each made after this) sees each once.
 		// While one master is down the others answer, so the cluster is
-		// up again only once no node has failed for a while.
+		// up again only once no node has failed for a while. Silence is
+		// followed per node: a hung master goes unanswered while the
+		// others answer, which would end the silence of one tracker for
+		// all.
 		h.nodes = &nodeFailures{quiet: clusterQuiet, now: time.Now}
-		c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+		c.OnNewNode(func(n *redis.Client) {
+			nh := h
+			nh.silent = newSilentCalls(time.Now)
+			n.AddHook(nh)
+		})
 	case interface{ AddHook(redis.Hook) }:
+		h.silent = newSilentCalls(time.Now)
 		c.AddHook(h)
 	default:
 		return r
@@ -58,8 +72,71 @@ func WatchRedis(ctx context.Context, c any, url string, log *slog.Logger) *outag
 
 // redisWatchHook reports each command's outcome to a Reporter.
 type redisWatchHook struct {
-	r     *outage.Reporter
-	nodes *nodeFailures // a cluster's nodes; nil for one server
+	r      *outage.Reporter
+	nodes  *nodeFailures // a cluster's nodes; nil for one server
+	silent *silentCalls  // the calls of this server (node) left unanswered
+}
+
+// silentPeriod is how long calls to a server must have been ending at
+// their deadlines, none answered, before it counts as not answering: twice
+// THROTTLER_REDIS_TIMEOUT's default, so that one round of calls timing out
+// (a burst's waits for a busy pool's connections) is not enough, and a hung
+// Redis is reported about 4 s after its first unanswered call, or at that
+// call's deadline if it is longer.
+const silentPeriod = 4 * time.Second
+
+// errNoAnswer is the failure reported for a Redis that stays silent.
+var errNoAnswer = errors.New("redis answered no call within its deadline")
+
+// silentCalls tells a Redis that answers nothing (a hung server: its port
+// accepts, no reply comes) from a busy pool. Both end calls with the
+// caller's own deadline error: go-redis waits for a pooled connection, and
+// sleeps before its retry, inside the process hook and bounded by the
+// call's context, and it reads until the context's deadline when that
+// comes before its read timeout; so the error the hook sees is ctx.Err()
+// either way, and only an odd call surfaces the read's net timeout. In a
+// busy pool the calls holding the connections are answered meanwhile; from
+// a hung server none is. So calls that keep ending at their deadlines with
+// none answered for a period are Redis not answering. (Commands that each
+// hold a connection longer than the period, blocking ones, would look the
+// same; the worker sends none.) Safe for concurrent use.
+type silentCalls struct {
+	period time.Duration
+	now    func() time.Time
+
+	mu         sync.Mutex
+	lastAnswer time.Time // when a call was last answered
+	since      time.Time // when the silence began; zero while calls are answered
+}
+
+// newSilentCalls returns a tracker of silentPeriod timed by now.
+func newSilentCalls(now func() time.Time) *silentCalls {
+	return &silentCalls{period: silentPeriod, now: now}
+}
+
+// answered records a call that Redis answered: any silence is over.
+func (s *silentCalls) answered() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastAnswer, s.since = s.now(), time.Time{}
+}
+
+// silent records a call made at start that ended at its deadline with no
+// answer. It returns when the silence began and whether it has lasted the
+// period.
+func (s *silentCalls) silent(start time.Time) (since time.Time, long bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.since.IsZero() {
+		// The silence began when this call was made, or when the last
+		// answer came if later: a call that waited while others were
+		// answered was not left unanswered before them.
+		s.since = start
+		if s.lastAnswer.After(start) {
+			s.since = s.lastAnswer
+		}
+	}
+	return s.since, s.now().Sub(s.since) >= s.period
 }
 
 // clusterQuiet is how long no node of a Redis Cluster must have failed
@@ -98,6 +175,7 @@ func (h redisWatchHook) DialHook(next redis.DialHook) redis.DialHook { return ne
 // ProcessHook implements redis.Hook.
 func (h redisWatchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		start := h.silent.now()
 		err := next(ctx, cmd)
 		if h.nodes != nil && cmd.Name() == "cluster" {
 			// The client reading the slot map (CLUSTER SLOTS) tries
@@ -106,7 +184,7 @@ func (h redisWatchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			// not Redis failing the worker.
 			return err
 		}
-		h.report(ctx, err)
+		h.report(ctx, start, err)
 		return err
 	}
 }
@@ -114,27 +192,34 @@ func (h redisWatchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ProcessPipelineHook implements redis.Hook.
 func (h redisWatchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		start := h.silent.now()
 		err := next(ctx, cmds)
-		h.report(ctx, err)
+		h.report(ctx, start, err)
 		return err
 	}
 }
 
-// report tells the reporter whether Redis answered.
-func (h redisWatchHook) report(ctx context.Context, err error) {
+// report tells the reporter whether Redis answered a call made at start.
+func (h redisWatchHook) report(ctx context.Context, start time.Time, err error) {
+	if answered(err) {
+		h.silent.answered()
+	}
 	switch {
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		// The caller's deadline passed (or it cancelled) before Redis was
-		// asked, most often while the call waited for a connection of a
-		// busy pool, as after a burst: that says nothing of Redis. A Redis
-		// that does not answer fails on the connection's own timeouts
-		// (the client does not take them from contexts), which are net
-		// errors, reported below.
-	case redisFailed(err):
-		if h.nodes != nil {
-			h.nodes.failed()
+		// The caller cancelled, or its deadline passed, most often while
+		// the call waited for a connection of a busy pool, as after a
+		// burst: one such call says nothing of Redis. But a hung Redis
+		// ends calls so too (see silentCalls): calls that keep missing
+		// their deadline with none answered are an outage, dated from
+		// when the silence began. A cancelled call says nothing.
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return
 		}
-		h.r.Fail(err)
+		if since, long := h.silent.silent(start); long {
+			h.fail(fmt.Errorf("%w for %s: %w", errNoAnswer, h.silent.period, err), since)
+		}
+	case redisFailed(err):
+		h.fail(err, time.Time{})
 	case h.nodes != nil && !h.nodes.quietFor():
 		// Another node failed a moment ago: this one answering does not
 		// end the cluster's outage.
@@ -143,6 +228,23 @@ func (h redisWatchHook) report(ctx context.Context, err error) {
 		// cancelled says nothing either way.
 		h.r.OK()
 	}
+}
+
+// fail reports a failure of an outage that began at since at the latest
+// (zero: now).
+func (h redisWatchHook) fail(err error, since time.Time) {
+	if h.nodes != nil {
+		h.nodes.failed()
+	}
+	h.r.FailSince(err, since)
+}
+
+// answered reports whether err is Redis's answer to a call: none, redis.Nil
+// or an error reply, as opposed to a call that got no reply.
+func answered(err error) bool {
+	var reply redis.Error
+	var ne net.Error
+	return err == nil || errors.Is(err, redis.Nil) || (errors.As(err, &reply) && !errors.As(err, &ne))
 }
 
 // redisFailed reports whether err says Redis could not serve the command:

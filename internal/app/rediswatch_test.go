@@ -5,13 +5,17 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/throttler/throttler/config"
+	"github.com/throttler/throttler/internal/outage"
 	"github.com/throttler/throttler/internal/testenv"
 )
 
@@ -152,5 +156,184 @@ func TestWatchRedisClusterLogsAFailoverOnce(t *testing.T) {
 	}
 	if n := strings.Count(got, "Redis answers again"); n != 1 {
 		t.Errorf("its end was logged %d times, want once:\n%s", n, got)
+	}
+}
+
+// silentWatch is a watch of one server, timed by c, that logs to log.
+func silentWatch(c *testClock, log *lockedLog) redisWatchHook {
+	r := outage.New(outage.Options{Name: "Redis", Log: slog.New(slog.NewTextHandler(log, nil)), Now: c.now})
+	return redisWatchHook{r: r, silent: &silentCalls{period: silentPeriod, now: c.now}}
+}
+
+// expired is a context whose deadline has passed, as a call's has when it
+// ends at its deadline.
+func expired(t *testing.T) context.Context {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// replyErr is an error reply of Redis (NOSCRIPT, WRONGTYPE).
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+// TestWatchRedisReportsCallsSilentForAPeriod: calls that each end at their
+// 2 s deadline, none answered, say nothing for less than silentPeriod and
+// then log Redis unreachable once, dated from the first call; the first
+// answer ends the outage.
+func TestWatchRedisReportsCallsSilentForAPeriod(t *testing.T) {
+	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var log lockedLog
+	h := silentWatch(c, &log)
+	ctx := expired(t)
+	began := c.now()
+	c.advance(2 * time.Second)
+	for ; c.now().Sub(began) < silentPeriod; c.advance(100 * time.Millisecond) {
+		h.report(ctx, c.now().Add(-2*time.Second), ctx.Err())
+	}
+	if got := log.String(); got != "" {
+		t.Fatalf("calls silent for less than %s were logged:\n%s", silentPeriod, got)
+	}
+	for ; c.now().Sub(began) < 10*time.Second; c.advance(100 * time.Millisecond) {
+		h.report(ctx, c.now().Add(-2*time.Second), ctx.Err())
+	}
+	if down, since := h.r.Down(); !down || !since.Equal(began) {
+		t.Errorf("Down() = %v, %v; want true since the first silent call, %v", down, since, began)
+	}
+	h.report(context.Background(), c.now(), nil)
+	got := log.String()
+	want := `level=WARN msg="Redis unreachable" cause=timeout err="redis answered no call within its deadline for 4s: context deadline exceeded"`
+	if !strings.Contains(got, want) || strings.Count(got, "Redis unreachable") != 1 {
+		t.Errorf("want one line %s, got:\n%s", want, got)
+	}
+	if want := `level=INFO msg="Redis answers again" down_for=10s failures=60`; !strings.Contains(got, want) {
+		t.Errorf("the log lacks %s:\n%s", want, got)
+	}
+}
+
+// TestWatchRedisSilenceEndsWithAnAnswer: an answer, an error reply among
+// them, begins the silence again, and calls made before it count from it.
+func TestWatchRedisSilenceEndsWithAnAnswer(t *testing.T) {
+	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var log lockedLog
+	h := silentWatch(c, &log)
+	ctx := expired(t)
+	answers := []error{nil, redis.Nil, replyErr("NOSCRIPT No matching script")}
+	h.report(context.Background(), c.now(), nil)
+	for i := range 30 {
+		c.advance(silentPeriod - 100*time.Millisecond)
+		h.report(ctx, c.now().Add(-2*silentPeriod), ctx.Err()) // made long before the answer
+		h.report(context.Background(), c.now(), answers[i%len(answers)])
+	}
+	if got := log.String(); got != "" {
+		t.Fatalf("calls silent for less than %s since an answer were logged:\n%s", silentPeriod, got)
+	}
+}
+
+// TestWatchRedisBusyPoolIsNoOutage: after a burst, calls waiting for a
+// busy pool's connections end at their deadline while the calls holding
+// them are answered, for a minute; cancelled calls say nothing either.
+func TestWatchRedisBusyPoolIsNoOutage(t *testing.T) {
+	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var log lockedLog
+	h := silentWatch(c, &log)
+	ctx := expired(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 600 {
+		c.advance(100 * time.Millisecond)
+		h.report(ctx, c.now().Add(-2*time.Second), ctx.Err())
+		h.report(cancelled, c.now().Add(-2*time.Second), cancelled.Err())
+		if i%30 == 0 {
+			h.report(context.Background(), c.now().Add(-time.Second), nil)
+		}
+	}
+	for range 600 { // only cancelled calls
+		c.advance(100 * time.Millisecond)
+		h.report(cancelled, c.now().Add(-2*time.Second), cancelled.Err())
+	}
+	if got := log.String(); got != "" {
+		t.Fatalf("a busy pool was logged as an outage:\n%s", got)
+	}
+}
+
+// TestWatchRedisReportsAHungRedis: a redis-server stopped with SIGSTOP
+// accepts connections and answers nothing, so every call of the worker's
+// client ends at its own deadline, as a call waiting for a busy pool does.
+// The watch logs Redis unreachable within a few seconds, the outage dated
+// from the stop, and answering again after SIGCONT.
+func TestWatchRedisReportsAHungRedis(t *testing.T) {
+	r := testenv.StartRedis(t)
+	const timeout = 500 * time.Millisecond
+	cfg := &config.Config{RedisURL: r.URL(), RedisMode: config.RedisSingle, RedisTimeout: timeout, Concurrency: 16}
+	c, err := NewRedis(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	pid := r.Pid()
+	// Cleanups run last first: the server goes on before its own cleanup
+	// kills it, should the test end while it is stopped.
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	var log lockedLog
+	ctx, cancel := context.WithCancel(context.Background())
+	rep := WatchRedis(ctx, c, r.URL(), slog.New(slog.NewTextHandler(&log, nil)))
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	// Four callers, as a worker's, each call bounded by the timeout.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				cctx, ccancel := context.WithTimeout(ctx, timeout)
+				_ = c.Ping(cctx).Err()
+				ccancel()
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+
+	stopped := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, silentPeriod+3*time.Second, "Redis unreachable logged", func() bool {
+		return strings.Contains(log.String(), `msg="Redis unreachable"`)
+	})
+	t.Logf("logged unreachable %s after the stop", time.Since(stopped).Round(time.Millisecond))
+	if down, since := rep.Down(); !down || since.Before(stopped.Add(-timeout)) || since.After(stopped.Add(time.Second)) {
+		t.Errorf("Down() = %v, %v; want true since about the stop at %v", down, since, stopped)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	testenv.Eventually(t, 10*time.Second, "Redis answers again logged", func() bool {
+		return strings.Contains(log.String(), `msg="Redis answers again"`)
+	})
+	cancel()
+	wg.Wait()
+
+	got := log.String()
+	m := regexp.MustCompile(`msg="Redis answers again" .*down_for=(\S+)`).FindStringSubmatch(got)
+	if m == nil {
+		t.Fatalf("no down_for:\n%s", got)
+	}
+	downFor, err := time.ParseDuration(m[1])
+	if err != nil {
+		t.Fatalf("down_for %q: %v", m[1], err)
+	}
+	if hung := resumed.Sub(stopped); downFor < hung-timeout || downFor > time.Since(stopped) {
+		t.Errorf("down_for=%s, want about the %s Redis was stopped", downFor, hung)
+	}
+	for _, want := range []string{`msg="Redis unreachable"`, `msg="Redis answers again"`} {
+		if n := strings.Count(got, want); n != 1 {
+			t.Errorf("the log has %s %d times, want once:\n%s", want, n, got)
+		}
 	}
 }

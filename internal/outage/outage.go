@@ -72,9 +72,33 @@ func New(o Options) *Reporter {
 func (r *Reporter) Fail(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.fail(err, time.Time{})
+}
+
+// FailSince records a failure as Fail does, of an outage that began at
+// since at the latest. A failure that shows only after a while (calls left
+// unanswered until their deadlines, for a period) thus times the outage
+// from when it began, and down_for says how long the dependency was gone
+// rather than how long it was known to be. An outage under way that began
+// later is moved back to since; a since after now counts as now.
+func (r *Reporter) FailSince(err error, since time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fail(err, since)
+}
+
+// fail records a failure of an outage that began at since at the latest
+// (zero: now); r.mu must be held.
+func (r *Reporter) fail(err error, since time.Time) {
 	now := r.now()
-	if !r.down {
-		r.down, r.logged, r.since, r.failures, r.cause = true, false, now, 0, CauseUnknown
+	if since.IsZero() || since.After(now) {
+		since = now
+	}
+	switch {
+	case !r.down:
+		r.down, r.logged, r.since, r.failures, r.cause = true, false, since, 0, CauseUnknown
+	case since.Before(r.since):
+		r.since = since
 	}
 	r.failures++
 	c := Classify(err)

@@ -2,6 +2,7 @@ package outage
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -108,6 +109,47 @@ func TestOutageWithoutCauseIsLoggedAfterAPeriod(t *testing.T) {
 	r.Tick()
 	if got := lines(&b); len(got) != 1 || !strings.Contains(got[0], `msg="Redis unreachable"`) || !strings.Contains(got[0], "cause=unknown") {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// TestFailSinceTimesTheOutageFromItsStart: an outage seen only after a
+// while is timed from when it began, an outage under way is moved back to
+// an earlier start, and a start after now counts as now.
+func TestFailSinceTimesTheOutageFromItsStart(t *testing.T) {
+	var b bytes.Buffer
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	r := newReporter(&b, c)
+	began := c.t
+	c.add(4 * time.Second)
+	timeout := fmt.Errorf("no answer: %w", context.DeadlineExceeded)
+	r.FailSince(timeout, began)
+	if down, since := r.Down(); !down || !since.Equal(began) {
+		t.Fatalf("Down() = %v, %v; want true, %v", down, since, began)
+	}
+	c.add(6 * time.Second)
+	r.OK()
+	got := lines(&b)
+	if len(got) != 2 || !strings.Contains(got[0], `msg="Redis unreachable"`) || !strings.Contains(got[0], "cause=timeout") ||
+		!strings.Contains(got[1], "down_for=10s failures=1") {
+		t.Fatalf("got %q", got)
+	}
+
+	b.Reset()
+	r.Fail(refused())
+	failed := c.t
+	r.FailSince(timeout, c.t.Add(-2*time.Second))
+	if _, since := r.Down(); !since.Equal(failed.Add(-2 * time.Second)) {
+		t.Errorf("an earlier start did not move the outage back: since %v, failed at %v", since, failed)
+	}
+	r.FailSince(timeout, c.t.Add(-time.Second))
+	if _, since := r.Down(); !since.Equal(failed.Add(-2 * time.Second)) {
+		t.Errorf("a later start moved the outage: since %v", since)
+	}
+	r.OK()
+
+	r.FailSince(timeout, c.t.Add(time.Hour))
+	if _, since := r.Down(); !since.Equal(c.t) {
+		t.Errorf("a start after now: since %v, want now %v", since, c.t)
 	}
 }
 
