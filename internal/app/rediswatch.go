@@ -107,6 +107,7 @@ type silentCalls struct {
 	mu         sync.Mutex
 	lastAnswer time.Time // when a call was last answered
 	since      time.Time // when the silence began; zero while calls are answered
+	lastSilent time.Time // when the last unanswered call ended
 }
 
 // newSilentCalls returns a tracker of silentPeriod timed by now.
@@ -127,16 +128,21 @@ func (s *silentCalls) answered() {
 func (s *silentCalls) silent(start time.Time) (since time.Time, long bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.since.IsZero() {
+	now := s.now()
+	if s.since.IsZero() || start.Sub(s.lastSilent) > s.period {
 		// The silence began when this call was made, or when the last
 		// answer came if later: a call that waited while others were
-		// answered was not left unanswered before them.
+		// answered was not left unanswered before them. A call made long
+		// after the last unanswered one ended starts a silence of its
+		// own: an idle worker asked nothing in between, so a missed
+		// deadline before and one after are no outage together.
 		s.since = start
 		if s.lastAnswer.After(start) {
 			s.since = s.lastAnswer
 		}
 	}
-	return s.since, s.now().Sub(s.since) >= s.period
+	s.lastSilent = now
+	return s.since, now.Sub(s.since) >= s.period
 }
 
 // clusterQuiet is how long no node of a Redis Cluster must have failed

@@ -337,3 +337,28 @@ func TestWatchRedisReportsAHungRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchRedisIdleIsNoSilence: a call that missed its deadline, then
+// nothing asked of Redis for minutes, then another that missed its own,
+// is no outage: Redis was asked nothing in between.
+func TestWatchRedisIdleIsNoSilence(t *testing.T) {
+	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var log lockedLog
+	h := silentWatch(c, &log)
+	ctx := expired(t)
+	for range 3 {
+		c.advance(10 * time.Minute)
+		h.report(ctx, c.now().Add(-2*time.Second), ctx.Err())
+	}
+	if got := log.String(); got != "" {
+		t.Fatalf("calls minutes apart were logged as an outage:\n%s", got)
+	}
+	// Calls that keep missing their deadlines still are one.
+	for range 4 {
+		c.advance(2 * time.Second)
+		h.report(ctx, c.now().Add(-2*time.Second), ctx.Err())
+	}
+	if got := log.String(); !strings.Contains(got, "Redis unreachable") {
+		t.Fatalf("calls missing their deadlines for 8 s were not logged:\n%s", got)
+	}
+}
