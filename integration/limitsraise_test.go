@@ -57,3 +57,46 @@ func TestRaisedLimitBringsTheBacklogBack(t *testing.T) {
 		delete(want, m.jobID)
 	}
 }
+
+// TestBucketLimitRaiseBringsTheBacklogBack: a raise written straight into
+// the limits bucket (as `nats kv put` or an operator's program writes it)
+// brings the moved backlog back too: the workers do it themselves, a few
+// seconds after the write, and say so in their log. Each job runs once.
+func TestBucketLimitRaiseBringsTheBacklogBack(t *testing.T) {
+	e := setup(t)
+	vars := map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"}
+	cfg := e.config(vars)
+	kv := e.limitsBucket(cfg.LimitsBucket)
+	w, logs := e.startWorkerLogged(cfg, nil)
+	e.waitBuilt(w)
+	done := e.collect("done.>")
+	rev := put(t, kv, "acme", "2/s:2")
+	waitApplied(t, logs, "acme", "2/s:2", rev)
+
+	const jobs = 60
+	want := e.publishJobs(cfg.Stream, "jobs.acme.a", nil, jobs)
+	st, err := e.js.Stream(context.Background(), cfg.Stream)
+	must(t, err, "jobs stream")
+	testenv.Eventually(t, 20*time.Second, "most of acme's backlog moved off the consumer", func() bool {
+		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(cfg.Schedules.All()))
+		return err == nil && info.State.Msgs > 0 && w.stats()["acme"].Deferred >= jobs-10
+	})
+	if n := len(done.all()); n > 10 {
+		t.Fatalf("%d of acme's jobs ran under 2/s:2 before the change, want a backlog", n)
+	}
+
+	put(t, kv, "acme", "1000/s")
+	// Under 2/s the last job's slot is 30 s after the first's: the backlog
+	// runs within seconds of the change (the workers' pass comes 3 to 5 s
+	// after it) only if it was brought back.
+	got := done.waitCount(t, jobs, 12*time.Second)
+	for _, m := range got {
+		if !want[m.jobID] {
+			t.Fatalf("job %q forwarded twice, or unknown", m.jobID)
+		}
+		delete(want, m.jobID)
+	}
+	if !strings.Contains(logs.String(), "its jobs moved under the old ones brought back") {
+		t.Fatalf("the worker's log does not say it brought acme's jobs back:\n%s", logs.String())
+	}
+}

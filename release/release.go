@@ -60,26 +60,42 @@ func Waiting(ctx context.Context, js jetstream.JetStream, stream string, schedul
 
 // Moved brings back at once every copy of tenant t's jobs moved to wait
 // for a slot under the tenant's own limits (header.WaitLimit,
-// header.WaitSlot), stored alone or in a bundle waiting to fire, in
-// the order of the jobs, as Waiting does: so that a change of the
-// tenant's limits applies to its backlog now, not as each job's slot
-// under the old limits comes (a job back with a slot reserved under
-// other limits is decided again). A bundle is brought back whole, when
-// every copy in it waits for a slot, and deleted once all are stored
+// header.WaitSlot), stored alone or in a bundle waiting to fire, in the
+// order of the jobs, as Waiting does: so that a change of the tenant's
+// limits applies to its backlog now, not as each job's slot under the old
+// limits comes (a job back with a slot reserved under other limits is
+// decided again). o narrows the copies down. A bundle is brought back
+// whole, when every copy in it is picked, and deleted once all are stored
 // again. Jobs brought back carry no header.Released: a paused tenant's
-// stay paused.
-// A job in seen is not brought back (nor the bundle holding it): one
-// brought back before and moved again was decided under the new limits.
-// It returns how many jobs it brought back, which it adds to seen.
-func Moved(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, now time.Time, seen map[string]bool) (int, error) {
+// stay paused. It returns how many jobs it brought back, which it adds to
+// o.Seen.
+func Moved(ctx context.Context, js jetstream.JetStream, stream string, schedules subject.Schedules, t string, now time.Time, o MovedOptions) (int, error) {
+	seen := o.Seen
 	if seen == nil {
 		seen = map[string]bool{}
 	}
 	forSlot := func(h nats.Header) bool {
 		r := h.Get(header.WaitReason)
-		return (strings.HasPrefix(r, header.WaitLimit) || r == header.WaitSlot) && !seen[h.Get(header.JobID)]
+		return (strings.HasPrefix(r, header.WaitLimit) || r == header.WaitSlot) && !seen[h.Get(header.JobID)] &&
+			(o.Stale == nil || o.Stale(r))
 	}
 	return waiting(ctx, js, stream, schedules, t, now, pick{match: forSlot, bundles: true, seen: seen})
+}
+
+// MovedOptions say which of a tenant's jobs moved for a slot Moved brings
+// back; the zero value, every one.
+type MovedOptions struct {
+	// Stale, if set, picks a copy by the reason it waits for (its
+	// header.WaitReason): a limit the tenant no longer has, say, as
+	// opposed to one it was moved under since the change. The time a copy
+	// was stored cannot tell them apart: a bundle moved under the old
+	// limits is unpacked into copies of its jobs when it fires, later.
+	Stale func(reason string) bool
+	// Seen holds the jobs brought back before, which stay (nor is the
+	// bundle holding one brought back): one brought back before and moved
+	// again was decided under the new limits. Moved adds those it brings
+	// back.
+	Seen map[string]bool
 }
 
 // Covered is Waiting for the jobs a budget covers: it brings back, in

@@ -210,13 +210,13 @@ func TestMovedBringsBackCopiesAndWholeBundles(t *testing.T) {
 	mixed := e.bundle(t, "acme", "b2", map[uint64]string{10: "limit 5/s", 12: "paused: maintenance"})
 
 	seen := map[string]bool{}
-	n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), seen)
+	n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), MovedOptions{Seen: seen})
 	if err != nil || n != 4 {
 		t.Fatalf("Moved = %d, %v; want 4", n, err)
 	}
 	// Job 5 moved again, under the new limits: a second pass leaves it.
 	e.store(t, "acme", 5, "limit 40/s", nil)
-	if n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), seen); err != nil || n != 0 {
+	if n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), MovedOptions{Seen: seen}); err != nil || n != 0 {
 		t.Fatalf("second Moved = %d, %v; want 0: job 5 was brought back before", n, err)
 	}
 	cons, err := e.js.OrderedConsumer(ctx, testStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{testSchedules.Wokens()}})
@@ -270,4 +270,33 @@ func (e *env) bundle(t *testing.T, tenant, id string, reasons map[uint64]string)
 		t.Fatal(err)
 	}
 	return m.Subject
+}
+
+// TestMovedLeavesWhatStaleRefuses: with Stale, Moved brings back the
+// copies and bundles whose reasons Stale picks (the limits a tenant no
+// longer has) and leaves the others (moved under the limits it has now),
+// a bundle whole.
+func TestMovedLeavesWhatStaleRefuses(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.store(t, "acme", 3, "limit 5/s", nil)
+	e.bundle(t, "acme", "b1", map[uint64]string{1: "limit 5/s", 2: "limit 5/s"})
+	e.store(t, "acme", 9, "limit 40/s", nil)
+	e.store(t, "acme", 7, header.WaitSlot, nil)
+	mixed := e.bundle(t, "acme", "b2", map[uint64]string{4: "limit 40/s", 6: "limit 5/s"})
+
+	stale := func(reason string) bool { return reason == "limit 5/s" }
+	n, err := Moved(ctx, e.js, testStream, testSchedules, "acme", time.Now(), MovedOptions{Stale: stale})
+	if err != nil || n != 3 {
+		t.Fatalf("Moved = %d, %v; want 3 (jobs 1, 2 and 3)", n, err)
+	}
+	stored := e.subjects(t)
+	for subj, want := range map[string]bool{
+		testSchedules.Copy("acme", 3): false, testSchedules.Copy("acme", 9): true,
+		testSchedules.Copy("acme", 7): true, mixed: true,
+	} {
+		if _, ok := stored[subj]; ok != want {
+			t.Errorf("%s stored: %v, want %v", subj, ok, want)
+		}
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/throttler/throttler/config"
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -83,7 +84,14 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	}
 
 	stats := consumer.NewStats(cfg.MetricsTenants)
-	policies, levels := livePolicies(ctx, opts.NATS, js, opts.Redis, cfg, st.stream.CachedInfo().Config.Replicas, stats, log)
+	var limitsChanged func(context.Context, string, throttle.Policy)
+	if st.path.movesBack {
+		fleet := cfg.Fleet(js)
+		limitsChanged = newMovedBringer(func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error) {
+			return ops.BringBackStale(ctx, fleet, tenant, to, now)
+		}, log).changed
+	}
+	policies, levels := livePolicies(ctx, opts.NATS, js, opts.Redis, cfg, st.stream.CachedInfo().Config.Replicas, stats, limitsChanged, log)
 	if policies == nil {
 		return nil // stopped before the limits were in: nothing in flight
 	}

@@ -151,7 +151,7 @@ func TestLivePoliciesLevels(t *testing.T) {
 		}
 	}
 	stats := consumer.NewStats(100)
-	tenants, levels := livePolicies(ctx, nc, js, r.Client(t), cfg, 1, stats, slog.New(slog.DiscardHandler))
+	tenants, levels := livePolicies(ctx, nc, js, r.Client(t), cfg, 1, stats, nil, slog.New(slog.DiscardHandler))
 	if tenants == nil || levels == nil {
 		t.Fatal("livePolicies returned no policies")
 	}
@@ -173,7 +173,7 @@ func TestLivePoliciesLevels(t *testing.T) {
 	}
 
 	vars["THROTTLER_LIMITS_BUCKET"] = "off"
-	if _, levels := livePolicies(ctx, nc, js, r.Client(t), mustSettle(t, vars), 1, stats, slog.New(slog.DiscardHandler)); levels.Global().String() != "500/s:500" {
+	if _, levels := livePolicies(ctx, nc, js, r.Client(t), mustSettle(t, vars), 1, stats, nil, slog.New(slog.DiscardHandler)); levels.Global().String() != "500/s:500" {
 		t.Errorf("with the bucket off, global %q, want the environment's 500/s:500", levels.Global())
 	}
 }

@@ -19,8 +19,10 @@ import (
 // replaced by the bucket's, watched until ctx ends, once the bucket's
 // values are in (a worker that decided before would apply the
 // environment's limits to tenants with limits of their own); with it off,
-// the environment's. It returns nils when ctx ends first.
-func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rdb throttle.Client, cfg *Settings, replicas int, stats *consumer.Stats, log *slog.Logger) (*limits.Store, throttle.LevelPolicies) {
+// the environment's. It returns nils when ctx ends first. changed, if
+// set, is told of each tenant whose limits the bucket changed since.
+func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rdb throttle.Client, cfg *Settings, replicas int, stats *consumer.Stats,
+	changed func(ctx context.Context, tenant string, to throttle.Policy), log *slog.Logger) (*limits.Store, throttle.LevelPolicies) {
 	if cfg.LimitsBucket == config.LimitsOff {
 		return limits.NewStore(cfg.Rules), cfg.Levels
 	}
@@ -49,14 +51,17 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rd
 		OnBad:        func(key string) { stats.Add(key, func(s *consumer.TenantStats) { s.BadLimits++ }) },
 		Conn:         nc,
 	}
-	if carrier != nil {
-		w.BeforeChange = func(ctx context.Context, tenant string, from, to throttle.Policy) {
+	w.BeforeChange = func(ctx context.Context, tenant string, from, to throttle.Policy) {
+		if carrier != nil {
 			cctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
 			defer cancel()
 			if err := carrier.Carry(cctx, tenant, from, to, time.Time{}); err != nil {
 				log.Warn("carrying a tenant's bucket over to its new limit failed; it starts a new bucket", "tenant", tenant,
 					"from", from.String(), "to", to.String(), "err", err)
 			}
+		}
+		if changed != nil && from.String() != to.String() {
+			changed(ctx, tenant, to)
 		}
 	}
 	go w.Run(ctx)

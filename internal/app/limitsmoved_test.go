@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/throttle"
+)
+
+// bringCall is one call of a movedBringer's bring.
+type bringCall struct {
+	tenant string
+	to     throttle.Policy
+	now    time.Time
+}
+
+// recordedBringer is a movedBringer with no wait of its own, whose bring
+// records its calls and answers n, err.
+func recordedBringer(n int, err error, log *lockedLog) (*movedBringer, func() []bringCall) {
+	var mu sync.Mutex
+	var calls []bringCall
+	b := newMovedBringer(func(_ context.Context, tenant string, to throttle.Policy, now time.Time) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, bringCall{tenant, to, now})
+		return n, err
+	}, slog.New(slog.NewTextHandler(log, nil)))
+	b.after, b.spread = 50*time.Millisecond, 0
+	return b, func() []bringCall {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]bringCall(nil), calls...)
+	}
+}
+
+// TestMovedBringerPassesOnceAfterTheLastChange: a change makes one pass,
+// after the bringer's wait, under the new limits; changes in quick
+// succession make one pass, under the last; another tenant's change its
+// own.
+func TestMovedBringerPassesOnceAfterTheLastChange(t *testing.T) {
+	var log lockedLog
+	b, calls := recordedBringer(12, nil, &log)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	start := time.Now()
+	to := throttle.Enforce(throttle.PerSecond(40, 40))
+	b.changed(ctx, "acme", to)
+	testenv.Eventually(t, 5*time.Second, "acme's pass", func() bool { return len(calls()) == 1 })
+	c := calls()[0]
+	if c.tenant != "acme" || c.to.String() != to.String() || c.now.Sub(start) < b.after {
+		t.Fatalf("pass %+v, %s after the change; want acme's to %s, after %s", c, c.now.Sub(start), to, b.after)
+	}
+	testenv.Eventually(t, 5*time.Second, "the 12 jobs brought back logged", func() bool {
+		return strings.Contains(log.String(), "brought_back=12")
+	})
+
+	b.after = 500 * time.Millisecond // well over the 10 ms between changes, however loaded
+	var last time.Time
+	for i := range 5 {
+		last = time.Now()
+		b.changed(ctx, "globex", throttle.Enforce(throttle.PerSecond(int64(i+1), 10)))
+		time.Sleep(10 * time.Millisecond) // changes closer together than the wait
+	}
+	b.changed(ctx, "initech", throttle.Policy{})
+	testenv.Eventually(t, 5*time.Second, "globex's and initech's passes", func() bool { return len(calls()) == 3 })
+	for _, c := range calls()[1:] {
+		if c.tenant == "globex" && (c.now.Sub(last) < b.after || c.to.String() != "5/s:10") {
+			t.Fatalf("globex's pass %s after its last change, to %s; want after %s, to the last limits, 5/s:10", c.now.Sub(last), c.to, b.after)
+		}
+	}
+	// Any further pass would be a fourth call; a new change makes one.
+	b.changed(ctx, "acme", throttle.Policy{})
+	testenv.Eventually(t, 5*time.Second, "acme's second pass", func() bool { return len(calls()) == 4 })
+	if got := calls(); got[3].tenant != "acme" {
+		t.Fatalf("fourth pass %+v, want acme's; all: %+v", got[3], got)
+	}
+}
+
+// TestMovedBringerLogsAFailure: a pass that fails is logged as a warning,
+// saying the jobs come back at their slots.
+func TestMovedBringerLogsAFailure(t *testing.T) {
+	var log lockedLog
+	b, calls := recordedBringer(0, errors.New("no responders"), &log)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.changed(ctx, "acme", throttle.Policy{})
+	testenv.Eventually(t, 5*time.Second, "the failure logged", func() bool {
+		return len(calls()) == 1 && strings.Contains(log.String(), "they come back at their slots")
+	})
+}
