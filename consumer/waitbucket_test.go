@@ -116,7 +116,9 @@ func TestWaitingMovedAgainCountsOnce(t *testing.T) {
 			}
 		}
 	}
-	if rs := w.rows(slot.Add(-ScheduleLead), nil); len(rs) != 1 || rs[0].Moved != 0 {
+	// Its last deferral over 5 s before, gamma has nothing left to show:
+	// forgotten, or at most a row of none.
+	if rs := w.rows(slot.Add(-ScheduleLead), nil); len(rs) > 1 || len(rs) == 1 && rs[0].Moved != 0 {
 		t.Fatalf("once its last copy fired: %+v, want none moved (it is in the worker)", rs)
 	}
 }

@@ -245,6 +245,15 @@ func (tw *tenantWaits) roll(sec int64) {
 	tw.rateBase = max(tw.rateBase, sec)
 }
 
+// quiet reports whether the rate rings, rolled on to the present, hold
+// no count: nothing was admitted or deferred in the rates' window, nor in
+// the second under way (not in the rates yet). It reads the rings, not
+// rateBase: every read of the rows rolls rateBase on to its second, so a
+// tenant read more often than every rateSeconds would never look idle.
+func (tw *tenantWaits) quiet() bool {
+	return tw.admitted == [rateSeconds + 1]int32{} && tw.deferred == [rateSeconds + 1]int32{}
+}
+
 // rate is the mean per second of the last rateSeconds whole seconds
 // before sec.
 func rate(ring *[rateSeconds + 1]int32, sec int64) float64 {
@@ -358,9 +367,9 @@ func (w *waiting) visitFrom(from int, now time.Time, paused func(string) bool, r
 		}
 		r.Naked, r.Moved, r.Parked, r.Paused = whole[waitNaked], whole[waitMoved], whole[waitParked], whole[waitPaused]
 		tw.nb = live
-		idle := tw.rateBase <= sec-rateSeconds // nothing counted in the rates' window
 		tw.roll(sec)
 		r.Admitted, r.Deferred = rate(&tw.admitted, sec), rate(&tw.deferred, sec)
+		idle := tw.quiet() // nothing counted in the rates' window, this second included
 		if tw.dead != nil {
 			tw.rollDead(slot)
 			for _, n := range tw.dead {

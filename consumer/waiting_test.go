@@ -114,6 +114,55 @@ func TestWaitingSqueezesBuckets(t *testing.T) {
 	}
 }
 
+// TestWaitingForgetsATenantWhileWatched: a tenant whose jobs were all
+// parked, woken back to this worker and run is forgotten once nothing of
+// it is left in the rates' window, though top reads the rows every 200 ms
+// meanwhile: a read is none of the tenant's doing. (Each read rolled the
+// rates on to its second, which the check for a quiet tenant took for
+// its last count: a tenant read more often than every 5 s was never
+// forgotten, and top listed it, with nothing to show, for as long as
+// anyone watched.)
+func TestWaitingForgetsATenantWhileWatched(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	w := newWaiting(10)
+	const jobs = 3
+	parkedAt := func(i int) time.Time { return t0.Add(time.Duration(i) * 10 * time.Millisecond) }
+	for i := range jobs {
+		job := Job{Tenant: "acme", ID: "JOBS:" + strconv.Itoa(i), Published: t0, Header: nats.Header{}}
+		w.deferred(Deferral{Job: job, Wait: 2 * time.Minute, Moved: true, Park: true, Reason: "waiting for a lease"}, parkedAt(i))
+	}
+	var last time.Time
+	for i := range jobs {
+		woken := Job{Tenant: "acme", ID: "JOBS:" + strconv.Itoa(i), Published: t0, Header: nats.Header{}}
+		woken.Header.Set(header.Woken, "1")
+		woken.Header.Set(header.WaitReason, "waiting for a lease")
+		woken.Header.Set(header.WaitUntil, parkedAt(i).Add(2*time.Minute).Format(time.RFC3339Nano))
+		last = t0.Add(time.Second + time.Duration(i)*100*time.Millisecond)
+		w.arrived(woken, last)
+		w.admitted("acme", last)
+	}
+	var gone time.Time
+	for at := last.Add(100 * time.Millisecond); at.Before(t0.Add(20 * time.Second)); at = at.Add(200 * time.Millisecond) {
+		rows := w.rows(at, nil)
+		if len(rows) == 0 {
+			gone = at
+			break
+		}
+		if r := rows[0]; r.Waiting() != 0 || r.Runs != nil {
+			t.Fatalf("at %s: %+v, want nothing waiting: every parked job came back here", at.Sub(t0), r)
+		}
+	}
+	if gone.IsZero() {
+		t.Fatalf("acme still kept %s after its last job ran, its rows read every 200 ms", t0.Add(20*time.Second).Sub(last))
+	}
+	if since := gone.Sub(last); since < rateSeconds*time.Second || since > (rateSeconds+2)*time.Second {
+		t.Errorf("acme forgotten %s after its last job ran, want once its rates' window (%d s) is past", since, rateSeconds)
+	}
+	if len(w.index) != 0 {
+		t.Fatalf("%d tenants kept, want none", len(w.index))
+	}
+}
+
 // TestWaitingUnparksWhereItParked: jobs parked over a minute, each woken
 // half a second later onto one of two workers: each one that comes back to
 // its parker comes off the run that counted it, the others are counted
