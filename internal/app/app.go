@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -84,12 +85,18 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	}
 
 	stats := consumer.NewStats(cfg.MetricsTenants)
+	// After a tenant's limits change in the bucket, the worker brings back
+	// the jobs it moved under the old ones (built below, once the limits
+	// are in: until then it moved none).
+	var worker atomic.Pointer[consumer.Worker]
 	var limitsChanged func(context.Context, string, throttle.Policy)
 	if st.path.movesBack {
 		fleet := cfg.Fleet(js)
-		limitsChanged = newMovedBringer(func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error) {
+		bringer := newMovedBringer(func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error) {
 			return ops.BringBackStale(ctx, fleet, tenant, to, now)
-		}, log).changed
+		}, func() map[string]bool { return movedBy(worker.Load()) }, log)
+		go bringer.run(ctx)
+		limitsChanged = bringer.changed
 	}
 	policies, levels := livePolicies(ctx, opts.NATS, js, opts.Redis, cfg, st.stream.CachedInfo().Config.Replicas, stats, limitsChanged, log)
 	if policies == nil {
@@ -172,6 +179,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	if err != nil {
 		return err
 	}
+	worker.Store(w)
 	if opts.OnWorker != nil {
 		opts.OnWorker(w)
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -24,17 +27,24 @@ const (
 	movedBringSpread = 2 * time.Second
 )
 
-// movedBringer brings a tenant's moved jobs back, on every worker, after
-// its limits changed in the bucket, however the change was written: a
-// `nats kv put` or an operator's program changes the backlog's pace as a
-// `throttler limits set` does, rather than leaving its jobs to come back
-// at slots reserved under the old limits. A command's own passes come
-// first (movedBringAfter); changes in quick succession make one pass,
-// after the last. Safe for concurrent use.
+// movedBringer brings a tenant's moved jobs back, from every worker that
+// moved some, after its limits changed in the bucket, however the change
+// was written: a `nats kv put` or an operator's program changes the
+// backlog's pace as a `throttler limits set` does, rather than leaving its
+// jobs to come back at slots reserved under the old limits. A command's
+// own passes come first (movedBringAfter); changes of a tenant in quick
+// succession make one pass, under the last. A worker passes over the
+// tenants it moved no job of that still waits, so that a change of many
+// tenants at once (a nightly sync of plans) costs nothing for those
+// without a backlog. Safe for concurrent use; run runs the passes.
 type movedBringer struct {
 	// bring brings back tenant's jobs moved to wait for limits that to
 	// does not have (ops.BringBackStale), and returns how many.
-	bring  func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error)
+	bring func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error)
+	// moved returns the tenants this worker moved jobs of that still wait
+	// (consumer.Worker's rows); nil, or a nil set, when it cannot tell:
+	// then every changed tenant is passed.
+	moved  func() map[string]bool
 	after  time.Duration
 	spread time.Duration
 	now    func() time.Time
@@ -42,70 +52,110 @@ type movedBringer struct {
 
 	mu      sync.Mutex
 	changes map[string]change // tenant → its last change not yet passed
+	wake    chan struct{}     // a change came: run looks at the times again
 }
 
-// change is a tenant's change of limits: when it was seen, and to what.
+// change is a tenant's change of limits not yet passed: when its pass is
+// due, and the policy it changed to.
 type change struct {
-	at time.Time
-	to throttle.Policy
+	due time.Time
+	to  throttle.Policy
 }
 
-// newMovedBringer returns a bringer of the fleet's moved jobs with the
-// package's timings.
-func newMovedBringer(bring func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error), log *slog.Logger) *movedBringer {
-	return &movedBringer{bring: bring, after: movedBringAfter, spread: movedBringSpread, now: time.Now, log: log}
+// newMovedBringer returns a bringer with the package's timings.
+func newMovedBringer(bring func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error),
+	moved func() map[string]bool, log *slog.Logger) *movedBringer {
+	return &movedBringer{bring: bring, moved: moved, after: movedBringAfter, spread: movedBringSpread, now: time.Now, log: log,
+		changes: map[string]change{}, wake: make(chan struct{}, 1)}
 }
 
-// changed tells the bringer that tenant's limits changed to to now; its
-// pass runs until ctx ends.
-func (b *movedBringer) changed(ctx context.Context, tenant string, to throttle.Policy) {
+// changed tells the bringer that tenant's limits changed to to now.
+func (b *movedBringer) changed(_ context.Context, tenant string, to throttle.Policy) {
+	due := b.now().Add(b.after)
+	if b.spread > 0 {
+		due = due.Add(rand.N(b.spread))
+	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.changes == nil {
-		b.changes = map[string]change{}
-	}
-	_, waiting := b.changes[tenant]
-	b.changes[tenant] = change{at: b.now(), to: to}
-	if !waiting {
-		go b.pass(ctx, tenant)
+	b.changes[tenant] = change{due: due, to: to}
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
 	}
 }
 
-// pass waits until the pass for tenant's last change is due, then makes
-// it.
-func (b *movedBringer) pass(ctx context.Context, tenant string) {
+// run makes the passes as they fall due, one at a time, until ctx ends.
+func (b *movedBringer) run(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
 	for {
-		b.mu.Lock()
-		c := b.changes[tenant]
-		b.mu.Unlock()
-		wait := c.at.Add(b.after).Sub(b.now())
-		if b.spread > 0 {
-			wait += rand.N(b.spread)
+		due, next := b.due()
+		for _, tc := range due {
+			b.bringBack(ctx, tc.tenant, tc.to)
 		}
-		t := time.NewTimer(wait)
+		if len(due) > 0 {
+			continue // passes take time: more may have fallen due
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = next.Sub(b.now())
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
+		case <-b.wake:
+			t.Stop() // no stale tick after Stop (Go 1.23 timers)
 		case <-t.C:
 		}
-		b.mu.Lock()
-		if !b.changes[tenant].at.Equal(c.at) {
-			b.mu.Unlock()
-			continue // changed again meanwhile: wait for the last change
-		}
-		delete(b.changes, tenant)
-		b.mu.Unlock()
-		b.bringBack(ctx, tenant, c)
-		return
 	}
 }
 
-// bringBack makes the pass for tenant's change c, and logs what it did.
-func (b *movedBringer) bringBack(ctx context.Context, tenant string, c change) {
+// tenantChange is a tenant's change whose pass is due.
+type tenantChange struct {
+	tenant string
+	to     throttle.Policy
+}
+
+// due takes the changes whose pass is due, of the tenants this worker
+// has moved jobs of, in the tenants' order, and returns them with when
+// the next one falls due (zero: none waits).
+func (b *movedBringer) due() ([]tenantChange, time.Time) {
+	now := b.now()
+	var due []tenantChange
+	var next time.Time
+	b.mu.Lock()
+	for tenant, c := range b.changes {
+		if c.due.After(now) {
+			if next.IsZero() || c.due.Before(next) {
+				next = c.due
+			}
+			continue
+		}
+		due = append(due, tenantChange{tenant, c.to})
+		delete(b.changes, tenant)
+	}
+	b.mu.Unlock()
+	if len(due) == 0 {
+		return nil, next
+	}
+	var moved map[string]bool
+	if b.moved != nil {
+		moved = b.moved()
+	}
+	if moved != nil {
+		due = slices.DeleteFunc(due, func(c tenantChange) bool { return !moved[c.tenant] })
+	}
+	slices.SortFunc(due, func(x, y tenantChange) int { return strings.Compare(x.tenant, y.tenant) })
+	return due, next
+}
+
+// bringBack makes the pass for tenant's change to to, and logs what it
+// did.
+func (b *movedBringer) bringBack(ctx context.Context, tenant string, to throttle.Policy) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	n, err := b.bring(ctx, tenant, c.to, b.now())
+	n, err := b.bring(ctx, tenant, to, b.now())
 	switch {
 	case err != nil && ctx.Err() == nil:
 		b.log.Warn("bringing back a tenant's jobs moved under its old limits failed; they come back at their slots",
@@ -113,4 +163,24 @@ func (b *movedBringer) bringBack(ctx context.Context, tenant string, c change) {
 	case n > 0:
 		b.log.Info("a tenant's limits changed; its jobs moved under the old ones brought back", "tenant", tenant, "brought_back", n)
 	}
+}
+
+// movedBy returns the tenants w moved jobs of that still wait, as its rows
+// of `throttler top` count them; nil, for every tenant, when there is no
+// worker yet or when some of them are counted together past the worker's
+// count of tenants (consumer.OtherTenants).
+func movedBy(w *consumer.Worker) map[string]bool {
+	if w == nil {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, r := range w.TopRows() {
+		if r.Moved > 0 {
+			if r.Tenant == consumer.OtherTenants {
+				return nil
+			}
+			out[r.Tenant] = true
+		}
+	}
+	return out
 }

@@ -20,9 +20,10 @@ type bringCall struct {
 	now    time.Time
 }
 
-// recordedBringer is a movedBringer with no wait of its own, whose bring
-// records its calls and answers n, err.
-func recordedBringer(n int, err error, log *lockedLog) (*movedBringer, func() []bringCall) {
+// recordedBringer is a running movedBringer with a short wait and no
+// spread, whose bring records its calls and answers n, err, and whose
+// worker moved the jobs of the tenants in moved (nil: it cannot tell).
+func recordedBringer(t *testing.T, n int, err error, moved map[string]bool, log *lockedLog) (*movedBringer, func() []bringCall) {
 	var mu sync.Mutex
 	var calls []bringCall
 	b := newMovedBringer(func(_ context.Context, tenant string, to throttle.Policy, now time.Time) (int, error) {
@@ -30,8 +31,12 @@ func recordedBringer(n int, err error, log *lockedLog) (*movedBringer, func() []
 		defer mu.Unlock()
 		calls = append(calls, bringCall{tenant, to, now})
 		return n, err
-	}, slog.New(slog.NewTextHandler(log, nil)))
+	}, func() map[string]bool { return moved }, slog.New(slog.NewTextHandler(log, nil)))
 	b.after, b.spread = 50*time.Millisecond, 0
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 	return b, func() []bringCall {
 		mu.Lock()
 		defer mu.Unlock()
@@ -45,9 +50,8 @@ func recordedBringer(n int, err error, log *lockedLog) (*movedBringer, func() []
 // own.
 func TestMovedBringerPassesOnceAfterTheLastChange(t *testing.T) {
 	var log lockedLog
-	b, calls := recordedBringer(12, nil, &log)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	b, calls := recordedBringer(t, 12, nil, nil, &log)
+	ctx := context.Background()
 
 	start := time.Now()
 	to := throttle.Enforce(throttle.PerSecond(40, 40))
@@ -75,11 +79,33 @@ func TestMovedBringerPassesOnceAfterTheLastChange(t *testing.T) {
 			t.Fatalf("globex's pass %s after its last change, to %s; want after %s, to the last limits, 5/s:10", c.now.Sub(last), c.to, b.after)
 		}
 	}
-	// Any further pass would be a fourth call; a new change makes one.
-	b.changed(ctx, "acme", throttle.Policy{})
+	// Any further pass of globex would come before this one.
+	b.changed(ctx, "acme", to)
 	testenv.Eventually(t, 5*time.Second, "acme's second pass", func() bool { return len(calls()) == 4 })
 	if got := calls(); got[3].tenant != "acme" {
 		t.Fatalf("fourth pass %+v, want acme's; all: %+v", got[3], got)
+	}
+}
+
+// TestMovedBringerPassesOverTenantsNotMoved: a worker makes no pass for a
+// tenant it moved no job of, so that a change of many tenants at once
+// costs nothing for those without a backlog.
+func TestMovedBringerPassesOverTenantsNotMoved(t *testing.T) {
+	var log lockedLog
+	b, calls := recordedBringer(t, 0, nil, map[string]bool{"acme": true}, &log)
+	ctx := context.Background()
+	b.changed(ctx, "globex", throttle.Policy{})
+	b.changed(ctx, "initech", throttle.Policy{})
+	b.changed(ctx, "acme", throttle.Policy{})
+	testenv.Eventually(t, 5*time.Second, "acme's pass", func() bool { return len(calls()) >= 1 })
+	// Passes run in the order they fall due: globex's and initech's, due
+	// first, would have come before.
+	b.changed(ctx, "acme", throttle.Policy{})
+	testenv.Eventually(t, 5*time.Second, "acme's second pass", func() bool { return len(calls()) >= 2 })
+	for _, c := range calls() {
+		if c.tenant != "acme" {
+			t.Fatalf("passes %+v: want acme's only", calls())
+		}
 	}
 }
 
@@ -87,10 +113,8 @@ func TestMovedBringerPassesOnceAfterTheLastChange(t *testing.T) {
 // saying the jobs come back at their slots.
 func TestMovedBringerLogsAFailure(t *testing.T) {
 	var log lockedLog
-	b, calls := recordedBringer(0, errors.New("no responders"), &log)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	b.changed(ctx, "acme", throttle.Policy{})
+	b, calls := recordedBringer(t, 0, errors.New("no responders"), nil, &log)
+	b.changed(context.Background(), "acme", throttle.Policy{})
 	testenv.Eventually(t, 5*time.Second, "the failure logged", func() bool {
 		return len(calls()) == 1 && strings.Contains(log.String(), "they come back at their slots")
 	})
