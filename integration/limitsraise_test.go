@@ -11,6 +11,55 @@ import (
 	"github.com/throttler/throttler/internal/testenv"
 )
 
+// movedBacklog is a worker whose tenant acme, limited to 2/s:2 in the
+// limits bucket, has most of 60 jobs moved off the consumer for their
+// slots (30 s for the last).
+type movedBacklog struct {
+	e    *env
+	kv   jetstream.KeyValue
+	logs *logBuffer
+	done *collector
+	want map[string]bool
+}
+
+// newMovedBacklog starts a worker and moves acme's backlog off the
+// consumer.
+func newMovedBacklog(t *testing.T) *movedBacklog {
+	e := setup(t)
+	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"})
+	kv := e.limitsBucket(cfg.LimitsBucket)
+	w, logs := e.startWorkerLogged(cfg, nil)
+	e.waitBuilt(w)
+	done := e.collect("done.>")
+	rev := put(t, kv, "acme", "2/s:2")
+	waitApplied(t, logs, "acme", "2/s:2", rev)
+
+	const jobs = 60
+	want := e.publishJobs(cfg.Stream, "jobs.acme.a", nil, jobs)
+	st, err := e.js.Stream(context.Background(), cfg.Stream)
+	must(t, err, "jobs stream")
+	testenv.Eventually(t, 20*time.Second, "most of acme's backlog moved off the consumer", func() bool {
+		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(cfg.Schedules.All()))
+		return err == nil && info.State.Msgs > 0 && w.stats()["acme"].Deferred >= jobs-10
+	})
+	if n := len(done.all()); n > 10 {
+		t.Fatalf("%d of acme's jobs ran under 2/s:2 before the change, want a backlog", n)
+	}
+	return &movedBacklog{e: e, kv: kv, logs: logs, done: done, want: want}
+}
+
+// ranOnce waits for every job of the backlog to run, within, and checks
+// that each ran once.
+func (b *movedBacklog) ranOnce(t *testing.T, within time.Duration) {
+	t.Helper()
+	for _, m := range b.done.waitCount(t, len(b.want), within) {
+		if !b.want[m.jobID] {
+			t.Fatalf("job %q forwarded twice, or unknown", m.jobID)
+		}
+		delete(b.want, m.jobID)
+	}
+}
+
 // TestRaisedLimitBringsTheBacklogBack: a tenant's backlog moved off the
 // consumer for slots under 2/s runs at once when `throttler limits set`
 // raises its limit to 1000/s, as a customer who changes plan expects, not
@@ -18,30 +67,9 @@ import (
 // jobs). The command says how many jobs it brought back; each job runs
 // once.
 func TestRaisedLimitBringsTheBacklogBack(t *testing.T) {
-	e := setup(t)
-	vars := map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"}
-	cfg := e.config(vars)
-	kv := e.limitsBucket(cfg.LimitsBucket)
-	w, logs := e.startWorkerLogged(cfg, nil)
-	e.waitBuilt(w)
-	done := e.collect("done.>")
-	rev := put(t, kv, "acme", "2/s:2")
-	waitApplied(t, logs, "acme", "2/s:2", rev)
-
-	const jobs = 60
-	want := e.publishJobs(cfg.Stream, "jobs.acme.a", nil, jobs)
-	st, err := e.js.Stream(context.Background(), cfg.Stream)
-	must(t, err, "jobs stream")
-	testenv.Eventually(t, 20*time.Second, "most of acme's backlog moved off the consumer", func() bool {
-		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(cfg.Schedules.All()))
-		return err == nil && info.State.Msgs > 0 && w.stats()["acme"].Deferred >= jobs-10
-	})
-	if n := len(done.all()); n > 10 {
-		t.Fatalf("%d of acme's jobs ran under 2/s:2 before the change, want a backlog", n)
-	}
-
+	b := newMovedBacklog(t)
 	bin := buildThrottler(t)
-	cli := map[string]string{"NATS_URL": e.natsURL, "REDIS_URL": e.redis.URL(), "THROTTLER_DEFAULT_LIMIT": "1000/s"}
+	cli := map[string]string{"NATS_URL": b.e.natsURL, "REDIS_URL": b.e.redis.URL(), "THROTTLER_DEFAULT_LIMIT": "1000/s"}
 	status, stdout, stderr := runCLI(t, bin, cli, "limits", "set", "acme", "1000/s")
 	if status != 0 || !strings.Contains(stdout, "jobs waiting for slots under its old limits brought back") {
 		t.Fatalf("limits set acme 1000/s: status %d\n%s\n%s", status, stdout, stderr)
@@ -49,13 +77,7 @@ func TestRaisedLimitBringsTheBacklogBack(t *testing.T) {
 	t.Logf("limits set acme 1000/s:\n%s", stdout)
 	// Under 2/s the last job's slot is 30 s after the first's: the backlog
 	// runs within seconds of the change only if it was brought back.
-	got := done.waitCount(t, jobs, 10*time.Second)
-	for _, m := range got {
-		if !want[m.jobID] {
-			t.Fatalf("job %q forwarded twice, or unknown", m.jobID)
-		}
-		delete(want, m.jobID)
-	}
+	b.ranOnce(t, 10*time.Second)
 }
 
 // TestBucketLimitRaiseBringsTheBacklogBack: a raise written straight into
@@ -63,40 +85,11 @@ func TestRaisedLimitBringsTheBacklogBack(t *testing.T) {
 // brings the moved backlog back too: the workers do it themselves, a few
 // seconds after the write, and say so in their log. Each job runs once.
 func TestBucketLimitRaiseBringsTheBacklogBack(t *testing.T) {
-	e := setup(t)
-	vars := map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"}
-	cfg := e.config(vars)
-	kv := e.limitsBucket(cfg.LimitsBucket)
-	w, logs := e.startWorkerLogged(cfg, nil)
-	e.waitBuilt(w)
-	done := e.collect("done.>")
-	rev := put(t, kv, "acme", "2/s:2")
-	waitApplied(t, logs, "acme", "2/s:2", rev)
-
-	const jobs = 60
-	want := e.publishJobs(cfg.Stream, "jobs.acme.a", nil, jobs)
-	st, err := e.js.Stream(context.Background(), cfg.Stream)
-	must(t, err, "jobs stream")
-	testenv.Eventually(t, 20*time.Second, "most of acme's backlog moved off the consumer", func() bool {
-		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(cfg.Schedules.All()))
-		return err == nil && info.State.Msgs > 0 && w.stats()["acme"].Deferred >= jobs-10
-	})
-	if n := len(done.all()); n > 10 {
-		t.Fatalf("%d of acme's jobs ran under 2/s:2 before the change, want a backlog", n)
-	}
-
-	put(t, kv, "acme", "1000/s")
-	// Under 2/s the last job's slot is 30 s after the first's: the backlog
-	// runs within seconds of the change (the workers' pass comes 3 to 5 s
-	// after it) only if it was brought back.
-	got := done.waitCount(t, jobs, 12*time.Second)
-	for _, m := range got {
-		if !want[m.jobID] {
-			t.Fatalf("job %q forwarded twice, or unknown", m.jobID)
-		}
-		delete(want, m.jobID)
-	}
-	if !strings.Contains(logs.String(), "its jobs moved under the old ones brought back") {
-		t.Fatalf("the worker's log does not say it brought acme's jobs back:\n%s", logs.String())
+	b := newMovedBacklog(t)
+	put(t, b.kv, "acme", "1000/s")
+	// The workers' pass comes 3 to 5 s after the change.
+	b.ranOnce(t, 12*time.Second)
+	if !strings.Contains(b.logs.String(), "its jobs moved under the old ones brought back") {
+		t.Fatalf("the worker's log does not say it brought acme's jobs back:\n%s", b.logs.String())
 	}
 }

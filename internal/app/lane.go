@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/throttler/throttler/consumer"
 	"github.com/throttler/throttler/fastlane"
+	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/subject"
 )
 
@@ -49,8 +51,8 @@ func otherJobsConsumer(ctx context.Context, stream jetstream.Stream, cfg *Settin
 	// Read to the end: the lister's goroutine blocks until every consumer
 	// is taken.
 	for info := range list.Info() {
-		if other != "" || slices.Contains(ours, info.Name) {
-			continue
+		if other != "" || slices.Contains(ours, info.Name) || strings.HasPrefix(info.Name, ops.ScanConsumerPrefix) {
+			continue // an operator's command reading the stream: gone in seconds
 		}
 		filters := info.Config.FilterSubjects
 		if info.Config.FilterSubject != "" {

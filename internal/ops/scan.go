@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -37,6 +38,13 @@ type scanOptions struct {
 	HeadersOnly bool
 }
 
+// ScanConsumerPrefix starts the name of every consumer a scan reads
+// through. Such a consumer lingers a few seconds after an operator's
+// command and reads nothing a worker acts on, so the workers pass over it
+// where another reader of the job subjects would turn their fast lane off
+// (the lane deletes the jobs it copies, which another reader would miss).
+const ScanConsumerPrefix = "throttler-scan-"
+
 // scanBatch is how many messages a scan asks for at a time.
 const scanBatch = 500
 
@@ -57,6 +65,9 @@ func scan(ctx context.Context, s jetstream.Stream, opts scanOptions, fn func(sto
 		FilterSubjects:    opts.Filters,
 		HeadersOnly:       opts.HeadersOnly,
 		InactiveThreshold: 10 * time.Second,
+		// Unique to the scan (the client numbers the consumers it makes
+		// after it), and known to the workers.
+		NamePrefix: ScanConsumerPrefix + rand.Text(),
 	}
 	switch {
 	case !opts.Since.IsZero():
