@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/throttler/throttler/internal/ops"
 )
 
 // TestOpsBadInput: the hands-on commands refuse bad input with status 2
@@ -70,6 +72,26 @@ func TestOpsWithoutTheJobsStream(t *testing.T) {
 		r.want(t, strings.Join(args, " "), exitFailed, nil, []string{"throttler " + args[0] + ": ", said})
 		if r.stdout != "" || contains(r.stderr, "API error") {
 			t.Errorf("%v without the jobs stream: stdout %q, stderr %q", args, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestPurgeSaysTheSlotsStayCharged: a purge that removed jobs says their
+// slots stay charged, which a tenant under a low limit feels as its next
+// jobs waiting; a dry run, or a purge that removed nothing, does not.
+func TestPurgeSaysTheSlotsStayCharged(t *testing.T) {
+	for _, tc := range []struct {
+		r    ops.PurgeReport
+		want bool
+	}{
+		{ops.PurgeReport{Tenant: "acme", Removed: 5, Moved: 5}, true},
+		{ops.PurgeReport{Tenant: "acme", Removed: 5, Moved: 5, DryRun: true}, false},
+		{ops.PurgeReport{Tenant: "acme"}, false},
+	} {
+		var out strings.Builder
+		printPurge(&out, tc.r)
+		if got := strings.Contains(out.String(), "stay charged: acme's next jobs wait as if they had run (throttler inspect acme"); got != tc.want {
+			t.Errorf("%+v printed:\n%s\nsaying the slots stay charged: %v, want %v", tc.r, out.String(), got, tc.want)
 		}
 	}
 }
