@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
 )
 
@@ -16,6 +17,8 @@ import (
 // slots (30 s for the last).
 type movedBacklog struct {
 	e    *env
+	cfg  *app.Settings
+	w    *worker
 	kv   jetstream.KeyValue
 	logs *logBuffer
 	done *collector
@@ -45,7 +48,7 @@ func newMovedBacklog(t *testing.T) *movedBacklog {
 	if n := len(done.all()); n > 10 {
 		t.Fatalf("%d of acme's jobs ran under 2/s:2 before the change, want a backlog", n)
 	}
-	return &movedBacklog{e: e, kv: kv, logs: logs, done: done, want: want}
+	return &movedBacklog{e: e, cfg: cfg, w: w, kv: kv, logs: logs, done: done, want: want}
 }
 
 // ranOnce waits for every job of the backlog to run, within, and checks
@@ -91,5 +94,22 @@ func TestBucketLimitRaiseBringsTheBacklogBack(t *testing.T) {
 	b.ranOnce(t, 12*time.Second)
 	if !strings.Contains(b.logs.String(), "its jobs moved under the old ones brought back") {
 		t.Fatalf("the worker's log does not say it brought acme's jobs back:\n%s", b.logs.String())
+	}
+}
+
+// TestBucketLimitRaiseWhileTheFleetIsDownBringsTheBacklogBack: a raise
+// written into the bucket while no worker runs is brought back by the
+// workers that start after it, which did not see it happen.
+func TestBucketLimitRaiseWhileTheFleetIsDownBringsTheBacklogBack(t *testing.T) {
+	b := newMovedBacklog(t)
+	b.w.stop(t)
+	put(t, b.kv, "acme", "1000/s")
+	w, logs := b.e.startWorkerLogged(b.cfg, nil)
+	b.e.waitBuilt(w)
+	// Under 2/s the last job's slot is 30 s after the first's; the new
+	// worker's pass comes 3 to 5 s after it starts.
+	b.ranOnce(t, 15*time.Second)
+	if !strings.Contains(logs.String(), "its jobs moved under the old ones brought back") {
+		t.Fatalf("the new worker's log does not say it brought acme's jobs back:\n%s", logs.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,6 +41,11 @@ type Watcher struct {
 	// at start, nor for DefaultKey): the worker carries the tenant's
 	// buckets over to limits of other periods there (throttle.Carry).
 	BeforeChange func(ctx context.Context, tenant string, from, to throttle.Policy)
+	// Loaded, if set, is called with each tenant's policy read at start
+	// (not DefaultKey's) and when its value was written: the worker brings
+	// back the jobs still moved under the limits a recent change replaced,
+	// which it did not see happen.
+	Loaded func(ctx context.Context, tenant string, p throttle.Policy, written time.Time)
 	// Conn, if set, is the bucket's connection: each time it reconnects
 	// the watch resumes at once, rather than when its consumer notices
 	// that the server it was on went away (tens of seconds later).
@@ -118,6 +124,8 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry, initial 
 	w.Store.Set(key, string(e.Value()), p)
 	if !initial {
 		w.Log.Info("limit set", "key", key, "spec", p.String(), "revision", e.Revision())
+	} else if w.Loaded != nil && key != DefaultKey && CheckKey(key) == nil {
+		w.Loaded(ctx, key, p, e.Created())
 	}
 	return true
 }

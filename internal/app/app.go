@@ -87,18 +87,18 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	stats := consumer.NewStats(cfg.MetricsTenants)
 	// After a tenant's limits change in the bucket, the worker brings back
 	// the jobs it moved under the old ones (built below, once the limits
-	// are in: until then it moved none).
+	// are in: until then it moved none), and at start those of recent
+	// changes it did not see.
 	var worker atomic.Pointer[consumer.Worker]
-	var limitsChanged func(context.Context, string, throttle.Policy)
+	var bringer *movedBringer
 	if st.path.movesBack {
 		fleet := cfg.Fleet(js)
-		bringer := newMovedBringer(func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error) {
+		bringer = newMovedBringer(func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error) {
 			return ops.BringBackStale(ctx, fleet, tenant, to, now)
-		}, func() map[string]bool { return movedBy(worker.Load()) }, log)
+		}, func() map[string]bool { return movedBy(worker.Load()) }, cfg.MaxDefer, log)
 		go bringer.run(ctx)
-		limitsChanged = bringer.changed
 	}
-	policies, levels := livePolicies(ctx, opts.NATS, js, opts.Redis, cfg, st.stream.CachedInfo().Config.Replicas, stats, limitsChanged, log)
+	policies, levels := livePolicies(ctx, opts.NATS, js, opts.Redis, cfg, st.stream.CachedInfo().Config.Replicas, stats, bringer, log)
 	if policies == nil {
 		return nil // stopped before the limits were in: nothing in flight
 	}

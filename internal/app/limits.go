@@ -19,10 +19,11 @@ import (
 // replaced by the bucket's, watched until ctx ends, once the bucket's
 // values are in (a worker that decided before would apply the
 // environment's limits to tenants with limits of their own); with it off,
-// the environment's. It returns nils when ctx ends first. changed, if
-// set, is told of each tenant whose limits the bucket changed since.
+// the environment's. It returns nils when ctx ends first. bringer, if
+// set, is told of each tenant's limits read at start, and of each change
+// since.
 func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rdb throttle.Client, cfg *Settings, replicas int, stats *consumer.Stats,
-	changed func(ctx context.Context, tenant string, to throttle.Policy), log *slog.Logger) (*limits.Store, throttle.LevelPolicies) {
+	bringer *movedBringer, log *slog.Logger) (*limits.Store, throttle.LevelPolicies) {
 	if cfg.LimitsBucket == config.LimitsOff {
 		return limits.NewStore(cfg.Rules), cfg.Levels
 	}
@@ -60,9 +61,12 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rd
 					"from", from.String(), "to", to.String(), "err", err)
 			}
 		}
-		if changed != nil && from.String() != to.String() {
-			changed(ctx, tenant, to)
+		if bringer != nil && from.String() != to.String() {
+			bringer.changed(ctx, tenant, to)
 		}
+	}
+	if bringer != nil {
+		w.Loaded = bringer.loaded
 	}
 	go w.Run(ctx)
 	select {

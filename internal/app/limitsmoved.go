@@ -47,6 +47,10 @@ type movedBringer struct {
 	moved  func() map[string]bool
 	after  time.Duration
 	spread time.Duration
+	// recent is how long before a worker starts a change may have left
+	// jobs moved under the limits it replaced: the horizon
+	// (THROTTLER_MAX_DEFER), the longest a job is moved for.
+	recent time.Duration
 	now    func() time.Time
 	log    *slog.Logger
 
@@ -56,27 +60,46 @@ type movedBringer struct {
 }
 
 // change is a tenant's change of limits not yet passed: when its pass is
-// due, and the policy it changed to.
+// due, the policy it changed to, and whether it was made before the
+// worker started (its pass is then made whatever the worker moved).
 type change struct {
-	due time.Time
-	to  throttle.Policy
+	due    time.Time
+	to     throttle.Policy
+	before bool
 }
 
 // newMovedBringer returns a bringer with the package's timings.
 func newMovedBringer(bring func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error),
-	moved func() map[string]bool, log *slog.Logger) *movedBringer {
-	return &movedBringer{bring: bring, moved: moved, after: movedBringAfter, spread: movedBringSpread, now: time.Now, log: log,
+	moved func() map[string]bool, horizon time.Duration, log *slog.Logger) *movedBringer {
+	return &movedBringer{bring: bring, moved: moved, after: movedBringAfter, spread: movedBringSpread, recent: horizon, now: time.Now, log: log,
 		changes: map[string]change{}, wake: make(chan struct{}, 1)}
 }
 
 // changed tells the bringer that tenant's limits changed to to now.
 func (b *movedBringer) changed(_ context.Context, tenant string, to throttle.Policy) {
+	b.add(tenant, to, false)
+}
+
+// loaded tells the bringer that the worker, starting, found tenant's
+// limits to written at written: when that is less than the horizon ago
+// (movedRecent), jobs moved under the limits it replaced may still wait,
+// moved by workers since stopped, or by none if the change came while
+// the fleet was down; the pass, made whatever this worker moved, brings
+// them back. It costs a request per tenant changed within the horizon.
+func (b *movedBringer) loaded(_ context.Context, tenant string, to throttle.Policy, written time.Time) {
+	if b.now().Sub(written) < b.recent {
+		b.add(tenant, to, true)
+	}
+}
+
+// add records a change of tenant's limits to to and wakes run.
+func (b *movedBringer) add(tenant string, to throttle.Policy, before bool) {
 	due := b.now().Add(b.after)
 	if b.spread > 0 {
 		due = due.Add(rand.N(b.spread))
 	}
 	b.mu.Lock()
-	b.changes[tenant] = change{due: due, to: to}
+	b.changes[tenant] = change{due: due, to: to, before: before || b.changes[tenant].before}
 	b.mu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
@@ -115,10 +138,11 @@ func (b *movedBringer) run(ctx context.Context) {
 type tenantChange struct {
 	tenant string
 	to     throttle.Policy
+	before bool // made before the worker started
 }
 
 // due takes the changes whose pass is due, of the tenants this worker
-// has moved jobs of, in the tenants' order, and returns them with when
+// has moved jobs of or changed before it started, in the tenants' order, and returns them with when
 // the next one falls due (zero: none waits).
 func (b *movedBringer) due() ([]tenantChange, time.Time) {
 	now := b.now()
@@ -132,7 +156,7 @@ func (b *movedBringer) due() ([]tenantChange, time.Time) {
 			}
 			continue
 		}
-		due = append(due, tenantChange{tenant, c.to})
+		due = append(due, tenantChange{tenant, c.to, c.before})
 		delete(b.changes, tenant)
 	}
 	b.mu.Unlock()
@@ -144,7 +168,7 @@ func (b *movedBringer) due() ([]tenantChange, time.Time) {
 		moved = b.moved()
 	}
 	if moved != nil {
-		due = slices.DeleteFunc(due, func(c tenantChange) bool { return !moved[c.tenant] })
+		due = slices.DeleteFunc(due, func(c tenantChange) bool { return !c.before && !moved[c.tenant] })
 	}
 	slices.SortFunc(due, func(x, y tenantChange) int { return strings.Compare(x.tenant, y.tenant) })
 	return due, next

@@ -31,7 +31,7 @@ func recordedBringer(t *testing.T, n int, err error, moved map[string]bool, log 
 		defer mu.Unlock()
 		calls = append(calls, bringCall{tenant, to, now})
 		return n, err
-	}, func() map[string]bool { return moved }, slog.New(slog.NewTextHandler(log, nil)))
+	}, func() map[string]bool { return moved }, 10*time.Minute, slog.New(slog.NewTextHandler(log, nil)))
 	b.after, b.spread = 50*time.Millisecond, 0
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -118,4 +118,26 @@ func TestMovedBringerLogsAFailure(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, "the failure logged", func() bool {
 		return len(calls()) == 1 && strings.Contains(log.String(), "they come back at their slots")
 	})
+}
+
+// TestMovedBringerPassesChangesMadeBeforeItStarted: a tenant whose limits
+// were written less than the horizon before the worker started gets a
+// pass whatever the worker moved (the jobs moved under the old limits
+// were moved by workers since stopped, or wait since the fleet was down);
+// one written longer ago gets none.
+func TestMovedBringerPassesChangesMadeBeforeItStarted(t *testing.T) {
+	var log lockedLog
+	b, calls := recordedBringer(t, 0, nil, map[string]bool{}, &log)
+	ctx := context.Background()
+	b.loaded(ctx, "hooli", throttle.Policy{}, time.Now().Add(-time.Hour))
+	b.loaded(ctx, "initech", throttle.Policy{}, time.Now().Add(-time.Minute))
+	testenv.Eventually(t, 5*time.Second, "initech's pass", func() bool { return len(calls()) >= 1 })
+	// hooli's pass, due as soon, would have come before this one.
+	b.loaded(ctx, "initech", throttle.Policy{}, time.Now())
+	testenv.Eventually(t, 5*time.Second, "initech's second pass", func() bool { return len(calls()) >= 2 })
+	for _, c := range calls() {
+		if c.tenant != "initech" {
+			t.Fatalf("passes %+v: want initech's only", calls())
+		}
+	}
 }
