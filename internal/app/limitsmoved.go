@@ -82,7 +82,7 @@ func (b *movedBringer) changed(_ context.Context, tenant string, to throttle.Pol
 
 // loaded tells the bringer that the worker, starting, found tenant's
 // limits to written at written: when that is less than the horizon ago
-// (movedRecent), jobs moved under the limits it replaced may still wait,
+// (recent), jobs moved under the limits it replaced may still wait,
 // moved by workers since stopped, or by none if the change came while
 // the fleet was down; the pass, made whatever this worker moved, brings
 // them back. It costs a request per tenant changed within the horizon.
@@ -114,6 +114,9 @@ func (b *movedBringer) run(ctx context.Context) {
 	for {
 		due, next := b.due()
 		for _, tc := range due {
+			if ctx.Err() != nil {
+				return
+			}
 			b.bringBack(ctx, tc.tenant, tc.to)
 		}
 		if len(due) > 0 {
@@ -142,8 +145,9 @@ type tenantChange struct {
 }
 
 // due takes the changes whose pass is due, of the tenants this worker
-// has moved jobs of or changed before it started, in the tenants' order, and returns them with when
-// the next one falls due (zero: none waits).
+// moved jobs of or that changed before it started, in the tenants'
+// order, and returns them with when the next one falls due (zero: none
+// waits).
 func (b *movedBringer) due() ([]tenantChange, time.Time) {
 	now := b.now()
 	var due []tenantChange
