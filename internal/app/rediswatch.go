@@ -218,12 +218,16 @@ func (h redisWatchHook) report(ctx context.Context, start time.Time, err error) 
 		// ends calls so too (see silentCalls): calls that keep missing
 		// their deadline with none answered are an outage, dated from
 		// when the silence began. A cancelled call says nothing.
-		if !errors.Is(err, context.DeadlineExceeded) {
-			return
+		if errors.Is(err, context.DeadlineExceeded) {
+			h.unanswered(start, err)
 		}
-		if since, long := h.silent.silent(start); long {
-			h.fail(fmt.Errorf("%w for %s: %w", errNoAnswer, h.silent.period, err), since)
-		}
+	case timedOut(err):
+		// The connection's own read (or dial) deadline came first, as it
+		// may with a THROTTLER_REDIS_TIMEOUT as short as the read
+		// timeout: Redis not answering in time all the same, and a stall
+		// shorter than the silent period (a fork, a slow command) is no
+		// outage either way. A refused connection is one at once, below.
+		h.unanswered(start, err)
 	case redisFailed(err):
 		h.fail(err, time.Time{})
 	case h.nodes != nil && !h.nodes.quietFor():
@@ -234,6 +238,22 @@ func (h redisWatchHook) report(ctx context.Context, start time.Time, err error) 
 		// cancelled says nothing either way.
 		h.r.OK()
 	}
+}
+
+// unanswered records a call made at start that Redis did not answer in
+// time (err), and reports the outage once calls have gone unanswered for
+// the silent period, dated from its start.
+func (h redisWatchHook) unanswered(start time.Time, err error) {
+	if since, long := h.silent.silent(start); long {
+		h.fail(fmt.Errorf("%w for %s: %w", errNoAnswer, h.silent.period, err), since)
+	}
+}
+
+// timedOut reports whether err is a network deadline's: a read or dial
+// that got no answer in time.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // fail reports a failure of an outage that began at since at the latest

@@ -362,3 +362,39 @@ func TestWatchRedisIdleIsNoSilence(t *testing.T) {
 		t.Fatalf("calls missing their deadlines for 8 s were not logged:\n%s", got)
 	}
 }
+
+// netTimeout is a read that timed out on the connection's own deadline.
+type netTimeout struct{}
+
+func (netTimeout) Error() string   { return "read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout" }
+func (netTimeout) Timeout() bool   { return true }
+func (netTimeout) Temporary() bool { return true }
+
+// TestWatchRedisShortStallIsNoOutage: with a timeout as short as the
+// connection's read timeout, calls end on the read's own deadline (a net
+// timeout) rather than the caller's: a stall shorter than silentPeriod is
+// no outage, a longer one is logged once, dated from its first call.
+func TestWatchRedisShortStallIsNoOutage(t *testing.T) {
+	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var log lockedLog
+	h := silentWatch(c, &log)
+	live := context.Background() // the read's deadline came first
+	stall := func(d time.Duration) (began time.Time) {
+		began = c.now()
+		for end := began.Add(d); c.now().Before(end); c.advance(100 * time.Millisecond) {
+			h.report(live, c.now().Add(-200*time.Millisecond), netTimeout{})
+		}
+		h.report(live, c.now(), nil)
+		c.advance(time.Minute)
+		return began
+	}
+	stall(3500 * time.Millisecond)
+	if got := log.String(); got != "" {
+		t.Fatalf("a stall of 3.5 s was logged:\n%s", got)
+	}
+	stall(12 * time.Second)
+	got := log.String()
+	if strings.Count(got, "Redis unreachable") != 1 || !strings.Contains(got, "cause=timeout") || !strings.Contains(got, "down_for=12") {
+		t.Fatalf("a stall of 12 s: want one unreachable line (cause timeout) and down_for about 12 s, got:\n%s", got)
+	}
+}
