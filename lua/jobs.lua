@@ -1,5 +1,7 @@
--- jobs.lua: the tables of decide's general path (decide.lua), and the
--- reading of a decide call's layout and every job's arguments.
+-- jobs.lua: the tables of decide's general path (decide.lua), whose
+-- limits and buckets its path for the worker's call (many.lua) lays out
+-- the same way, and the reading of a decide call's layout and every job's
+-- arguments.
 
 -- Jobs, JW slots each from offset o: cost, incarnation, flags, LI
 -- offset of its first limit, its number of limits, and its entry (EN

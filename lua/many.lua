@@ -32,20 +32,17 @@ local function many(keys, args, nargv, nkeys)
   local now, horizon = whole(args[1], 0, EXACT - 1), whole(args[2], 0, MAX_HORIZON)
   if not (now and horizon) then return nil end
 
-  -- Limits, 7 slots each from offset 0, 7, ...: rate, period, burst, q, m,
-  -- fill time, and the TTL of a job key (ms, as text). Jobs, 5 slots each:
-  -- cost, incarnation, flags, offset of its limit, offset of its
-  -- bucket. Buckets, 6 slots each: KEYS position, RK position, empty time
-  -- (a, f), status (0 not read, 1 read, 2 changed, or an E_* code or
-  -- WRONGTYPE), offset of the limit in whose rate its empty time is; EP
-  -- their epochs (EPOCH, rules.lua) by offset, those not 0 only (most
-  -- are). RK names the
+  -- Limits (LI) and buckets (B) are laid out as the general path lays
+  -- them out (jobs.lua: LW and BW slots each), a limit being a set of one;
+  -- EP holds the buckets' epochs. Jobs, 5 slots each: cost, incarnation,
+  -- flags, LI offset of its limit, and B offset of its bucket (the general
+  -- path's J holds a set of limits and an entry instead). RK names the
   -- buckets to read, JK the job keys (in job order: the reservation unless
   -- the job is fresh, and with K = 2 the owner).
   local LI, J, B, byName, RK, JK = {}, {}, {}, {}, {}, {}
   local EP = nil
   local seen = K > 0 and {}
-  local nl, nb, nr, nj, o = -7, 0, 0, 0, 0
+  local nl, nb, nr, nj, o = -LW, 0, 0, 0, 0
   local lrs, lps, lbs, lcs, lis = nil, nil, nil, '1', '0'
   local lc, li = 1, 0
   local rs, ps, bs = args[7], args[8], args[9]
@@ -65,9 +62,9 @@ local function many(keys, args, nargv, nkeys)
     if rs ~= lrs or ps ~= lps or bs ~= lbs then
       local r, p, b, q, m, fill = limit(args, j - 3, whole) -- j is past them
       if not r then return nil end
-      nl = nl + 7
+      nl = nl + LW
       LI[nl + 1], LI[nl + 2], LI[nl + 3], LI[nl + 4], LI[nl + 5], LI[nl + 6] = r, p, b, q, m, fill
-      LI[nl + 7] = format('%d', ceil((horizon + fill) / 1000))
+      LI[nl + 7] = fill
       lrs, lps, lbs = rs, ps, bs
     end
     if cs ~= lcs then lcs, lc = cs, whole(cs, 1, MAX_N) end
@@ -78,11 +75,11 @@ local function many(keys, args, nargv, nkeys)
     local bo = byName[name]
     if bo == nil then
       bo = nb
-      nb = nb + 6
+      nb = nb + BW
       byName[name] = bo
       nr = nr + 1
       RK[nr] = name
-      B[bo + 1], B[bo + 2], B[bo + 5] = kx, nr, 0
+      B[bo + 1], B[bo + 4] = nr, 0
     end
     if K > 0 then
       local resv = keys[kx + 1]
@@ -109,24 +106,24 @@ local function many(keys, args, nargv, nkeys)
   -- lo, once per call: its state into B, and its status. A job back to
   -- its slot calls it; a charge reads the bucket inline.
   local function readBucket(bo, lo)
-    local x, s = B[bo + 2], nil
+    local x, s = B[bo + 1], nil
     if wrong and wrong[x] then
       s = WRONGTYPE
     else
       local a, f, rebased, e = 0, 0, false, 0
       if V[x] then a, f, rebased, e = state(V[x], RK[x], LI[lo + 1], LI[lo + 2], LI[lo + 3], LI[lo + 6], now) end
       if a then
-        B[bo + 3], B[bo + 4], s = a, f, 1
+        B[bo + 2], B[bo + 3], s = a, f, 1
         if e > 0 then EP = EP or {}; EP[bo] = e end
         -- Which limit's rate the state is in is written only when it
         -- must be (a slot written costs Redis hundreds of
         -- instructions): at a charge, or here when it was rebased.
-        if rebased then B[bo + 6], s = lo, 2 end
+        if rebased then B[bo + 5], s = lo, 2 end
       else
         s = f
       end
     end
-    B[bo + 5] = s
+    B[bo + 4] = s
     return s
   end
 
@@ -141,6 +138,9 @@ local function many(keys, args, nargv, nkeys)
   -- The regime id of the last slot written, with its limit and bucket:
   -- reset whenever the bucket's epoch may change (a rebase in this call).
   local rid, rlo, rbo = nil, nil, nil
+  -- The TTL of job keys written (ms, as text), with its limit: the
+  -- horizon and the limit's fill time.
+  local tlo, tts = nil, nil
   local n, nw, jx = 0, 0, 0
   o, kx = 0, 1
   for k = 1, M do
@@ -174,14 +174,14 @@ local function many(keys, args, nargv, nkeys)
       -- A slot reserved under another limit, or whose debt a rebase
       -- forgave since (EPOCH), is given up: decided again. So is one on
       -- a bucket a job before, in this call, named at another rate.
-      local s = B[bo + 5]
+      local s = B[bo + 4]
       if s == 0 then s = readBucket(bo, lo) end
       if s == WRONGTYPE then
-        st, a1 = WRONGTYPE, B[bo + 1]
+        st, a1 = WRONGTYPE, kx
       elseif s ~= 1 and s ~= 2 then
-        st, a1, a2 = INVALID, s, B[bo + 1]
+        st, a1, a2 = INVALID, s, kx
       else
-        local u = B[bo + 6]
+        local u = B[bo + 5]
         local id = regime1(LI[lo + 1], LI[lo + 2])
         local ep = EP and EP[bo]
         if ep then id = (id * 31 + ep) % RID end
@@ -200,40 +200,40 @@ local function many(keys, args, nargv, nkeys)
     end
     if not st and (slot or own) then st, a1, a3, slot, own = held(own, inc, slot, K, now) end
     if not st then
-      local s = B[bo + 5]
+      local s = B[bo + 4]
       if s == 0 then
         -- readBucket, inlined: a call costs Redis hundreds of
         -- instructions, and this one is made for every bucket.
-        local x = B[bo + 2]
+        local x = B[bo + 1]
         if wrong and wrong[x] then
           s = WRONGTYPE
         else
           local a, f, rebased, ep = 0, 0, false, 0
           if V[x] then a, f, rebased, ep = state(V[x], RK[x], LI[lo + 1], LI[lo + 2], LI[lo + 3], LI[lo + 6], now) end
           if a then
-            B[bo + 3], B[bo + 4], s = a, f, 1
+            B[bo + 2], B[bo + 3], s = a, f, 1
             if ep > 0 then EP = EP or {}; EP[bo] = ep end
-            if rebased then B[bo + 6], s = lo, 2 end
+            if rebased then B[bo + 5], s = lo, 2 end
           else
             s = f
           end
         end
-        B[bo + 5] = s
+        B[bo + 4] = s
       end
       if s == WRONGTYPE then
-        st, a1 = WRONGTYPE, B[bo + 1]
+        st, a1 = WRONGTYPE, kx
       elseif s ~= 1 and s ~= 2 then
-        st, a1, a2 = INVALID, s, B[bo + 1]
+        st, a1, a2 = INVALID, s, kx
       else
-        local r, u = LI[lo + 1], B[bo + 6]
+        local r, u = LI[lo + 1], B[bo + 5]
         if u and u ~= lo and LI[u + 1] ~= r then
           -- A job before, in this call, named the bucket at another rate.
           local _, forgave
-          B[bo + 3], B[bo + 4], _, forgave = rebase(B[bo + 3], B[bo + 4], LI[u + 1], r, LI[lo + 2], LI[lo + 3], now)
+          B[bo + 2], B[bo + 3], _, forgave = rebase(B[bo + 2], B[bo + 3], LI[u + 1], r, LI[lo + 2], LI[lo + 3], now)
           if forgave then EP = EP or {}; EP[bo] = nextEpoch(EP[bo] or 0); rlo = nil end
-          B[bo + 5], B[bo + 6] = 2, lo
+          B[bo + 4], B[bo + 5] = 2, lo
         end
-        local a, f, wait = charge(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
+        local a, f, wait = charge(B[bo + 2], B[bo + 3], r, LI[lo + 2], LI[lo + 4], LI[lo + 5], c, now)
         local charged
         st, a1, a3, slot, own, charged = verdict(wait, K, fresh, inc, own, horizon, now, flags >= 2)
         if slot and K == 3 and not sh then
@@ -249,16 +249,19 @@ local function many(keys, args, nargv, nkeys)
           if sh == nil then st, a1, a2, a3, charged = shiftRefused(code, kx + 3) a3 = 1 end
         end
         if charged then
-          B[bo + 3], B[bo + 4], B[bo + 5], B[bo + 6] = a, f, 2, lo
+          B[bo + 2], B[bo + 3], B[bo + 4], B[bo + 5] = a, f, 2, lo
         elseif not u then
-          B[bo + 6] = lo -- read in this limit's rate, and kept in it
+          B[bo + 5] = lo -- read in this limit's rate, and kept in it
         end
-        if a3 == 0 then a2 = tokens(B[bo + 3], B[bo + 4], r, LI[lo + 2], LI[lo + 3], now) end
+        if a3 == 0 then a2 = tokens(B[bo + 2], B[bo + 3], r, LI[lo + 2], LI[lo + 3], now) end
         if a1 > 0 then a3 = a3 + 2 end -- its one limit set the wait
       end
     end
     if st == WRONGTYPE or st == INVALID then
       slot, own, a3 = so, oo, 0
+    end
+    if (slot ~= so or own ~= oo) and lo ~= tlo then
+      tlo, tts = lo, format('%d', ceil((horizon + LI[lo + 7]) / 1000))
     end
     if slot ~= so then
       -- resvValue, inlined: a call costs Redis hundreds of instructions.
@@ -279,15 +282,15 @@ local function many(keys, args, nargv, nkeys)
           v = format('%d:%d', slot, id)
         end
       end
-      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, v, LI[lo + 7]
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 1, v, tts
       nw = nw + 3
       if slot and sh and sh > 0 then
         PX = PX or {}
-        PX[keys[kx + 3]] = LI[lo + 7]
+        PX[keys[kx + 3]] = tts
       end
     end
     if own ~= oo then
-      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 2, own and format('%d', own), LI[lo + 7]
+      W[nw + 1], W[nw + 2], W[nw + 3] = kx + 2, own and format('%d', own), tts
       nw = nw + 3
     end
     reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = st, a1, a2, a3
@@ -298,18 +301,18 @@ local function many(keys, args, nargv, nkeys)
   -- printf('%.17g'): TTLs repeat (a bucket under its limit is full again
   -- within a millisecond), so the last one is kept as text.
   local lt, lts = nil, nil
-  for bo = 0, nb - 6, 6 do
-    if B[bo + 5] == 2 then
-      local l, a, f = B[bo + 6], B[bo + 3], B[bo + 4]
+  for bo = 0, nb - BW, BW do
+    if B[bo + 4] == 2 then
+      local l, a, f = B[bo + 5], B[bo + 2], B[bo + 3]
       local ttl = fullIn(a, f, LI[l + 1], LI[l + 4], LI[l + 5], now)
       if ttl > 0 then
         if ttl ~= lt then lt, lts = ttl, format('%d', ttl) end
         local ep = EP and EP[bo]
         local v
         if ep then v = spack(STATE_E, a, f, LI[l + 1], ep) else v = spack(STATE, a, f, LI[l + 1]) end
-        call('SET', keys[B[bo + 1]], v, 'PX', lts)
+        call('SET', RK[B[bo + 1]], v, 'PX', lts)
       else
-        call('DEL', keys[B[bo + 1]])
+        call('DEL', RK[B[bo + 1]])
       end
     end
   end
