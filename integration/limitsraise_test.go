@@ -10,11 +10,12 @@ import (
 
 	"github.com/throttler/throttler/internal/app"
 	"github.com/throttler/throttler/internal/testenv"
+	"github.com/throttler/throttler/limits"
 )
 
 // movedBacklog is a worker whose tenant acme, limited to 2/s:2 in the
-// limits bucket, has most of 60 jobs moved off the consumer for their
-// slots (30 s for the last).
+// limits bucket (its own key, or _default), has most of 60 jobs moved off
+// the consumer for their slots (30 s for the last).
 type movedBacklog struct {
 	e    *env
 	cfg  *app.Settings
@@ -25,17 +26,17 @@ type movedBacklog struct {
 	want map[string]bool
 }
 
-// newMovedBacklog starts a worker and moves acme's backlog off the
-// consumer.
-func newMovedBacklog(t *testing.T) *movedBacklog {
+// newMovedBacklog starts a worker, writes 2/s:2 under key (acme, or
+// _default) and moves acme's backlog off the consumer.
+func newMovedBacklog(t *testing.T, key string) *movedBacklog {
 	e := setup(t)
 	cfg := e.config(map[string]string{"THROTTLER_DEFAULT_LIMIT": "1000/s"})
 	kv := e.limitsBucket(cfg.LimitsBucket)
 	w, logs := e.startWorkerLogged(cfg, nil)
 	e.waitBuilt(w)
 	done := e.collect("done.>")
-	rev := put(t, kv, "acme", "2/s:2")
-	waitApplied(t, logs, "acme", "2/s:2", rev)
+	rev := put(t, kv, key, "2/s:2")
+	waitApplied(t, logs, key, "2/s:2", rev)
 
 	const jobs = 60
 	want := e.publishJobs(cfg.Stream, "jobs.acme.a", nil, jobs)
@@ -70,7 +71,7 @@ func (b *movedBacklog) ranOnce(t *testing.T, within time.Duration) {
 // jobs). The command says how many jobs it brought back; each job runs
 // once.
 func TestRaisedLimitBringsTheBacklogBack(t *testing.T) {
-	b := newMovedBacklog(t)
+	b := newMovedBacklog(t, "acme")
 	bin := buildThrottler(t)
 	cli := map[string]string{"NATS_URL": b.e.natsURL, "REDIS_URL": b.e.redis.URL(), "THROTTLER_DEFAULT_LIMIT": "1000/s"}
 	status, stdout, stderr := runCLI(t, bin, cli, "limits", "set", "acme", "1000/s")
@@ -88,7 +89,7 @@ func TestRaisedLimitBringsTheBacklogBack(t *testing.T) {
 // brings the moved backlog back too: the workers do it themselves, a few
 // seconds after the write, and say so in their log. Each job runs once.
 func TestBucketLimitRaiseBringsTheBacklogBack(t *testing.T) {
-	b := newMovedBacklog(t)
+	b := newMovedBacklog(t, "acme")
 	put(t, b.kv, "acme", "1000/s")
 	// The workers' pass comes 3 to 5 s after the change.
 	b.ranOnce(t, 12*time.Second)
@@ -101,7 +102,7 @@ func TestBucketLimitRaiseBringsTheBacklogBack(t *testing.T) {
 // written into the bucket while no worker runs is brought back by the
 // workers that start after it, which did not see it happen.
 func TestBucketLimitRaiseWhileTheFleetIsDownBringsTheBacklogBack(t *testing.T) {
-	b := newMovedBacklog(t)
+	b := newMovedBacklog(t, "acme")
 	b.w.stop(t)
 	put(t, b.kv, "acme", "1000/s")
 	w, logs := b.e.startWorkerLogged(b.cfg, nil)
@@ -111,5 +112,19 @@ func TestBucketLimitRaiseWhileTheFleetIsDownBringsTheBacklogBack(t *testing.T) {
 	b.ranOnce(t, 15*time.Second)
 	if !strings.Contains(logs.String(), "its jobs moved under the old ones brought back") {
 		t.Fatalf("the new worker's log does not say it brought acme's jobs back:\n%s", logs.String())
+	}
+}
+
+// TestBucketDefaultRaiseBringsTheBacklogBack: a raise of _default written
+// into the bucket brings back the moved backlog of a tenant under the
+// default, as a tenant's own key does: a free tier raised for everyone.
+func TestBucketDefaultRaiseBringsTheBacklogBack(t *testing.T) {
+	b := newMovedBacklog(t, limits.DefaultKey)
+	put(t, b.kv, limits.DefaultKey, "1000/s")
+	// Under 2/s the last job's slot is 30 s after the first's; the
+	// workers' pass comes 3 to 5 s after the change.
+	b.ranOnce(t, 12*time.Second)
+	if !strings.Contains(b.logs.String(), "its jobs moved under the old ones brought back") {
+		t.Fatalf("the worker's log does not say it brought acme's jobs back:\n%s", b.logs.String())
 	}
 }

@@ -97,6 +97,30 @@ func (s *Store) Fallback(t string) throttle.Policy {
 	return fallback(t, env, def)
 }
 
+// Default returns the policy of tenants under the default: DefaultKey's,
+// or THROTTLER_DEFAULT_LIMIT's.
+func (s *Store) Default() throttle.Policy {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.def != nil {
+		return *s.def
+	}
+	return s.env.Default
+}
+
+// FromDefault reports whether t's policy is DefaultKey's (or
+// THROTTLER_DEFAULT_LIMIT): t has no key of its own in the bucket and no
+// policy in the environment's list of tenants.
+func (s *Store) FromDefault(t string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if _, ok := s.overrides[t]; ok {
+		return false
+	}
+	_, ok := s.env.Tenants[t]
+	return !ok
+}
+
 // fallback is t's policy from the environment's env, or def (DefaultKey's)
 // for a tenant the environment does not list.
 func fallback(t string, env throttle.Rules, def *throttle.Policy) throttle.Policy {

@@ -43,6 +43,36 @@ func TestStorePrecedence(t *testing.T) {
 	check("acme keeps its own", "acme", own)
 }
 
+// Default is the bucket's default, else the environment's; FromDefault
+// holds for a tenant with neither a key of its own nor an environment
+// policy.
+func TestStoreDefaultAndFromDefault(t *testing.T) {
+	env := throttle.Rules{
+		Default: throttle.Enforce(throttle.PerSecond(100, 100)),
+		Tenants: map[string]throttle.Policy{"globex": throttle.Enforce(throttle.PerSecond(5, 5))},
+	}
+	s := NewStore(env)
+	if got := s.Default(); got.String() != env.Default.String() {
+		t.Fatalf("Default() = %s, want the environment's %s", got, env.Default)
+	}
+	def := throttle.Enforce(throttle.PerSecond(7, 7))
+	s.Set(DefaultKey, "7/s", def)
+	if got := s.Default(); got.String() != def.String() {
+		t.Fatalf("Default() = %s, want the bucket's %s", got, def)
+	}
+	s.Set("acme", "1/s", throttle.Enforce(throttle.PerSecond(1, 1)))
+	for tenant, want := range map[string]bool{"acme": false, "globex": false, "initech": true} {
+		if got := s.FromDefault(tenant); got != want {
+			t.Fatalf("FromDefault(%s) = %v, want %v", tenant, got, want)
+		}
+	}
+	s.Remove("acme")
+	s.Remove(DefaultKey)
+	if !s.FromDefault("acme") || s.Default().String() != env.Default.String() {
+		t.Fatalf("after removals: FromDefault(acme) = %v, Default() = %s; want true, %s", s.FromDefault("acme"), s.Default(), env.Default)
+	}
+}
+
 // Tenants with the same spec share one Policy, and the specs remembered
 // stay bounded however many come and go.
 func TestStoreSharesPolicies(t *testing.T) {

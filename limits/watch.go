@@ -46,6 +46,12 @@ type Watcher struct {
 	// back the jobs still moved under the limits a recent change replaced,
 	// which it did not see happen.
 	Loaded func(ctx context.Context, tenant string, p throttle.Policy, written time.Time)
+	// DefaultChanged, if set, is called after a change of the default's
+	// policy (DefaultKey set or removed, not at start) is applied to the
+	// store: the
+	// worker brings back the jobs of tenants under the default moved to
+	// wait under the default it replaced.
+	DefaultChanged func(ctx context.Context)
 	// Conn, if set, is the bucket's connection: each time it reconnects
 	// the watch resumes at once, rather than when its consumer notices
 	// that the server it was on went away (tens of seconds later).
@@ -95,6 +101,10 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry, initial 
 	if _, ok, _ := LevelKey(key); ok {
 		return w.applyLevel(ctx, e, initial)
 	}
+	var before throttle.Policy
+	if key == DefaultKey {
+		before = w.Store.Default()
+	}
 	if e.Operation() == jetstream.KeyValueDelete || e.Operation() == jetstream.KeyValuePurge {
 		if !initial {
 			w.beforeChange(ctx, key, w.Store.Fallback(key))
@@ -102,6 +112,7 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry, initial 
 		w.Store.Remove(key)
 		if !initial {
 			w.Log.Info("limit removed; the environment's applies", "key", key, "revision", e.Revision())
+			w.defaultChanged(ctx, key, before)
 		}
 		return true
 	}
@@ -124,6 +135,7 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry, initial 
 	w.Store.Set(key, string(e.Value()), p)
 	if !initial {
 		w.Log.Info("limit set", "key", key, "spec", p.String(), "revision", e.Revision())
+		w.defaultChanged(ctx, key, before)
 	} else if w.Loaded != nil && key != DefaultKey && CheckKey(key) == nil {
 		w.Loaded(ctx, key, p, e.Created())
 	}
@@ -137,6 +149,14 @@ func (w *Watcher) beforeChange(ctx context.Context, key string, to throttle.Poli
 		return
 	}
 	w.BeforeChange(ctx, key, w.Store.Policy(key), to)
+}
+
+// defaultChanged calls DefaultChanged when key is DefaultKey and the
+// default's policy, before the change, is another now.
+func (w *Watcher) defaultChanged(ctx context.Context, key string, before throttle.Policy) {
+	if key == DefaultKey && w.DefaultChanged != nil && w.Store.Default().String() != before.String() {
+		w.DefaultChanged(ctx)
+	}
 }
 
 // read checks a key and reads its value, as Reader does.

@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 		fleet := cfg.Fleet(js)
 		bringer = newMovedBringer(func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error) {
 			return ops.BringBackStale(ctx, fleet, tenant, to, now)
-		}, func() map[string]bool { return movedBy(worker.Load()) }, cfg.MaxDefer, log)
+		}, func() (map[string]bool, bool) { return movedBy(worker.Load()) }, cfg.MaxDefer, log)
 		go bringer.run(ctx)
 	}
 	policies, levels := livePolicies(ctx, opts.NATS, js, opts.Redis, cfg, st.stream.CachedInfo().Config.Replicas, stats, bringer, log)

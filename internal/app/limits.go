@@ -67,6 +67,11 @@ func livePolicies(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, rd
 	}
 	if bringer != nil {
 		w.Loaded = bringer.loaded
+		w.DefaultChanged = func(ctx context.Context) {
+			bringer.defaultChanged(ctx, func(tenant string) (throttle.Policy, bool) {
+				return store.Policy(tenant), store.FromDefault(tenant)
+			})
+		}
 	}
 	go w.Run(ctx)
 	select {

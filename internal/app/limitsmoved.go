@@ -42,9 +42,9 @@ type movedBringer struct {
 	// does not have (ops.BringBackStale), and returns how many.
 	bring func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error)
 	// moved returns the tenants this worker moved jobs of that still wait
-	// (consumer.Worker's rows); nil, or a nil set, when it cannot tell:
-	// then every changed tenant is passed.
-	moved  func() map[string]bool
+	// (consumer.Worker's rows), and whether that is all of them: when it
+	// is not, every changed tenant is passed.
+	moved  func() (map[string]bool, bool)
 	after  time.Duration
 	spread time.Duration
 	// recent is how long before a worker starts a change may have left
@@ -70,7 +70,7 @@ type change struct {
 
 // newMovedBringer returns a bringer with the package's timings.
 func newMovedBringer(bring func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error),
-	moved func() map[string]bool, horizon time.Duration, log *slog.Logger) *movedBringer {
+	moved func() (map[string]bool, bool), horizon time.Duration, log *slog.Logger) *movedBringer {
 	return &movedBringer{bring: bring, moved: moved, after: movedBringAfter, spread: movedBringSpread, recent: horizon, now: time.Now, log: log,
 		changes: map[string]change{}, wake: make(chan struct{}, 1)}
 }
@@ -78,6 +78,23 @@ func newMovedBringer(bring func(ctx context.Context, tenant string, to throttle.
 // changed tells the bringer that tenant's limits changed to to now.
 func (b *movedBringer) changed(_ context.Context, tenant string, to throttle.Policy) {
 	b.add(tenant, to, false)
+}
+
+// defaultChanged tells the bringer that the default's policy changed
+// now: each tenant this worker moved jobs of whose policy is the default
+// (policy reports it, and returns the tenant's policy) changed with it.
+// Tenants past the worker's count of tenants (consumer.OtherTenants) are
+// not named, and their jobs come back at their slots.
+func (b *movedBringer) defaultChanged(_ context.Context, policy func(tenant string) (throttle.Policy, bool)) {
+	if b.moved == nil {
+		return
+	}
+	named, _ := b.moved()
+	for tenant := range named {
+		if to, ok := policy(tenant); ok {
+			b.add(tenant, to, false)
+		}
+	}
 }
 
 // loaded tells the bringer that the worker, starting, found tenant's
@@ -167,15 +184,20 @@ func (b *movedBringer) due() ([]tenantChange, time.Time) {
 	if len(due) == 0 {
 		return nil, next
 	}
-	var moved map[string]bool
 	if b.moved != nil {
-		moved = b.moved()
-	}
-	if moved != nil {
+		moved, all := b.moved()
+		if !all {
+			return sortedChanges(due), next
+		}
 		due = slices.DeleteFunc(due, func(c tenantChange) bool { return !c.before && !moved[c.tenant] })
 	}
+	return sortedChanges(due), next
+}
+
+// sortedChanges returns due in the tenants' order.
+func sortedChanges(due []tenantChange) []tenantChange {
 	slices.SortFunc(due, func(x, y tenantChange) int { return strings.Compare(x.tenant, y.tenant) })
-	return due, next
+	return due
 }
 
 // bringBack makes the pass for tenant's change to to, and logs what it
@@ -194,21 +216,22 @@ func (b *movedBringer) bringBack(ctx context.Context, tenant string, to throttle
 }
 
 // movedBy returns the tenants w moved jobs of that still wait, as its rows
-// of `throttler top` count them; nil, for every tenant, when there is no
-// worker yet or when some of them are counted together past the worker's
-// count of tenants (consumer.OtherTenants).
-func movedBy(w *consumer.Worker) map[string]bool {
+// of `throttler top` count them, and whether that is all of them: not
+// when there is no worker yet, nor when some are counted together past
+// the worker's count of tenants (consumer.OtherTenants).
+func movedBy(w *consumer.Worker) (map[string]bool, bool) {
 	if w == nil {
-		return nil
+		return nil, false
 	}
-	out := map[string]bool{}
+	out, all := map[string]bool{}, true
 	for _, r := range w.TopRows() {
 		if r.Moved > 0 {
 			if r.Tenant == consumer.OtherTenants {
-				return nil
+				all = false
+				continue
 			}
 			out[r.Tenant] = true
 		}
 	}
-	return out
+	return out, all
 }

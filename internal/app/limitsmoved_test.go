@@ -31,7 +31,7 @@ func recordedBringer(t *testing.T, n int, err error, moved map[string]bool, log 
 		defer mu.Unlock()
 		calls = append(calls, bringCall{tenant, to, now})
 		return n, err
-	}, func() map[string]bool { return moved }, 10*time.Minute, slog.New(slog.NewTextHandler(log, nil)))
+	}, func() (map[string]bool, bool) { return moved, moved != nil }, 10*time.Minute, slog.New(slog.NewTextHandler(log, nil)))
 	b.after, b.spread = 50*time.Millisecond, 0
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -138,6 +138,33 @@ func TestMovedBringerPassesChangesMadeBeforeItStarted(t *testing.T) {
 	for _, c := range calls() {
 		if c.tenant != "initech" {
 			t.Fatalf("passes %+v: want initech's only", calls())
+		}
+	}
+}
+
+// TestMovedBringerPassesTheTenantsUnderAChangedDefault: a change of the
+// default makes a pass, under the new default, for each tenant the worker
+// moved jobs of whose policy is the default, and none for a tenant with
+// limits of its own or one the worker moved nothing of.
+func TestMovedBringerPassesTheTenantsUnderAChangedDefault(t *testing.T) {
+	var log lockedLog
+	b, calls := recordedBringer(t, 0, nil, map[string]bool{"acme": true, "globex": true, "initech": true}, &log)
+	to := throttle.Enforce(throttle.PerSecond(40, 40))
+	underDefault := map[string]bool{"acme": true, "initech": true, "hooli": true}
+	b.defaultChanged(context.Background(), func(tenant string) (throttle.Policy, bool) {
+		return to, underDefault[tenant]
+	})
+	testenv.Eventually(t, 5*time.Second, "acme's and initech's passes", func() bool { return len(calls()) >= 2 })
+	// globex's pass, due as soon, would have come before this one.
+	b.changed(context.Background(), "initech", to)
+	testenv.Eventually(t, 5*time.Second, "initech's second pass", func() bool { return len(calls()) >= 3 })
+	got := calls()
+	if got[0].tenant != "acme" || got[1].tenant != "initech" || got[2].tenant != "initech" {
+		t.Fatalf("passes %+v: want acme's and initech's, then initech's", got)
+	}
+	for _, c := range got {
+		if c.to.String() != to.String() {
+			t.Fatalf("pass %+v: want it under the new default %s", c, to)
 		}
 	}
 }
