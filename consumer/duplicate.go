@@ -17,7 +17,9 @@ type duplicates struct {
 }
 
 func (d duplicates) take(_ *groupActs, it *item, res throttle.Result) bool {
-	d.log.Warn("duplicate of a moved job; acking it without running", "tenant", it.job.Tenant, "job", it.job.ID,
+	// Expected after a job was brought back, or redelivered, while a copy
+	// of it waited: the owner record lets one run. Not a fault.
+	d.log.Info("another copy of a moved job ran already; acking this one without running", "tenant", it.job.Tenant, "job", it.job.ID,
 		"incarnation", incarnation(it.job), "moves", it.job.Deferrals, "owner", res.Owner)
 	d.rec.add(it.job.Tenant, func(s *TenantStats) { s.Duplicates++ })
 	settleOrLog(d.log, it.msg, func(m jetstream.Msg) error { return m.Ack() })

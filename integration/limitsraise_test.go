@@ -128,3 +128,26 @@ func TestBucketDefaultRaiseBringsTheBacklogBack(t *testing.T) {
 		t.Fatalf("the worker's log does not say it brought acme's jobs back:\n%s", b.logs.String())
 	}
 }
+
+// TestBucketLimitRaiseAfterARestartBringsTheBacklogBack: a limit of its
+// own written into the bucket for a tenant under the default, after the
+// fleet restarted (a deploy), brings back the backlog its predecessors
+// moved, which the new workers' rows do not count.
+func TestBucketLimitRaiseAfterARestartBringsTheBacklogBack(t *testing.T) {
+	// Under _default: a tenant's key written before the start would be
+	// passed at the start anyway (TestBucketLimitRaiseWhileTheFleetIsDown…).
+	b := newMovedBacklog(t, limits.DefaultKey)
+	// Every job not run is moved: the new worker finds none of acme's on
+	// its consumer to move, and its rows do not count acme.
+	b.e.waitIdle(t, 20*time.Second, b.cfg.Stream, b.cfg.Consumer)
+	b.w.stop(t)
+	w, logs := b.e.startWorkerLogged(b.cfg, nil)
+	b.e.waitBuilt(w)
+	put(t, b.kv, "acme", "1000/s")
+	// Under 2/s the last job's slot is 30 s after the first's; the new
+	// worker's pass comes 3 to 5 s after the change.
+	b.ranOnce(t, 15*time.Second)
+	if !strings.Contains(logs.String(), "its jobs moved under the old ones brought back") {
+		t.Fatalf("the new worker's log does not say it brought acme's jobs back:\n%s", logs.String())
+	}
+}

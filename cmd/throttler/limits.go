@@ -125,6 +125,11 @@ func limitsCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitFailed, "%v", err)
 	}
+	if changed && target.key == limits.DefaultKey {
+		// The command cannot tell which tenants are under the default; the
+		// workers can, for the tenants whose jobs they moved.
+		fmt.Fprintln(stdout, "the workers bring back the jobs they moved of the tenants under the default, within seconds, and log how many")
+	}
 	if changed && target.level == nil && target.key != limits.DefaultKey {
 		// The limits are written, which is what the command is for: a
 		// failure to bring the moved jobs back (a server, or credentials

@@ -72,6 +72,20 @@ func TestLimitsRmOfAnAbsentKey(t *testing.T) {
 	}
 }
 
+// TestLimitsSetDefaultSaysTheWorkersBringBack: a changed _default says
+// that the workers bring back the moved jobs of the tenants under it (the
+// command cannot tell which they are); writing it again changes nothing
+// and says nothing of it.
+func TestLimitsSetDefaultSaysTheWorkersBringBack(t *testing.T) {
+	setup(t)
+	const note = "the workers bring back the jobs they moved of the tenants under the default"
+	cli(t, "limits", "set", "_default", "7/s").want(t, "set _default", exitOK, []string{"_default: 7/s:7 (revision 1)", note}, nil)
+	if r := cli(t, "limits", "set", "_default", "7/s"); contains(r.stdout, note) {
+		t.Fatalf("the same _default again says the workers bring jobs back:\n%s", r.stdout)
+	}
+	cli(t, "limits", "rm", "_default").want(t, "rm _default", exitOK, []string{note}, nil)
+}
+
 // TestLimitsFromAnEnvironmentWithoutLimits checks that a limit read from a
 // shell that sets no limit variables says so (the workers' may set some),
 // and that one that sets them does not.

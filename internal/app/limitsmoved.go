@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/throttler/throttler/consumer"
+	"github.com/throttler/throttler/limits"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -53,6 +54,10 @@ type movedBringer struct {
 	recent time.Duration
 	now    func() time.Time
 	log    *slog.Logger
+	// started is when the worker started: for the horizon after it, jobs
+	// its predecessors moved may wait that its rows do not count. Read
+	// under mu (tests set it).
+	started time.Time
 
 	mu      sync.Mutex
 	changes map[string]change // tenant → its last change not yet passed
@@ -60,11 +65,13 @@ type movedBringer struct {
 }
 
 // change is a tenant's change of limits not yet passed: when its pass is
-// due, the policy it changed to, and whether it was made before the
+// due, the policy it changed to, the key whose change it is (the
+// tenant's, or limits.DefaultKey), and whether it was made before the
 // worker started (its pass is then made whatever the worker moved).
 type change struct {
 	due    time.Time
 	to     throttle.Policy
+	key    string
 	before bool
 }
 
@@ -72,12 +79,12 @@ type change struct {
 func newMovedBringer(bring func(ctx context.Context, tenant string, to throttle.Policy, now time.Time) (int, error),
 	moved func() (map[string]bool, bool), horizon time.Duration, log *slog.Logger) *movedBringer {
 	return &movedBringer{bring: bring, moved: moved, after: movedBringAfter, spread: movedBringSpread, recent: horizon, now: time.Now, log: log,
-		changes: map[string]change{}, wake: make(chan struct{}, 1)}
+		started: time.Now(), changes: map[string]change{}, wake: make(chan struct{}, 1)}
 }
 
 // changed tells the bringer that tenant's limits changed to to now.
 func (b *movedBringer) changed(_ context.Context, tenant string, to throttle.Policy) {
-	b.add(tenant, to, false)
+	b.add(tenant, tenant, to, false)
 }
 
 // defaultChanged tells the bringer that the default's policy changed
@@ -92,7 +99,7 @@ func (b *movedBringer) defaultChanged(_ context.Context, policy func(tenant stri
 	named, _ := b.moved()
 	for tenant := range named {
 		if to, ok := policy(tenant); ok {
-			b.add(tenant, to, false)
+			b.add(tenant, limits.DefaultKey, to, false)
 		}
 	}
 }
@@ -105,18 +112,19 @@ func (b *movedBringer) defaultChanged(_ context.Context, policy func(tenant stri
 // them back. It costs a request per tenant changed within the horizon.
 func (b *movedBringer) loaded(_ context.Context, tenant string, to throttle.Policy, written time.Time) {
 	if b.now().Sub(written) < b.recent {
-		b.add(tenant, to, true)
+		b.add(tenant, tenant, to, true)
 	}
 }
 
-// add records a change of tenant's limits to to and wakes run.
-func (b *movedBringer) add(tenant string, to throttle.Policy, before bool) {
+// add records a change of tenant's limits to to, by a change of key, and
+// wakes run.
+func (b *movedBringer) add(tenant, key string, to throttle.Policy, before bool) {
 	due := b.now().Add(b.after)
 	if b.spread > 0 {
 		due = due.Add(rand.N(b.spread))
 	}
 	b.mu.Lock()
-	b.changes[tenant] = change{due: due, to: to, before: before || b.changes[tenant].before}
+	b.changes[tenant] = change{due: due, to: to, key: key, before: before || b.changes[tenant].before}
 	b.mu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
@@ -134,7 +142,7 @@ func (b *movedBringer) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			b.bringBack(ctx, tc.tenant, tc.to)
+			b.bringBack(ctx, tc)
 		}
 		if len(due) > 0 {
 			continue // passes take time: more may have fallen due
@@ -158,13 +166,15 @@ func (b *movedBringer) run(ctx context.Context) {
 type tenantChange struct {
 	tenant string
 	to     throttle.Policy
-	before bool // made before the worker started
+	key    string // the key whose change it is
+	before bool   // made before the worker started
 }
 
 // due takes the changes whose pass is due, of the tenants this worker
 // moved jobs of or that changed before it started, in the tenants'
 // order, and returns them with when the next one falls due (zero: none
-// waits).
+// waits). Within the horizon after the worker started, every change is
+// passed: its predecessors, stopped, moved jobs its rows do not count.
 func (b *movedBringer) due() ([]tenantChange, time.Time) {
 	now := b.now()
 	var due []tenantChange
@@ -177,14 +187,17 @@ func (b *movedBringer) due() ([]tenantChange, time.Time) {
 			}
 			continue
 		}
-		due = append(due, tenantChange{tenant, c.to, c.before})
+		due = append(due, tenantChange{tenant, c.to, c.key, c.before})
 		delete(b.changes, tenant)
 	}
+	// Past the horizon after the start, the rows count every job moved
+	// that still waits.
+	rowsCountAll := now.Sub(b.started) >= b.recent
 	b.mu.Unlock()
 	if len(due) == 0 {
 		return nil, next
 	}
-	if b.moved != nil {
+	if b.moved != nil && rowsCountAll {
 		moved, all := b.moved()
 		if !all {
 			return sortedChanges(due), next
@@ -200,18 +213,18 @@ func sortedChanges(due []tenantChange) []tenantChange {
 	return due
 }
 
-// bringBack makes the pass for tenant's change to to, and logs what it
-// did.
-func (b *movedBringer) bringBack(ctx context.Context, tenant string, to throttle.Policy) {
+// bringBack makes the pass for a tenant's change, and logs what it did.
+func (b *movedBringer) bringBack(ctx context.Context, c tenantChange) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	n, err := b.bring(ctx, tenant, to, b.now())
+	n, err := b.bring(ctx, c.tenant, c.to, b.now())
 	switch {
 	case err != nil && ctx.Err() == nil:
 		b.log.Warn("bringing back a tenant's jobs moved under its old limits failed; they come back at their slots",
-			"tenant", tenant, "brought_back", n, "err", err)
+			"tenant", c.tenant, "key", c.key, "brought_back", n, "err", err)
 	case n > 0:
-		b.log.Info("a tenant's limits changed; its jobs moved under the old ones brought back", "tenant", tenant, "brought_back", n)
+		b.log.Info("a tenant's limits changed; its jobs moved under the old ones brought back",
+			"tenant", c.tenant, "key", c.key, "spec", c.to.String(), "brought_back", n)
 	}
 }
 

@@ -22,7 +22,8 @@ type bringCall struct {
 
 // recordedBringer is a running movedBringer with a short wait and no
 // spread, whose bring records its calls and answers n, err, and whose
-// worker moved the jobs of the tenants in moved (nil: it cannot tell).
+// worker, started longer than the horizon ago, moved the jobs of the
+// tenants in moved (nil: it cannot tell).
 func recordedBringer(t *testing.T, n int, err error, moved map[string]bool, log *lockedLog) (*movedBringer, func() []bringCall) {
 	var mu sync.Mutex
 	var calls []bringCall
@@ -33,6 +34,7 @@ func recordedBringer(t *testing.T, n int, err error, moved map[string]bool, log 
 		return n, err
 	}, func() (map[string]bool, bool) { return moved, moved != nil }, 10*time.Minute, slog.New(slog.NewTextHandler(log, nil)))
 	b.after, b.spread = 50*time.Millisecond, 0
+	b.started = time.Now().Add(-time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); b.run(ctx) }()
@@ -167,4 +169,21 @@ func TestMovedBringerPassesTheTenantsUnderAChangedDefault(t *testing.T) {
 			t.Fatalf("pass %+v: want it under the new default %s", c, to)
 		}
 	}
+}
+
+// TestMovedBringerPassesEveryChangeSoonAfterItStarted: within the horizon
+// after the worker started, a change is passed whatever the worker moved:
+// its predecessors, stopped by a deploy, moved jobs its rows do not count.
+// The pass's log line names the key whose change it was.
+func TestMovedBringerPassesEveryChangeSoonAfterItStarted(t *testing.T) {
+	var log lockedLog
+	b, calls := recordedBringer(t, 3, nil, map[string]bool{}, &log)
+	b.mu.Lock()
+	b.started = time.Now()
+	b.mu.Unlock()
+	b.changed(context.Background(), "globex", throttle.Policy{})
+	testenv.Eventually(t, 5*time.Second, "globex's pass", func() bool { return len(calls()) == 1 })
+	testenv.Eventually(t, 5*time.Second, "the pass logged with its key", func() bool {
+		return strings.Contains(log.String(), "key=globex") && strings.Contains(log.String(), "brought_back=3")
+	})
 }
