@@ -37,7 +37,8 @@ const (
 // succession make one pass, under the last. A worker passes over the
 // tenants it moved no job of that still waits, so that a change of many
 // tenants at once (a nightly sync of plans) costs nothing for those
-// without a backlog. Safe for concurrent use; run runs the passes.
+// without a backlog, once its rows count every job moved that waits (the
+// horizon after its start). Safe for concurrent use; run runs the passes.
 type movedBringer struct {
 	// bring brings back tenant's jobs moved to wait for limits that to
 	// does not have (ops.BringBackStale), and returns how many.
