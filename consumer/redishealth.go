@@ -53,7 +53,10 @@ func (h *redisHealth) decided(failed bool) (wait time.Duration, back bool) {
 	case !failed:
 		h.backoff.Reset()
 		if !h.down.IsZero() {
-			h.log.Info("redis answers again; deciding jobs", "down_for", h.now().Sub(h.down).Round(time.Millisecond))
+			// failed_for counts from this worker's first failed decision;
+			// the Redis watch's "Redis answers again" says how long Redis
+			// itself was down, from its first unanswered call.
+			h.log.Info("deciding jobs again", "failed_for", h.now().Sub(h.down).Round(time.Millisecond))
 			h.down = time.Time{}
 			back = true
 		}
