@@ -17,7 +17,8 @@ import (
 
 // WatchRedis reports the outages of c to log through an outage.Reporter
 // (one line when Redis fails, with url, REDIS_URL masked, and the cause,
-// a summary every 30 s, one line when it answers again) until ctx ends.
+// a summary every 30 s, one line when it answers again, and a warning
+// when it restarted meanwhile: redisRestarts) until ctx ends.
 // It sees every command of c through a go-redis hook on this client
 // alone: another client of the process is not watched, and the watch is
 // no global state. Whoever makes the client watches it, once (the worker
@@ -32,7 +33,7 @@ import (
 // their deadlines (see silentCalls), and the outage is timed from when
 // that silence began.
 func WatchRedis(ctx context.Context, c any, url string, log *slog.Logger) *outage.Reporter {
-	r := outage.New(outage.Options{Name: "Redis", Attrs: []any{"url", url}, Log: log})
+	r := outage.New(outage.Options{Name: "Redis", Attrs: []any{"url", url}, Log: log, Back: redisRestarts(ctx, c, url, log)})
 	h := redisWatchHook{r: r}
 	switch c := c.(type) {
 	case *redis.ClusterClient:

@@ -38,9 +38,10 @@ func (l *lockedLog) String() string {
 }
 
 // TestWatchRedisLogsAnOutageOnce: a client's failed calls against a
-// stopped redis-server are logged once, with the URL and the cause, and
-// its first answer after that once; a reply error (a wrong command) is
-// Redis answering, not an outage.
+// stopped redis-server are logged once, with the URL and the cause, its
+// first answer after that once, and, the server being a new one, that it
+// restarted; a reply error (a wrong command) is Redis answering, not an
+// outage.
 func TestWatchRedisLogsAnOutageOnce(t *testing.T) {
 	r := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(r.URL(), "redis://"), MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
@@ -61,18 +62,22 @@ func TestWatchRedisLogsAnOutageOnce(t *testing.T) {
 	}
 	r.Start(t)
 	testenv.Eventually(t, 10*time.Second, "PING answered", func() bool { return c.Ping(ctx).Err() == nil })
+	testenv.Eventually(t, 10*time.Second, "the restart logged", func() bool {
+		return strings.Contains(log.String(), `msg="Redis restarted while unreachable`)
+	})
 
 	got := log.String()
 	for _, want := range []string{
 		`level=WARN msg="Redis unreachable" url=` + r.URL() + ` cause="connection refused"`,
 		`level=INFO msg="Redis answers again" url=` + r.URL(),
+		`level=WARN msg="Redis restarted while unreachable`,
 	} {
 		if strings.Count(got, want) != 1 {
 			t.Errorf("the log has %q %d times, want once:\n%s", want, strings.Count(got, want), got)
 		}
 	}
-	if n := strings.Count(got, "\n"); n != 2 {
-		t.Errorf("%d lines, want 2:\n%s", n, got)
+	if n := strings.Count(got, "\n"); n != 3 {
+		t.Errorf("%d lines, want 3:\n%s", n, got)
 	}
 }
 

@@ -28,6 +28,10 @@ type Options struct {
 	// Every is how often an outage that goes on is summed up. Defaults to
 	// SummaryEvery.
 	Every time.Duration
+	// Back, if set, is called with how long an outage lasted once the
+	// dependency answers again after one that was logged, in a goroutine
+	// of its own: the caller can ask what the dependency went through.
+	Back func(downFor time.Duration)
 }
 
 // Reporter follows one dependency's state from the failures and successes
@@ -38,6 +42,7 @@ type Reporter struct {
 	log   *slog.Logger
 	now   func() time.Time
 	every time.Duration
+	back  func(downFor time.Duration)
 
 	mu       sync.Mutex
 	down     bool
@@ -51,7 +56,7 @@ type Reporter struct {
 
 // New returns a Reporter that sees the dependency up.
 func New(o Options) *Reporter {
-	r := &Reporter{name: o.Name, attrs: o.Attrs, log: o.Log, now: o.Now, every: o.Every}
+	r := &Reporter{name: o.Name, attrs: o.Attrs, log: o.Log, now: o.Now, every: o.Every, back: o.Back}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
@@ -122,18 +127,23 @@ func (r *Reporter) fail(err error, since time.Time) {
 }
 
 // OK records that the dependency answered. After an outage it logs one
-// line saying how long it lasted and how many failures it held.
+// line saying how long it lasted and how many failures it held, and
+// calls Options.Back.
 func (r *Reporter) OK() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !r.down {
+		r.mu.Unlock()
 		return
 	}
-	now := r.now()
-	if r.logged {
-		r.log.Info(r.name+" answers again", r.with("down_for", r.downFor(now), "failures", r.failures)...)
+	logged, downFor := r.logged, r.downFor(r.now())
+	if logged {
+		r.log.Info(r.name+" answers again", r.with("down_for", downFor, "failures", r.failures)...)
 	}
 	r.down, r.logged, r.lastErr = false, false, nil
+	r.mu.Unlock()
+	if logged && r.back != nil {
+		go r.back(downFor)
+	}
 }
 
 // Down reports whether the dependency is failing, and since when.

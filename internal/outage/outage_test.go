@@ -172,3 +172,35 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestOutageBackIsCalledOnceAfterALoggedOutage: Options.Back hears how
+// long a logged outage lasted, once, when the dependency answers again.
+func TestOutageBackIsCalledOnceAfterALoggedOutage(t *testing.T) {
+	var b bytes.Buffer
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	backs := make(chan time.Duration, 4)
+	r := newReporter(&b, c)
+	r.back = func(d time.Duration) { backs <- d }
+	next := func() time.Duration {
+		select {
+		case d := <-backs:
+			return d
+		case <-time.After(5 * time.Second):
+			t.Fatal("Back was not called after the outage")
+			return 0
+		}
+	}
+	r.Fail(refused())
+	c.add(12 * time.Second)
+	r.OK()
+	r.OK()
+	if d := next(); d != 12*time.Second {
+		t.Fatalf("Back heard %s, want the outage's 12s", d)
+	}
+	r.Fail(refused()) // a second outage, to show the first called Back once
+	c.add(time.Second)
+	r.OK()
+	if d := next(); d != time.Second {
+		t.Fatalf("Back heard %s after the second outage, want 1s (the first outage called it twice?)", d)
+	}
+}
