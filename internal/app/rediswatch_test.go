@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -18,24 +17,6 @@ import (
 	"github.com/throttler/throttler/internal/outage"
 	"github.com/throttler/throttler/internal/testenv"
 )
-
-// lockedLog is a log buffer safe for a logger and a test at once.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestWatchRedisLogsAnOutageOnce: a client's failed calls against a
 // stopped redis-server are logged once, with the URL and the cause, its
