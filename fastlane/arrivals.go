@@ -106,6 +106,7 @@ func (l *Lane) arrivalsConsumer(ctx context.Context) (jetstream.Consumer, error)
 	if err != nil {
 		return nil, err
 	}
+	l.sawDelivered(jobs.Delivered.Stream)
 	cfg := jetstream.ConsumerConfig{
 		Durable:           name,
 		AckPolicy:         jetstream.AckNonePolicy,

@@ -27,10 +27,14 @@ func (l *Lane) passBacklog(ctx context.Context, batch []arrival) {
 
 	// A job that waited here longer than a take may last is left behind:
 	// its copy would be stored too late for the takeover (see takeover).
-	now := l.cfg.Now()
+	// So is one the jobs consumer was seen to deliver: deciding it would
+	// charge its tenant for a copy never made, on top of the worker's
+	// charge of the original (decided as fresh, it does not read the
+	// lane's reservation), and leave that slot unused.
+	now, delivered := l.cfg.Now(), l.delivered.Load()
 	fresh := batch[:0]
 	for _, a := range batch {
-		if now.Sub(a.at) > l.cfg.Deadline {
+		if now.Sub(a.at) > l.cfg.Deadline || a.seq <= delivered {
 			l.backlog.leave(a.tenant, a.seq)
 			continue
 		}
@@ -57,6 +61,9 @@ func (l *Lane) passBacklog(ctx context.Context, batch []arrival) {
 	// An original the jobs consumer has delivered may have been decided
 	// before the claim, as a fresh job that records no owner: leave it.
 	info, ierr := l.cfg.Jobs.Info(cctx)
+	if ierr == nil {
+		l.sawDelivered(info.Delivered.Stream)
+	}
 	<-read
 	var copies []arrival
 	for _, i := range claimed {
@@ -68,6 +75,17 @@ func (l *Lane) passBacklog(ctx context.Context, batch []arrival) {
 		originals[len(copies)-1] = originals[i]
 	}
 	l.copyOut(cctx, copies, originals[:len(copies)])
+}
+
+// sawDelivered records that the jobs consumer has delivered up to stream
+// sequence seq.
+func (l *Lane) sawDelivered(seq uint64) {
+	for {
+		cur := l.delivered.Load()
+		if seq <= cur || l.delivered.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }
 
 // claim decides each job of batch as its copy, which charges it (or

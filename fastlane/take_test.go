@@ -207,6 +207,23 @@ func TestLanePassBacklog(t *testing.T) {
 			t.Errorf("%d fast-laned, want 1", st.FastLaned)
 		}
 	})
+	t.Run("delivered as the lane last saw", func(t *testing.T) {
+		// A take read the consumer's position past b's job: the next take
+		// leaves it undecided, rather than charge b for a copy it would
+		// then give up.
+		l := newTestLane(t, 5000)
+		l.jobs.delivered(1002)
+		l.passBacklog(ctx, []arrival{l.job("c", 1003)})
+		l.passBacklog(ctx, []arrival{l.job("b", 1001)})
+		for _, d := range l.owners.decided {
+			if d.Tenant == "b" {
+				t.Fatalf("decided %+v: b's job, delivered as the lane last saw, was decided", l.owners.decided)
+			}
+		}
+		if len(l.owners.releases()) != 0 || !l.stream.has(1001) || !l.queued("b", 1001) {
+			t.Fatalf("released %v, original kept %v, left %v; want none, true, true", l.owners.releases(), l.stream.has(1001), l.queued("b", 1001))
+		}
+	})
 	t.Run("booked too long ago", func(t *testing.T) {
 		// Its copy would be stored too late for the takeover: left
 		// undecided.
