@@ -156,9 +156,7 @@ type Lane struct {
 	reading   atomic.Bool   // arrivals are being read
 	readFrom  atomic.Uint64 // the first stream sequence stored after reading began
 	arrived   atomic.Int64  // when the last job arrived, Unix ns
-	// delivered is the highest stream sequence the lane has seen the jobs
-	// consumer deliver: a job at or below it is the consumer's already.
-	delivered atomic.Uint64
+	delivered atomic.Uint64 // the jobs consumer's highest delivered sequence seen: a job at or below it is its
 	paceNext  time.Time     // when the deciding loop may go on; Pause only
 	stopRead  func()        // stops reading arrivals; Run only
 	readStart time.Time     // when a failed start of reading may be retried; Run only
