@@ -48,9 +48,8 @@ type Watcher struct {
 	Loaded func(ctx context.Context, tenant string, p throttle.Policy, written time.Time)
 	// DefaultChanged, if set, is called after a change of the default's
 	// policy (DefaultKey set or removed, not at start) is applied to the
-	// store: the
-	// worker brings back the jobs of tenants under the default moved to
-	// wait under the default it replaced.
+	// store: the worker brings back the jobs of tenants under the default
+	// moved to wait under the default it replaced.
 	DefaultChanged func(ctx context.Context)
 	// Conn, if set, is the bucket's connection: each time it reconnects
 	// the watch resumes at once, rather than when its consumer notices
