@@ -24,7 +24,7 @@ type bringCall struct {
 // spread, whose bring records its calls and answers n, err, and whose
 // worker, started longer than the horizon ago, moved the jobs of the
 // tenants in moved (nil: it cannot tell).
-func recordedBringer(t *testing.T, n int, err error, moved map[string]bool, log *lockedLog) (*movedBringer, func() []bringCall) {
+func recordedBringer(t *testing.T, n int, err error, moved map[string]bool, log *testenv.Buffer) (*movedBringer, func() []bringCall) {
 	var mu sync.Mutex
 	var calls []bringCall
 	b := newMovedBringer(func(_ context.Context, tenant string, to throttle.Policy, now time.Time) (int, error) {
@@ -51,7 +51,7 @@ func recordedBringer(t *testing.T, n int, err error, moved map[string]bool, log 
 // succession make one pass, under the last; another tenant's change its
 // own.
 func TestMovedBringerPassesOnceAfterTheLastChange(t *testing.T) {
-	var log lockedLog
+	var log testenv.Buffer
 	b, calls := recordedBringer(t, 12, nil, nil, &log)
 	ctx := context.Background()
 
@@ -93,7 +93,7 @@ func TestMovedBringerPassesOnceAfterTheLastChange(t *testing.T) {
 // tenant it moved no job of, so that a change of many tenants at once
 // costs nothing for those without a backlog.
 func TestMovedBringerPassesOverTenantsNotMoved(t *testing.T) {
-	var log lockedLog
+	var log testenv.Buffer
 	b, calls := recordedBringer(t, 0, nil, map[string]bool{"acme": true}, &log)
 	ctx := context.Background()
 	b.changed(ctx, "globex", throttle.Policy{})
@@ -114,7 +114,7 @@ func TestMovedBringerPassesOverTenantsNotMoved(t *testing.T) {
 // TestMovedBringerLogsAFailure: a pass that fails is logged as a warning,
 // saying the jobs come back at their slots.
 func TestMovedBringerLogsAFailure(t *testing.T) {
-	var log lockedLog
+	var log testenv.Buffer
 	b, calls := recordedBringer(t, 0, errors.New("no responders"), nil, &log)
 	b.changed(context.Background(), "acme", throttle.Policy{})
 	testenv.Eventually(t, 5*time.Second, "the failure logged", func() bool {
@@ -128,7 +128,7 @@ func TestMovedBringerLogsAFailure(t *testing.T) {
 // were moved by workers since stopped, or wait since the fleet was down);
 // one written longer ago gets none.
 func TestMovedBringerPassesChangesMadeBeforeItStarted(t *testing.T) {
-	var log lockedLog
+	var log testenv.Buffer
 	b, calls := recordedBringer(t, 0, nil, map[string]bool{}, &log)
 	ctx := context.Background()
 	b.loaded(ctx, "hooli", throttle.Policy{}, time.Now().Add(-time.Hour))
@@ -149,7 +149,7 @@ func TestMovedBringerPassesChangesMadeBeforeItStarted(t *testing.T) {
 // moved jobs of whose policy is the default, and none for a tenant with
 // limits of its own or one the worker moved nothing of.
 func TestMovedBringerPassesTheTenantsUnderAChangedDefault(t *testing.T) {
-	var log lockedLog
+	var log testenv.Buffer
 	b, calls := recordedBringer(t, 0, nil, map[string]bool{"acme": true, "globex": true, "initech": true}, &log)
 	to := throttle.Enforce(throttle.PerSecond(40, 40))
 	underDefault := map[string]bool{"acme": true, "initech": true, "hooli": true}
@@ -176,7 +176,7 @@ func TestMovedBringerPassesTheTenantsUnderAChangedDefault(t *testing.T) {
 // its predecessors, stopped by a deploy, moved jobs its rows do not count.
 // The pass's log line names the key whose change it was.
 func TestMovedBringerPassesEveryChangeSoonAfterItStarted(t *testing.T) {
-	var log lockedLog
+	var log testenv.Buffer
 	b, calls := recordedBringer(t, 3, nil, map[string]bool{}, &log)
 	b.mu.Lock()
 	b.started = time.Now()

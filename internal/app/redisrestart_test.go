@@ -22,7 +22,7 @@ func TestCheckRestartedTellsARestartFromAStall(t *testing.T) {
 		up, err := uptime(ctx, c)
 		return err == nil && up >= 3*time.Second
 	})
-	var log lockedLog
+	var log testenv.Buffer
 	l := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	checkRestarted(ctx, c, r.URL(), 0, l)

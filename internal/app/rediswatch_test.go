@@ -27,7 +27,7 @@ func TestWatchRedisLogsAnOutageOnce(t *testing.T) {
 	r := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(r.URL(), "redis://"), MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = c.Close() })
-	var log lockedLog
+	var log testenv.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	WatchRedis(ctx, c, r.URL(), slog.New(slog.NewTextHandler(&log, nil)))
@@ -69,7 +69,7 @@ func TestWatchRedisIgnoresACallersDeadline(t *testing.T) {
 	r := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(r.URL(), "redis://"), PoolSize: 1, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
-	var log lockedLog
+	var log testenv.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	WatchRedis(ctx, c, r.URL(), slog.New(slog.NewTextHandler(&log, nil)))
@@ -105,7 +105,7 @@ func TestWatchRedisClusterLogsAFailoverOnce(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = c.Close() })
-	var log lockedLog
+	var log testenv.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	WatchRedis(ctx, c, "redis://cluster", slog.New(slog.NewTextHandler(&log, nil)))
@@ -146,7 +146,7 @@ func TestWatchRedisClusterLogsAFailoverOnce(t *testing.T) {
 }
 
 // silentWatch is a watch of one server, timed by c, that logs to log.
-func silentWatch(c *testClock, log *lockedLog) redisWatchHook {
+func silentWatch(c *testClock, log *testenv.Buffer) redisWatchHook {
 	r := outage.New(outage.Options{Name: "Redis", Log: slog.New(slog.NewTextHandler(log, nil)), Now: c.now})
 	return redisWatchHook{r: r, silent: &silentCalls{period: silentPeriod, now: c.now}}
 }
@@ -171,7 +171,7 @@ func (replyErr) RedisError()     {}
 // answer ends the outage.
 func TestWatchRedisReportsCallsSilentForAPeriod(t *testing.T) {
 	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	var log lockedLog
+	var log testenv.Buffer
 	h := silentWatch(c, &log)
 	ctx := expired(t)
 	began := c.now()
@@ -203,7 +203,7 @@ func TestWatchRedisReportsCallsSilentForAPeriod(t *testing.T) {
 // them, begins the silence again, and calls made before it count from it.
 func TestWatchRedisSilenceEndsWithAnAnswer(t *testing.T) {
 	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	var log lockedLog
+	var log testenv.Buffer
 	h := silentWatch(c, &log)
 	ctx := expired(t)
 	answers := []error{nil, redis.Nil, replyErr("NOSCRIPT No matching script")}
@@ -223,7 +223,7 @@ func TestWatchRedisSilenceEndsWithAnAnswer(t *testing.T) {
 // them are answered, for a minute; cancelled calls say nothing either.
 func TestWatchRedisBusyPoolIsNoOutage(t *testing.T) {
 	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	var log lockedLog
+	var log testenv.Buffer
 	h := silentWatch(c, &log)
 	ctx := expired(t)
 	cancelled, cancel := context.WithCancel(context.Background())
@@ -263,7 +263,7 @@ func TestWatchRedisReportsAHungRedis(t *testing.T) {
 	// Cleanups run last first: the server goes on before its own cleanup
 	// kills it, should the test end while it is stopped.
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-	var log lockedLog
+	var log testenv.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	rep := WatchRedis(ctx, c, r.URL(), slog.New(slog.NewTextHandler(&log, nil)))
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -329,7 +329,7 @@ func TestWatchRedisReportsAHungRedis(t *testing.T) {
 // is no outage: Redis was asked nothing in between.
 func TestWatchRedisIdleIsNoSilence(t *testing.T) {
 	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	var log lockedLog
+	var log testenv.Buffer
 	h := silentWatch(c, &log)
 	ctx := expired(t)
 	for range 3 {
@@ -362,7 +362,7 @@ func (netTimeout) Temporary() bool { return true }
 // no outage, a longer one is logged once, dated from its first call.
 func TestWatchRedisShortStallIsNoOutage(t *testing.T) {
 	c := &testClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	var log lockedLog
+	var log testenv.Buffer
 	h := silentWatch(c, &log)
 	live := context.Background() // the read's deadline came first
 	stall := func(d time.Duration) (began time.Time) {
