@@ -1,12 +1,10 @@
 package fastlane
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -161,28 +159,6 @@ func TestLaneObserveWakes(t *testing.T) {
 	}
 }
 
-// logs is a logger whose records a test can read.
-type logs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logs) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
 // TestLaneStartReading: reading arrivals creates the lane's consumer as the
 // fleet shares it (headers only, no acks, from just after the jobs
 // consumer's position, one replica in memory, deleted after ArrivalsIdle
@@ -303,11 +279,11 @@ func TestLaneStartReadingRetriesAfterAFailure(t *testing.T) {
 		}
 	})
 	t.Run("another reader", func(t *testing.T) {
-		var lg logs
+		var lg testenv.Buffer
 		other := "audit"
 		calls := 0
 		l := newTestLane(t, 5000, func(c *Config) {
-			c.Log = lg.logger()
+			c.Log = slog.New(slog.NewTextHandler(&lg, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			c.OtherReaders = func(context.Context) (string, error) { calls++; return other, nil }
 		})
 		l.startReading(ctx)
