@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/limits"
 )
 
@@ -80,14 +81,15 @@ func (s *Server) deleteLimits(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, ch)
 }
 
-// duration reads an optional duration of a body; "" is 0.
+// duration reads an optional duration of a body, as the CLI's flags
+// take it (ops.ParseDuration); "" is 0.
 func duration(s, name string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%w: %s %q: want a duration such as 90s or 2h", ErrBadInput, name, s)
+	d, err := ops.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s %w", ErrBadInput, name, err)
 	}
 	return d, nil
 }

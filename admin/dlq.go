@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/throttler/throttler/internal/ops"
 	"github.com/throttler/throttler/tenant"
 )
 
@@ -33,12 +34,12 @@ func filterOf(tnt, reason, since string, limit int) (DeadLetterFilter, error) {
 // sinceTime reads since as the CLI's --since does, a duration back from
 // now (1h), or as an RFC 3339 time.
 func sinceTime(since string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(since); err == nil && d > 0 {
+	if d, err := ops.ParseDuration(since); err == nil && d > 0 {
 		return now.Add(-d), nil
 	}
 	t, err := time.Parse(time.RFC3339, since)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: since %q: want a duration back from now such as 1h, or an RFC 3339 time such as 2026-01-02T15:04:05Z", ErrBadInput, since)
+		return time.Time{}, fmt.Errorf("%w: since %q: want a duration back from now such as 1h or 7d, or an RFC 3339 time such as 2026-01-02T15:04:05Z", ErrBadInput, since)
 	}
 	return t, nil
 }

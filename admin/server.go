@@ -126,21 +126,33 @@ func (s *Server) routes() {
 	for _, rt := range s.apiRoutes() {
 		s.mux.Handle(rt.method+" "+apiPrefix+rt.path, s.authed(apiHandler(rt.handle)))
 	}
-	s.mux.Handle(apiPrefix+"/", s.authed(s.unrouted()))
+	unrouted := s.unrouted()
+	s.mux.Handle(apiPrefix+"/", s.authed(unrouted))
 	s.consoleRoutes()
+	// Outside the API too, a path no route has gets JSON, not net/http's
+	// plain text; it tells nothing about the data, so it needs no token.
+	s.mux.Handle("/", unrouted)
 }
 
-// unrouted answers, as JSON, a request of the API that no route took:
-// 405 with the methods its path takes (Allow), as net/http would, or 404
-// when no route has the path. The catch-all that keeps the API's errors
-// JSON matches every method, so net/http's own 405 never comes.
+// consolePatterns are the console's routes (consoleRoutes), which a
+// request that no route took is matched against as the API's are.
+var consolePatterns = []string{"GET /{$}", "GET /assets/"}
+
+// unrouted answers, as JSON, a request that no route took: 405 with the
+// methods its path takes (Allow), as net/http would, or 404 when no route
+// has the path. The catch-alls that keep the errors JSON match every
+// method, so net/http's own 405 never comes.
 func (s *Server) unrouted() http.Handler {
 	paths := http.NewServeMux() // matched against, never served
-	var methods []string
+	patterns := slices.Clone(consolePatterns)
 	for _, rt := range s.apiRoutes() {
-		paths.Handle(rt.method+" "+apiPrefix+rt.path, http.NotFoundHandler())
-		if !slices.Contains(methods, rt.method) {
-			methods = append(methods, rt.method)
+		patterns = append(patterns, rt.method+" "+apiPrefix+rt.path)
+	}
+	var methods []string
+	for _, p := range patterns {
+		paths.Handle(p, http.NotFoundHandler())
+		if m, _, _ := strings.Cut(p, " "); !slices.Contains(methods, m) {
+			methods = append(methods, m)
 		}
 	}
 	slices.Sort(methods)

@@ -142,8 +142,8 @@ func TestChangesAreLogged(t *testing.T) {
 }
 
 // TestPauseUntilSinceAndScheme: the API takes what the CLI takes: a
-// pause's end as a time (until), a dead letters' since as a duration back
-// from now or a time; and the Bearer scheme in any case (RFC 9110).
+// pause's end as a time (until), durations in whole days (7d), a dead
+// letters' since as a duration back from now or a time; and the Bearer scheme in any case (RFC 9110).
 func TestPauseUntilSinceAndScheme(t *testing.T) {
 	t.Parallel()
 	f := &fakeFleet{}
@@ -158,7 +158,17 @@ func TestPauseUntilSinceAndScheme(t *testing.T) {
 	if rec := do(t, srv, "POST", "/api/v1/tenants/acme/pause", `{"until": "tomorrow"}`, auth); rec.Code != http.StatusBadRequest {
 		t.Errorf("pause until tomorrow: %d, want 400", rec.Code)
 	}
-	for since, want := range map[string]int{"1h": http.StatusOK, "90s": http.StatusOK, "2026-01-02T15:04:05Z": http.StatusOK, "yesterday": http.StatusBadRequest, "-1h": http.StatusBadRequest} {
+	// Whole days, as the CLI's --for, --older-than and --since take them.
+	if rec := do(t, srv, "POST", "/api/v1/tenants/acme/pause", `{"reason": "r", "for": "7d"}`, auth); rec.Code != http.StatusOK {
+		t.Fatalf("pause for 7d: %d %s", rec.Code, rec.Body)
+	}
+	if got := f.changes[len(f.changes)-1]; got != `pause acme "r" 168h0m0s` {
+		t.Fatalf("the fleet was asked %q, want a pause of 168h", got)
+	}
+	if rec := do(t, srv, "POST", "/api/v1/tenants/acme/purge", `{"older_than": "2d", "dry_run": true}`, auth); rec.Code != http.StatusOK {
+		t.Fatalf("purge older than 2d: %d %s", rec.Code, rec.Body)
+	}
+	for since, want := range map[string]int{"1h": http.StatusOK, "90s": http.StatusOK, "7d": http.StatusOK, "7.5d": http.StatusBadRequest, "2026-01-02T15:04:05Z": http.StatusOK, "yesterday": http.StatusBadRequest, "-1h": http.StatusBadRequest} {
 		if rec := do(t, srv, "GET", "/api/v1/dlq?since="+since, ``, auth); rec.Code != want {
 			t.Errorf("GET /dlq?since=%s: %d, want %d", since, rec.Code, want)
 		}
@@ -191,7 +201,7 @@ func TestEmptySelectionRefused(t *testing.T) {
 
 // TestWrongMethodAnswers405: a route's path with a method it does not take
 // answers 405 with the methods it does (Allow), as JSON; a path no route
-// has answers 404.
+// has answers 404, as JSON too, in the API or outside it.
 func TestWrongMethodAnswers405(t *testing.T) {
 	t.Parallel()
 	srv := admin.New((&fakeFleet{}).config(token))
@@ -209,8 +219,15 @@ func TestWrongMethodAnswers405(t *testing.T) {
 			t.Errorf("%s %s: body %q, want a JSON error naming the method", c.method, c.path, rec.Body)
 		}
 	}
-	if rec := do(t, srv, "GET", "/api/v1/nothing/here", ``, "Bearer "+token); rec.Code != http.StatusNotFound {
-		t.Errorf("a path no route has: %d, want 404", rec.Code)
+	for path, auth := range map[string]string{"/api/v1/nothing/here": "Bearer " + token, "/nothing/here": ""} {
+		rec := do(t, srv, "GET", path, ``, auth)
+		var body struct{ Error string }
+		if rec.Code != http.StatusNotFound || json.Unmarshal(rec.Body.Bytes(), &body) != nil || !strings.Contains(body.Error, path) {
+			t.Errorf("GET %s, a path no route has: %d %q, want 404 with a JSON error naming it", path, rec.Code, rec.Body)
+		}
+	}
+	if rec := do(t, srv, "POST", "/", ``, ""); rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET" {
+		t.Errorf("POST /: %d, Allow %q; want 405, Allow GET", rec.Code, rec.Header().Get("Allow"))
 	}
 	if rec := do(t, srv, "PATCH", "/api/v1/tenants/acme/limits", ``, ""); rec.Code != http.StatusUnauthorized {
 		t.Errorf("a wrong method without the token: %d, want 401 first", rec.Code)

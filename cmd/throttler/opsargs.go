@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -77,17 +76,9 @@ func (v durationValue) String() string {
 }
 
 func (v durationValue) Set(s string) error {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%q: want a duration such as 90m, 36h or 7d", s)
-		}
-		*v.d = time.Duration(n) * 24 * time.Hour
-		return nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return fmt.Errorf("%q: want a duration such as 90m, 36h or 7d", s)
+	d, err := ops.ParseDuration(s)
+	if err != nil {
+		return err
 	}
 	*v.d = d
 	return nil
