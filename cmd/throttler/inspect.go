@@ -154,8 +154,12 @@ func printInspection(w io.Writer, in inspectpkg.Report) {
 	printBuckets(w, in.At, in.Buckets)
 	switch {
 	case in.Paused != nil && in.Paused.Active:
-		fmt.Fprintf(w, "PAUSED %s (since %s, revision %d): no worker starts its jobs; they wait off the consumer, uncharged, until `throttler resume %s`\n",
-			describePause(in.Paused.Pause), in.Paused.Since.Format(time.RFC3339), in.Paused.Revision, in.Tenant)
+		until := "until `throttler resume " + in.Tenant + "`"
+		if !in.Paused.Until.IsZero() {
+			until = "until the pause ends, or `throttler resume " + in.Tenant + "` before"
+		}
+		fmt.Fprintf(w, "PAUSED %s (since %s, revision %d): no worker starts its jobs; they wait off the consumer, uncharged, %s\n",
+			describePause(in.Paused.Pause), in.Paused.Since.Format(time.RFC3339), in.Paused.Revision, until)
 	case in.Credits != nil && (!in.Credits.Trusted || in.Credits.WaitingFrom > 0 || in.Credits.Balance < 1):
 		fmt.Fprintf(w, "a job arriving now waits for credits: %s\n", describeCredits(in.Credits))
 	case inspectpkg.CapFull(in.Running, in.Cap):

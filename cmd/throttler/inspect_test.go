@@ -15,6 +15,7 @@ import (
 
 	inspectpkg "github.com/throttler/throttler/internal/inspect"
 	"github.com/throttler/throttler/limits"
+	"github.com/throttler/throttler/pause"
 	"github.com/throttler/throttler/throttle"
 )
 
@@ -196,4 +197,27 @@ func TestATenantStartingWithADash(t *testing.T) {
 	cli(t, "inspect", "--", "-acme").want(t, "inspect -- -acme", exitOK, []string{"tenant -acme at", "limits 5/s"}, nil)
 	cli(t, "credits", "get", "--", "-acme").want(t, "credits get -- -acme", exitOK, []string{"-acme: "}, nil)
 	cli(t, "inspect", "-acme").want(t, "inspect -acme", exitConfig, nil, []string{"flag provided but not defined: -acme"})
+}
+
+// TestInspectSaysHowAPauseEnds: a pause without an end lasts until
+// `throttler resume`; one with an end says so, and that a resume ends it
+// sooner.
+func TestInspectSaysHowAPauseEnds(t *testing.T) {
+	since := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		until time.Time
+		want  string
+	}{
+		{time.Time{}, "PAUSED until resumed: incident (since 2026-12-06T09:00:00Z, revision 3): no worker starts its jobs; they wait off the consumer, uncharged, until `throttler resume acme`\n"},
+		{since.Add(time.Hour), "PAUSED until 2026-12-06T10:00:00Z: incident (since 2026-12-06T09:00:00Z, revision 3): no worker starts its jobs; they wait off the consumer, uncharged, until the pause ends, or `throttler resume acme` before\n"},
+	} {
+		var out strings.Builder
+		printInspection(&out, inspectpkg.Report{Tenant: "acme", At: since, Paused: &inspectpkg.Paused{
+			Pause:  pause.Pause{Tenant: "acme", Reason: "incident", Since: since, Until: c.until, Revision: 3},
+			Active: true,
+		}})
+		if !strings.Contains(out.String(), c.want) {
+			t.Errorf("inspect of a pause until %v printed\n%s\nwant the line\n%s", c.until, out.String(), c.want)
+		}
+	}
 }

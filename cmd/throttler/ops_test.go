@@ -76,21 +76,23 @@ func TestOpsWithoutTheJobsStream(t *testing.T) {
 	}
 }
 
-// TestPurgeSaysTheSlotsStayCharged: a purge that removed jobs says their
-// slots stay charged, which a tenant under a low limit feels as its next
-// jobs waiting; a dry run, or a purge that removed nothing, does not.
+// TestPurgeSaysTheSlotsStayCharged: a purge that removed jobs holding
+// slots says how many, and that their slots stay charged, which a tenant
+// under a low limit feels as its next jobs waiting; a dry run, a purge
+// that removed nothing, or only uncharged jobs (paused ones), does not.
 func TestPurgeSaysTheSlotsStayCharged(t *testing.T) {
 	for _, tc := range []struct {
 		r    ops.PurgeReport
 		want bool
 	}{
-		{ops.PurgeReport{Tenant: "acme", Removed: 5, Moved: 5}, true},
-		{ops.PurgeReport{Tenant: "acme", Removed: 5, Moved: 5, DryRun: true}, false},
+		{ops.PurgeReport{Tenant: "acme", Removed: 5, Moved: 5, Charged: 3}, true},
+		{ops.PurgeReport{Tenant: "acme", Removed: 5, Moved: 5, Charged: 3, DryRun: true}, false},
+		{ops.PurgeReport{Tenant: "acme", Removed: 5, Moved: 5}, false},
 		{ops.PurgeReport{Tenant: "acme"}, false},
 	} {
 		var out strings.Builder
 		printPurge(&out, tc.r)
-		if got := strings.Contains(out.String(), "stay charged: acme's next jobs wait as if they had run (throttler inspect acme"); got != tc.want {
+		if got := strings.Contains(out.String(), "the slots 3 of the removed jobs held stay charged: acme's next jobs wait as if they had run (throttler inspect acme"); got != tc.want {
 			t.Errorf("%+v printed:\n%s\nsaying the slots stay charged: %v, want %v", tc.r, out.String(), got, tc.want)
 		}
 	}

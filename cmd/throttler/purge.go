@@ -92,9 +92,9 @@ func printPurge(w io.Writer, r ops.PurgeReport) {
 		fmt.Fprintln(w, "nothing removed: add --yes (without --dry-run) to remove them")
 		return
 	}
-	if r.Removed > 0 {
+	if r.Charged > 0 {
 		// On purpose (docs/operations.md, "What a purge leaves charged"),
 		// but a surprise under a low limit: say it where it is felt.
-		fmt.Fprintf(w, "the slots the removed jobs held stay charged: %s's next jobs wait as if they had run (throttler inspect %s says how long)\n", r.Tenant, r.Tenant)
+		fmt.Fprintf(w, "the slots %d of the removed jobs held stay charged: %s's next jobs wait as if they had run (throttler inspect %s says how long)\n", r.Charged, r.Tenant, r.Tenant)
 	}
 }

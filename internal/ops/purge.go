@@ -61,6 +61,12 @@ type PurgeReport struct {
 	Woken int `json:"woken"`
 	// Removed is the sum of the above.
 	Removed int `json:"removed"`
+	// Charged counts the removed jobs that held a slot their tenant was
+	// charged for: moved to wait for it under the tenant's limits, and
+	// the fast lane's copies. Their charges stay spent (as if they ran);
+	// paused jobs, and those waiting for credits, a lease or a turn, were
+	// not charged.
+	Charged int `json:"charged"`
 	// InFlight counts the tenant's jobs delivered to a worker and perhaps
 	// not yet acked (running, NAK'd to wait, or just decided), which a
 	// purge never removes: at most that many, since the consumer does not
@@ -115,6 +121,7 @@ func PurgeTenant(ctx context.Context, fl Fleet, opts PurgeOptions) (PurgeReport,
 		rep.Parked += pass.Parked
 		rep.Fast += pass.Fast
 		rep.Woken += pass.Woken
+		rep.Charged += pass.Charged + pass.Fast
 		rep.Unwaited += pass.Unwaited
 		rep.Unqueued += pass.Unqueued
 		rep.Warnings = append(rep.Warnings, pass.Warnings...)

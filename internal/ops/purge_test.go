@@ -75,13 +75,16 @@ func TestPurgeKinds(t *testing.T) {
 			f.store("sched.acme.13", with(copyHeader("JOBS:13", "acme", header.WaitLease+"max running:5"), "acme"))
 			f.store("sched.f.acme.14", with(copyHeader("JOBS:14", "acme", ""), "acme"))
 			f.store("sched.k.acme.15", with(copyHeader("JOBS:15", "acme", header.WaitLease+"running:2"), "acme"))
+			f.store("sched.acme.18", with(copyHeader("JOBS:18", "acme", header.WaitPaused), "acme"))
 			f.store("sched.globex.16", with(copyHeader("JOBS:16", "globex", header.WaitLease+"running:2"), "globex"))
 			f.store("sched.k.globex.17", with(copyHeader("JOBS:17", "globex", ""), "globex"))
 
 			u := &unwaiter{}
 			dry, err := ops.PurgeTenant(f.ctx, f.fleet, ops.PurgeOptions{Tenant: "acme", DryRun: true, Waiting: u})
 			must(t, err)
-			want := ops.PurgeReport{Tenant: "acme", DryRun: true, Pending: 3, Moved: 1, Parked: 2, Fast: 1, Woken: 1, Removed: 8, InFlight: 2, Passes: 1}
+			// Charged: the one moved for its slot and the fast copy, not the
+			// paused one.
+			want := ops.PurgeReport{Tenant: "acme", DryRun: true, Pending: 3, Moved: 2, Parked: 2, Fast: 1, Woken: 1, Removed: 9, Charged: 2, InFlight: 2, Passes: 1}
 			if fmt.Sprint(dry) != fmt.Sprint(want) || len(u.ids) != 0 {
 				t.Errorf("dry run: %+v (unwaited %v), want %+v", dry, u.ids, want)
 			}

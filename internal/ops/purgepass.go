@@ -133,17 +133,18 @@ func (p *purge) delivered(ctx context.Context, name string, filters []string) (r
 // ones, whose places in the caps' waiting lists go too.
 func (p *purge) copies(ctx context.Context, rep *PurgeReport) error {
 	type found struct {
-		seq    uint64
-		parked bool
-		id     string
-		turn   *throttle.QueuedJob // parked for its turn under a level
+		seq     uint64
+		parked  bool
+		charged bool // held a slot (holdsSlot)
+		id      string
+		turn    *throttle.QueuedJob // parked for its turn under a level
 	}
 	var all []found
 	filter := string(p.fl.Schedules) + "." + p.opts.Tenant + ".*"
 	err := scan(ctx, p.stream, scanOptions{Filters: []string{filter}, HeadersOnly: true}, func(st stored) (bool, error) {
 		if p.selects(st) {
 			reason := st.Header.Get(header.WaitReason)
-			f := found{seq: st.Seq, id: st.Header.Get(header.JobID), parked: strings.HasPrefix(reason, header.WaitLease)}
+			f := found{seq: st.Seq, id: st.Header.Get(header.JobID), parked: strings.HasPrefix(reason, header.WaitLease), charged: holdsSlot(reason)}
 			if lv, ok := strings.CutPrefix(reason, header.WaitTurn); ok {
 				cost, _ := header.ParseCost(st.Header, p.fl.CostHeader) // a bad one was dead-lettered, not parked
 				f.turn = &throttle.QueuedJob{Level: lv, JobID: f.id, Cost: cost}
@@ -171,6 +172,9 @@ func (p *purge) copies(ctx context.Context, rep *PurgeReport) error {
 			parked = append(parked, f.id)
 		default:
 			rep.Moved++
+			if f.charged {
+				rep.Charged++
+			}
 			if f.turn != nil {
 				turns = append(turns, *f.turn)
 			}
@@ -205,9 +209,10 @@ func (p *purge) bundles(ctx context.Context, rep *PurgeReport) error {
 	sch, t := string(p.fl.Schedules), p.opts.Tenant
 	filters := []string{sch + ".b." + t + ".*", sch + ".u." + t + ".*"}
 	type found struct {
-		seq  uint64
-		n    int
-		keep []*nats.Msg
+		seq     uint64
+		n       int
+		charged int // of the n, those holding a slot (holdsSlot)
+		keep    []*nats.Msg
 	}
 	var all []found
 	err := scan(ctx, p.stream, scanOptions{Filters: filters}, func(st stored) (bool, error) {
@@ -219,6 +224,9 @@ func (p *purge) bundles(ctx context.Context, rep *PurgeReport) error {
 		for _, c := range copies {
 			if p.before(published(stored{Header: c.Header, Time: st.Time})) {
 				f.n++
+				if holdsSlot(c.Header.Get(header.WaitReason)) {
+					f.charged++
+				}
 			} else {
 				f.keep = append(f.keep, c)
 			}
@@ -245,8 +253,16 @@ func (p *purge) bundles(ctx context.Context, rep *PurgeReport) error {
 			}
 		}
 		rep.Moved += f.n
+		rep.Charged += f.charged
 	}
 	return nil
+}
+
+// holdsSlot reports whether a moved job's wait reason says it holds a
+// slot its tenant's limits were charged for, rather than waiting
+// uncharged (paused, for credits, a lease or a turn).
+func holdsSlot(reason string) bool {
+	return strings.HasPrefix(reason, header.WaitLimit) || reason == header.WaitSlot
 }
 
 // publish stores copies and waits for the acks.
