@@ -104,7 +104,7 @@ args:
 		if op == "get" {
 			st, err := credits.Get(s.ctx, o, t)
 			if err != nil {
-				return fail(failStatus(err), "%v", err)
+				return fail(failStatus(err), "%v", redisUnreachable(s.cfg, err))
 			}
 			out = st
 			if !asJSON {
@@ -118,7 +118,7 @@ args:
 		}
 		ch, err := change(s.ctx, o, t, n)
 		if err != nil {
-			return fail(failStatus(err), "%v", err)
+			return fail(failStatus(err), "%v", redisUnreachable(s.cfg, err))
 		}
 		out = ch
 		if !asJSON {

@@ -80,7 +80,7 @@ func inspectCmd(args []string, quiet bool, stdout, stderr io.Writer) int {
 		in, err = inspect(ctx, cfg, rest[0])
 	}
 	if err != nil {
-		return fail(exitFailed, "%v", err)
+		return fail(exitFailed, "%v", redisUnreachable(cfg, err))
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	inspectpkg "github.com/throttler/throttler/internal/inspect"
+	"github.com/throttler/throttler/internal/testenv"
 	"github.com/throttler/throttler/limits"
 	"github.com/throttler/throttler/pause"
 	"github.com/throttler/throttler/throttle"
@@ -218,6 +220,22 @@ func TestInspectSaysHowAPauseEnds(t *testing.T) {
 		}})
 		if !strings.Contains(out.String(), c.want) {
 			t.Errorf("inspect of a pause until %v printed\n%s\nwant the line\n%s", c.until, out.String(), c.want)
+		}
+	}
+}
+
+// TestCommandsSayRedisIsUnreachable: inspect and credits, with nothing
+// listening at REDIS_URL, say that Redis is unreachable at that URL
+// before go-redis's cause.
+func TestCommandsSayRedisIsUnreachable(t *testing.T) {
+	setup(t)
+	url := "redis://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	t.Setenv("REDIS_URL", url)
+	for _, args := range [][]string{{"inspect", "acme"}, {"credits", "get", "acme"}} {
+		r := cli(t, args...)
+		want := "redis at " + url + " (REDIS_URL) is unreachable: "
+		if r.code != exitFailed || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "connection refused") {
+			t.Errorf("%v: exit %d, stderr:\n%s\nwant %d and %q with the cause", args, r.code, r.stderr, exitFailed, want)
 		}
 	}
 }

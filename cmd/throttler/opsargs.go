@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -191,4 +193,16 @@ func connectJetStream(cfg *app.Settings, name string, opts ...jetstream.JetStrea
 		}
 	}
 	return nc, js, nil
+}
+
+// redisUnreachable rewords err when Redis could not be reached (a dial
+// refused or timed out, no answer within the timeout), so that an
+// operator reads first that Redis, at the URL the command used, is
+// unreachable, and then why; any other error is returned as it is.
+func redisUnreachable(cfg *app.Settings, err error) error {
+	var op *net.OpError
+	if !errors.Is(err, throttle.ErrRedis) || !(errors.As(err, &op) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
+		return err
+	}
+	return fmt.Errorf("redis at %s (REDIS_URL) is unreachable: %w", cfg.MaskedRedisURL(), err)
 }
