@@ -148,7 +148,7 @@ func Run(ctx context.Context, cfg *Settings, opts Options) error {
 	handler := opts.Handler
 	if handler == nil {
 		var closeHandler func()
-		if handler, closeHandler, err = NewHandler(js, cfg); err != nil {
+		if handler, closeHandler, err = NewHandler(js, cfg, log); err != nil {
 			return err
 		}
 		defer closeHandler()

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"log/slog"
 	"net/http"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,8 +13,9 @@ import (
 
 // NewHandler returns the handler THROTTLER_HANDLER names, built from the
 // settings, and a function that releases what it holds (the http
-// handler's idle connections), to call once the worker has stopped.
-func NewHandler(js jetstream.JetStream, cfg *Settings) (consumer.Handler, func(), error) {
+// handler's idle connections), to call once the worker has stopped. The
+// handler logs to log, as the worker does (a malformed Throttler-Cost).
+func NewHandler(js jetstream.JetStream, cfg *Settings, log *slog.Logger) (consumer.Handler, func(), error) {
 	if cfg.Handler != config.HandlerHTTP {
 		return consumer.Forwarder(js, cfg.Forward), func() {}, nil
 	}
@@ -27,6 +29,7 @@ func NewHandler(js jetstream.JetStream, cfg *Settings) (consumer.Handler, func()
 		Timeout: cfg.HTTPTimeout,
 		Headers: headers,
 		Conns:   cfg.Concurrency,
+		Logger:  log,
 	})
 	if err != nil {
 		return nil, nil, err
