@@ -100,3 +100,47 @@ func TestStreamReplicas(t *testing.T) {
 		t.Errorf("3 replicas on a single server: status %d, want 2 naming THROTTLER_STREAM_REPLICAS\n%s", status, errOut)
 	}
 }
+
+// TestWorkerWaitsForServersToPlaceItsStream: with one server of a
+// three-server cluster down, JetStream cannot place a stream of 3
+// replicas ("no suitable peers for placement", status 400, as a cluster
+// still electing its leaders answers): the worker waits, saying why,
+// rather than stopping as on a setting to change or giving up message
+// schedules, and starts once the server is back.
+func TestWorkerWaitsForServersToPlaceItsStream(t *testing.T) {
+	bin, natsServer := buildThrottler(t), buildNATSServer(t)
+	cluster := startNATSCluster(t, natsServer, 3)
+	testenv.Eventually(t, time.Minute, "a metadata leader", func() bool { return cluster.metaLeader(t) != "" })
+	down := cluster.nodes[2]
+	cluster.stop(down)
+	rs := testenv.StartRedis(t)
+	vars := map[string]string{
+		"NATS_URL": cluster.URL(), "REDIS_URL": rs.URL(),
+		"THROTTLER_STREAM_REPLICAS": "3", "THROTTLER_LOG_LEVEL": "info",
+	}
+	cmd, _, stderr := throttlerCmd(context.Background(), bin, vars)
+	must(t, cmd.Start(), "start throttler")
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	defer func() {
+		if t.Failed() {
+			t.Logf("worker's log:\n%s", stderr)
+		}
+	}()
+	testenv.Eventually(t, time.Minute, "the worker waiting for placement", func() bool {
+		return strings.Contains(stderr.String(), "cannot place the jobs stream JOBS's replicas now")
+	})
+	select {
+	case err := <-exited:
+		t.Fatalf("the worker exited while a server was down: %v", err)
+	default:
+	}
+	cluster.start(t, down)
+	testenv.Eventually(t, 2*time.Minute, "worker running", func() bool {
+		return strings.Contains(stderr.String(), "worker running")
+	})
+	if s := stderr.String(); strings.Contains(s, "deferring with NAK only") {
+		t.Errorf("a placement refused gave up message schedules:\n%s", s)
+	}
+}

@@ -41,10 +41,25 @@ func overlapIsConfig(err error, cfg *Settings, withSchedules bool) error {
 // it is, to be retried.
 func refusedIsConfig(err error, what, vars string) error {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) || apiErr.Code != 400 || errors.Is(err, ErrUnsupported) {
+	if !errors.As(err, &apiErr) || apiErr.Code != 400 || errors.Is(err, ErrUnsupported) || unplaced(err) {
 		return err
 	}
 	return fmt.Errorf("JetStream refused %s (%s); check %s: %w: %w", what, apiErr.Description, vars, err, ErrUnsupported)
+}
+
+// jsErrNoPeers is the JetStream API error code of a stream whose replicas
+// no servers can take now (JSClusterNoPeersErrF, "no suitable peers for
+// placement"): a cluster still electing its leaders, or a server down.
+// The server answers it with status 400, as a bad request, though it
+// passes once the servers are back.
+const jsErrNoPeers = 10005
+
+// unplaced reports whether err is JetStream's refusal to place a stream's
+// replicas now (jsErrNoPeers), to be retried rather than taken for a
+// setting to change.
+func unplaced(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoPeers
 }
 
 // jsErrReplicasNotSupported is the JetStream API error code of a stream

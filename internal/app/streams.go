@@ -66,6 +66,11 @@ func setUp(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg *Sett
 		return nil, err
 	}
 	stream, err := streams.EnsureStream(ctx, js, spec)
+	if err != nil && unplaced(err) {
+		// Not the schedules' fault: retried, the same stream is created
+		// once the cluster can place it.
+		return nil, fmt.Errorf("JetStream cannot place the jobs stream %s's replicas now (a cluster still forming, or a server down): %w", cfg.Stream, err)
+	}
 	if err != nil {
 		err = replicasIsConfig(err, spec.Replicas)
 		// Subjects that overlap another stream's (another fleet's schedule
