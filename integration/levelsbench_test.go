@@ -34,6 +34,10 @@ import (
 //     org-2's b1 each have a backlog of 2,400 jobs, published one
 //     after the other before the workers start: the groups share evenly
 //     however their tenants' backlogs were queued.
+//   - group-after-global: org-1=20/s over a1, offered 40/s, shares a
+//     global 30/s with org-2's b1, a backlog of 420 jobs done in about
+//     28 s: once the global limit stops binding, org-1 runs at its own
+//     20/s, not above it on grants kept while it waited for turns.
 //
 // Each variant runs on a single Redis (VARIANT/single) and on a Redis
 // Cluster of three masters (VARIANT/cluster), where each level's keys
@@ -58,6 +62,9 @@ func BenchmarkGlobalLimit(b *testing.B) {
 			paced: map[string]int{"t1": 50, "t2": 50, "t3": 50, "t4": 50}, groups: orgs},
 		{name: "groups-backlogs", global: 60, backlog: map[string]int{"a1": 2400, "a2": 2400, "b1": 2400},
 			groups: map[string]string{"a1": "org-1", "a2": "org-1", "b1": "org-2"}},
+		{name: "group-after-global", global: 30, groupLimits: map[string]float64{"org-1": 20},
+			backlog: map[string]int{"b1": 420}, paced: map[string]int{"a1": 40},
+			groups: map[string]string{"a1": "org-1", "b1": "org-2"}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			for _, redis := range []string{"single", "cluster"} {

@@ -23,6 +23,8 @@ func (d *Decider) WithLevels(s *Shared) *Decider {
 type levelPlan struct {
 	levels  []Level
 	granted []Grant // the levels it passed in this call, for GiveBack
+	held    []bool  // by granted: passed by a pass held from before
+	queued  int     // the stage whose list it joined; -1 for none
 	shadow  time.Duration
 	level   string // the level of shadow
 }
@@ -71,7 +73,7 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 		var js []LevelJob
 		for i, cp := range copies {
 			if stage == 0 {
-				plans[i].levels = d.plan(cp)
+				plans[i].levels, plans[i].queued = d.plan(cp), -1
 			}
 			if done[i] || stage >= len(plans[i].levels) {
 				continue
@@ -103,11 +105,13 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 			case !ds[k].Passed:
 				out[i].Decision, done[i] = Decision{Outcome: Queued, Ahead: ds[k].Ahead, LevelName: name}, true
 				waiting = append(waiting, i)
+				p.queued = stage
 			case ds[k].Wait > 0:
 				out[i].Decision, done[i] = Decision{Outcome: Reserved, Wait: ds[k].Wait, LevelName: name}, true
 				waiting = append(waiting, i)
 			default:
 				p.granted = append(p.granted, Grant{Level: lvs[k], Job: js[k], Slot: now, Refund: true})
+				p.held = append(p.held, ds[k].Held)
 				if ds[k].ShadowWait > p.shadow {
 					p.shadow, p.level = ds[k].ShadowWait, name
 				}
@@ -123,7 +127,7 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 			pass = append(pass, i)
 		}
 	}
-	var back []Grant
+	back := d.unkeep(copies, plans, time.Now())
 	if len(pass) > 0 {
 		sub := make([]Copy, len(pass))
 		for k, i := range pass {
@@ -152,6 +156,36 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 	_ = d.shared.GiveBack(ctx, back)
 	if len(called) > 0 && len(out) > 0 {
 		out[0].Called = append(out[0].Called, called...)
+	}
+	return out
+}
+
+// unkeep returns what the copies that joined a level's list give back,
+// so that no level keeps a charge for a job waiting in another's list:
+// the grants the levels before made it in this call (a job queued at the
+// global level keeps no pass of its group's; called, it is decided by its
+// group again), and the unused passes it holds at the levels after (a
+// job called by the global level, then queued by its group, gives the
+// call back). A pass held from before is kept: a job that waited for its
+// group's slot, then was queued at the global level, passes its group
+// uncharged when called, so that no job goes back and forth for ever
+// between two levels that both bind. Kept instead, a group's passes
+// would pile up while the global level binds, and be used on top of the
+// group's new grants once it stops.
+func (d *Decider) unkeep(copies []Copy, plans []levelPlan, now time.Time) []Grant {
+	var out []Grant
+	for i, p := range plans {
+		if p.queued < 0 {
+			continue
+		}
+		for k, g := range p.granted {
+			if !p.held[k] {
+				out = append(out, g)
+			}
+		}
+		for k := p.queued + 1; k < len(p.levels); k++ {
+			out = append(out, Grant{Level: p.levels[k], Job: d.levelJob(copies[i], p.levels, k), Slot: now, Refund: true, OnlyUnused: true})
+		}
 	}
 	return out
 }

@@ -294,3 +294,72 @@ func TestLevelGroupsTenantsTakeTurnsAtTheGlobalLevel(t *testing.T) {
 		t.Errorf("y2's fifth job was call %d: %v", len(order), order)
 	}
 }
+
+// TestLevelQueuedJobKeepsNoGrantOfTheLevelBefore: a job its group grants
+// that the global level then queues gives the group's grant back, so
+// that a group's grants cannot pile up while the global level binds and
+// be used on top of its rate once it stops; called back, the job is
+// decided by its group again.
+func TestLevelQueuedJobKeepsNoGrantOfTheLevelBefore(t *testing.T) {
+	ctx := context.Background()
+	d, s := levelDecider(t, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}}, throttle.LevelRules{
+		GlobalPolicy: throttle.Policy{Limits: throttle.Limits{{Rate: 5, Period: time.Second, Burst: 1}}},
+		Groups:       map[string]throttle.Policy{"org": {Limits: throttle.Limits{{Rate: 1, Period: time.Minute, Burst: 10}}}},
+	})
+	if got, err := d.Decide(ctx, levelCopy("acme", "org", 1)); err != nil || got.Outcome != throttle.Admitted {
+		t.Fatalf("first job: %+v, %v; want admitted", got, err)
+	}
+	if got, err := d.Decide(ctx, levelCopy("acme", "org", 2)); err != nil || got.Outcome != throttle.Queued || got.LevelName != "_global" {
+		t.Fatalf("second job: %+v, %v; want queued at _global", got, err)
+	}
+	// org's 10 tokens: the first job's spent, the second's given back.
+	if n := passAtOnce(t, s, throttle.Level{Group: "org"}, 10); n != 9 {
+		t.Fatalf("%d jobs passed org at once, want 9 (one charged, the queued job's grant given back)", n)
+	}
+}
+
+// TestLevelCallGivenBackWhenTheGroupQueues: a job the global level called
+// that its group then queues gives the call back, so that the global
+// level's room goes to the jobs that can run rather than to passes used
+// late, on top of its later grants.
+func TestLevelCallGivenBackWhenTheGroupQueues(t *testing.T) {
+	ctx := context.Background()
+	d, s := levelDecider(t, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}}, throttle.LevelRules{
+		GlobalPolicy: throttle.Policy{Limits: throttle.Limits{{Rate: 1, Period: time.Second, Burst: 1}}},
+		Groups:       map[string]throttle.Policy{"org": {Limits: throttle.Limits{{Rate: 1, Period: time.Minute, Burst: 2}}}},
+	})
+	if got, err := d.Decide(ctx, levelCopy("acme", "org", 1)); err != nil || got.Outcome != throttle.Admitted {
+		t.Fatalf("first job: %+v, %v; want admitted", got, err)
+	}
+	if got, err := d.Decide(ctx, levelCopy("acme", "org", 2)); err != nil || got.Outcome != throttle.Queued || got.LevelName != "_global" {
+		t.Fatalf("second job: %+v, %v; want queued at _global", got, err)
+	}
+	// Another tenant of org takes the group's last token meanwhile.
+	if n := passAtOnce(t, s, throttle.Level{Group: "org"}, 1); n != 1 {
+		t.Fatalf("%d jobs passed org at once, want 1", n)
+	}
+	var called []throttle.Waiter
+	deadline := time.Now().Add(5 * time.Second)
+	for len(called) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		var err error
+		if called, err = s.Poke(ctx, []throttle.Level{throttle.Global}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(called) != 1 || called[0].JobID != "s:2" {
+		t.Fatalf("poke called %v, want the second job", called)
+	}
+	// Called, charged at _global (1/s: its bucket empty for a second);
+	// back, its group has no token for a minute: queued at org.
+	if got, err := d.Decide(ctx, levelCopy("acme", "org", 2)); err != nil || got.Outcome != throttle.Queued || got.LevelName != "group.org" {
+		t.Fatalf("the called job back: %+v, %v; want queued at group.org", got, err)
+	}
+	// The call's token back: another job passes within the direct
+	// lookahead (the called job's slot was up to the call lookahead
+	// ahead), not a second later.
+	ds, errs, _ := s.Decide(ctx, []throttle.Level{throttle.Global}, []throttle.LevelJob{{Tenant: "probe", JobID: "p:1", Flow: "probe", Cost: 1, Weight: 1}})
+	if errs[0] != nil || !ds[0].Passed || ds[0].Wait > 100*time.Millisecond {
+		t.Fatalf("another job at _global: %+v, %v; want passed within 100ms: the call given back", ds[0], errs[0])
+	}
+}
