@@ -79,34 +79,54 @@ func TestLevelGrantGivenBackWhenTheTenantWaits(t *testing.T) {
 	}
 }
 
-// TestLevelKeptPassOfAGroup: a job that passed its group and was queued
-// at the global level passes its group again, uncharged, when it comes
-// back in its turn; the group is charged once for it.
-func TestLevelKeptPassOfAGroup(t *testing.T) {
+// queuedAtGlobal returns a Decider deciding acme's jobs of group org at
+// the levels global and org, once acme's first job was admitted and its
+// second queued at _global (the global limit's next slot past the direct
+// lookahead).
+func queuedAtGlobal(t *testing.T, global, org throttle.Limit) (*throttle.Decider, *throttle.Shared) {
+	t.Helper()
 	ctx := context.Background()
 	d, s := levelDecider(t, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}}, throttle.LevelRules{
-		GlobalPolicy: throttle.Policy{Limits: throttle.Limits{{Rate: 5, Period: time.Second, Burst: 1}}},
-		Groups:       map[string]throttle.Policy{"org": {Limits: throttle.Limits{{Rate: 1, Period: time.Minute, Burst: 10}}}},
+		GlobalPolicy: throttle.Policy{Limits: throttle.Limits{global}},
+		Groups:       map[string]throttle.Policy{"org": {Limits: throttle.Limits{org}}},
 	})
-	first, err := d.Decide(ctx, levelCopy("acme", "org", 1))
-	if err != nil || first.Outcome != throttle.Admitted {
-		t.Fatalf("first job: %+v, %v; want admitted", first, err)
+	if got, err := d.Decide(ctx, levelCopy("acme", "org", 1)); err != nil || got.Outcome != throttle.Admitted {
+		t.Fatalf("first job: %+v, %v; want admitted", got, err)
 	}
-	second, err := d.Decide(ctx, levelCopy("acme", "org", 2))
-	if err != nil || second.Outcome != throttle.Queued || second.LevelName != "_global" {
-		t.Fatalf("second job: %+v, %v; want queued at _global (its slot 200ms ahead)", second, err)
+	if got, err := d.Decide(ctx, levelCopy("acme", "org", 2)); err != nil || got.Outcome != throttle.Queued || got.LevelName != "_global" {
+		t.Fatalf("second job: %+v, %v; want queued at _global (its slot past the direct lookahead)", got, err)
 	}
+	return d, s
+}
+
+// callSecond pokes the global level until it calls acme's second job
+// (queuedAtGlobal), and fails the test if it calls anything else.
+func callSecond(t *testing.T, s *throttle.Shared) {
+	t.Helper()
 	var called []throttle.Waiter
 	deadline := time.Now().Add(5 * time.Second)
 	for len(called) == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		if called, err = s.Poke(ctx, []throttle.Level{throttle.Global}); err != nil {
+		var err error
+		if called, err = s.Poke(context.Background(), []throttle.Level{throttle.Global}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if len(called) != 1 || called[0].JobID != "s:2" {
 		t.Fatalf("poke called %v, want the second job", called)
 	}
+}
+
+// TestLevelKeptPassOfAGroup: a job that passed its group and was queued
+// at the global level passes its group again when it comes back in its
+// turn (decided by it again: its grant was given back when it was
+// queued); the group is charged once for it.
+func TestLevelKeptPassOfAGroup(t *testing.T) {
+	ctx := context.Background()
+	d, s := queuedAtGlobal(t, throttle.Limit{Rate: 5, Period: time.Second, Burst: 1}, throttle.Limit{Rate: 1, Period: time.Minute, Burst: 10})
+	callSecond(t, s)
+	deadline := time.Now().Add(5 * time.Second)
+	var err error
 	var back throttle.Decision
 	for back.Outcome != throttle.Admitted && time.Now().Before(deadline) {
 		if back, err = d.Decide(ctx, levelCopy("acme", "org", 2)); err != nil {
@@ -301,17 +321,7 @@ func TestLevelGroupsTenantsTakeTurnsAtTheGlobalLevel(t *testing.T) {
 // be used on top of its rate once it stops; called back, the job is
 // decided by its group again.
 func TestLevelQueuedJobKeepsNoGrantOfTheLevelBefore(t *testing.T) {
-	ctx := context.Background()
-	d, s := levelDecider(t, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}}, throttle.LevelRules{
-		GlobalPolicy: throttle.Policy{Limits: throttle.Limits{{Rate: 5, Period: time.Second, Burst: 1}}},
-		Groups:       map[string]throttle.Policy{"org": {Limits: throttle.Limits{{Rate: 1, Period: time.Minute, Burst: 10}}}},
-	})
-	if got, err := d.Decide(ctx, levelCopy("acme", "org", 1)); err != nil || got.Outcome != throttle.Admitted {
-		t.Fatalf("first job: %+v, %v; want admitted", got, err)
-	}
-	if got, err := d.Decide(ctx, levelCopy("acme", "org", 2)); err != nil || got.Outcome != throttle.Queued || got.LevelName != "_global" {
-		t.Fatalf("second job: %+v, %v; want queued at _global", got, err)
-	}
+	_, s := queuedAtGlobal(t, throttle.Limit{Rate: 5, Period: time.Second, Burst: 1}, throttle.Limit{Rate: 1, Period: time.Minute, Burst: 10})
 	// org's 10 tokens: the first job's spent, the second's given back.
 	if n := passAtOnce(t, s, throttle.Level{Group: "org"}, 10); n != 9 {
 		t.Fatalf("%d jobs passed org at once, want 9 (one charged, the queued job's grant given back)", n)
@@ -324,32 +334,12 @@ func TestLevelQueuedJobKeepsNoGrantOfTheLevelBefore(t *testing.T) {
 // late, on top of its later grants.
 func TestLevelCallGivenBackWhenTheGroupQueues(t *testing.T) {
 	ctx := context.Background()
-	d, s := levelDecider(t, throttle.Limits{{Rate: 1000, Period: time.Second, Burst: 1000}}, throttle.LevelRules{
-		GlobalPolicy: throttle.Policy{Limits: throttle.Limits{{Rate: 1, Period: time.Second, Burst: 1}}},
-		Groups:       map[string]throttle.Policy{"org": {Limits: throttle.Limits{{Rate: 1, Period: time.Minute, Burst: 2}}}},
-	})
-	if got, err := d.Decide(ctx, levelCopy("acme", "org", 1)); err != nil || got.Outcome != throttle.Admitted {
-		t.Fatalf("first job: %+v, %v; want admitted", got, err)
-	}
-	if got, err := d.Decide(ctx, levelCopy("acme", "org", 2)); err != nil || got.Outcome != throttle.Queued || got.LevelName != "_global" {
-		t.Fatalf("second job: %+v, %v; want queued at _global", got, err)
-	}
+	d, s := queuedAtGlobal(t, throttle.Limit{Rate: 1, Period: time.Second, Burst: 1}, throttle.Limit{Rate: 1, Period: time.Minute, Burst: 2})
 	// Another tenant of org takes the group's last token meanwhile.
 	if n := passAtOnce(t, s, throttle.Level{Group: "org"}, 1); n != 1 {
 		t.Fatalf("%d jobs passed org at once, want 1", n)
 	}
-	var called []throttle.Waiter
-	deadline := time.Now().Add(5 * time.Second)
-	for len(called) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		var err error
-		if called, err = s.Poke(ctx, []throttle.Level{throttle.Global}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if len(called) != 1 || called[0].JobID != "s:2" {
-		t.Fatalf("poke called %v, want the second job", called)
-	}
+	callSecond(t, s)
 	// Called, charged at _global (1/s: its bucket empty for a second);
 	// back, its group has no token for a minute: queued at org.
 	if got, err := d.Decide(ctx, levelCopy("acme", "org", 2)); err != nil || got.Outcome != throttle.Queued || got.LevelName != "group.org" {
