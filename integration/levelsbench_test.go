@@ -38,6 +38,9 @@ import (
 //     global 30/s with org-2's b1, a backlog of 420 jobs done in about
 //     28 s: once the global limit stops binding, org-1 runs at its own
 //     20/s, not above it on grants kept while it waited for turns.
+//   - group-binding-after-global: the same, b1 offered 30/s for the
+//     window instead: org-1's jobs wait at their group, then at the
+//     global level, and org-1 still keeps its 20/s once b1 is done.
 //
 // Each variant runs on a single Redis (VARIANT/single) and on a Redis
 // Cluster of three masters (VARIANT/cluster), where each level's keys
@@ -65,6 +68,8 @@ func BenchmarkGlobalLimit(b *testing.B) {
 		{name: "group-after-global", global: 30, groupLimits: map[string]float64{"org-1": 20},
 			backlog: map[string]int{"b1": 420}, paced: map[string]int{"a1": 40},
 			groups: map[string]string{"a1": "org-1", "b1": "org-2"}},
+		{name: "group-binding-after-global", global: 30, groupLimits: map[string]float64{"org-1": 20},
+			paced: map[string]int{"a1": 40, "b1": 30}, groups: map[string]string{"a1": "org-1", "b1": "org-2"}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			for _, redis := range []string{"single", "cluster"} {

@@ -23,7 +23,6 @@ func (d *Decider) WithLevels(s *Shared) *Decider {
 type levelPlan struct {
 	levels  []Level
 	granted []Grant // the levels it passed in this call, for GiveBack
-	held    []bool  // by granted: passed by a pass held from before
 	queued  int     // the stage whose list it joined; -1 for none
 	shadow  time.Duration
 	level   string // the level of shadow
@@ -111,7 +110,6 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 				waiting = append(waiting, i)
 			default:
 				p.granted = append(p.granted, Grant{Level: lvs[k], Job: js[k], Slot: now, Refund: true})
-				p.held = append(p.held, ds[k].Held)
 				if ds[k].ShadowWait > p.shadow {
 					p.shadow, p.level = ds[k].ShadowWait, name
 				}
@@ -162,27 +160,25 @@ func (d *Decider) decideLevels(ctx context.Context, copies []Copy) []Result {
 
 // unkeep returns what the copies that joined a level's list give back,
 // so that no level keeps a charge for a job waiting in another's list:
-// the grants the levels before made it in this call (a job queued at the
-// global level keeps no pass of its group's; called, it is decided by its
-// group again), and the unused passes it holds at the levels after (a
-// job called by the global level, then queued by its group, gives the
-// call back). A pass held from before is kept: a job that waited for its
-// group's slot, then was queued at the global level, passes its group
-// uncharged when called, so that no job goes back and forth for ever
-// between two levels that both bind. Kept instead, a group's passes
-// would pile up while the global level binds, and be used on top of the
-// group's new grants once it stops.
+// the passes the levels before gave it (a job queued at the global level
+// keeps no pass of its group's; called, it is decided by its group
+// again), and the unused passes it holds at the levels after (a job
+// called by the global level, then queued by its group, gives the call
+// back). Kept, a group's passes pile up while the global level binds, as
+// fast as the group grants beyond its share of the global, and are used
+// on top of the group's new grants once the global stops binding; a
+// global call kept by a job its group queues is used late, on top of the
+// global's later grants. A job given a slot a short way ahead (Reserved)
+// keeps what it holds: it comes back within the direct lookahead. While
+// both levels bind a job may go round between their lists more than
+// once, each time first in the fair order of both.
 func (d *Decider) unkeep(copies []Copy, plans []levelPlan, now time.Time) []Grant {
 	var out []Grant
 	for i, p := range plans {
 		if p.queued < 0 {
 			continue
 		}
-		for k, g := range p.granted {
-			if !p.held[k] {
-				out = append(out, g)
-			}
-		}
+		out = append(out, p.granted...)
 		for k := p.queued + 1; k < len(p.levels); k++ {
 			out = append(out, Grant{Level: p.levels[k], Job: d.levelJob(copies[i], p.levels, k), Slot: now, Refund: true, OnlyUnused: true})
 		}

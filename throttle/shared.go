@@ -122,9 +122,6 @@ type LevelDecision struct {
 	Passed bool
 	Wait   time.Duration
 	Ahead  int64
-	// Held: the job passed by a pass it held from before (kept for a
-	// later level, or given when it was called), not by a grant now.
-	Held bool
 	// ShadowWait, for a level in shadow mode, is the wait enforcing it
 	// would have imposed.
 	ShadowWait time.Duration
@@ -226,7 +223,7 @@ func readShare(c shareCall, out []LevelDecision, errs []error) []Waiter {
 		}
 		switch t[0] {
 		case statusAdmitted:
-			out[i] = LevelDecision{Passed: true, Wait: time.Duration(t[1]) * time.Microsecond, Held: t[2] == 1, ShadowWait: time.Duration(t[3]) * time.Microsecond}
+			out[i] = LevelDecision{Passed: true, Wait: time.Duration(t[1]) * time.Microsecond, ShadowWait: time.Duration(t[3]) * time.Microsecond}
 		case shareWaiting:
 			out[i] = LevelDecision{Ahead: t[1]}
 		default:
