@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -101,18 +102,28 @@ func TestStreamReplicas(t *testing.T) {
 	}
 }
 
-// TestWorkerWaitsForServersToPlaceItsStream: with one server of a
-// three-server cluster down, JetStream cannot place a stream of 3
-// replicas ("no suitable peers for placement", status 400, as a cluster
-// still electing its leaders answers): the worker waits, saying why,
-// rather than stopping as on a setting to change or giving up message
-// schedules, and starts once the server is back.
+// TestWorkerWaitsForServersToPlaceItsStream: on a cluster of two servers,
+// JetStream cannot place a stream of 3 replicas ("no suitable peers for
+// placement", status 400, as a cluster still electing its leaders
+// answers): the worker waits, saying why, rather than stopping as on a
+// setting to change or giving up message schedules, and starts once a
+// third server has joined.
 func TestWorkerWaitsForServersToPlaceItsStream(t *testing.T) {
 	bin, natsServer := buildThrottler(t), buildNATSServer(t)
-	cluster := startNATSCluster(t, natsServer, 3)
+	cluster := startNATSCluster(t, natsServer, 2)
 	testenv.Eventually(t, time.Minute, "a metadata leader", func() bool { return cluster.metaLeader(t) != "" })
-	down := cluster.nodes[2]
-	cluster.stop(down)
+	nc, err := nats.Connect(cluster.URL())
+	must(t, err, "connect")
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(t, err, "jetstream")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe.>"}, Replicas: 3})
+	cancel()
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10005 {
+		t.Fatalf("a stream of 3 replicas on two servers: %v, want no suitable peers for placement (10005)", err)
+	}
 	rs := testenv.StartRedis(t)
 	vars := map[string]string{
 		"NATS_URL": cluster.URL(), "REDIS_URL": rs.URL(),
@@ -133,10 +144,12 @@ func TestWorkerWaitsForServersToPlaceItsStream(t *testing.T) {
 	})
 	select {
 	case err := <-exited:
-		t.Fatalf("the worker exited while a server was down: %v", err)
+		t.Fatalf("the worker exited while the stream could not be placed: %v", err)
 	default:
 	}
-	cluster.start(t, down)
+	third := &natsNode{name: "n3", port: testenv.FreePort(t), clusterPort: testenv.FreePort(t), monitorPort: testenv.FreePort(t), storeDir: t.TempDir()}
+	cluster.nodes = append(cluster.nodes, third)
+	cluster.start(t, third)
 	testenv.Eventually(t, 2*time.Minute, "worker running", func() bool {
 		return strings.Contains(stderr.String(), "worker running")
 	})
