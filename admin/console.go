@@ -28,14 +28,14 @@ func (s *Server) consoleRoutes() {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time: a broken build, not control flow
 	}
-	s.mux.Handle(consolePatterns[1], http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	s.mux.Handle(consoleAssets, http.StripPrefix("/assets/", http.FileServerFS(assets)))
 	page, err := consoleFiles.ReadFile("console/index.html")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time: a broken build, not control flow
 	}
 	authed := bytes.Replace(page, authedMarker, []byte(`data-authed="1"`), 1)
 	anon := bytes.Replace(page, authedMarker, []byte(`data-authed="0"`), 1)
-	s.mux.HandleFunc(consolePatterns[0], func(w http.ResponseWriter, r *http.Request) {
+	s.mux.HandleFunc(consolePage, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'")

@@ -134,9 +134,15 @@ func (s *Server) routes() {
 	s.mux.Handle("/", unrouted)
 }
 
-// consolePatterns are the console's routes (consoleRoutes), which a
-// request that no route took is matched against as the API's are.
-var consolePatterns = []string{"GET /{$}", "GET /assets/"}
+// The console's routes (consoleRoutes): its page and its assets.
+const (
+	consolePage   = "GET /{$}"
+	consoleAssets = "GET /assets/"
+)
+
+// consolePatterns are the console's routes, which a request that no route
+// took is matched against as the API's are.
+var consolePatterns = []string{consolePage, consoleAssets}
 
 // unrouted answers, as JSON, a request that no route took: 405 with the
 // methods its path takes (Allow), as net/http would, or 404 when no route

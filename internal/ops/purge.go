@@ -121,7 +121,7 @@ func PurgeTenant(ctx context.Context, fl Fleet, opts PurgeOptions) (PurgeReport,
 		rep.Parked += pass.Parked
 		rep.Fast += pass.Fast
 		rep.Woken += pass.Woken
-		rep.Charged += pass.Charged + pass.Fast
+		rep.Charged += pass.Charged
 		rep.Unwaited += pass.Unwaited
 		rep.Unqueued += pass.Unqueued
 		rep.Warnings = append(rep.Warnings, pass.Warnings...)

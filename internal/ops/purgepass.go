@@ -49,6 +49,7 @@ func (p *purge) pass(ctx context.Context, rep *PurgeReport) error {
 	if rep.Fast, inFlight, err = p.delivered(ctx, p.fl.FastConsumer(), []string{string(sch) + ".f." + t + ".*"}); err != nil {
 		return err
 	}
+	rep.Charged += rep.Fast // the lane charged each copy it made
 	rep.InFlight += inFlight
 	if rep.Woken, inFlight, err = p.delivered(ctx, p.fl.WokenConsumer(), []string{string(sch) + ".k." + t + ".*"}); err != nil {
 		return err
